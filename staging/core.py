@@ -1,0 +1,308 @@
+"""What every emulated target shares: the effect log, armed faults and bearer tokens.
+
+Control endpoints (all JSON):
+
+* ``GET  /_staging/effects[?target=drive]`` — every side effect, with the idempotency key it
+  carried, in the order applied;
+* ``POST /_staging/faults`` — arm a fault: ``{"target": "drive", "op": "files.update",
+  "kind": "fail_before_commit" | "drop_after_commit" | "delay", "seconds": 1.5, "times": 1}``;
+  ``GET`` lists the armed ones;
+* ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...]}`` adds a
+  token; ``POST /_staging/tokens/{token}/revoke`` revokes one;
+* ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
+
+A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+FAULT_KINDS = ("fail_before_commit", "drop_after_commit", "delay")
+
+
+@dataclass
+class Fault:
+    target: str
+    op: str
+    kind: str
+    seconds: float = 0.0
+    times: int = 1
+
+
+@dataclass
+class Token:
+    token: str
+    target: str
+    scopes: list[str]
+    revoked: bool = False
+
+
+@dataclass
+class Effect:
+    target: str
+    op: str
+    key: str | None
+    detail: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+
+class ResponseDropped(Exception):
+    """Raised after the connection was closed on purpose, so no response is written."""
+
+
+class Target:
+    """One emulated provider. Subclasses set ``name``, ``default_tokens`` and implement
+    ``routes``, ``reset`` and ``error`` (the provider's own error body).
+
+    Handlers may ``raise Reply(self.error(...))`` to answer early with a provider error."""
+
+    name: str = ""
+    default_tokens: tuple[Token, ...] = ()
+
+    def __init__(self) -> None:
+        self.staging: Staging  # set by Staging.add
+
+    def routes(self) -> Iterable[web.RouteDef]:
+        return ()
+
+    def reset(self) -> None:
+        """Forgets the target's own state."""
+
+    def error(self, status: int, code: str, message: str) -> web.Response:
+        return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+    # Helpers for handlers ------------------------------------------------------------------
+
+    def authorize(self, request: web.Request, *scopes: str) -> Token:
+        """Returns the caller's token if it is live and has one of ``scopes``; otherwise raises
+        the provider's 401/403 as an HTTP exception."""
+        return self.staging.authorize(self, request, scopes)
+
+    async def before_write(self, request: web.Request, op: str) -> Fault | None:
+        """Applies an armed delay or fail-before-commit fault for ``op``; returns the fault so
+        that ``after_commit`` can drop the response."""
+        return await self.staging.before_write(self, op)
+
+    def after_commit(self, request: web.Request, fault: Fault | None) -> None:
+        """Closes the connection without a response if a drop-after-commit fault is armed."""
+        if fault is not None and fault.kind == "drop_after_commit":
+            if request.transport is not None:
+                request.transport.close()
+            raise ResponseDropped(f"{self.name} {fault.op}: response dropped after commit")
+
+    def record(self, op: str, key: str | None, **detail: Any) -> None:
+        self.staging.record(Effect(self.name, op, key, detail))
+
+
+class Staging:
+    """Shared state of all targets in one server. Handlers run on the server's event loop; the
+    lock makes direct reads from test threads safe."""
+
+    def __init__(self, targets: Iterable[Target]) -> None:
+        self.lock = threading.Lock()
+        self.targets: dict[str, Target] = {}
+        self.effects: list[Effect] = []
+        self.faults: list[Fault] = []
+        self.tokens: dict[str, Token] = {}
+        for t in targets:
+            t.staging = self
+            self.targets[t.name] = t
+        self.reset()
+
+    # state -----------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        with self.lock:
+            self.effects.clear()
+            self.faults.clear()
+            self.tokens = {tok.token: Token(tok.token, tok.target, list(tok.scopes))
+                           for t in self.targets.values() for tok in t.default_tokens}
+            for t in self.targets.values():
+                t.reset()
+
+    def record(self, effect: Effect) -> None:
+        with self.lock:
+            self.effects.append(effect)
+
+    def effects_of(self, target: str | None = None, op: str | None = None) -> list[Effect]:
+        with self.lock:
+            return [e for e in self.effects
+                    if (target is None or e.target == target) and (op is None or e.op == op)]
+
+    def arm(self, fault: Fault) -> None:
+        if fault.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {fault.kind!r}; one of {', '.join(FAULT_KINDS)}")
+        if fault.target not in self.targets:
+            raise ValueError(f"unknown target {fault.target!r}")
+        with self.lock:
+            self.faults.append(fault)
+
+    def _take_fault(self, target: str, op: str) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if f.target == target and f.op == op:
+                    f.times -= 1
+                    if f.times <= 0:
+                        self.faults.remove(f)
+                    return f
+        return None
+
+    def add_token(self, token: Token) -> None:
+        with self.lock:
+            self.tokens[token.token] = token
+
+    def revoke(self, token: str) -> bool:
+        with self.lock:
+            tok = self.tokens.get(token)
+            if tok is None:
+                return False
+            tok.revoked = True
+            return True
+
+    # used by Target helpers ---------------------------------------------------------------
+
+    def authorize(self, target: Target, request: web.Request, scopes: tuple[str, ...]) -> Token:
+        header = request.headers.get("Authorization", "")
+        value = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        with self.lock:
+            tok = self.tokens.get(value)
+        if tok is None or tok.target != target.name:
+            raise Reply(target.error(401, "unauthenticated", "invalid or missing credentials"))
+        if tok.revoked:
+            raise Reply(target.error(401, "revoked", "the access token has been revoked"))
+        if scopes and not set(scopes) & set(tok.scopes):
+            raise Reply(target.error(403, "insufficient_scope",
+                                        f"requires one of the scopes {', '.join(scopes)}"))
+        return tok
+
+    async def before_write(self, target: Target, op: str) -> Fault | None:
+        fault = self._take_fault(target.name, op)
+        if fault is None:
+            return None
+        if fault.kind == "delay":
+            await asyncio.sleep(fault.seconds)
+        elif fault.kind == "fail_before_commit":
+            raise Reply(target.error(503, "backend_error", "the service is unavailable"))
+        return fault
+
+    # HTTP --------------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_drop_middleware])
+        app.add_routes([
+            web.get("/_staging/effects", self._h_effects),
+            web.get("/_staging/faults", self._h_faults),
+            web.post("/_staging/faults", self._h_arm),
+            web.post("/_staging/tokens", self._h_add_token),
+            web.post("/_staging/tokens/{token}/revoke", self._h_revoke),
+            web.post("/_staging/reset", self._h_reset),
+        ])
+        for t in self.targets.values():
+            app.add_routes(list(t.routes()))
+        return app
+
+    async def _h_effects(self, request: web.Request) -> web.Response:
+        effects = self.effects_of(request.query.get("target"), request.query.get("op"))
+        return web.json_response([asdict(e) for e in effects])
+
+    async def _h_faults(self, request: web.Request) -> web.Response:
+        with self.lock:
+            return web.json_response([asdict(f) for f in self.faults])
+
+    async def _h_arm(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            self.arm(Fault(**body))
+        except (TypeError, ValueError) as e:
+            return web.json_response({"error": str(e)}, status=400)
+        return web.json_response({"armed": body})
+
+    async def _h_add_token(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            self.add_token(Token(body["token"], body["target"], list(body.get("scopes", []))))
+        except KeyError as e:
+            return web.json_response({"error": f"missing {e.args[0]}"}, status=400)
+        return web.json_response({"added": body["token"]})
+
+    async def _h_revoke(self, request: web.Request) -> web.Response:
+        if not self.revoke(request.match_info["token"]):
+            return web.json_response({"error": "no such token"}, status=404)
+        return web.json_response({"revoked": True})
+
+    async def _h_reset(self, request: web.Request) -> web.Response:
+        self.reset()
+        return web.json_response({"reset": True})
+
+
+class Reply(Exception):
+    """Carries a finished response out of a handler (provider errors raised from helpers)."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+@web.middleware
+async def _drop_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Reply as r:
+        return r.response
+    except ResponseDropped:
+        # The transport is closed already; raising CancelledError stops aiohttp from writing.
+        raise asyncio.CancelledError() from None
+
+
+class StagingServer:
+    """Runs a Staging app on its own event loop in a daemon thread (for tests and the CLI).
+
+    Use as a context manager; ``url`` is ``http://127.0.0.1:<port>``.
+    """
+
+    def __init__(self, staging: Staging, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.staging = staging
+        self.host = host
+        self.port = port
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="staging-server")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> StagingServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.staging.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        self.port = server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> StagingServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

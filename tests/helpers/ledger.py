@@ -1,0 +1,63 @@
+"""``ledger.record``: a tiny real target for tests of the journal itself.
+
+The effect is a line ``<key> <entry>`` appended to a ledger file, so a test can count exactly
+how many times the outside world was touched. ``hold_s`` keeps the action running for a while
+(to race twins against it), ``hold_while`` as long as a file exists. The probe reads the ledger
+for our key: done / absent, and unknown when the ledger's directory cannot be read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext
+
+
+def ledger_lines(path: str | Path) -> list[str]:
+    p = Path(path)
+    return p.read_text().splitlines() if p.exists() else []
+
+
+class LedgerRecord(Action):
+    name: ClassVar[str] = "ledger.record"
+    irreversible: ClassVar[bool] = True
+    args: ClassVar[dict[str, Arg]] = {
+        "ledger": Arg(str),
+        "entry": Arg(str),
+        "hold_s": Arg((int, float), required=False),
+        "gate_file": Arg(str, required=False),  # the gate refuses while this file exists
+        "hold_while": Arg(str, required=False),  # execute waits while this file exists
+    }
+
+    def preconditions(self, ctx: StepContext) -> None:
+        gate = ctx.args.get("gate_file")
+        if gate and os.path.exists(gate):
+            raise GateRefused(f"{gate} exists")
+
+    def snapshot(self, ctx: StepContext) -> dict[str, Any]:
+        return {"lines": len(ledger_lines(ctx.args["ledger"]))}
+
+    def probe(self, ctx: StepContext) -> ProbeResult:
+        path = Path(ctx.args["ledger"])
+        if not path.parent.exists():
+            return ProbeResult.unknown(f"cannot read the ledger directory {path.parent}")
+        if any(line.split(" ", 1)[0] == ctx.key for line in ledger_lines(path)):
+            return ProbeResult.done({"entry": ctx.args["entry"]}, "our key is in the ledger")
+        return ProbeResult.absent("our key is not in the ledger")
+
+    def execute(self, ctx: StepContext) -> dict[str, Any]:
+        hold = float(ctx.args.get("hold_s", 0))
+        if hold:
+            time.sleep(hold)
+        hold_while = ctx.args.get("hold_while")
+        deadline = time.monotonic() + 60
+        while hold_while and os.path.exists(hold_while) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with open(ctx.args["ledger"], "a") as f:
+            f.write(f"{ctx.key} {ctx.args['entry']}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return {"entry": ctx.args["entry"], "pid": os.getpid()}

@@ -1,0 +1,35 @@
+"""Runs one step in a separate process: ``python tests/helpers/run_one.py URL TASK STEP``.
+
+Used by tests that race processes or SIGKILL one (via TIDEMARK_CRASH_AT). Prints the result as
+JSON on stdout, or the error's class name on stderr with exit code 3.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from activities.fs import FsRename
+from helpers.ledger import LedgerRecord
+from tidemark.actions import Registry
+from tidemark.errors import TidemarkError
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+
+def main() -> int:
+    url, task_id, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with JournalStore(url) as store:
+        try:
+            result = run_step(store, Registry([FsRename(), LedgerRecord()]), task_id, step)
+        except TidemarkError as e:
+            print(type(e).__name__, file=sys.stderr)
+            return 3
+    print(json.dumps({"status": result.status, "resolved_by": result.resolved_by,
+                      "skipped": result.skipped}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""run_step against a real Postgres: the journal algorithm, twins, crashes and outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from activities.catalog import spec_registry
+from activities.fs import FsRename
+from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.wait import assert_eventually
+from tidemark.actions import Registry
+from tidemark.errors import (
+    NeedsDecision,
+    PreconditionFailed,
+    StepBusy,
+    StepFailed,
+    StoreUnavailable,
+)
+from tidemark.faults import CRASH_ENV
+from tidemark.keys import lock_id
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
+SPECS = spec_registry(LedgerRecord)
+REGISTRY = Registry([FsRename(), LedgerRecord()])
+
+
+def persist(store: JournalStore, steps: list[dict], task_id: str = "t") -> str:
+    plan = load_plan({"task_id": task_id, "steps": steps}, SPECS)
+    store.persist_plan(plan)
+    return plan.task_id
+
+
+def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict:
+    return {"action": "ledger.record",
+            "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}
+
+
+def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+# -- the algorithm -------------------------------------------------------------------------
+
+def test_fs_rename_happy_path_then_skip(store: JournalStore, tmp_path: Path) -> None:
+    (tmp_path / "draft.txt").write_text("x")
+    task = persist(store, [{"action": "fs.rename",
+                            "args": {"path": str(tmp_path / "draft.txt"), "name": "final.txt"}}])
+    first = run_step(store, REGISTRY, task, 1)
+    assert (first.status, first.resolved_by, first.skipped) == ("done", "execute", False)
+    assert (tmp_path / "final.txt").read_text() == "x"
+    assert not (tmp_path / "draft.txt").exists()
+    row = store.step_row(task, 1)
+    assert row is not None and row.before_state and row.before_state["name"] == "draft.txt"
+    again = run_step(store, REGISTRY, task, 1)
+    assert again.skipped and again.outcome == first.outcome
+
+
+def test_steps_cannot_run_out_of_order(store: JournalStore, tmp_path: Path) -> None:
+    task = persist(store, [ledger_step(tmp_path, "a"), ledger_step(tmp_path, "b")])
+    from tidemark.errors import InvariantViolation
+    with pytest.raises(InvariantViolation, match="before step 1 is done"):
+        run_step(store, REGISTRY, task, 2)
+    assert ledger_lines(tmp_path / "ledger") == []
+
+
+def test_gate_refusal_runs_nothing_and_writes_no_intent(store: JournalStore,
+                                                        tmp_path: Path) -> None:
+    gate = tmp_path / "closed"
+    gate.write_text("")
+    task = persist(store, [ledger_step(tmp_path, gate_file=str(gate))])
+    with pytest.raises(PreconditionFailed, match="closed exists"):
+        run_step(store, REGISTRY, task, 1)
+    assert store.step_row(task, 1) is None
+    assert [e["kind"] for e in store.events(task)] == ["plan", "precondition"]
+
+
+def test_refused_action_is_recorded_as_failed(store: JournalStore, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    task = persist(store, [{"action": "fs.rename",
+                            "args": {"path": str(tmp_path / "a.txt"), "name": "b.txt"}}])
+
+    class Vanishing(FsRename):
+        def snapshot(self, ctx):  # the file disappears between gate and execute
+            state = super().snapshot(ctx)
+            (tmp_path / "a.txt").unlink()
+            return state
+
+    with pytest.raises(StepFailed, match="is gone"):
+        run_step(store, Registry([Vanishing()]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
+    assert store.progress(task).next_step is None
+
+
+# -- crashes -------------------------------------------------------------------------------
+
+def test_crash_between_rename_and_outcome_resolves_by_probe(store: JournalStore, db_url: str,
+                                                            tmp_path: Path) -> None:
+    (tmp_path / "draft.txt").write_text("x")
+    task = persist(store, [{"action": "fs.rename",
+                            "args": {"path": str(tmp_path / "draft.txt"), "name": "final.txt"}}])
+    proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_execute"})
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "final.txt").exists()  # the world changed...
+    row = store.step_row(task, 1)
+    assert row is not None and row.in_doubt  # ...and the journal knows it might have
+    result = run_step(store, REGISTRY, task, 1)
+    assert (result.status, result.resolved_by) == ("done", "probe")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final.txt"]
+    assert [e["detail"]["status"] for e in store.events(task) if e["kind"] == "probe"] == ["done"]
+
+
+def test_crash_after_intent_before_action_executes_once_on_resume(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    task = persist(store, [ledger_step(tmp_path)])
+    proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"})
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert ledger_lines(tmp_path / "ledger") == []
+    result = run_step(store, REGISTRY, task, 1)
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_sigkilled_lock_holder_frees_the_lock_and_the_next_attempt_probes(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    task = persist(store, [ledger_step(tmp_path, hold_while=str(hold))])
+    proc = run_one(db_url, task, 1)
+    assert_eventually(lambda: store.step_row(task, 1))
+    with pytest.raises(StepBusy):  # the live holder blocks its twin
+        run_step(store, REGISTRY, task, 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+    def lock_free() -> bool:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)",
+                               (lock_id(task, "do", 1),)).fetchone()
+            return bool(got and got[0])
+
+    assert_eventually(lock_free)
+    hold.unlink()
+    result = run_step(store, REGISTRY, task, 1)
+    # The killed attempt never wrote its line: the probe says absent, so it executes now, once.
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert [e["detail"]["status"] for e in store.events(task) if e["kind"] == "probe"] == ["absent"]
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_unknown_probe_needs_a_decision_and_runs_nothing(store: JournalStore, db_url: str,
+                                                         tmp_path: Path) -> None:
+    ledger_dir = tmp_path / "ledger-dir"
+    ledger_dir.mkdir()
+    task = persist(store, [{"action": "ledger.record",
+                            "args": {"ledger": str(ledger_dir / "l"), "entry": "e"}}])
+    proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"})
+    proc.communicate(timeout=60)
+    ledger_dir.rmdir()  # the target can no longer be read: the probe cannot tell
+    with pytest.raises(NeedsDecision, match="cannot read the ledger"):
+        run_step(store, REGISTRY, task, 1)
+    assert not ledger_dir.exists()
+    assert store.progress(task).in_doubt is not None
+
+
+def test_gates_run_again_when_a_resumed_step_is_absent(store: JournalStore, db_url: str,
+                                                       tmp_path: Path) -> None:
+    gate = tmp_path / "closed"
+    task = persist(store, [ledger_step(tmp_path, gate_file=str(gate))])
+    run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"}).communicate(timeout=60)
+    gate.write_text("")  # the world changed while the task was down
+    with pytest.raises(PreconditionFailed):
+        run_step(store, REGISTRY, task, 1)
+    assert ledger_lines(tmp_path / "ledger") == []
+    gate.unlink()
+    assert run_step(store, REGISTRY, task, 1).resolved_by == "execute"
+
+
+# -- twins ---------------------------------------------------------------------------------
+
+def test_two_threads_racing_one_step_execute_it_once(store: JournalStore,
+                                                     tmp_path: Path) -> None:
+    task = persist(store, [ledger_step(tmp_path, hold_s=0.5)])
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def attempt() -> None:
+        barrier.wait()
+        try:
+            outcomes.append("skipped" if run_step(store, REGISTRY, task, 1).skipped else "ran")
+        except StepBusy:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["busy", "ran"]
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_two_processes_racing_one_step_execute_it_once(store: JournalStore, db_url: str,
+                                                       tmp_path: Path) -> None:
+    task = persist(store, [ledger_step(tmp_path, hold_s=1.0)])
+    procs = [run_one(db_url, task, 1) for _ in range(2)]
+    results = [p.communicate(timeout=60) for p in procs]
+    ran = [json.loads(out) for out, _ in results if out]
+    busy = [err.strip() for _, err in results if err.strip() == "StepBusy"]
+    # Either the second found the lock held (busy) or arrived after the outcome (skipped).
+    assert len(ran) + len(busy) == 2
+    assert sum(1 for r in ran if not r["skipped"]) == 1
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+# -- Postgres outages ----------------------------------------------------------------------
+
+def test_postgres_unreachable_at_intent_time_runs_no_action(store: JournalStore, db_url: str,
+                                                            tmp_path: Path) -> None:
+    task = persist(store, [ledger_step(tmp_path)])
+
+    class CutOff(LedgerRecord):
+        def snapshot(self, ctx):  # the database goes away between the gate and the intent
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                              " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            return super().snapshot(ctx)
+
+    with pytest.raises(StoreUnavailable):
+        run_step(store, Registry([CutOff()]), task, 1)
+    assert ledger_lines(tmp_path / "ledger") == []
+    assert store.step_row(task, 1) is None  # the pool reconnects; nothing was written
+    assert run_step(store, REGISTRY, task, 1).resolved_by == "execute"
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_postgres_down_from_the_start_is_a_clear_retryable_error(tmp_path: Path) -> None:
+    store = JournalStore("postgresql://nobody@127.0.0.1:1/none", timeout=0.5)
+    with pytest.raises(StoreUnavailable) as e:
+        store.open()
+    assert e.value.retryable

@@ -1,0 +1,101 @@
+"""The database itself keeps the journal's promises, whatever the code does."""
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from tidemark.migrate import migrate, migration_files
+from tidemark.store import JournalStore
+
+
+def seed_task(conn: psycopg.Connection, task_id: str = "t") -> None:
+    conn.execute("INSERT INTO tidemark.plans (task_id, plan_hash, step_count) VALUES (%s, %s, 3)",
+                 (task_id, "0" * 64))
+
+
+def open_intent(conn: psycopg.Connection, step: int, key: str, task_id: str = "t") -> None:
+    conn.execute("INSERT INTO tidemark.journal (task_id, step, idem_key, action, args)"
+                 " VALUES (%s, %s, %s, 'ledger.record', %s)", (task_id, step, key, Jsonb({})))
+
+
+def test_a_second_open_intent_in_a_task_is_refused_by_the_database(store: JournalStore) -> None:
+    with psycopg.connect(store.conninfo, autocommit=True) as conn:
+        seed_task(conn)
+        open_intent(conn, 1, "a" * 32)
+        with pytest.raises(psycopg.errors.UniqueViolation) as e:
+            open_intent(conn, 2, "b" * 32)
+        assert e.value.diag.constraint_name == "journal_one_in_doubt"
+        # Another task is independent.
+        seed_task(conn, "u")
+        open_intent(conn, 1, "c" * 32, task_id="u")
+
+
+def test_rows_are_never_deleted_and_outcomes_never_rewritten(store: JournalStore) -> None:
+    with psycopg.connect(store.conninfo, autocommit=True) as conn:
+        seed_task(conn)
+        open_intent(conn, 1, "a" * 32)
+        conn.execute("UPDATE tidemark.journal SET outcome = '{}', status = 'done',"
+                     " resolved_by = 'execute', finished_at = now()")
+        conn.execute("INSERT INTO tidemark.events (task_id, kind) VALUES ('t', 'run')")
+        for sql in ("DELETE FROM tidemark.journal",
+                    "TRUNCATE tidemark.journal",
+                    "TRUNCATE tidemark.events",
+                    "UPDATE tidemark.journal SET outcome = '{\"x\": 1}'",
+                    "DELETE FROM tidemark.plans",
+                    "DELETE FROM tidemark.events"):
+            with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
+                conn.execute(sql)
+
+
+def test_outcome_fields_are_written_together(store: JournalStore) -> None:
+    with psycopg.connect(store.conninfo, autocommit=True) as conn:
+        seed_task(conn)
+        open_intent(conn, 1, "a" * 32)
+        with pytest.raises(psycopg.errors.CheckViolation, match="journal_outcome_complete"):
+            conn.execute("UPDATE tidemark.journal SET outcome = '{}'")
+
+
+@pytest.mark.parametrize(("column", "value"), [("idem_key", "not-hex"), ("step", 0)])
+def test_checks_constrain_values(store: JournalStore, column: str, value: object) -> None:
+    with psycopg.connect(store.conninfo, autocommit=True) as conn:
+        seed_task(conn)
+        row = {"step": 1, "idem_key": "a" * 32, column: value}
+        with pytest.raises(psycopg.errors.CheckViolation):
+            open_intent(conn, row["step"], row["idem_key"])
+
+
+def test_every_table_and_column_is_commented(store: JournalStore) -> None:
+    with psycopg.connect(store.conninfo) as conn:
+        missing = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'tidemark'"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+            " WHERE c.relkind = 'r' AND c.relname <> 'schema_migrations'"
+            " AND col_description(c.oid, a.attnum) IS NULL").fetchall()
+        tables = conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'tidemark' AND c.relkind = 'r' AND c.relname <> 'schema_migrations'"
+            " AND obj_description(c.oid, 'pg_class') IS NULL").fetchall()
+    assert missing == []
+    assert tables == []
+
+
+def test_migrate_is_idempotent(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        first = migrate(conn)
+        assert first == [name for _, name, _ in migration_files()]
+        assert migrate(conn) == []
+
+
+def test_two_processes_migrating_at_once_both_succeed(db_url: str) -> None:
+    code = ("import sys, psycopg; from tidemark.migrate import migrate;"
+            "c = psycopg.connect(sys.argv[1], autocommit=True); print(len(migrate(c)))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, db_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    applied = sorted(int(out) for out, _ in results)
+    assert applied == [0, len(migration_files())]  # one applied everything, the other nothing

@@ -1,0 +1,232 @@
+"""What an action is, and the registry of actions a worker can run.
+
+An action turns one plan step into an effect on an outside system. It states its end state
+(never a delta), and brings the read-only parts that make recovery possible:
+
+* ``snapshot``: the before_state, recorded with the intent (and used to unwind);
+* ``preconditions``: gates checked before executing, again on every resume;
+* ``probe``: asks the target whether the intended end state holds *and was made by us*.
+
+An action without a probe cannot be registered: a step whose completion cannot be established
+after the fact can never be resumed safely.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from tidemark.errors import PlanError
+
+
+class ProbeStatus(enum.StrEnum):
+    DONE = "done"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A probe's answer. ``observed`` is what the target showed; it becomes the step's outcome
+    when the status is ``done``. ``reason`` says in words why (shown to the operator)."""
+
+    status: ProbeStatus
+    observed: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+    @classmethod
+    def done(cls, observed: dict[str, Any], reason: str = "") -> ProbeResult:
+        return cls(ProbeStatus.DONE, observed, reason)
+
+    @classmethod
+    def absent(cls, reason: str, observed: dict[str, Any] | None = None) -> ProbeResult:
+        return cls(ProbeStatus.ABSENT, observed or {}, reason)
+
+    @classmethod
+    def unknown(cls, reason: str, observed: dict[str, Any] | None = None) -> ProbeResult:
+        return cls(ProbeStatus.UNKNOWN, observed or {}, reason)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": str(self.status), "observed": self.observed, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything an action may know about the step it serves.
+
+    ``started_at`` and ``before_state`` are set once the intent exists (for ``execute``,
+    ``probe`` and ``compensate``); ``preconditions`` and ``snapshot`` run before it and see None.
+    ``outcome`` is set only for ``compensate``.
+    """
+
+    task_id: str
+    step: int
+    action: str
+    args: dict[str, Any]
+    key: str
+    started_at: datetime | None = None
+    before_state: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of an action: its JSON type, whether it is required, and an optional
+    ``check`` that returns the normalised value or raises ValueError with a clear message."""
+
+    type: type | tuple[type, ...]
+    required: bool = True
+    check: Callable[[Any], Any] | None = None
+
+
+def nonempty_str(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def address_list(value: str | list[Any]) -> list[str]:
+    """A single address or a list of them, normalised to a non-empty list of addresses."""
+    items = [value] if isinstance(value, str) else value
+    if not items:
+        raise ValueError("must name at least one address")
+    for item in items:
+        if not isinstance(item, str) or not re.fullmatch(r"[^@\s<>,]+@[^@\s<>,]+", item):
+            raise ValueError(f"{item!r} is not a mail address")
+    return list(items)
+
+
+_JSON_TYPE_NAMES = {str: "string", int: "integer", bool: "boolean", list: "list", dict: "object",
+                    float: "number"}
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    types = t if isinstance(t, tuple) else (t,)
+    return " or ".join(_JSON_TYPE_NAMES.get(x, x.__name__) for x in types)
+
+
+class GateRefused(Exception):
+    """Raised by ``Action.preconditions`` with the reason the gate refused the step."""
+
+
+# -- actions --------------------------------------------------------------------------------
+
+class Action:
+    """Base class of every action. Subclasses set ``name``, ``irreversible``, ``args`` and
+    implement ``execute`` and ``probe``; reversible actions also implement ``compensate``.
+
+    Instances are handed their clients by whoever builds the worker; the class-level parts
+    (name, args, ``describe``) are enough to validate a plan without any client.
+    """
+
+    name: ClassVar[str]
+    irreversible: ClassVar[bool]
+    args: ClassVar[dict[str, Arg]]
+
+    @classmethod
+    def validate_args(cls, args: Any, where: str) -> dict[str, Any]:
+        """Returns the normalised arguments, or raises PlanError naming the bad field."""
+        if not isinstance(args, dict):
+            raise PlanError(where, f"must be an object, got {type(args).__name__}")
+        unknown = sorted(set(args) - set(cls.args))
+        if unknown:
+            raise PlanError(f"{where}.{unknown[0]}",
+                            f"{cls.name} takes no argument {unknown[0]!r} "
+                            f"(it takes: {', '.join(sorted(cls.args))})")
+        out: dict[str, Any] = {}
+        for name, spec in cls.args.items():
+            if name not in args:
+                if spec.required:
+                    raise PlanError(f"{where}.{name}", f"{cls.name} requires {name!r}")
+                continue
+            value = args[name]
+            # bool is an int in Python; JSON keeps them apart and so do we.
+            wrong_bool = isinstance(value, bool) and bool not in (
+                spec.type if isinstance(spec.type, tuple) else (spec.type,))
+            if wrong_bool or not isinstance(value, spec.type):
+                raise PlanError(f"{where}.{name}",
+                                f"must be {_type_name(spec.type)}, got {type(value).__name__}")
+            if spec.check is not None:
+                try:
+                    value = spec.check(value)
+                except ValueError as e:
+                    raise PlanError(f"{where}.{name}", str(e)) from None
+            out[name] = value
+        return out
+
+    @classmethod
+    def describe(cls, args: dict[str, Any]) -> str:
+        """A short human line for summaries, e.g. ``draft.txt -> final.txt``."""
+        return ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+
+    @classmethod
+    def compensable(cls) -> bool:
+        return cls.compensate is not Action.compensate
+
+    # Read-only parts. Defaults: no gate, empty before_state.
+    def preconditions(self, ctx: StepContext) -> None:
+        """Raises GateRefused with a reason when the step must not run. Default: no gate."""
+
+    def snapshot(self, ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+    def probe(self, ctx: StepContext) -> ProbeResult:
+        raise NotImplementedError
+
+    # Side-effecting parts.
+    def execute(self, ctx: StepContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def compensate(self, ctx: StepContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+DELTA_VERBS = frozenset({
+    "append", "prepend", "add_suffix", "add_prefix", "increment", "decrement", "toggle",
+    "shift", "bump", "move_by", "append_suffix", "prepend_prefix",
+})
+
+
+class Registry:
+    """The actions a process knows, by name."""
+
+    def __init__(self, actions: Iterable[Action | type[Action]] = ()) -> None:
+        self._classes: dict[str, type[Action]] = {}
+        self._instances: dict[str, Action] = {}
+        for a in actions:
+            self.register(a)
+
+    def register(self, action: Action | type[Action]) -> None:
+        """Registers an action class (enough to validate plans) or a bound instance (enough to
+        run them). Refuses an action without a probe, or a reversible one without compensate."""
+        cls = action if isinstance(action, type) else type(action)
+        if cls.probe is Action.probe:
+            raise TypeError(f"{cls.__name__}: an action without a probe cannot be registered; "
+                            "a step that cannot be verified after a crash can never be resumed")
+        if cls.execute is Action.execute:
+            raise TypeError(f"{cls.__name__}: no execute")
+        if not cls.irreversible and not cls.compensable():
+            raise TypeError(f"{cls.__name__}: a reversible action must implement compensate")
+        self._classes[cls.name] = cls
+        if not isinstance(action, type):
+            self._instances[cls.name] = action
+
+    def spec(self, name: str) -> type[Action] | None:
+        return self._classes.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def bound(self, name: str) -> Action:
+        """The runnable instance of an action. Raises KeyError if none was bound here."""
+        try:
+            return self._instances[name]
+        except KeyError:
+            raise KeyError(f"action {name!r} is not bound in this process "
+                           f"(bound: {', '.join(sorted(self._instances)) or 'none'})") from None

@@ -1,0 +1,51 @@
+"""Versioned SQL migrations, applied at start-up and by `tidemark db migrate`.
+
+Each file ``migrations/NNNN_name.sql`` runs once, in its own transaction, in order. A
+transaction-scoped advisory lock serialises processes that start at the same moment: the second
+waits, then finds the version recorded and skips it.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import psycopg
+
+# Arbitrary constant shared by every Tidemark process; it only has to differ from the lock ids
+# our step keys map to, which are hashes and practically never equal a small number.
+MIGRATION_LOCK_ID = 0x7469_6465_6D61_726B  # "tidemark" in ASCII
+
+_NAME_RE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL text) of every bundled migration, in order."""
+    found = []
+    for entry in resources.files("tidemark.migrations").iterdir():
+        m = _NAME_RE.fullmatch(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def migrate(conn: psycopg.Connection) -> list[str]:
+    """Applies the migrations this database lacks. Returns the names applied."""
+    applied: list[str] = []
+    for version, name, sql in migration_files():
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
+            conn.execute("CREATE SCHEMA IF NOT EXISTS tidemark")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS tidemark.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+            done = conn.execute("SELECT 1 FROM tidemark.schema_migrations WHERE version = %s",
+                                (version,)).fetchone()
+            if done:
+                continue
+            conn.execute(sql.encode())  # bytes: a whole script, run as one simple query
+            conn.execute("INSERT INTO tidemark.schema_migrations (version, name) VALUES (%s, %s)",
+                         (version, name))
+            applied.append(name)
+    return applied

@@ -1,0 +1,97 @@
+"""The interruption report: how far a task got, what happened outside, whether re-running is safe.
+
+Every figure comes from counting journal rows, not from reconstruction: rows = confirmed +
+failed + in doubt, and an irreversible step whose number is past the last journal row was
+provably never attempted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tidemark.store import JournalStore, Progress
+
+
+@dataclass(frozen=True)
+class Report:
+    progress: Progress
+    irreversible: list[tuple[int, str]]
+
+    @property
+    def state(self) -> str:
+        p = self.progress
+        if p.stop is not None:
+            return "stopped"
+        if p.finished:
+            return "completed"
+        if p.failed:
+            return "failed"
+        if p.in_doubt is not None:
+            return "in_doubt"
+        return "not_started" if p.rows == 0 else "partial"
+
+    def as_json(self) -> dict[str, Any]:
+        p = self.progress
+        doubt = p.in_doubt.as_json() if p.in_doubt else None
+        return {
+            "task_id": p.task_id, "state": self.state, "plan_hash": p.plan_hash,
+            "steps": p.step_count, "rows": p.rows, "confirmed": p.confirmed, "failed": p.failed,
+            "in_doubt": doubt, "not_started": p.step_count - p.rows, "next_step": p.next_step,
+            "last_step": p.last_step,
+            "irreversible": [
+                {"step": n, "action": a, "provably_not_attempted": n > p.last_step}
+                for n, a in self.irreversible],
+            "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
+        }
+
+    def text(self) -> str:
+        p = self.progress
+        lines = [
+            f"task {p.task_id}  ({self.state})  plan {p.plan_hash[:12]}  {p.step_count} steps",
+            f"  journal rows   {p.rows}",
+            f"  confirmed      {p.confirmed}",
+        ]
+        if p.failed:
+            lines.append(f"  failed         {p.failed}")
+        if p.in_doubt is None:
+            lines.append("  in doubt       none")
+        else:
+            d = p.in_doubt
+            lines += [
+                f"  in doubt       step {d.step} {d.action} ({d.phase}), intent at "
+                f"{d.started_at:%Y-%m-%d %H:%M:%S%z}, key {d.idem_key}",
+                f"                 args          {json.dumps(d.args, sort_keys=True)}",
+                f"                 before_state  {json.dumps(d.before_state, sort_keys=True)}",
+            ]
+        not_started = p.step_count - p.rows
+        span = f" (steps {p.last_step + 1}-{p.step_count})" if not_started > 1 else (
+            f" (step {p.step_count})" if not_started == 1 else "")
+        lines.append(f"  not started    {not_started}{span}")
+        for n, action in self.irreversible:
+            if n > p.last_step:
+                verdict = f"provably not attempted (last journal row is step {p.last_step})"
+            elif p.in_doubt is not None and p.in_doubt.step == n:
+                verdict = "IN DOUBT: probe before any re-run"
+            else:
+                verdict = "attempted (see journal)"
+            lines.append(f"  irreversible   step {n} {action}: {verdict}")
+        if p.stop:
+            lines.append(f"  stop state     stopped by {p.stop['set_by']}: {p.stop['reason']}")
+        if p.undo_rows:
+            lines.append(f"  unwind rows    {p.undo_rows}")
+        return "\n".join(lines)
+
+
+def build_report(store: JournalStore, task_id: str) -> Report:
+    """Three queries, whatever the plan's length."""
+    return Report(store.progress(task_id), store.irreversible_steps(task_id))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value

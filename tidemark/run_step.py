@@ -1,0 +1,149 @@
+"""The step algorithm: the two-phase journal around one action.
+
+::
+
+    lock the step's key (a live twin attempt -> StepBusy, retry later)
+    row = journal[task, step]
+    outcome recorded            -> return it; nothing acts
+    intent without outcome      -> probe the target (read-only):
+                                     done    -> record it (resolved_by=probe), return
+                                     absent  -> gates again, then execute under that intent
+                                     unknown -> NeedsDecision: a person decides, nothing acts
+    no row                      -> gates, snapshot, commit intent, execute, commit outcome
+
+Only the connection that holds the lock writes the intent and the outcome, so two live attempts
+of one step can never both act, and a crash leaves exactly one row in doubt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidemark.actions import Action, GateRefused, ProbeResult, ProbeStatus, Registry, StepContext
+from tidemark.errors import (
+    JournalMismatch,
+    NeedsDecision,
+    PreconditionFailed,
+    Refused,
+    StepFailed,
+    TidemarkError,
+)
+from tidemark.faults import crash_point
+from tidemark.keys import key_for
+from tidemark.store import JournalRow, JournalStore, StepSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one call of run_step settled."""
+
+    task_id: str
+    step: int
+    action: str
+    key: str
+    status: str  # done | failed
+    outcome: dict[str, Any]
+    resolved_by: str  # execute | probe | operator
+    skipped: bool  # True when the outcome was already recorded and nothing ran
+
+    @classmethod
+    def from_row(cls, row: JournalRow, *, skipped: bool) -> StepResult:
+        assert row.outcome is not None and row.status and row.resolved_by
+        return cls(row.task_id, row.step, row.action, row.idem_key, row.status, row.outcome,
+                   row.resolved_by, skipped)
+
+
+def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -> StepResult:
+    """Runs step ``step`` of the stored plan of ``task_id`` at most once in the outside world.
+
+    Raises:
+        StepBusy: another live attempt holds the step (retryable).
+        StoreUnavailable: Postgres is unreachable (retryable; no action ran after it).
+        PreconditionFailed: a gate refused; nothing ran.
+        NeedsDecision: the step is in doubt and its probe cannot tell; nothing ran.
+        StepFailed: the target refused the action for good; recorded as the outcome.
+        Unauthorized, TargetUnavailable: from the action; the step stays in doubt.
+    """
+    with store.execution(task_id, step) as s:
+        spec, row = s.spec, s.row
+        action = registry.bound(spec.action)
+        key = key_for(task_id, step, spec.action, spec.args)
+        ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args,
+                          key=key)
+        if row is not None and row.idem_key != key:
+            raise JournalMismatch(f"task {task_id!r} step {step}: journal holds {row.action} "
+                                  f"with key {row.idem_key}, the plan says {spec.action} {key}")
+        if row is not None and row.outcome is not None:
+            return StepResult.from_row(row, skipped=True)
+
+        if row is not None:
+            # In doubt: an earlier attempt wrote the intent and died. Ask the target.
+            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
+            probed = _probe(action, ctx)
+            s.event(task_id, "probe", probed.as_json(), step)
+            if probed.status is ProbeStatus.DONE:
+                done = s.complete(key=key, outcome=probed.observed, status="done",
+                                  resolved_by="probe")
+                return StepResult.from_row(done, skipped=False)
+            if probed.status is ProbeStatus.UNKNOWN:
+                raise NeedsDecision(step, spec.action, probed.reason)
+            _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
+        else:
+            _gate(action, ctx, s)
+            before = action.snapshot(ctx)
+            crash_point("before_intent", step)
+            row = s.begin(task_id=task_id, step=step, key=key, action=spec.action,
+                          args=spec.args, before_state=before)
+            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
+
+        crash_point("after_intent", step)
+        return _execute(action, ctx, s)
+
+
+def _probe(action: Action, ctx: StepContext) -> ProbeResult:
+    """Runs the probe; a probe that fails to run could not decide, so it answers unknown."""
+    try:
+        return action.probe(ctx)
+    except Exception as e:  # any failure of a read-only probe means "cannot tell"
+        log.warning("probe of step %s %s failed: %r", ctx.step, ctx.action, e)
+        return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")
+
+
+def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
+    try:
+        action.preconditions(ctx)
+    except GateRefused as e:
+        s.event(ctx.task_id, "precondition", {"refused": str(e)}, ctx.step)
+        raise PreconditionFailed(ctx.step, ctx.action, str(e)) from None
+
+
+def _execute(action: Action, ctx: StepContext, s: StepSession) -> StepResult:
+    try:
+        outcome = action.execute(ctx)
+    except Refused as e:
+        s.complete(key=ctx.key, outcome={"error": str(e), "type": type(e).__name__},
+                   status="failed", resolved_by="execute")
+        log.info("step %s %s refused by the target: %s", ctx.step, ctx.action, e)
+        raise StepFailed(ctx.step, ctx.action, str(e)) from e
+    except Exception as e:
+        # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
+        # have applied, so the intent stays open and the next attempt probes.
+        _note_error(s, ctx, e)
+        raise
+    crash_point("after_execute", ctx.step)
+    done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute")
+    crash_point("after_outcome", ctx.step)
+    return StepResult.from_row(done, skipped=False)
+
+
+def _note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
+    # If the database is gone too, the open intent already tells the story.
+    with contextlib.suppress(TidemarkError):
+        s.event(ctx.task_id, "error", {"type": type(e).__name__, "message": str(e),
+                                       "retryable": getattr(e, "retryable", True),
+                                       "known": isinstance(e, TidemarkError)}, ctx.step)
