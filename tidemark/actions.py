@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from tidemark.errors import PlanError
+from tidemark.errors import ActionNotConfigured, PlanError
 
 
 class ProbeStatus(enum.StrEnum):
@@ -224,9 +224,8 @@ class Registry:
         return sorted(self._classes)
 
     def bound(self, name: str) -> Action:
-        """The runnable instance of an action. Raises KeyError if none was bound here."""
+        """The runnable instance of an action. Raises ActionNotConfigured if none was bound."""
         try:
             return self._instances[name]
         except KeyError:
-            raise KeyError(f"action {name!r} is not bound in this process "
-                           f"(bound: {', '.join(sorted(self._instances)) or 'none'})") from None
+            raise ActionNotConfigured(name, sorted(self._instances)) from None

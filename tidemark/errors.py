@@ -53,6 +53,16 @@ class UnknownTask(TidemarkError):
         self.task_id = task_id
 
 
+class ActionNotConfigured(TidemarkError):
+    """The plan names an action this worker has no client for (its configuration is missing)."""
+
+    def __init__(self, action: str, bound: list[str]) -> None:
+        super().__init__(f"action {action!r} is not configured on this worker "
+                         f"(configured: {', '.join(bound) or 'none'}); see the README's "
+                         "configuration table")
+        self.action = action
+
+
 class JournalMismatch(TidemarkError):
     """The journal holds a different action at this step than the stored plan says."""
 

@@ -27,6 +27,7 @@ from tidemark.errors import (
     PlanChanged,
     StepBusy,
     StoreUnavailable,
+    TaskStopped,
     UnknownTask,
 )
 from tidemark.keys import lock_id
@@ -209,7 +210,11 @@ class JournalStore:
                     f"""
                     SELECT pg_try_advisory_lock(%(lock)s) AS got, p.step_count,
                            s.action AS plan_action, s.args AS plan_args,
-                           s.irreversible AS plan_irreversible, j.*
+                           s.irreversible AS plan_irreversible,
+                           (SELECT coalesce(nullif(c.reason, ''), 'stopped')
+                              FROM tidemark.controls c
+                              WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
+                              ORDER BY c.scope = '*' LIMIT 1) AS stopped, j.*
                     FROM tidemark.plans p
                     LEFT JOIN tidemark.plan_steps s
                       ON s.task_id = p.task_id AND s.step = %(step)s
@@ -224,6 +229,8 @@ class JournalStore:
                 raise StepBusy(f"{task_id}/{phase}/{step}")
             session = StepSession(conn, lock)
             try:
+                if r["stopped"] is not None:
+                    raise TaskStopped(task_id, r["stopped"])
                 if r["plan_action"] is None:
                     raise JournalMismatch(
                         f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
@@ -238,6 +245,15 @@ class JournalStore:
                         conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
                     except psycopg.Error:
                         conn.close()  # the pool discards it; closing the session frees the lock
+
+    def load_window(self, task_id: str, first: int, last: int) -> list[Step]:
+        """Steps first..last of a stored plan (a continue-as-new window)."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT step, action, args, irreversible FROM tidemark.plan_steps"
+                " WHERE task_id = %s AND step BETWEEN %s AND %s ORDER BY step",
+                (task_id, first, last)).fetchall()
+        return [Step(r["step"], r["action"], r["args"], r["irreversible"]) for r in rows]
 
     def step_row(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with self._conn() as conn:

@@ -1,0 +1,115 @@
+"""The Temporal activities around the journal: prepare a run, describe steps, run one step, and
+record a halt. Synchronous on purpose (see tidemark/store.py): the worker runs them in a thread
+pool, and each step holds its execution lock on its own connection for the whole action.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tidemark.actions import Registry
+from tidemark.errors import TidemarkError
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from workflows.types import (
+    HaltInput,
+    Prepared,
+    PrepareInput,
+    StepInput,
+    StepOutput,
+    WindowInput,
+)
+
+# How often a running step tells Temporal it is alive. Must be well under the workflow's
+# heartbeat timeout, so that only a dead worker misses it.
+HEARTBEAT_EVERY_S = 1.0
+
+
+def _as_application_error(e: TidemarkError) -> ApplicationError:
+    """Carries our error class across to the workflow by name, with its fields."""
+    return ApplicationError(str(e), e.details(), type=type(e).__name__,
+                            non_retryable=not e.retryable)
+
+
+class StepActivities:
+    """Activities bound to one journal and one registry of bound actions."""
+
+    def __init__(self, store: JournalStore, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+
+    @activity.defn(name="prepare")
+    def prepare(self, inp: PrepareInput) -> Prepared:
+        """Persists the plan (or finds the stored one) and reads where the task stands."""
+        try:
+            doc = inp.document
+            if "steps" in doc:
+                plan = load_plan(doc, self.registry)
+                for action in sorted({s.action for s in plan.steps}):
+                    self.registry.bound(action)  # refuse before persisting, not at step 30
+                self.store.persist_plan(plan)
+                task_id = plan.task_id
+            else:
+                task_id = doc.get("task_id")
+                if not isinstance(task_id, str):
+                    raise ApplicationError("input must be a plan {task_id?, steps} or "
+                                           "{task_id} of a stored plan", type="PlanError",
+                                           non_retryable=True)
+            progress = self.store.progress(task_id)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+        stop = progress.stop
+        return Prepared(task_id=task_id, step_count=progress.step_count,
+                        next_step=progress.next_step, confirmed=progress.confirmed,
+                        failed=progress.failed,
+                        stopped=(stop["reason"] or "stopped") if stop else None)
+
+    @activity.defn(name="describe_steps")
+    def describe_steps(self, inp: WindowInput) -> list[str]:
+        """One readable line per step in [first, last], for activity summaries."""
+        plan = self.store.load_window(inp.task_id, inp.first, inp.last)
+        lines = []
+        for s in plan:
+            spec = self.registry.spec(s.action)
+            what = spec.describe(s.args) if spec else ""
+            lines.append(f"{s.action} {what}".strip())
+        return lines
+
+    @activity.defn(name="run_step")
+    def run_step(self, inp: StepInput) -> StepOutput:
+        """One step through the two-phase journal, heartbeating while it runs."""
+        stop = threading.Event()
+        ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
+        beat = threading.Thread(target=ctx.run, args=(_heartbeat, stop), daemon=True)
+        beat.start()
+        try:
+            result = run_step(self.store, self.registry, inp.task_id, inp.step)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+        finally:
+            stop.set()
+            beat.join()
+        return StepOutput(step=result.step, status=result.status,
+                          resolved_by=result.resolved_by, skipped=result.skipped)
+
+    @activity.defn(name="record_halt")
+    def record_halt(self, inp: HaltInput) -> None:
+        """Writes the durable stop state: nothing restarts the task until it is released."""
+        try:
+            self.store.set_control(inp.task_id, "stopped", inp.reason, inp.by)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+
+    def all(self) -> list[object]:
+        return [self.prepare, self.describe_steps, self.run_step, self.record_halt]
+
+
+def _heartbeat(stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_EVERY_S):
+        activity.heartbeat()
+

@@ -1,0 +1,203 @@
+"""RunPlan on a real Temporal dev server with real worker processes and a real Postgres."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from helpers.ledger import ledger_lines
+from helpers.wait import assert_eventually
+from tidemark import commands
+from tidemark.devstack import temporal_binary
+from tidemark.errors import UnknownTask
+from tidemark.faults import CRASH_ENV
+from tidemark.store import JournalStore
+from workflows.types import RunResult
+
+README_START = ("temporal workflow start --task-queue tidemark --type RunPlan "
+                "--workflow-id tidemark-{task} --input-file {file}")
+
+
+def ledger_plan(tmp_path: Path, task_id: str, n: int, **extra: Any) -> dict[str, Any]:
+    return {"task_id": task_id, "steps": [
+        {"action": "ledger.record",
+         "args": {"ledger": str(tmp_path / "ledger"), "entry": f"e{i}", **extra}}
+        for i in range(1, n + 1)]}
+
+
+async def start(client: Client, doc: dict[str, Any], task_queue: str,
+                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
+    task = task_id or doc["task_id"]
+    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                       task_queue=task_queue, result_type=RunResult)
+
+
+def entries(tmp_path: Path) -> list[str]:
+    return [line.split(" ", 1)[1] for line in ledger_lines(tmp_path / "ledger")]
+
+
+async def test_readme_start_command_renames_the_files(
+        temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path, workers) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"draft-{i}.txt").write_text(str(i))
+    plan = {"task_id": "readme-1", "steps": [
+        {"action": "fs.rename", "args": {"path": str(docs / f"draft-{i}.txt"),
+                                         "name": f"2026-Q3 report {i}.txt"}} for i in range(3)]}
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    workers.env["TIDEMARK_TASK_QUEUE"] = "tidemark"  # the README's queue
+    workers.start()
+    cmd = README_START.format(task="readme-1", file=plan_file).split()
+    cmd[0] = temporal_binary()
+    env = {**os.environ, "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    handle = temporal_env.client.get_workflow_handle("tidemark-readme-1", result_type=RunResult)
+    result = await handle.result()
+    assert (result.state, result.confirmed, result.executed) == ("completed", 3, 3)
+    assert sorted(p.name for p in docs.iterdir()) == [f"2026-Q3 report {i}.txt" for i in range(3)]
+
+
+async def test_halt_signal_stops_cleanly_and_durably(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    workers.start()
+    doc = ledger_plan(tmp_path, "halt-1", 12, hold_s=0.2)
+    handle = await start(temporal_env.client, doc, task_queue)
+    assert_eventually(lambda: len(entries(tmp_path)) >= 2, timeout=30)
+    signal_cmd = [temporal_binary(), "workflow", "signal", "--workflow-id", "tidemark-halt-1",
+                  "--name", "halt", "--input", json.dumps("maintenance window")]
+    env = {**os.environ, "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]}
+    subprocess.run(signal_cmd, env=env, check=True, capture_output=True, timeout=30)
+    result = await handle.result()
+    assert result.state == "halted"
+    progress = store.progress("halt-1")
+    assert progress.in_doubt is None  # the journal is tidy
+    assert progress.stop is not None and progress.stop["reason"] == "maintenance window"
+    ran = entries(tmp_path)
+    assert 2 <= len(ran) < 12 and ran == [f"e{i}" for i in range(1, len(ran) + 1)]
+    assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
+
+    # Starting again, by any means, refuses and acts on nothing.
+    again = await start(temporal_env.client, {"task_id": "halt-1"}, task_queue)
+    refused = await again.result()
+    assert refused.state == "stopped" and "tidemark release halt-1" in refused.error["message"]
+    assert len(entries(tmp_path)) == len(ran)
+
+    # A person releases it; starting again resumes where it stopped.
+    commands.release(store.conninfo, "halt-1", "window over", "ops")
+    resumed = await (await start(temporal_env.client, {"task_id": "halt-1"}, task_queue)).result()
+    assert (resumed.state, resumed.confirmed) == ("completed", 12)
+    assert resumed.executed == 12 - len(ran)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 13)]
+
+
+async def test_sigkilled_worker_mid_step_completes_exactly_once(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    # The first worker dies right after step 3's effect, before its outcome is journaled.
+    doomed = workers.start(**{CRASH_ENV: "after_execute:3"})
+    handle = await start(temporal_env.client, ledger_plan(tmp_path, "kill-1", 6), task_queue)
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    doubt = store.progress("kill-1").in_doubt
+    assert doubt is not None and doubt.step == 3
+    workers.start()
+    result = await handle.result()
+    assert (result.state, result.confirmed) == ("completed", 6)
+    assert result.resolved_by_probe == 1
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 7)]  # each effect exactly once
+    row3 = store.step_row("kill-1", 3)
+    assert row3 is not None and row3.resolved_by == "probe"
+
+
+async def test_history_carries_summaries_and_search_attributes(
+        temporal_env: WorkflowEnvironment, tmp_path: Path, workers, task_queue: str) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "draft.txt").write_text("x")
+    workers.start()
+    doc = {"task_id": "summary-1", "steps": [
+        {"action": "fs.rename", "args": {"path": str(docs / "draft.txt"),
+                                         "name": "2026-Q3 report.txt"}}]}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await handle.result()
+    summaries = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            payload = event.user_metadata.summary
+            summaries.append(json.loads(payload.data))
+    assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
+    desc = await handle.describe()
+    attrs = {k.name: v for k, v in desc.typed_search_attributes}
+    assert attrs["TidemarkTaskId"] == "summary-1"
+    assert attrs["TidemarkState"] == "completed"
+    found = [w.id async for w in temporal_env.client.list_workflows(
+        'TidemarkTaskId = "summary-1" AND TidemarkState = "completed"')]
+    assert_eventually(lambda: found or None, timeout=1)
+    assert found == ["tidemark-summary-1"]
+
+
+async def test_status_query_and_a_completed_task_acts_on_nothing(
+        temporal_env: WorkflowEnvironment, tmp_path: Path, workers, task_queue: str) -> None:
+    workers.start()
+    doc = ledger_plan(tmp_path, "query-1", 3)
+    handle = await start(temporal_env.client, doc, task_queue)
+    first = await handle.result()
+    status = await handle.query("status")
+    assert status["state"] == "completed" and status["confirmed"] == 3
+    again = await (await start(temporal_env.client, doc, task_queue)).result()
+    assert (again.state, again.executed, again.confirmed) == ("completed", 0, 3)
+    assert first.executed == 3 and len(entries(tmp_path)) == 3
+
+
+async def test_changed_plan_under_the_same_task_fails_without_acting(
+        temporal_env: WorkflowEnvironment, tmp_path: Path, workers, task_queue: str) -> None:
+    workers.start()
+    await (await start(temporal_env.client, ledger_plan(tmp_path, "chg-1", 1), task_queue)
+           ).result()
+    changed = ledger_plan(tmp_path, "chg-1", 2)
+    result = await (await start(temporal_env.client, changed, task_queue)).result()
+    assert (result.state, result.error["type"]) == ("failed", "PlanChanged")
+    assert "a changed plan is a new task" in result.error["message"]
+    assert len(entries(tmp_path)) == 1
+
+
+async def test_a_bad_plan_fails_with_its_clear_error_and_writes_nothing(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers, task_queue: str) -> None:
+    workers.start()
+    doc = {"task_id": "bad-1", "steps": [{"action": "fs.rename", "args": {"path": "x"}}]}
+    result = await (await start(temporal_env.client, doc, task_queue)).result()
+    assert (result.state, result.error["type"]) == ("failed", "PlanError")
+    assert "steps[0].args" in result.error["message"]
+    with pytest.raises(UnknownTask):
+        store.progress("bad-1")
+
+
+async def test_a_long_plan_continues_as_new_twice_and_completes(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    from workflows.run_plan import STEPS_PER_RUN
+
+    n = 2 * STEPS_PER_RUN + 5
+    workers.start()
+    handle = await start(temporal_env.client, ledger_plan(tmp_path, "long-1", n), task_queue)
+    result = await handle.result()
+    assert (result.state, result.confirmed, result.executed) == ("completed", n, n)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]
+    runs = []
+    async for event in handle.fetch_history_events():  # the last run's history only
+        runs.append(event.event_type)
+    assert len(runs) < 6 * STEPS_PER_RUN  # bounded by the window, not by the plan
+    chain = [w async for w in temporal_env.client.list_workflows('WorkflowId = "tidemark-long-1"')]
+    assert len(chain) == 3  # two continue-as-new hops: three runs

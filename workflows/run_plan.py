@@ -1,0 +1,189 @@
+"""RunPlan: run a plan's steps one at a time through the two-phase journal.
+
+Start it with the plan file itself as input::
+
+    temporal workflow start --task-queue tidemark --type RunPlan \\
+        --workflow-id tidemark-<task> --input-file plan.json
+
+``{"task_id": "<task>"}`` as input means "the stored plan of that task": that is how a stopped
+or crashed task is resumed, and how the workflow continues as new. Deterministic code only:
+every read and write of the world happens in activities (activities/steps.py).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        COMPLETED,
+        FAILED,
+        HALTED,
+        NEEDS_DECISION,
+        PRECONDITION_FAILED,
+        RUNNING,
+        STOPPED,
+        HaltInput,
+        Prepared,
+        PrepareInput,
+        RunResult,
+        StepInput,
+        StepOutput,
+        WindowInput,
+    )
+
+TASK_ID = SearchAttributeKey.for_keyword("TidemarkTaskId")
+STATE = SearchAttributeKey.for_keyword("TidemarkState")
+
+# Continue as new after this many steps. A step costs about 6 history events (activity
+# scheduled/started/completed plus a workflow task), so a run stays near 1,500 events: far below
+# Temporal's 51,200-event limit, and small enough that replaying it after a worker crash is quick.
+STEPS_PER_RUN = 250
+
+# A step may take this long end to end (HTTP timeouts of the targets are far shorter).
+STEP_START_TO_CLOSE = timedelta(minutes=5)
+# A worker that stops heartbeating for this long is presumed dead and the step is retried on
+# another worker; the step heartbeats every second (activities/steps.py). Short, so a SIGKILLed
+# worker costs seconds, not the start-to-close timeout.
+STEP_HEARTBEAT = timedelta(seconds=5)
+# Bookkeeping activities (prepare, describe, halt) touch only Postgres.
+BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+
+# Errors that another attempt cannot fix: they end the run in a named state instead of looping.
+# Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
+# retry is safe: it goes through the journal and, if the step is in doubt, through its probe.
+END_STATES = {
+    "NeedsDecision": NEEDS_DECISION,
+    "PreconditionFailed": PRECONDITION_FAILED,
+    "TaskStopped": STOPPED,
+    "Unauthorized": STOPPED,
+    "StepFailed": FAILED,
+    "PlanChanged": FAILED,
+    "PlanError": FAILED,
+    "UnknownTask": FAILED,
+    "JournalMismatch": FAILED,
+    "InvariantViolation": FAILED,
+    "Refused": FAILED,
+    "ActionNotConfigured": FAILED,
+}
+STEP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),  # a recovered database is noticed within 30 s
+    non_retryable_error_types=sorted(END_STATES),
+)
+BOOKKEEPING_RETRY = STEP_RETRY
+
+
+@workflow.defn(name="RunPlan")
+class RunPlan:
+    def __init__(self) -> None:
+        self._halt_reason: str | None = None
+        self._result = RunResult(task_id="", state=RUNNING, steps=0, confirmed=0)
+        self._current: int | None = None
+
+    @workflow.signal
+    def halt(self, reason: str = "") -> None:
+        """Finish the current step, start nothing after it, and stop the task durably."""
+        self._halt_reason = reason or "halt signal"
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        r = self._result
+        return {"task_id": r.task_id, "state": r.state, "current_step": self._current,
+                "steps": r.steps, "confirmed": r.confirmed, "executed": r.executed,
+                "resolved_by_probe": r.resolved_by_probe, "skipped": r.skipped,
+                "halt_requested": self._halt_reason}
+
+    @workflow.run
+    async def run(self, document: dict[str, Any]) -> RunResult:
+        carried = document.get("continued") or {}
+        self._result.task_id = str(document.get("task_id") or "")
+        try:
+            prep: Prepared = await workflow.execute_activity(
+                "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"}),
+                result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
+        except ActivityError as e:
+            return self._end_on(e, step=None)
+        r = self._result
+        r.task_id, r.steps, r.confirmed = prep.task_id, prep.step_count, prep.confirmed
+        r.executed = carried.get("executed", 0)
+        r.resolved_by_probe = carried.get("resolved_by_probe", 0)
+        r.skipped = carried.get("skipped", 0)
+        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id),
+                                           STATE.value_set(RUNNING)])
+        if prep.stopped is not None:
+            return self._end(STOPPED, {"type": "TaskStopped", "message":
+                                       f"task is stopped ({prep.stopped}); release it with "
+                                       f"`tidemark release {prep.task_id}`"})
+        if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
+            return self._end(FAILED if prep.failed else COMPLETED)
+
+        first = prep.next_step
+        last = min(prep.step_count, first + STEPS_PER_RUN - 1)
+        lines: list[str] = await workflow.execute_activity(
+            "describe_steps", WindowInput(prep.task_id, first, last), result_type=list[str],
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+            summary=f"describe steps {first}-{last}")
+
+        for step in range(first, last + 1):
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            self._current = step
+            try:
+                out: StepOutput = await workflow.execute_activity(
+                    "run_step", StepInput(prep.task_id, step), result_type=StepOutput,
+                    start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
+                    retry_policy=STEP_RETRY,
+                    summary=f"{step}/{prep.step_count} {lines[step - first]}"[:400])
+            except ActivityError as e:
+                return self._end_on(e, step)
+            if out.status == "failed":
+                return self._end(FAILED, {"type": "StepFailed", "step": step})
+            if out.skipped:
+                r.skipped += 1
+            else:
+                r.confirmed += 1
+                if out.resolved_by == "probe":
+                    r.resolved_by_probe += 1
+                else:
+                    r.executed += 1
+
+        self._current = None
+        if last < prep.step_count:
+            if self._halt_reason is not None:
+                return await self._halt(last + 1)
+            workflow.continue_as_new({"task_id": prep.task_id, "continued": {
+                "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
+                "skipped": r.skipped}})
+        return self._end(COMPLETED)
+
+    async def _halt(self, next_step: int) -> RunResult:
+        await workflow.execute_activity(
+            "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+            summary=f"halt before step {next_step}: {self._halt_reason}")
+        self._result.stopped_at = next_step
+        return self._end(HALTED, {"type": "Halted", "message": self._halt_reason})
+
+    def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
+        """Ends the run in the named state of a typed, non-retryable failure; re-raises any
+        other failure (a bug), which fails the workflow task visibly in the Web UI."""
+        cause = e.cause
+        if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
+            raise e
+        return self._end(END_STATES[cause.type], {"type": cause.type, "message": cause.message,
+                                                  "step": step})
+
+    def _end(self, state: str, error: dict[str, Any] | None = None) -> RunResult:
+        self._current = None
+        self._result.state = state
+        self._result.error = error or {}
+        workflow.upsert_search_attributes([STATE.value_set(state)])
+        return self._result

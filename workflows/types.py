@@ -1,0 +1,76 @@
+"""Inputs and outputs shared by workflows and activities: plain dataclasses, so fields can be
+added later without breaking histories that are already running (new fields get defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TASK_QUEUE = "tidemark"
+
+# End states of a RunPlan run, also the values of the TidemarkState search attribute.
+RUNNING = "running"
+COMPLETED = "completed"
+HALTED = "halted"
+STOPPED = "stopped"
+NEEDS_DECISION = "needs_decision"
+PRECONDITION_FAILED = "precondition_failed"
+FAILED = "failed"
+
+
+@dataclass
+class PrepareInput:
+    """The plan document as the user wrote it, or ``{"task_id": ...}`` for the stored plan."""
+
+    document: dict[str, Any]
+
+
+@dataclass
+class Prepared:
+    task_id: str
+    step_count: int
+    next_step: int | None  # None: every step has an outcome already
+    confirmed: int
+    failed: int
+    stopped: str | None  # the stop reason when the durable stop state is set
+
+
+@dataclass
+class StepInput:
+    task_id: str
+    step: int
+
+
+@dataclass
+class StepOutput:
+    step: int
+    status: str  # done | failed
+    resolved_by: str  # execute | probe | operator
+    skipped: bool
+
+
+@dataclass
+class WindowInput:
+    task_id: str
+    first: int
+    last: int
+
+
+@dataclass
+class HaltInput:
+    task_id: str
+    reason: str
+    by: str = "halt signal"
+
+
+@dataclass
+class RunResult:
+    task_id: str
+    state: str
+    steps: int
+    confirmed: int
+    executed: int = 0
+    resolved_by_probe: int = 0
+    skipped: int = 0
+    stopped_at: int | None = None
+    error: dict[str, Any] = field(default_factory=dict)
