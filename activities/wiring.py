@@ -1,22 +1,125 @@
 """Which actions a worker can run, built from its configuration (environment variables).
 
-Every known action class is registered, so plans validate everywhere; an instance is bound
-only where its clients are configured. A plan that needs an unconfigured action is refused
-before its first step.
+Every known action class is registered, so plans validate everywhere; an instance is bound only
+where its clients are configured, and a plan that needs an unconfigured action is refused before
+its first step. Each target takes a base URL and two credentials: one that may write (used by
+``execute`` and ``compensate`` only) and a read-only one (probes, snapshots, gates).
+
+A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
+never journaled. ``TIDEMARK_STAGING_URL`` points every target that is not configured otherwise
+at the staging servers with their documented default credentials.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from activities.catalog import ACTION_CLASSES
+from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
+from activities.gmail import GmailSend
+from activities.graph import GraphSendMail
+from activities.stripe import StripePaymentIntent, stripe_client
+from probes.gmail import gmail_client
+from probes.graph import graph_client
+from staging import drive as staging_drive
+from staging import gmail as staging_gmail
+from staging import graph as staging_graph
+from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
+from tidemark.errors import TidemarkError
+
+STAGING_URL = "TIDEMARK_STAGING_URL"
+# The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
+# otherwise, in minor units (500.00 in a two-decimal currency): a gate, not a business rule.
+DEFAULT_STRIPE_MAX_AMOUNT = 50_000
+
+
+class ConfigError(TidemarkError):
+    """The worker's configuration is incomplete or unreadable."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """How one target is configured: variable names, real default URL, staging defaults."""
+
+    prefix: str  # TIDEMARK_<PREFIX>_URL, _WRITE_TOKEN, _READ_TOKEN
+    default_url: str
+    staging_write: str
+    staging_read: str
+
+
+TARGETS = {
+    "drive": Target("DRIVE", "https://www.googleapis.com", staging_drive.DEFAULT_WRITE_TOKEN,
+                    staging_drive.DEFAULT_READ_TOKEN),
+    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.SEND_TOKEN,
+                    staging_gmail.READ_TOKEN),
+    "graph": Target("GRAPH", "https://graph.microsoft.com", staging_graph.SEND_TOKEN,
+                    staging_graph.READ_TOKEN),
+    "stripe": Target("STRIPE", "https://api.stripe.com", staging_stripe.DEFAULT_SECRET_KEY,
+                     staging_stripe.DEFAULT_READ_KEY),
+}
+
+
+def secret(env: Mapping[str, str], name: str) -> str | None:
+    """``env[name]``, or the stripped contents of the file named by ``env[name + "_FILE"]``."""
+    if env.get(name):
+        return env[name]
+    path = env.get(name + "_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
+
+
+def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | None:
+    """(base URL, write secret, read secret) of a target, or None when it is not configured."""
+    t = TARGETS[target]
+    p = f"TIDEMARK_{t.prefix}"
+    write, read = secret(env, f"{p}_WRITE_TOKEN"), secret(env, f"{p}_READ_TOKEN")
+    url = env.get(f"{p}_URL")
+    staging = env.get(STAGING_URL)
+    if write is None and read is None and url is None:
+        if not staging:
+            return None
+        return staging, t.staging_write, t.staging_read
+    if write is None or read is None:
+        missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
+        raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
+                          "a write credential for actions and a read-only one for probes")
+    return url or staging or t.default_url, write, read
+
+
+def _max_amount(env: Mapping[str, str]) -> int:
+    raw = env.get("TIDEMARK_STRIPE_MAX_AMOUNT")
+    if raw is None:
+        return DEFAULT_STRIPE_MAX_AMOUNT
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"TIDEMARK_STRIPE_MAX_AMOUNT must be an integer, got {raw!r}") from None
+
+
+BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
+    "drive": lambda env, url, w, r: DriveRename(drive_client(url, w), drive_client(url, r)),
+    "gmail": lambda env, url, w, r: GmailSend(gmail_client(url, w), gmail_client(url, r)),
+    "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
+    "stripe": lambda env, url, w, r: StripePaymentIntent(
+        stripe_client(url, w), stripe_client(url, r), max_amount=_max_amount(env)),
+}
 
 
 def bound_actions(env: Mapping[str, str]) -> list[Action]:
     """Instances of every action whose configuration is present in ``env``."""
     actions: list[Action] = [FsRename()]
+    for target, build in BUILDERS.items():
+        creds = credentials(env, target)
+        if creds is not None:
+            actions.append(build(env, *creds))
     return actions
 
 

@@ -1,11 +1,19 @@
 """The full set of emulated targets, as started by `tidemark staging` and `tidemark dev`."""
 
 from staging.core import Staging, Target
+from staging.drive import DriveTarget
+from staging.gmail import GmailTarget
+from staging.graph import GraphTarget
+from staging.stripe import StripeTarget
 
 
 def all_targets() -> list[Target]:
     """One fresh instance of every emulated target."""
     targets: list[Target] = []
+    targets.append(GmailTarget())
+    targets.append(GraphTarget())
+    targets.append(DriveTarget())
+    targets.append(StripeTarget())
     return targets
 
 

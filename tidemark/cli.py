@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +70,52 @@ def _cmd_release(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dev(a: argparse.Namespace) -> int:
+    from tidemark.database import redacted
+    from tidemark.devstack import DevStack
+
+    stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
+                     with_worker=not a.no_worker)
+    with stack:
+        staging = stack.staging.url if stack.staging else "-"
+        print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_ADDRESS={stack.address})\n"
+              f"Web UI         {stack.ui_url}\n"
+              f"Postgres       {redacted(stack.db_url)}\n"
+              f"staging        {staging}\n"
+              f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
+              f" (log: {stack.home / 'worker.log'})\n"
+              "Ctrl-C stops everything started here.", flush=True)
+        _wait_for_interrupt()
+    return 0
+
+
+def _cmd_staging(a: argparse.Namespace) -> int:
+    from staging.core import StagingServer
+    from staging.targets import build_staging
+
+    with StagingServer(build_staging(), host=a.host, port=a.port) as server:
+        print(f"staging servers on {server.url} (Drive, Gmail, Graph, Stripe); "
+              f"effects at {server.url}/_staging/effects. Ctrl-C stops.", flush=True)
+        _wait_for_interrupt()
+    return 0
+
+
+def _cmd_demo(a: argparse.Namespace) -> int:
+    from workflows.starter import run_demo
+
+    ok = run_demo(files=a.files, kill_at=a.kill_at, keep=a.keep,
+                  say=lambda line: print(line, flush=True))
+    print("demo: every check held" if ok else "demo: a check FAILED", flush=True)
+    return 0 if ok else EXIT_ERROR
+
+
+def _wait_for_interrupt() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tidemark",
@@ -104,6 +152,26 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
         c.set_defaults(func=func)
+
+    dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
+                                     "server + Web UI, Postgres, staging servers, a worker")
+    dev.add_argument("--port", type=int, default=7233, help="Temporal gRPC port")
+    dev.add_argument("--ui-port", type=int, default=8233, help="Temporal Web UI port")
+    dev.add_argument("--staging-port", type=int, default=8900, help="staging servers port")
+    dev.add_argument("--no-worker", action="store_true", help="start no worker")
+    dev.set_defaults(func=_cmd_dev)
+
+    stg = sub.add_parser("staging", help="run the staging servers alone")
+    stg.add_argument("--host", default="127.0.0.1")
+    stg.add_argument("--port", type=int, default=8900)
+    stg.set_defaults(func=_cmd_staging)
+
+    demo = sub.add_parser("demo", help="the 42-step morning: crash at step 32, report, resume, "
+                                       "verify every effect happened once")
+    demo.add_argument("--files", type=int, default=40, help="how many files to rename")
+    demo.add_argument("--kill-at", type=int, default=32, help="the step whose worker dies")
+    demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
+    demo.set_defaults(func=_cmd_demo)
     return p
 
 

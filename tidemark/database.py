@@ -38,6 +38,19 @@ class EmbeddedPostgres:
         self._server.cleanup()
 
 
+def redacted(url: str) -> str:
+    """The URL with any password masked, for printing."""
+    import psycopg.conninfo
+
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparsable database URL>"
+    if parts.get("password"):
+        parts["password"] = "***"
+    return psycopg.conninfo.make_conninfo(**parts)
+
+
 _embedded: EmbeddedPostgres | None = None
 
 

@@ -17,7 +17,7 @@ from tidemark.store import JournalStore, Progress
 @dataclass(frozen=True)
 class Report:
     progress: Progress
-    irreversible: list[tuple[int, str]]
+    irreversible: list[tuple[int, str, str | None]]
 
     @property
     def state(self) -> str:
@@ -41,8 +41,9 @@ class Report:
             "in_doubt": doubt, "not_started": p.step_count - p.rows, "next_step": p.next_step,
             "last_step": p.last_step,
             "irreversible": [
-                {"step": n, "action": a, "provably_not_attempted": n > p.last_step}
-                for n, a in self.irreversible],
+                {"step": n, "action": a, "status": status,
+                 "provably_not_attempted": n > p.last_step}
+                for n, a, status in self.irreversible],
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
         }
 
@@ -69,13 +70,13 @@ class Report:
         span = f" (steps {p.last_step + 1}-{p.step_count})" if not_started > 1 else (
             f" (step {p.step_count})" if not_started == 1 else "")
         lines.append(f"  not started    {not_started}{span}")
-        for n, action in self.irreversible:
+        for n, action, status in self.irreversible:
             if n > p.last_step:
                 verdict = f"provably not attempted (last journal row is step {p.last_step})"
-            elif p.in_doubt is not None and p.in_doubt.step == n:
-                verdict = "IN DOUBT: probe before any re-run"
+            elif status is None:
+                verdict = "IN DOUBT: only its probe may say whether it happened"
             else:
-                verdict = "attempted (see journal)"
+                verdict = f"{status} (journaled)"
             lines.append(f"  irreversible   step {n} {action}: {verdict}")
         if p.stop:
             lines.append(f"  stop state     stopped by {p.stop['set_by']}: {p.stop['reason']}")

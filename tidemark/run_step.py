@@ -30,6 +30,7 @@ from tidemark.errors import (
     Refused,
     StepFailed,
     TidemarkError,
+    Unauthorized,
 )
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
@@ -106,10 +107,16 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
 
 
 def _probe(action: Action, ctx: StepContext) -> ProbeResult:
-    """Runs the probe; a probe that fails to run could not decide, so it answers unknown."""
+    """Runs the probe; a probe that fails to run could not decide, so it answers unknown.
+
+    A rejected credential is the exception: it is how a task is stopped from outside (the
+    grant was revoked), so it stops the task as such rather than asking a person to decide.
+    """
     try:
         return action.probe(ctx)
-    except Exception as e:  # any failure of a read-only probe means "cannot tell"
+    except Unauthorized:
+        raise
+    except Exception as e:  # any other failure of a read-only probe means "cannot tell"
         log.warning("probe of step %s %s failed: %r", ctx.step, ctx.action, e)
         return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")
 

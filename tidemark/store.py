@@ -312,13 +312,17 @@ class JournalStore:
                         in_doubt=JournalRow(**doubt) if doubt else None,
                         first_irreversible=r["first_irreversible"], stop=r["stop"])
 
-    def irreversible_steps(self, task_id: str) -> list[tuple[int, str]]:
-        """(step, action) of every irreversible step of the plan."""
+    def irreversible_steps(self, task_id: str) -> list[tuple[int, str, str | None]]:
+        """(step, action, journal status) of every irreversible step of the plan; the status
+        is None when the step has no journal row or no outcome yet."""
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT step, action FROM tidemark.plan_steps WHERE task_id = %s AND irreversible"
-                " ORDER BY step", (task_id,)).fetchall()
-        return [(r["step"], r["action"]) for r in rows]
+                "SELECT s.step, s.action, j.status FROM tidemark.plan_steps s"
+                " LEFT JOIN tidemark.journal j"
+                "   ON j.task_id = s.task_id AND j.phase = 'do' AND j.step = s.step"
+                " WHERE s.task_id = %s AND s.irreversible ORDER BY s.step",
+                (task_id,)).fetchall()
+        return [(r["step"], r["action"], r["status"]) for r in rows]
 
     # stop state ------------------------------------------------------------------------------
 

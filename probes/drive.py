@@ -1,0 +1,146 @@
+"""Read-only side of ``drive.rename``: preconditions, snapshot and probe.
+
+The probe never matches on a filename alone: a file counts as renamed by this step only when its
+name is the target AND its ``appProperties`` carry this step's key, stamped in the same update
+that changed the name. Everything here runs with a read-only client
+(``drive.metadata.readonly`` is enough).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any
+
+import httplib2
+from googleapiclient.errors import HttpError
+
+from tidemark.actions import GateRefused, ProbeResult, StepContext
+from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+
+STAMP = "tidemark_key"  # the appProperties key that carries a step's idempotency key
+READ_FIELDS = "id,name,appProperties,trashed"
+
+# Google answers some rate limits with 403; those are worth a later retry, not a stop.
+_RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded"})
+
+
+def google_error(e: BaseException, what: str) -> ActionError:
+    """Maps an exception from google-api-python-client onto Tidemark's action errors.
+
+    Args:
+        e: What the client raised.
+        what: A short description of the call, for the message (no secrets).
+
+    Returns:
+        ``Unauthorized`` for 401 and for 403s that are not rate limits, ``TargetUnavailable``
+        for timeouts, dropped connections, 408, 429 and 5xx, ``Refused`` for other 4xx.
+    """
+    if isinstance(e, HttpError):
+        status = e.status_code
+        reasons = _reasons(e)
+        text = f"{what}: HTTP {status} {e.reason}"
+        if status == 401 or (status == 403 and not reasons & _RATE_LIMIT_REASONS):
+            return Unauthorized(text)
+        if status in (403, 408, 429) or status >= 500:
+            return TargetUnavailable(text)
+        return Refused(text)
+    if isinstance(e, TimeoutError):
+        return TargetUnavailable(f"{what}: no answer in time ({e})")
+    if isinstance(e, OSError | http.client.HTTPException | httplib2.HttpLib2Error):
+        return TargetUnavailable(f"{what}: connection failed ({type(e).__name__}: {e})")
+    raise TypeError(f"not a client error: {e!r}") from e
+
+
+def _reasons(e: HttpError) -> set[str]:
+    """The ``reason`` of each entry in Google's ``error.errors`` list."""
+    try:
+        items = json.loads(e.content)["error"]["errors"]
+        return {str(i.get("reason")) for i in items if isinstance(i, dict)}
+    except (ValueError, KeyError, TypeError):
+        return set()
+
+
+CLIENT_ERRORS = (HttpError, OSError, http.client.HTTPException, httplib2.HttpLib2Error)
+
+
+class DriveRenameProbe:
+    """Preconditions, snapshot and probe of ``drive.rename``, over a read-only Drive client.
+
+    Args:
+        reader: A Drive v3 service (``googleapiclient.discovery.build``) whose credential has a
+            read scope only.
+    """
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def read(self, file_id: str) -> dict[str, Any] | None:
+        """The file's id, name, appProperties and trashed flag; None if Drive answers 404.
+
+        Raises:
+            Unauthorized, TargetUnavailable, Refused: the read itself failed.
+        """
+        try:
+            return self.reader.files().get(fileId=file_id, fields=READ_FIELDS).execute(
+                num_retries=0)
+        except HttpError as e:
+            if e.status_code == 404:
+                return None
+            raise google_error(e, f"drive files.get {file_id}") from e
+        except CLIENT_ERRORS as e:
+            raise google_error(e, f"drive files.get {file_id}") from e
+
+    def preconditions(self, ctx: StepContext) -> None:
+        file_id = ctx.args["file_id"]
+        f = self.read(file_id)
+        if f is None:
+            raise GateRefused(f"Drive file {file_id} does not exist (or is not visible to us)")
+        if f.get("trashed"):
+            raise GateRefused(f"Drive file {file_id} ({f.get('name')!r}) is in the trash")
+
+    def snapshot(self, ctx: StepContext) -> dict[str, Any]:
+        file_id = ctx.args["file_id"]
+        f = self.read(file_id)
+        if f is None:
+            raise Refused(f"drive file {file_id} vanished between the gate and the snapshot")
+        return {"file_id": file_id, "name": f.get("name"),
+                "app_properties": dict(f.get("appProperties") or {})}
+
+    def probe(self, ctx: StepContext) -> ProbeResult:
+        """``done`` only for the target name with our stamp; ``absent`` when the file is still
+        as before_state recorded; ``unknown`` (with what was seen) otherwise.
+
+        Raises:
+            Unauthorized: the read credential was rejected; a person must restore it.
+        """
+        file_id, target = ctx.args["file_id"], ctx.args["name"]
+        try:
+            f = self.read(file_id)
+        except (TargetUnavailable, Refused) as e:
+            return ProbeResult.unknown(f"could not read the file: {e}")
+        if f is None:
+            return ProbeResult.unknown(f"file {file_id} no longer exists (deleted, or no longer "
+                                       "shared with us)")
+        name = f.get("name")
+        stamp = (f.get("appProperties") or {}).get(STAMP)
+        observed = {"file_id": file_id, "name": name, "tidemark_key": stamp,
+                    "trashed": bool(f.get("trashed"))}
+        before = ctx.before_state or {}
+        ours = stamp == ctx.key
+        if ours and name == target:
+            return ProbeResult.done(observed, "named as intended and stamped with our key")
+        if ours:
+            return ProbeResult.unknown(
+                f"our rename to {target!r} was applied, but the file is now named {name!r}: "
+                "renamed by someone else since", observed)
+        if "name" in before and name == before["name"]:
+            return ProbeResult.absent(f"still named {name!r} as before, without our stamp",
+                                      observed)
+        if name == target:
+            return ProbeResult.unknown(
+                f"named {target!r} but not by us (stamp {stamp!r}, ours {ctx.key}): "
+                "someone else renamed it", observed)
+        return ProbeResult.unknown(
+            f"renamed to {name!r} by someone else (was {before.get('name')!r}, we wanted "
+            f"{target!r}; no stamp of ours)", observed)

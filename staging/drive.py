@@ -1,0 +1,441 @@
+"""Google Drive v3, the part of ``files`` that Tidemark uses: get, list with ``q``, update.
+
+Routes (the Drive client reaches them with ``api_endpoint = <base>/drive/v3/``):
+
+* ``GET   /drive/v3/files/{fileId}`` — ``fields`` is honoured for top-level names
+  (``id,name,appProperties``, ``*``); without it Drive's default ``kind,id,name,mimeType``;
+* ``GET   /drive/v3/files`` — ``q`` terms joined with ``and``: ``name = '…'``, ``name != '…'``,
+  ``name contains '…'``, ``mimeType = '…'``, ``trashed = true|false``,
+  ``appProperties has { key='k' and value='v' }``; ``pageSize`` / ``pageToken``; trashed files
+  are listed unless the query excludes them, as on Drive;
+* ``PATCH /drive/v3/files/{fileId}`` — ``name``, ``description``, ``trashed`` and
+  ``appProperties`` (merged key by key; a null value deletes the key).
+
+Errors have Google's shape, e.g. ``{"error": {"code": 404, "message": "File not found: X.",
+"errors": [{"domain": "global", "reason": "notFound", ...}]}}``.
+
+Scopes: writes need ``auth/drive`` or ``auth/drive.file``; reads also accept ``drive.readonly``,
+``drive.metadata`` and ``drive.metadata.readonly``. Default tokens (``/_staging/reset`` keeps
+them): ``staging-drive-write`` (``auth/drive``) and ``staging-drive-read``
+(``auth/drive.metadata.readonly``).
+
+Control endpoints:
+
+* ``POST /_staging/drive/files`` ``{"id"?, "name", "trashed"?, "appProperties"?, "mimeType"?}``
+  seeds a file and answers it in full;
+* ``POST /_staging/drive/files/{id}/third_party_rename`` ``{"name"}`` renames a file the way
+  another user would: the name changes, our appProperties stamp does not.
+
+Every ``files.update`` is recorded as an effect with the ``tidemark_key`` its body carried in
+``appProperties``. Faults can be armed on ``files.update``, ``files.get`` and ``files.list``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from staging.core import Reply, Target, Token
+
+SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
+SCOPE_DRIVE_FILE = "https://www.googleapis.com/auth/drive.file"
+SCOPE_DRIVE_READONLY = "https://www.googleapis.com/auth/drive.readonly"
+SCOPE_METADATA = "https://www.googleapis.com/auth/drive.metadata"
+SCOPE_METADATA_READONLY = "https://www.googleapis.com/auth/drive.metadata.readonly"
+WRITE_SCOPES = (SCOPE_DRIVE, SCOPE_DRIVE_FILE)
+READ_SCOPES = (*WRITE_SCOPES, SCOPE_DRIVE_READONLY, SCOPE_METADATA, SCOPE_METADATA_READONLY)
+
+DEFAULT_WRITE_TOKEN = "staging-drive-write"
+DEFAULT_READ_TOKEN = "staging-drive-read"
+
+STAMP_PROPERTY = "tidemark_key"  # the appProperties key whose value is recorded with effects
+
+DEFAULT_FIELDS = ("kind", "id", "name", "mimeType")  # what Drive v3 answers without `fields`
+DEFAULT_PAGE_SIZE = 100  # Drive's default pageSize for files.list
+MAX_PAGE_SIZE = 1000  # Drive's documented maximum pageSize
+WRITABLE = frozenset({"name", "description", "trashed", "appProperties"})
+
+
+@dataclass
+class DriveFile:
+    id: str
+    name: str
+    mime_type: str = "application/octet-stream"
+    trashed: bool = False
+    description: str | None = None
+    app_properties: dict[str, str] = field(default_factory=dict)
+    version: int = 1
+    created: str = field(default_factory=lambda: _now())
+    modified: str = field(default_factory=lambda: _now())
+
+    def resource(self) -> dict[str, Any]:
+        """The full Drive ``File`` resource (as with ``fields=*``)."""
+        out: dict[str, Any] = {
+            "kind": "drive#file", "id": self.id, "name": self.name, "mimeType": self.mime_type,
+            "trashed": self.trashed, "version": str(self.version),
+            "createdTime": self.created, "modifiedTime": self.modified,
+        }
+        if self.description is not None:
+            out["description"] = self.description
+        if self.app_properties:
+            out["appProperties"] = dict(self.app_properties)
+        return out
+
+
+class DriveTarget(Target):
+    """Files in memory, keyed by id, in creation order."""
+
+    name = "drive"
+    default_tokens = (
+        Token(DEFAULT_WRITE_TOKEN, "drive", [SCOPE_DRIVE]),
+        Token(DEFAULT_READ_TOKEN, "drive", [SCOPE_METADATA_READONLY]),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, DriveFile] = {}
+
+    def reset(self) -> None:
+        self.files = {}
+
+    def routes(self) -> Iterable[web.RouteDef]:
+        return (
+            web.get("/drive/v3/files", self._h_list),
+            web.get("/drive/v3/files/{file_id}", self._h_get),
+            web.patch("/drive/v3/files/{file_id}", self._h_update),
+            web.post("/_staging/drive/files", self._h_seed),
+            web.post("/_staging/drive/files/{file_id}/third_party_rename",
+                     self._h_third_party_rename),
+        )
+
+    # Google's error shapes --------------------------------------------------------------------
+
+    def error(self, status: int, code: str, message: str) -> web.Response:
+        """Maps the core's generic failures onto what Google answers for them."""
+        if status == 401:
+            return _google_error(
+                401, "Request had invalid authentication credentials. Expected OAuth 2 access "
+                "token, login cookie or other valid authentication credential. See "
+                "https://developers.google.com/identity/sign-in/web/devconsole-project.",
+                reason="authError", detail="Invalid Credentials", status="UNAUTHENTICATED",
+                location=("header", "Authorization"),
+                headers={"WWW-Authenticate": 'Bearer realm="https://accounts.google.com/", '
+                                             'error="invalid_token"'})
+        if status == 403 and code == "insufficient_scope":
+            return _google_error(
+                403, "Request had insufficient authentication scopes.",
+                reason="insufficientPermissions", detail="Insufficient Permission",
+                status="PERMISSION_DENIED",
+                extra={"details": [{
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "ACCESS_TOKEN_SCOPE_INSUFFICIENT", "domain": "googleapis.com",
+                    "metadata": {"service": "drive.googleapis.com"}}]},
+                headers={"WWW-Authenticate": 'Bearer realm="https://accounts.google.com/", '
+                                             'error="insufficient_scope"'})
+        if status >= 500:
+            return _google_error(status, "The service is currently unavailable.",
+                                 reason="backendError", status="UNAVAILABLE")
+        return _google_error(status, message, reason=code)
+
+    def _not_found(self, file_id: str) -> Reply:
+        message = f"File not found: {file_id}."
+        return Reply(_google_error(404, message, reason="notFound",
+                                   location=("parameter", "fileId")))
+
+    def _invalid(self, location: str, message: str = "Invalid Value") -> Reply:
+        return Reply(_google_error(400, message, reason="invalid",
+                                   location=("parameter", location)))
+
+    # Drive API ------------------------------------------------------------------------------
+
+    async def _h_get(self, request: web.Request) -> web.Response:
+        self.authorize(request, *READ_SCOPES)
+        await self.before_write(request, "files.get")
+        f = self.files.get(request.match_info["file_id"])
+        if f is None:
+            raise self._not_found(request.match_info["file_id"])
+        return web.json_response(_select(f.resource(), request.query.get("fields"),
+                                         DEFAULT_FIELDS))
+
+    async def _h_list(self, request: web.Request) -> web.Response:
+        self.authorize(request, *READ_SCOPES)
+        await self.before_write(request, "files.list")
+        try:
+            match = parse_query(request.query.get("q", ""))
+        except ValueError:
+            raise self._invalid("q") from None
+        try:
+            size = int(request.query.get("pageSize", DEFAULT_PAGE_SIZE))
+            start = _decode_page_token(request.query.get("pageToken"))
+        except ValueError:
+            raise self._invalid("pageSize") from None
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise self._invalid("pageSize")
+        hits = [f for f in self.files.values() if match(f)]
+        page = hits[start:start + size]
+        body: dict[str, Any] = {"kind": "drive#fileList", "incompleteSearch": False,
+                                "files": [f.resource() for f in page]}
+        if start + size < len(hits):
+            body["nextPageToken"] = _encode_page_token(start + size)
+        fields = request.query.get("fields")
+        if fields is None:
+            body["files"] = [_select(r, None, DEFAULT_FIELDS) for r in body["files"]]
+            return web.json_response(body)
+        return web.json_response(_select(body, fields, ()))
+
+    async def _h_update(self, request: web.Request) -> web.Response:
+        self.authorize(request, *WRITE_SCOPES)
+        file_id = request.match_info["file_id"]
+        try:
+            patch = await request.json() if request.can_read_body else {}
+        except json.JSONDecodeError:
+            raise Reply(_google_error(400, "Parse Error", reason="parseError")) from None
+        if not isinstance(patch, dict):
+            raise Reply(_google_error(400, "Parse Error", reason="parseError"))
+        unwritable = sorted(set(patch) - WRITABLE)
+        if unwritable:
+            raise Reply(_google_error(
+                403, "The resource body includes fields which are not directly writable.",
+                reason="fieldNotWritable"))
+        props = patch.get("appProperties")
+        if props is not None and not (isinstance(props, dict) and all(
+                v is None or isinstance(v, str | int | float | bool) for v in props.values())):
+            raise self._invalid("appProperties")
+        fault = await self.before_write(request, "files.update")
+        f = self.files.get(file_id)
+        if f is None:
+            raise self._not_found(file_id)
+        old_name = f.name
+        if "name" in patch:
+            f.name = str(patch["name"])
+        if "description" in patch:
+            f.description = patch["description"]
+        if "trashed" in patch:
+            f.trashed = bool(patch["trashed"])
+        for k, v in (props or {}).items():
+            if v is None:
+                f.app_properties.pop(k, None)
+            else:
+                f.app_properties[k] = _prop_str(v)
+        f.version += 1
+        f.modified = _now()
+        key = (props or {}).get(STAMP_PROPERTY)
+        self.record("files.update", key if isinstance(key, str) else None, file_id=file_id,
+                    old_name=old_name, name=f.name, app_properties=props or {})
+        self.after_commit(request, fault)
+        return web.json_response(_select(f.resource(), request.query.get("fields"),
+                                         DEFAULT_FIELDS))
+
+    # control ---------------------------------------------------------------------------------
+
+    async def _h_seed(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            return web.json_response({"error": "a file needs a string 'name'"}, status=400)
+        f = self.seed(body["name"], file_id=body.get("id"), trashed=bool(body.get("trashed")),
+                      app_properties=body.get("appProperties"),
+                      mime_type=body.get("mimeType", "application/octet-stream"))
+        return web.json_response(f.resource())
+
+    async def _h_third_party_rename(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        f = self.files.get(request.match_info["file_id"])
+        if f is None:
+            return web.json_response({"error": "no such file"}, status=404)
+        old_name = f.name
+        f.name = str(body["name"])
+        f.version += 1
+        f.modified = _now()
+        # Someone else's edit is a side effect too; it carries no key of ours.
+        self.record("third_party.rename", None, file_id=f.id, old_name=old_name, name=f.name)
+        return web.json_response(f.resource())
+
+    def seed(self, name: str, *, file_id: str | None = None, trashed: bool = False,
+             app_properties: dict[str, str] | None = None,
+             mime_type: str = "application/octet-stream") -> DriveFile:
+        """Adds a file (replacing one with the same id) and returns it."""
+        f = DriveFile(id=file_id or _new_file_id(), name=name, mime_type=mime_type,
+                      trashed=trashed,
+                      app_properties={k: _prop_str(v) for k, v in (app_properties or {}).items()})
+        with self.staging.lock:
+            self.files[f.id] = f
+        return f
+
+
+# -- the `q` language, the subset we use ------------------------------------------------------
+
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<str>'(?:[^'\\]|\\.)*')
+  | (?P<op>!=|=|\{|\})
+  | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+)""", re.VERBOSE)
+
+
+def _tokens(q: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(q):
+        if q[pos:].strip() == "":
+            break
+        m = _TOKEN.match(q, pos)
+        if m is None:
+            raise ValueError(f"cannot read the query at {q[pos:]!r}")
+        kind = m.lastgroup or ""
+        text = m.group(kind)
+        if kind == "str":
+            text = re.sub(r"\\(.)", r"\1", text[1:-1])
+        out.append((kind, text))
+        pos = m.end()
+    return out
+
+
+Predicate = Callable[[DriveFile], bool]
+
+
+def parse_query(q: str) -> Predicate:
+    """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate.
+
+    Raises:
+        ValueError: the query uses something outside the supported subset.
+    """
+    toks = _tokens(q)
+    preds: list[Predicate] = []
+    i = 0
+
+    def take(kind: str, text: str | None = None) -> str:
+        nonlocal i
+        if i >= len(toks) or toks[i][0] != kind or (text is not None and
+                                                    toks[i][1].lower() != text.lower()):
+            raise ValueError(f"expected {text or kind} at token {i}")
+        i += 1
+        return toks[i - 1][1]
+
+    while i < len(toks):
+        if preds:
+            take("word", "and")
+        fld = take("word")
+        if fld == "appProperties":
+            take("word", "has")
+            take("op", "{")
+            take("word", "key")
+            take("op", "=")
+            k = take("str")
+            take("word", "and")
+            take("word", "value")
+            take("op", "=")
+            v = take("str")
+            take("op", "}")
+            preds.append(lambda f, k=k, v=v: f.app_properties.get(k) == v)
+        elif fld in ("name", "mimeType"):
+            attr = "name" if fld == "name" else "mime_type"
+            op = take("word", "contains") if toks[i][0] == "word" else take("op")
+            s = take("str")
+            if op == "=":
+                preds.append(lambda f, a=attr, s=s: getattr(f, a) == s)
+            elif op == "!=":
+                preds.append(lambda f, a=attr, s=s: getattr(f, a) != s)
+            elif op.lower() == "contains" and fld == "name":
+                # Drive matches `contains` on name prefixes of words; a substring test is
+                # looser but never misses what Drive would find.
+                preds.append(lambda f, s=s: s.lower() in f.name.lower())
+            else:
+                raise ValueError(f"operator {op} is not supported on {fld}")
+        elif fld == "trashed":
+            op = take("op")
+            value = take("word").lower()
+            if op not in ("=", "!=") or value not in ("true", "false"):
+                raise ValueError("trashed takes = or != and true or false")
+            want = (value == "true") == (op == "=")
+            preds.append(lambda f, want=want: f.trashed is want)
+        else:
+            raise ValueError(f"field {fld} is not supported")
+    return lambda f: all(p(f) for p in preds)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def _google_error(http_status: int, message: str, *, reason: str, detail: str | None = None,
+                  status: str | None = None, location: tuple[str, str] | None = None,
+                  extra: dict[str, Any] | None = None,
+                  headers: dict[str, str] | None = None) -> web.Response:
+    """Google's JSON error body. ``detail`` is the per-error message when it differs from the
+    top-level one; ``status`` the RPC status name that newer Google front ends add."""
+    item: dict[str, Any] = {"message": detail or message, "domain": "global", "reason": reason}
+    if location is not None:
+        item["locationType"], item["location"] = location
+    err: dict[str, Any] = {"code": http_status, "message": message, "errors": [item]}
+    if status:
+        err["status"] = status
+    err.update(extra or {})
+    return web.json_response({"error": err}, status=http_status, headers=headers)
+
+
+def _split_top(fields: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in fields:
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def _select(resource: dict[str, Any], fields: str | None,
+            default: tuple[str, ...]) -> dict[str, Any]:
+    """Applies a partial-response ``fields`` selection loosely: top-level names, ``*``,
+    ``name(sub,fields)`` and ``name/sub`` on lists of objects; unknown names are ignored."""
+    if fields is None:
+        return {k: v for k, v in resource.items() if k in default}
+    out: dict[str, Any] = {}
+    for part in _split_top(fields):
+        if part == "*":
+            return dict(resource)
+        m = re.fullmatch(r"([A-Za-z]+)(?:\((.*)\)|/(.+))?", part)
+        if m is None or m.group(1) not in resource:
+            continue
+        name, sub = m.group(1), m.group(2) or m.group(3)
+        value = resource[name]
+        if sub and isinstance(value, list):
+            value = [_select(v, sub, ()) if isinstance(v, dict) else v for v in value]
+        elif sub and isinstance(value, dict) and name != "appProperties":
+            value = _select(value, sub, ())
+        out[name] = value
+    return out
+
+
+def _prop_str(v: object) -> str:
+    return json.dumps(v) if isinstance(v, bool) else str(v)
+
+
+def _encode_page_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"offset:{offset}".encode()).decode()
+
+
+def _decode_page_token(token: str | None) -> int:
+    if not token:
+        return 0
+    text = base64.urlsafe_b64decode(token.encode()).decode()
+    if not text.startswith("offset:"):
+        raise ValueError("bad page token")
+    return int(text.removeprefix("offset:"))
+
+
+def _new_file_id() -> str:
+    # Drive ids are 33 characters of base64url-ish text starting with "1".
+    return "1" + secrets.token_urlsafe(24)[:32]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

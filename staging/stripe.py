@@ -1,0 +1,604 @@
+"""Stripe PaymentIntents (API v1): create, retrieve, list and search, with Stripe's idempotency.
+
+Routes (stripe-python reaches them with ``base_addresses={"api": <base>}``):
+
+* ``POST /v1/payment_intents`` — form-encoded (``metadata[k]=v``): ``amount``, ``currency``,
+  ``customer``, ``description``, ``metadata``, ``receipt_email``, ``payment_method_types``,
+  ``automatic_payment_methods``, ``capture_method``, ``statement_descriptor_suffix``;
+  anything else is ``parameter_unknown``. Objects start in ``requires_payment_method``.
+* ``GET /v1/payment_intents/{id}``;
+* ``GET /v1/payment_intents`` — ``created`` (a timestamp or ``created[gt|gte|lt|lte]``),
+  ``customer``, ``limit`` (1 to 100, default 10), ``starting_after``, ``ending_before``; newest
+  first. A consistent read: an object is listed as soon as it was created.
+* ``GET /v1/payment_intents/search`` — ``query`` clauses joined by ``AND`` or ``OR``:
+  ``metadata['k']:'v'``, ``status:'…'``, ``currency:'…'``, ``customer:'…'``,
+  ``amount>100`` (``:``, ``<``, ``>``, ``<=``, ``>=``; also ``created``); ``limit``, ``page``.
+  Eventually consistent, like Stripe's: an object becomes searchable only ``search_lag``
+  seconds after its creation.
+
+Idempotency, as Stripe documents it for v1: a POST's ``Idempotency-Key`` is remembered with the
+endpoint, the parameters and the response once execution begins (24 hours). The same key with the
+same parameters replays that response — errors included — with ``Idempotent-Replayed: true``;
+with other parameters or another endpoint it is a 400 ``idempotency_error``; while the first
+request is still executing a twin gets 409 ``idempotency_key_in_use``. Requests that fail
+validation (unknown or malformed parameters) or never reach execution (an armed
+``fail_before_commit``, like an outage in front of the API) are not remembered, so a retry runs.
+
+Auth, as Stripe: ``Authorization: Bearer <key>``. Default keys (``/_staging/reset`` keeps them):
+``sk_test_tidemark_staging`` (a secret key: everything) and ``rk_test_tidemark_staging_read``
+(a restricted key with read permission on PaymentIntents, which gets Stripe's 403 on create).
+Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read`` and/or
+``rak_payment_intent_write`` as scopes.
+
+Control endpoints:
+
+* ``GET|POST /_staging/stripe/search_lag`` ``{"seconds": 60}`` — how far search trails;
+* ``POST /_staging/stripe/customers`` ``{"id"?, "email"?, "name"?}`` — a customer that
+  ``customer=`` may name; an unknown customer is ``resource_missing``, as on Stripe.
+
+Every created PaymentIntent is recorded as an effect with the Idempotency-Key its request carried.
+Faults can be armed on ``payment_intents.create``, ``.retrieve``, ``.list`` and ``.search``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import string
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from staging.core import Reply, Target, Token
+
+PERM_READ = "rak_payment_intent_read"
+PERM_WRITE = "rak_payment_intent_write"
+DEFAULT_SECRET_KEY = "sk_test_tidemark_staging"
+DEFAULT_READ_KEY = "rk_test_tidemark_staging_read"
+ACCOUNT = "acct_1TidemarkStaging"
+
+DEFAULT_SEARCH_LAG = 5.0  # seconds; Stripe's search trails writes by up to about a minute.
+#                           A few seconds makes the lag visible in a rehearsal without
+#                           stalling it; tests set their own through the control endpoint.
+IDEMPOTENCY_TTL = 24 * 3600  # seconds; Stripe prunes keys once they are at least 24 hours old
+MAX_IDEMPOTENCY_KEY = 255  # characters, Stripe's documented limit
+DEFAULT_LIMIT = 10  # Stripe's default page size for list and search
+MAX_LIMIT = 100  # Stripe's maximum page size
+MAX_AMOUNT = 99_999_999  # Stripe's ceiling: eight digits in minor units
+# Stripe's minimum charge amounts for a few common currencies, in minor units; others need >= 1.
+MIN_AMOUNT = {"usd": 50, "eur": 50, "gbp": 30, "cad": 50, "aud": 50, "chf": 50, "jpy": 50}
+METADATA_LIMITS = (50, 40, 500)  # keys per object, characters per key, characters per value
+
+CREATE_PARAMS = frozenset({
+    "amount", "currency", "customer", "description", "metadata", "receipt_email",
+    "payment_method_types", "automatic_payment_methods", "capture_method",
+    "statement_descriptor_suffix", "expand",
+})
+LIST_PARAMS = frozenset({"created", "customer", "limit", "starting_after", "ending_before",
+                         "expand"})
+SEARCH_PARAMS = frozenset({"query", "limit", "page", "expand"})
+
+
+@dataclass
+class _Remembered:
+    """What Stripe keeps for one idempotency key."""
+
+    fingerprint: str
+    at: float
+    status: int | None = None  # None while the first request is still executing
+    body: bytes = b""
+    request_id: str = ""
+
+
+@dataclass
+class _Intent:
+    obj: dict[str, Any]
+    at: float  # creation time with sub-second precision, for the search lag
+    seq: int  # creation order, to order objects created within the same second
+
+
+@dataclass
+class _State:
+    intents: dict[str, _Intent] = field(default_factory=dict)
+    customers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keys: dict[str, _Remembered] = field(default_factory=dict)
+    search_lag: float = DEFAULT_SEARCH_LAG
+    seq: int = 0
+
+
+class StripeTarget(Target):
+    """One Stripe account in test mode, in memory."""
+
+    name = "stripe"
+    default_tokens = (
+        Token(DEFAULT_SECRET_KEY, "stripe", [PERM_READ, PERM_WRITE]),
+        Token(DEFAULT_READ_KEY, "stripe", [PERM_READ]),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = _State()
+
+    def reset(self) -> None:
+        self.state = _State()
+
+    def routes(self) -> Iterable[web.RouteDef]:
+        return (
+            web.post("/v1/payment_intents", self._h_create),
+            web.get("/v1/payment_intents", self._h_list),
+            # Registered before the {id} route, which would otherwise take "search" for an id.
+            web.get("/v1/payment_intents/search", self._h_search),
+            web.get("/v1/payment_intents/{intent}", self._h_retrieve),
+            web.get("/_staging/stripe/search_lag", self._h_get_lag),
+            web.post("/_staging/stripe/search_lag", self._h_set_lag),
+            web.post("/_staging/stripe/customers", self._h_add_customer),
+        )
+
+    # Stripe's error shapes --------------------------------------------------------------------
+
+    def error(self, status: int, code: str, message: str) -> web.Response:
+        if status >= 500:
+            return stripe_error(status, "api_error", "An unknown error occurred")
+        return stripe_error(status, "invalid_request_error", message)
+
+    def authorize(self, request: web.Request, *scopes: str) -> Token:
+        """Stripe's own answers: 401 for a missing, unknown or rolled key, 403 for a restricted
+        key without the permission (naming the permission that would allow the request)."""
+        try:
+            return super().authorize(request, *scopes)
+        except Reply as r:
+            raise Reply(self._auth_error(request, r.response.status, scopes)) from None
+
+    def _auth_error(self, request: web.Request, status: int,
+                    scopes: tuple[str, ...]) -> web.Response:
+        header = request.headers.get("Authorization", "")
+        key = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        basic = {"WWW-Authenticate": 'Basic realm="Stripe"'}
+        if status == 403:
+            return stripe_error(
+                403, "invalid_request_error",
+                f"The provided key '{mask_key(key)}' does not have the required permissions "
+                f"for this endpoint on account '{ACCOUNT}'. Having the '{scopes[-1]}' "
+                "permission would allow this request to continue.",
+                code="more_permissions_required")
+        if not key:
+            return stripe_error(
+                401, "invalid_request_error",
+                "You did not provide an API key. You need to provide your API key in the "
+                "Authorization header, using Bearer auth (e.g. 'Authorization: Bearer "
+                "YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, "
+                "or we can help at https://support.stripe.com/.", headers=basic)
+        with self.staging.lock:
+            tok = self.staging.tokens.get(key)
+        if tok is not None and tok.revoked:
+            return stripe_error(401, "invalid_request_error",
+                                f"Expired API Key provided: {mask_key(key)}",
+                                code="api_key_expired", headers=basic)
+        return stripe_error(401, "invalid_request_error",
+                            f"Invalid API Key provided: {mask_key(key)}", headers=basic)
+
+    # PaymentIntents ---------------------------------------------------------------------------
+
+    async def _h_create(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request, PERM_WRITE)
+        params = decode_params((await request.post()).items())
+        key = request.headers.get("Idempotency-Key")
+        fingerprint = json.dumps(["POST", request.path, params], sort_keys=True)
+        if key is not None:
+            replay = self._remembered(key, fingerprint)
+            if replay is not None:
+                return replay
+        create = self._validate_create(params)  # a validation error is not remembered
+        if key is not None:
+            with self.staging.lock:
+                self.state.keys[key] = _Remembered(fingerprint, time.time())
+        try:
+            fault = await self.before_write(request, "payment_intents.create")
+        except BaseException:
+            self._forget(key)  # failed in front of the endpoint: nothing to remember
+            raise
+        try:
+            response = self._create(create, key)
+        except Reply as r:
+            response = r.response  # an error of the execution itself: remembered and replayed
+        self._remember(key, response)
+        self.after_commit(request, fault)
+        return response
+
+    def _validate_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        _no_unknown(params, CREATE_PARAMS)
+        for required in ("amount", "currency"):
+            if required not in params:
+                raise Reply(stripe_error(400, "invalid_request_error",
+                                         f"Missing required param: {required}.",
+                                         code="parameter_missing", param=required))
+        amount = _integer(params["amount"], "amount")
+        currency = str(params["currency"]).lower()
+        if not re.fullmatch(r"[a-z]{3}", currency):
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Invalid currency: {params['currency']}.",
+                                     param="currency"))
+        metadata = params.get("metadata", {})
+        if not isinstance(metadata, dict):
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     "Invalid object", param="metadata"))
+        max_keys, max_key, max_value = METADATA_LIMITS
+        for k, v in metadata.items():
+            if len(k) > max_key or not isinstance(v, str) or len(v) > max_value:
+                raise Reply(stripe_error(400, "invalid_request_error",
+                                         f"Metadata key {k!r} or its value is too long or not "
+                                         "a string.", param=f"metadata[{k}]"))
+        if len(metadata) > max_keys:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"You can specify up to {max_keys} metadata keys.",
+                                     param="metadata"))
+        return {**params, "amount": amount, "currency": currency,
+                "metadata": {k: v for k, v in metadata.items() if v != ""}}
+
+    def _create(self, p: dict[str, Any], key: str | None) -> web.Response:
+        amount, currency = p["amount"], p["currency"]
+        minimum = MIN_AMOUNT.get(currency, 1)
+        if amount < minimum:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Amount must be at least {minimum} {currency} (in the "
+                                     "currency's smallest unit)",
+                                     code="amount_too_small", param="amount"))
+        if amount > MAX_AMOUNT:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Amount must be no more than {MAX_AMOUNT}",
+                                     code="amount_too_large", param="amount"))
+        customer = p.get("customer")
+        if customer is not None and customer not in self.state.customers:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"No such customer: '{customer}'",
+                                     code="resource_missing", param="customer"))
+        now = time.time()
+        pi_id = "pi_" + _random_id(24)
+        obj = payment_intent_object(pi_id, p, created=int(now))
+        with self.staging.lock:
+            self.state.seq += 1
+            self.state.intents[pi_id] = _Intent(obj, now, self.state.seq)
+        self.record("payment_intents.create", key, id=pi_id, amount=amount, currency=currency,
+                    customer=customer, metadata=dict(obj["metadata"]))
+        return _json(obj)
+
+    async def _h_retrieve(self, request: web.Request) -> web.Response:
+        self.authorize(request, PERM_READ, PERM_WRITE)
+        await self.before_write(request, "payment_intents.retrieve")
+        _no_unknown(decode_params(request.query.items()), {"client_secret", "expand"})
+        intent = self.state.intents.get(request.match_info["intent"])
+        if intent is None:
+            raise Reply(_no_such(request.match_info["intent"], "intent", 404))
+        return _json(intent.obj)
+
+    async def _h_list(self, request: web.Request) -> web.Response:
+        self.authorize(request, PERM_READ, PERM_WRITE)
+        await self.before_write(request, "payment_intents.list")
+        params = decode_params(request.query.items())
+        _no_unknown(params, LIST_PARAMS)
+        limit = _limit(params)
+        created = _created_filter(params.get("created"))
+        customer = params.get("customer")
+        with self.staging.lock:
+            ordered = sorted(self.state.intents.values(), key=lambda i: (-i.obj["created"],
+                                                                         -i.seq))
+        ids = [i.obj["id"] for i in ordered]
+        if "starting_after" in params or "ending_before" in params:
+            cursor_param = "starting_after" if "starting_after" in params else "ending_before"
+            cursor = params[cursor_param]
+            if cursor not in ids:
+                raise Reply(_no_such(cursor, cursor_param, 400))
+            at = ids.index(cursor)
+            window = ordered[at + 1:] if cursor_param == "starting_after" else ordered[:at]
+        else:
+            cursor_param, window = "", ordered
+        hits = [i.obj for i in window
+                if created(i.obj["created"]) and (customer is None or
+                                                  i.obj["customer"] == customer)]
+        page = hits[-limit:] if cursor_param == "ending_before" else hits[:limit]
+        return _json({"object": "list", "data": page, "has_more": len(hits) > limit,
+                      "url": "/v1/payment_intents"})
+
+    async def _h_search(self, request: web.Request) -> web.Response:
+        self.authorize(request, PERM_READ, PERM_WRITE)
+        await self.before_write(request, "payment_intents.search")
+        params = decode_params(request.query.items())
+        _no_unknown(params, SEARCH_PARAMS)
+        if "query" not in params:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     "Missing required param: query.",
+                                     code="parameter_missing", param="query"))
+        try:
+            match = parse_search(str(params["query"]))
+        except ValueError as e:
+            raise Reply(stripe_error(400, "invalid_request_error", str(e),
+                                     param="query")) from None
+        limit = _limit(params)
+        try:
+            start = int(base64.urlsafe_b64decode(params["page"]).decode()) if params.get(
+                "page") else 0
+        except ValueError:
+            raise Reply(stripe_error(400, "invalid_request_error", "Invalid page token.",
+                                     param="page")) from None
+        now = time.time()
+        with self.staging.lock:
+            visible = [i for i in self.state.intents.values()
+                       if now - i.at >= self.state.search_lag]
+        visible.sort(key=lambda i: (-i.obj["created"], -i.seq))
+        hits = [i.obj for i in visible if match(i.obj)]
+        page = hits[start:start + limit]
+        more = start + limit < len(hits)
+        return _json({"object": "search_result", "data": page, "has_more": more,
+                      "next_page": base64.urlsafe_b64encode(str(start + limit).encode()).decode()
+                      if more else None,
+                      "url": "/v1/payment_intents/search"})
+
+    # idempotency -------------------------------------------------------------------------------
+
+    def _remembered(self, key: str, fingerprint: str) -> web.Response | None:
+        """The answer for a key seen before: a replay, a 400 for other parameters, or a 409
+        while the first request runs. None for a new (or pruned) key."""
+        if len(key) > MAX_IDEMPOTENCY_KEY:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Keys for idempotent requests can be no longer than "
+                                     f"{MAX_IDEMPOTENCY_KEY} characters."))
+        with self.staging.lock:
+            seen = self.state.keys.get(key)
+            if seen is not None and time.time() - seen.at > IDEMPOTENCY_TTL:
+                del self.state.keys[key]
+                seen = None
+        if seen is None:
+            return None
+        if seen.fingerprint != fingerprint:
+            return stripe_error(
+                400, "idempotency_error",
+                "Keys for idempotent requests can only be used with the same parameters they "
+                f"were first used with. Try using a key other than '{key}' if you meant to "
+                "execute a different request.")
+        if seen.status is None:
+            return stripe_error(
+                409, "idempotency_error",
+                "There is currently another in-progress request using this Idempotent Key "
+                "(that probably means you submitted twice, and the other request is still "
+                f"going through): {key}. Please try again later.",
+                code="idempotency_key_in_use")
+        return web.Response(status=seen.status, body=seen.body, content_type="application/json",
+                            headers={"Idempotent-Replayed": "true", "Idempotency-Key": key,
+                                     "Original-Request": seen.request_id,
+                                     "Request-Id": _request_id()})
+
+    def _remember(self, key: str | None, response: web.Response) -> None:
+        if key is None:
+            return
+        response.headers["Idempotency-Key"] = key
+        body = response.body if isinstance(response.body, bytes) else b""
+        with self.staging.lock:
+            seen = self.state.keys.get(key)
+            if seen is not None:
+                seen.status, seen.body = response.status, body
+                seen.request_id = response.headers.get("Request-Id", "")
+
+    def _forget(self, key: str | None) -> None:
+        if key is not None:
+            with self.staging.lock:
+                self.state.keys.pop(key, None)
+
+    # control ---------------------------------------------------------------------------------
+
+    async def _h_get_lag(self, request: web.Request) -> web.Response:
+        return web.json_response({"seconds": self.state.search_lag})
+
+    async def _h_set_lag(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            seconds = float(body["seconds"])
+        except (KeyError, TypeError, ValueError):
+            return web.json_response({"error": "give {\"seconds\": <number>}"}, status=400)
+        self.state.search_lag = seconds
+        return web.json_response({"seconds": seconds})
+
+    async def _h_add_customer(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else {}
+        return web.json_response(self.add_customer(**{k: body[k] for k in ("id", "email", "name")
+                                                      if k in body}))
+
+    def add_customer(self, id: str | None = None, email: str | None = None,
+                     name: str | None = None) -> dict[str, Any]:
+        """Adds a customer that PaymentIntents may name, and returns it."""
+        customer = {"id": id or "cus_" + _random_id(14), "object": "customer", "email": email,
+                    "name": name, "created": int(time.time()), "livemode": False}
+        with self.staging.lock:
+            self.state.customers[customer["id"]] = customer
+        return customer
+
+
+# -- objects and errors -----------------------------------------------------------------------
+
+def payment_intent_object(pi_id: str, p: Mapping[str, Any], *, created: int) -> dict[str, Any]:
+    """A PaymentIntent as the API returns it, fresh from create."""
+    types = _as_list(p.get("payment_method_types")) or ["card"]
+    return {
+        "id": pi_id, "object": "payment_intent", "amount": p["amount"],
+        "amount_capturable": 0, "amount_received": 0, "application": None,
+        "application_fee_amount": None,
+        "automatic_payment_methods": p.get("automatic_payment_methods"),
+        "canceled_at": None, "cancellation_reason": None,
+        "capture_method": p.get("capture_method", "automatic_async"),
+        "client_secret": f"{pi_id}_secret_{_random_id(24)}", "confirmation_method": "automatic",
+        "created": created, "currency": p["currency"], "customer": p.get("customer"),
+        "description": p.get("description"), "last_payment_error": None,
+        "latest_charge": None, "livemode": False, "metadata": dict(p.get("metadata") or {}),
+        "next_action": None, "on_behalf_of": None, "payment_method": None,
+        "payment_method_options": {}, "payment_method_types": types, "processing": None,
+        "receipt_email": p.get("receipt_email"), "review": None, "setup_future_usage": None,
+        "shipping": None, "statement_descriptor": None,
+        "statement_descriptor_suffix": p.get("statement_descriptor_suffix"),
+        "status": "requires_payment_method", "transfer_data": None, "transfer_group": None,
+    }
+
+
+def stripe_error(status: int, type_: str, message: str, *, code: str | None = None,
+                 param: str | None = None,
+                 headers: dict[str, str] | None = None) -> web.Response:
+    """Stripe's error body: ``{"error": {"type", "message", "code"?, "param"?, "doc_url"?}}``."""
+    err: dict[str, Any] = {"message": message, "type": type_}
+    if code is not None:
+        err["code"] = code
+        err["doc_url"] = f"https://stripe.com/docs/error-codes/{code.replace('_', '-')}"
+    if param is not None:
+        err["param"] = param
+    return _json({"error": err}, status=status, headers=headers)
+
+
+def mask_key(key: str) -> str:
+    """Shows a key the way Stripe's messages do: its prefix and last four characters."""
+    m = re.match(r"(?:sk|rk|pk)_(?:test|live)_", key)
+    prefix = m.group(0) if m else ""
+    rest = key[len(prefix):]
+    return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(body, status=status,
+                             headers={"Request-Id": _request_id(), **(headers or {})})
+
+
+def _no_such(obj_id: str, param: str, status: int) -> web.Response:
+    return stripe_error(status, "invalid_request_error", f"No such payment_intent: '{obj_id}'",
+                        code="resource_missing", param=param)
+
+
+def _no_unknown(params: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise Reply(stripe_error(400, "invalid_request_error",
+                                 f"Received unknown parameter: {unknown[0]}",
+                                 code="parameter_unknown", param=unknown[0]))
+
+
+def _integer(value: Any, param: str) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise Reply(stripe_error(400, "invalid_request_error", f"Invalid integer: {value}",
+                                 code="parameter_invalid_integer", param=param)) from None
+
+
+def _limit(params: Mapping[str, Any]) -> int:
+    limit = _integer(params.get("limit", DEFAULT_LIMIT), "limit")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise Reply(stripe_error(400, "invalid_request_error",
+                                 f"This value must be between 1 and {MAX_LIMIT}.",
+                                 code="parameter_invalid_integer", param="limit"))
+    return limit
+
+
+def _created_filter(value: Any) -> Callable[[int], bool]:
+    if value is None:
+        return lambda c: True
+    if not isinstance(value, dict):
+        at = _integer(value, "created")
+        return lambda c: c == at
+    ops: dict[str, Callable[[int, int], bool]] = {
+        "gt": lambda c, v: c > v, "gte": lambda c, v: c >= v,
+        "lt": lambda c, v: c < v, "lte": lambda c, v: c <= v}
+    bounds = []
+    for k, v in value.items():
+        if k not in ops:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Received unknown parameter: created[{k}]",
+                                     code="parameter_unknown", param=f"created[{k}]"))
+        bounds.append((ops[k], _integer(v, f"created[{k}]")))
+    return lambda c: all(op(c, v) for op, v in bounds)
+
+
+def decode_params(items: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Decodes Stripe's form/query encoding (``a[b]=v``, ``a[0]=v``) into nested dicts.
+
+    Lists stay dicts keyed by index here (``metadata`` keys may be digits too); the few list
+    parameters are turned into lists where they are used.
+    """
+    out: dict[str, Any] = {}
+    for raw, value in items:
+        m = re.fullmatch(r"([^\[\]]+)((?:\[[^\[\]]*\])*)", raw)
+        if m is None:
+            raise Reply(stripe_error(400, "invalid_request_error",
+                                     f"Invalid parameter name: {raw}"))
+        path = [m.group(1), *re.findall(r"\[([^\[\]]*)\]", m.group(2))]
+        cur = out
+        for part in path[:-1]:
+            nxt = cur.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise Reply(stripe_error(400, "invalid_request_error",
+                                         f"Invalid object: {raw}", param=path[0]))
+            cur = nxt
+        cur[path[-1]] = value
+    return out
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value, key=lambda k: int(k) if k.isdigit() else 0)]
+    return [value]
+
+
+# -- the search query language, the subset we emulate ------------------------------------------
+
+_CLAUSE = re.compile(r"""\s*(?:
+    metadata\[(?P<mq>['"])(?P<mkey>.+?)(?P=mq)\]\s*:\s*(?P<mvq>['"])(?P<mval>.*?)(?P=mvq)
+  | (?P<field>status|currency|customer|description)\s*:\s*(?P<fq>['"])(?P<fval>.*?)(?P=fq)
+  | (?P<num>amount|created)\s*(?P<op>>=|<=|:|>|<)\s*(?P<nval>-?\d+)
+)\s*""", re.VERBOSE)
+
+
+def parse_search(query: str) -> Callable[[dict[str, Any]], bool]:
+    """Compiles a search ``query`` into a predicate over PaymentIntent objects.
+
+    Raises:
+        ValueError: outside the emulated subset (the message is Stripe-like).
+    """
+    joiners = re.findall(r"\s(AND|OR)\s", query)
+    if len(set(joiners)) > 1:
+        raise ValueError("Queries may combine clauses with AND or with OR, not both.")
+    parts = re.split(r"\s(?:AND|OR)\s", query) if joiners else [query]
+    preds: list[Callable[[dict[str, Any]], bool]] = []
+    for part in parts:
+        m = _CLAUSE.fullmatch(part)
+        if m is None:
+            raise ValueError(f"Invalid query: could not parse {part.strip()!r}.")
+        preds.append(_clause(m))
+    if joiners and joiners[0] == "OR":
+        return lambda o: any(p(o) for p in preds)
+    return lambda o: all(p(o) for p in preds)
+
+
+_COMPARE: dict[str, Callable[[int, int], bool]] = {
+    ":": lambda x, v: x == v, ">": lambda x, v: x > v, "<": lambda x, v: x < v,
+    ">=": lambda x, v: x >= v, "<=": lambda x, v: x <= v}
+
+
+def _clause(m: re.Match[str]) -> Callable[[dict[str, Any]], bool]:
+    if m.group("mkey") is not None:
+        key, value = m.group("mkey"), m.group("mval")
+        return lambda o: o["metadata"].get(key) == value
+    if m.group("field") is not None:
+        name, text = m.group("field"), m.group("fval")
+        return lambda o: o.get(name) == text
+    num, compare, bound = m.group("num"), _COMPARE[m.group("op")], int(m.group("nval"))
+    return lambda o: compare(o[num], bound)
+
+
+def _random_id(n: int) -> str:
+    alphabet = string.ascii_letters + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def _request_id() -> str:
+    return "req_" + _random_id(14)

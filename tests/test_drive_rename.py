@@ -1,0 +1,344 @@
+"""drive.rename through the real Drive client against the staging server: directly, and through
+run_step with a real journal."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from activities.catalog import spec_registry
+from activities.drive import DriveRename, drive_client
+from helpers.wait import assert_eventually
+from staging.core import Fault, Staging, StagingServer
+from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget
+from tidemark.actions import GateRefused, ProbeStatus, Registry, StepContext
+from tidemark.errors import (
+    NeedsDecision,
+    PlanError,
+    PreconditionFailed,
+    Refused,
+    TargetUnavailable,
+    Unauthorized,
+)
+from tidemark.keys import key_for
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[StagingServer]:
+    with StagingServer(Staging([DriveTarget()])) as s:
+        yield s
+
+
+@pytest.fixture
+def staging(server: StagingServer) -> Staging:
+    server.staging.reset()
+    return server.staging
+
+
+@pytest.fixture
+def drive(staging: Staging) -> DriveTarget:
+    target = staging.targets["drive"]
+    assert isinstance(target, DriveTarget)
+    target.seed("report.pdf", file_id="f1")
+    return target
+
+
+@pytest.fixture
+def action(server: StagingServer, staging: Staging) -> DriveRename:
+    return DriveRename(writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=TIMEOUT),
+                       reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT))
+
+
+def control(server: StagingServer, path: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(req, timeout=5).close()
+
+
+def context(name: str = "2026-Q3 report.pdf", file_id: str = "f1",
+            before: dict[str, Any] | None = None,
+            outcome: dict[str, Any] | None = None) -> StepContext:
+    args = {"file_id": file_id, "name": name}
+    return StepContext(task_id="t", step=1, action="drive.rename", args=args,
+                       key=key_for("t", 1, "drive.rename", args),
+                       started_at=datetime.now(UTC), before_state=before, outcome=outcome)
+
+
+def intent(action: DriveRename, name: str = "2026-Q3 report.pdf") -> StepContext:
+    """What run_step does before executing: gates, snapshot, then the context of the intent."""
+    ctx = context(name)
+    action.preconditions(ctx)
+    return context(name, before=action.snapshot(ctx))
+
+
+# -- the action on its own ------------------------------------------------------------------
+
+def test_happy_path_renames_stamps_and_probes_done(action: DriveRename, drive: DriveTarget,
+                                                   staging: Staging) -> None:
+    ctx = intent(action)
+    assert ctx.before_state == {"file_id": "f1", "name": "report.pdf", "app_properties": {}}
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+    outcome = action.execute(ctx)
+    assert outcome == {"file_id": "f1", "name": "2026-Q3 report.pdf", "tidemark_key": ctx.key}
+    assert drive.files["f1"].name == "2026-Q3 report.pdf"
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE
+    assert probed.observed["name"] == "2026-Q3 report.pdf"
+    assert probed.observed["tidemark_key"] == ctx.key
+    [effect] = staging.effects_of("drive", "files.update")
+    assert effect.key == ctx.key
+
+
+def test_any_nonempty_name_is_valid_including_slashes() -> None:
+    assert DriveRename.validate_args({"file_id": "f1", "name": "a/b: c?"}, "args") == {
+        "file_id": "f1", "name": "a/b: c?"}
+    with pytest.raises(PlanError, match="empty"):
+        DriveRename.validate_args({"file_id": "f1", "name": "  "}, "args")
+    assert DriveRename.describe({"file_id": "f1", "name": "x.pdf"}) == "f1 -> x.pdf"
+
+
+def test_gates_refuse_a_missing_or_trashed_file(action: DriveRename, drive: DriveTarget) -> None:
+    with pytest.raises(GateRefused, match="does not exist"):
+        action.preconditions(context(file_id="nope"))
+    drive.seed("old.txt", file_id="f2", trashed=True)
+    with pytest.raises(GateRefused, match="trash"):
+        action.preconditions(context(file_id="f2"))
+
+
+def test_the_target_name_without_our_stamp_is_not_success(server: StagingServer,
+                                                          action: DriveRename,
+                                                          drive: DriveTarget) -> None:
+    ctx = intent(action)
+    control(server, "/_staging/drive/files/f1/third_party_rename",
+            {"name": "2026-Q3 report.pdf"})
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert "not by us" in probed.reason
+
+
+def test_third_party_rename_after_intent_is_unknown_with_what_was_seen(
+        server: StagingServer, action: DriveRename, drive: DriveTarget) -> None:
+    ctx = intent(action)
+    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert "renamed to 'theirs.pdf' by someone else" in probed.reason
+    assert probed.observed["name"] == "theirs.pdf"
+
+
+def test_third_party_rename_after_ours_is_unknown_not_done(server: StagingServer,
+                                                           action: DriveRename,
+                                                           drive: DriveTarget) -> None:
+    ctx = intent(action)
+    action.execute(ctx)
+    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert "'theirs.pdf'" in probed.reason and "someone else" in probed.reason
+
+
+def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it_done(action: DriveRename,
+                                                                  drive: DriveTarget,
+                                                                  staging: Staging) -> None:
+    ctx = intent(action)
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        action.execute(ctx)
+    assert action.probe(ctx).status is ProbeStatus.DONE
+    assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(action: DriveRename,
+                                                                    drive: DriveTarget,
+                                                                    staging: Staging) -> None:
+    ctx = intent(action)
+    staging.arm(Fault("drive", "files.update", "delay", seconds=TIMEOUT * 2))
+    with pytest.raises(TargetUnavailable, match="no answer in time"):
+        action.execute(ctx)
+    assert action.probe(ctx).status is ProbeStatus.ABSENT  # not committed yet
+    assert_eventually(lambda: action.probe(ctx).status is ProbeStatus.DONE)
+    assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_a_503_is_target_unavailable_and_changes_nothing(action: DriveRename,
+                                                         drive: DriveTarget,
+                                                         staging: Staging) -> None:
+    ctx = intent(action)
+    staging.arm(Fault("drive", "files.update", "fail_before_commit"))
+    with pytest.raises(TargetUnavailable, match="503"):
+        action.execute(ctx)
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+
+
+def test_a_failing_read_makes_the_probe_unknown(action: DriveRename, drive: DriveTarget,
+                                                staging: Staging) -> None:
+    ctx = intent(action)
+    staging.arm(Fault("drive", "files.get", "fail_before_commit"))
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN and "could not read" in probed.reason
+
+
+def test_revoked_write_token_is_unauthorized_and_changes_nothing(server: StagingServer,
+                                                                 action: DriveRename,
+                                                                 drive: DriveTarget) -> None:
+    ctx = intent(action)
+    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    with pytest.raises(Unauthorized, match="401"):
+        action.execute(ctx)
+    assert drive.files["f1"].name == "report.pdf"
+
+
+def test_revoked_read_token_stops_the_probe_and_the_gates(server: StagingServer,
+                                                          action: DriveRename,
+                                                          drive: DriveTarget) -> None:
+    ctx = intent(action)
+    control(server, f"/_staging/tokens/{DEFAULT_READ_TOKEN}/revoke", {})
+    with pytest.raises(Unauthorized):
+        action.probe(ctx)
+    with pytest.raises(Unauthorized):
+        action.preconditions(ctx)
+
+
+def test_a_read_only_client_cannot_execute(server: StagingServer, drive: DriveTarget) -> None:
+    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT)
+    misconfigured = DriveRename(writer=reader, reader=reader)
+    with pytest.raises(Unauthorized, match="403"):
+        misconfigured.execute(context(before={"name": "report.pdf"}))
+    assert drive.files["f1"].name == "report.pdf"
+
+
+# -- compensation ---------------------------------------------------------------------------
+
+def test_compensate_restores_the_name_and_removes_our_stamp(action: DriveRename,
+                                                            drive: DriveTarget) -> None:
+    ctx = intent(action)
+    outcome = action.execute(ctx)
+    undo = context(before=ctx.before_state, outcome=outcome)
+    assert action.compensate(undo) == {"file_id": "f1", "name": "report.pdf",
+                                       "tidemark_key": None}
+    assert drive.files["f1"].name == "report.pdf"
+    assert "tidemark_key" not in drive.files["f1"].app_properties
+    # A second attempt of the same compensation finds it done and writes nothing.
+    versions = drive.files["f1"].version
+    assert action.compensate(undo)["name"] == "report.pdf"
+    assert drive.files["f1"].version == versions
+
+
+def test_compensate_puts_back_an_earlier_stamp(action: DriveRename, drive: DriveTarget) -> None:
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier", "other": "x"}
+    ctx = intent(action)
+    action.execute(ctx)
+    action.compensate(context(before=ctx.before_state))
+    assert drive.files["f1"].app_properties == {"tidemark_key": "earlier", "other": "x"}
+
+
+def test_compensate_refuses_to_overwrite_someone_elses_rename(server: StagingServer,
+                                                              action: DriveRename,
+                                                              drive: DriveTarget) -> None:
+    ctx = intent(action)
+    action.execute(ctx)
+    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    with pytest.raises(Refused, match="someone else changed it"):
+        action.compensate(context(before=ctx.before_state))
+    assert drive.files["f1"].name == "theirs.pdf"
+
+
+# -- through run_step -------------------------------------------------------------------------
+
+def persist(store: JournalStore, task_id: str = "t", name: str = "2026-Q3 report.pdf") -> str:
+    plan = load_plan({"task_id": task_id, "steps": [
+        {"action": "drive.rename", "args": {"file_id": "f1", "name": name}}]},
+        spec_registry(DriveRename))
+    store.persist_plan(plan)
+    return plan.task_id
+
+
+def test_run_step_happy_path(store: JournalStore, action: DriveRename, drive: DriveTarget,
+                             staging: Staging) -> None:
+    task = persist(store)
+    result = run_step(store, Registry([action]), task, 1)
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert result.outcome["tidemark_key"] == result.key
+    row = store.step_row(task, 1)
+    assert row is not None and row.before_state == {"file_id": "f1", "name": "report.pdf",
+                                                    "app_properties": {}}
+    assert run_step(store, Registry([action]), task, 1).skipped
+    assert [e.key for e in staging.effects_of("drive")] == [result.key]
+
+
+def test_run_step_resolves_a_dropped_answer_by_probe(store: JournalStore, action: DriveRename,
+                                                     drive: DriveTarget,
+                                                     staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.in_doubt
+    resumed = run_step(store, Registry([action]), task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    assert resumed.outcome["name"] == "2026-Q3 report.pdf"
+    assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_run_step_executes_after_a_write_that_never_landed(store: JournalStore,
+                                                           action: DriveRename,
+                                                           drive: DriveTarget,
+                                                           staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "fail_before_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    resumed = run_step(store, Registry([action]), task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "execute")
+    assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_run_step_stops_for_a_person_when_someone_else_renamed(server: StagingServer,
+                                                               store: JournalStore,
+                                                               action: DriveRename,
+                                                               drive: DriveTarget,
+                                                               staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "fail_before_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    with pytest.raises(NeedsDecision, match=r"theirs\.pdf"):
+        run_step(store, Registry([action]), task, 1)
+    assert drive.files["f1"].name == "theirs.pdf"
+    assert staging.effects_of("drive", "files.update") == []
+
+
+def test_run_step_refuses_a_trashed_file_before_any_intent(store: JournalStore,
+                                                           action: DriveRename,
+                                                           drive: DriveTarget) -> None:
+    drive.files["f1"].trashed = True
+    task = persist(store)
+    with pytest.raises(PreconditionFailed, match="trash"):
+        run_step(store, Registry([action]), task, 1)
+    assert store.step_row(task, 1) is None
+
+
+def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingServer,
+                                                               store: JournalStore,
+                                                               action: DriveRename,
+                                                               drive: DriveTarget) -> None:
+    task = persist(store)
+    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    with pytest.raises(Unauthorized) as info:
+        run_step(store, Registry([action]), task, 1)
+    assert not info.value.retryable
+    row = store.step_row(task, 1)
+    assert row is not None and row.in_doubt
+    assert drive.files["f1"].name == "report.pdf"

@@ -1,0 +1,274 @@
+"""``gmail.send`` through google-api-python-client against the Gmail staging server: directly,
+then through run_step and a real Postgres journal."""
+
+from __future__ import annotations
+
+import base64
+import json
+from email.message import EmailMessage
+from typing import Any
+
+import httplib2
+import pytest
+from googleapiclient.errors import HttpError
+from mail_fixtures import (  # noqa: F401
+    CLIENT_TIMEOUT_S,
+    add_token,
+    arm,
+    effects,
+    mail_fixture,
+    mail_server_fixture,
+    persist,
+    post,
+    revoke,
+    step_context,
+)
+
+from activities.gmail import GmailSend, gmail_error
+from helpers.wait import assert_eventually
+from probes.gmail import KEY_HEADER, RECENT_SENT, gmail_client, message_id_for
+from staging.core import StagingServer
+from staging.gmail import METADATA_TOKEN, READ_TOKEN, SEND_TOKEN, GmailTarget
+from tidemark.actions import ProbeStatus, Registry
+from tidemark.errors import NeedsDecision, Refused, TargetUnavailable, Unauthorized
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+ARGS = {"to": ["bob@example.com"], "cc": "carol@example.com", "subject": "Q3 report",
+        "body": "Attached in spirit."}
+SPECS = Registry([GmailSend])
+
+
+def action(server: StagingServer, *, send_token: str = SEND_TOKEN,
+           read_token: str = READ_TOKEN, timeout: float = CLIENT_TIMEOUT_S) -> GmailSend:
+    return GmailSend(writer=gmail_client(server.url, send_token, timeout=timeout),
+                     reader=gmail_client(server.url, read_token, timeout=CLIENT_TIMEOUT_S))
+
+
+def gmail(server: StagingServer) -> GmailTarget:
+    target = server.staging.targets["gmail"]
+    assert isinstance(target, GmailTarget)
+    return target
+
+
+def sent_keys(server: StagingServer) -> list[str | None]:
+    return [m.header(KEY_HEADER) for m in gmail(server).messages()]
+
+
+def raw_message(subject: str) -> str:
+    msg = EmailMessage()
+    msg["To"] = "someone@example.com"
+    msg["Subject"] = subject
+    msg.set_content("unrelated")
+    return base64.urlsafe_b64encode(msg.as_bytes()).decode()
+
+
+def step(args: dict[str, Any] = ARGS) -> list[dict[str, Any]]:
+    return [{"action": "gmail.send", "args": args}]
+
+
+# -- the action on its own -------------------------------------------------------------------
+
+def test_execute_sends_one_message_stamped_with_the_key(mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    out = action(mail).execute(ctx)
+    [stored] = gmail(mail).messages()
+    assert out == {"id": stored.id, "threadId": stored.thread_id, "labelIds": ["SENT"]}
+    assert stored.header(KEY_HEADER) == ctx.key
+    assert stored.header("To") == "bob@example.com"
+    assert stored.header("Cc") == "carol@example.com"
+    assert stored.header("Subject") == "Q3 report"
+    [effect] = effects(mail, "gmail", "messages.send")
+    assert effect["key"] == ctx.key
+
+
+def test_probe_finds_the_message_although_gmail_replaced_its_message_id(
+        mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    a = action(mail)
+    assert a.probe(ctx).status is ProbeStatus.ABSENT
+    out = a.execute(ctx)
+    [stored] = gmail(mail).messages()
+    assert stored.header("Message-ID") != message_id_for(ctx.key)  # rewritten by "Gmail"
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.DONE
+    assert probed.observed["id"] == out["id"] and probed.observed["labelIds"] == ["SENT"]
+    assert probed.observed["message_id"] == stored.header("Message-ID")
+    assert probed.observed["found_by"] == "recent sent"
+
+
+def test_probe_scans_the_window_beyond_the_newest_messages(mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    a = action(mail)
+    out = a.execute(ctx)
+    sender = gmail_client(mail.url, SEND_TOKEN).users().messages()
+    for i in range(RECENT_SENT + 5):  # push ours out of the newest-by-label page
+        sender.send(userId="me", body={"raw": raw_message(f"later {i}")}).execute()
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["id"] == out["id"]
+    assert probed.observed["found_by"] == "sent since intent"
+
+
+def test_probe_finds_a_message_the_search_index_does_not_show_yet(mail: StagingServer) -> None:
+    post(mail, "/_staging/gmail/settings", {"search_lag": 60})
+    ctx = step_context("gmail.send", ARGS)
+    arm(mail, "gmail", "messages.send", "drop_after_commit")
+    a = action(mail)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["found_by"] == "recent sent"
+
+
+def test_probe_ignores_other_messages_and_finds_ours_among_them(mail: StagingServer) -> None:
+    a = action(mail)
+    ours = step_context("gmail.send", ARGS)
+    other = step_context("gmail.send", {**ARGS, "subject": "another"})
+    a.execute(other)
+    assert a.probe(ours).status is ProbeStatus.ABSENT
+    a.execute(ours)
+    a.execute(step_context("gmail.send", {**ARGS, "subject": "later"}))
+    probed = a.probe(ours)
+    assert probed.status is ProbeStatus.DONE
+    assert gmail(mail).messages()[1].id == probed.observed["id"]
+
+
+def test_probe_still_finds_a_sent_message_that_was_trashed(mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    a = action(mail)
+    out = a.execute(ctx)
+    add_token(mail, "modify", "gmail", ["https://www.googleapis.com/auth/gmail.modify"])
+    gmail_client(mail.url, "modify").users().messages().trash(userId="me",
+                                                               id=out["id"]).execute()
+    assert a.probe(ctx).status is ProbeStatus.DONE
+
+
+def test_probe_is_unknown_when_search_is_unavailable(mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    arm(mail, "gmail", "messages.list", "fail_before_commit")
+    probed = action(mail).probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN and "503" in probed.reason
+
+
+def test_probe_with_a_metadata_scope_reader_is_unknown(mail: StagingServer) -> None:
+    probed = action(mail, read_token=METADATA_TOKEN).probe(step_context("gmail.send", ARGS))
+    assert probed.status is ProbeStatus.UNKNOWN and "403" in probed.reason
+
+
+def test_dropped_response_is_target_unavailable_and_sends_once(mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    arm(mail, "gmail", "messages.send", "drop_after_commit")
+    a = action(mail)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    assert sent_keys(mail) == [ctx.key]  # the SDK's transport did not resend
+    assert a.probe(ctx).status is ProbeStatus.DONE
+
+
+def test_timeout_is_target_unavailable_and_the_probe_sees_the_late_commit(
+        mail: StagingServer) -> None:
+    ctx = step_context("gmail.send", ARGS)
+    arm(mail, "gmail", "messages.send", "delay", seconds=0.6)
+    a = action(mail, timeout=0.2)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    assert_eventually(lambda: a.probe(ctx).status is ProbeStatus.DONE, timeout=5)
+    assert sent_keys(mail) == [ctx.key]
+
+
+def test_server_error_before_commit_is_target_unavailable(mail: StagingServer) -> None:
+    arm(mail, "gmail", "messages.send", "fail_before_commit")
+    with pytest.raises(TargetUnavailable):
+        action(mail).execute(step_context("gmail.send", ARGS))
+    assert sent_keys(mail) == []
+
+
+def test_revoked_or_wrong_scope_token_is_unauthorized(mail: StagingServer) -> None:
+    with pytest.raises(Unauthorized):
+        action(mail, send_token=READ_TOKEN).execute(step_context("gmail.send", ARGS))
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(Unauthorized) as e:
+        action(mail).execute(step_context("gmail.send", ARGS))
+    assert SEND_TOKEN not in str(e.value)
+    assert sent_keys(mail) == []
+
+
+def _http_error(status: int, reason: str) -> HttpError:
+    resp = httplib2.Response({"status": str(status)})
+    body = {"error": {"code": status, "message": reason,
+                      "errors": [{"reason": reason, "domain": "global", "message": reason}]}}
+    return HttpError(resp, json.dumps(body).encode(), uri="https://gmail.googleapis.com/x")
+
+
+@pytest.mark.parametrize(("status", "reason", "expected"), [
+    (400, "invalidArgument", Refused),
+    (404, "notFound", Refused),
+    (401, "authError", Unauthorized),
+    (403, "insufficientPermissions", Unauthorized),
+    (403, "userRateLimitExceeded", TargetUnavailable),
+    (403, "dailyLimitExceeded", TargetUnavailable),
+    (429, "rateLimitExceeded", TargetUnavailable),
+    (500, "backendError", TargetUnavailable),
+    (503, "backendError", TargetUnavailable),
+])
+def test_error_mapping(status: int, reason: str, expected: type) -> None:
+    assert type(gmail_error(_http_error(status, reason), "gmail.send")) is expected
+    assert type(gmail_error(TimeoutError("timed out"), "gmail.send")) is TargetUnavailable
+
+
+def test_describe_and_args() -> None:
+    args = GmailSend.validate_args(ARGS, "steps[0].args")
+    assert args["cc"] == ["carol@example.com"]
+    assert GmailSend.describe(args) == "'Q3 report' to bob@example.com (+1 cc)"
+
+
+# -- through run_step ----------------------------------------------------------------------
+
+def test_run_step_happy_path_then_skip(mail: StagingServer, store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    result = run_step(store, registry, task, 1)
+    assert result.status == "done" and result.resolved_by == "execute"
+    assert sent_keys(mail) == [result.key]
+    again = run_step(store, registry, task, 1)
+    assert again.skipped and sent_keys(mail) == [result.key]
+
+
+def test_run_step_dropped_response_resolves_by_probe(mail: StagingServer,
+                                                     store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "gmail", "messages.send", "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "probe" and result.status == "done"
+    [stored] = gmail(mail).messages()
+    assert result.outcome["id"] == stored.id
+    assert sent_keys(mail) == [result.key]  # exactly one message
+
+
+def test_run_step_unknown_probe_stops_without_sending(mail: StagingServer,
+                                                      store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "gmail", "messages.send", "fail_before_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)  # intent open, nothing sent
+    arm(mail, "gmail", "messages.list", "fail_before_commit")
+    with pytest.raises(NeedsDecision):
+        run_step(store, registry, task, 1)
+    assert sent_keys(mail) == []
+    assert store.step_row(task, 1).outcome is None  # still in doubt, for a person
+
+
+def test_run_step_revoked_token_then_restored(mail: StagingServer, store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(Unauthorized):
+        run_step(store, Registry([action(mail)]), task, 1)
+    assert sent_keys(mail) == []
+    add_token(mail, "restored", "gmail", ["https://www.googleapis.com/auth/gmail.send"])
+    result = run_step(store, Registry([action(mail, send_token="restored")]), task, 1)
+    assert result.resolved_by == "execute"  # the probe found nothing, so it sent once
+    assert sent_keys(mail) == [result.key]

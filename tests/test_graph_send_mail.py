@@ -1,0 +1,292 @@
+"""``graph.send_mail`` through msgraph-sdk against the Graph staging server: directly, then
+through run_step and a real Postgres journal."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from kiota_abstractions.api_error import APIError
+from mail_fixtures import (  # noqa: F401
+    CLIENT_TIMEOUT_S,
+    add_token,
+    arm,
+    effects,
+    mail_fixture,
+    mail_server_fixture,
+    persist,
+    post,
+    revoke,
+    step_context,
+)
+
+from activities.graph import GraphSendMail, graph_error
+from helpers.wait import assert_eventually
+from probes.graph import KEY_PROPERTY_ID, StaticTokenProvider, graph_client
+from staging.core import StagingServer
+from staging.graph import READ_TOKEN, SEND_TOKEN, GraphTarget
+from tidemark.actions import ProbeStatus, Registry
+from tidemark.errors import NeedsDecision, Refused, TargetUnavailable, Unauthorized
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+ARGS = {"to": "bob@example.com", "cc": ["carol@example.com", "dan@example.com"],
+        "subject": "Invoice 42", "body": "Please find the details below."}
+SPECS = Registry([GraphSendMail])
+HOLD = 60  # seconds a message waits in the Outbox when a test wants to see it queued
+
+
+def action(server: StagingServer, *, send_token: str = SEND_TOKEN,
+           read_token: str = READ_TOKEN, timeout: float = CLIENT_TIMEOUT_S) -> GraphSendMail:
+    return GraphSendMail(writer=graph_client(server.url, send_token, timeout=timeout),
+                         reader=graph_client(server.url, read_token, timeout=CLIENT_TIMEOUT_S))
+
+
+def graph(server: StagingServer) -> GraphTarget:
+    target = server.staging.targets["graph"]
+    assert isinstance(target, GraphTarget)
+    return target
+
+
+def keys_sent(server: StagingServer) -> list[str | None]:
+    """The key of every sendMail the server accepted, in order."""
+    return [e["key"] for e in effects(server, "graph", "sendMail")]
+
+
+def hold_in_outbox(server: StagingServer, seconds: float = HOLD) -> None:
+    post(server, "/_staging/graph/settings", {"send_delay": seconds})
+
+
+def step(args: dict[str, Any] = ARGS) -> list[dict[str, Any]]:
+    return [{"action": "graph.send_mail", "args": args}]
+
+
+# -- the action on its own -------------------------------------------------------------------
+
+def test_execute_submits_one_message_stamped_with_the_key(mail: StagingServer) -> None:
+    hold_in_outbox(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    assert action(mail).execute(ctx) == {"state": "submitted", "accepted": True}
+    [queued] = graph(mail).messages_in("outbox")
+    assert queued.headers == [{"name": "x-tidemark-key", "value": ctx.key}]
+    assert queued.properties == [{"id": KEY_PROPERTY_ID, "value": ctx.key}]
+    assert [r["emailAddress"]["address"] for r in queued.fields["toRecipients"]] == [
+        "bob@example.com"]
+    assert len(queued.fields["ccRecipients"]) == 2
+    assert queued.fields["body"] == {"contentType": "text", "content": ARGS["body"]}
+    assert keys_sent(mail) == [ctx.key]
+
+
+def test_probe_tells_submitted_from_sent_across_the_id_change(mail: StagingServer) -> None:
+    hold_in_outbox(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    assert a.probe(ctx).status is ProbeStatus.ABSENT
+    a.execute(ctx)
+    queued = a.probe(ctx)
+    assert queued.status is ProbeStatus.DONE
+    assert queued.observed["state"] == "submitted" and queued.observed["folder"] == "outbox"
+    post(mail, "/_staging/graph/deliver")
+    sent = a.probe(ctx)
+    assert sent.observed["state"] == "sent" and sent.observed["folder"] == "sentitems"
+    assert sent.observed["id"] != queued.observed["id"]
+    assert sent.observed["internetMessageId"] == queued.observed["internetMessageId"]
+
+
+def test_probe_moves_from_submitted_to_sent_after_the_delay(mail: StagingServer) -> None:
+    hold_in_outbox(mail, 0.3)
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    a.execute(ctx)
+    assert_eventually(lambda: a.probe(ctx).observed.get("state") == "sent", timeout=5)
+
+
+def test_probe_finds_a_message_waiting_in_drafts(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": HOLD, "queue_folder": "drafts"})
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    a.execute(ctx)
+    observed = a.probe(ctx).observed
+    assert (observed["state"], observed["folder"]) == ("submitted", "drafts")
+
+
+def test_probe_ignores_messages_with_other_keys(mail: StagingServer) -> None:
+    hold_in_outbox(mail)
+    a = action(mail)
+    a.execute(step_context("graph.send_mail", {**ARGS, "subject": "other"}))
+    post(mail, "/_staging/graph/deliver")
+    a.execute(step_context("graph.send_mail", {**ARGS, "subject": "other 2"}))
+    assert a.probe(step_context("graph.send_mail", ARGS)).status is ProbeStatus.ABSENT
+
+
+@pytest.mark.parametrize("folder_op_calls", [1, 2, 3])
+def test_probe_is_unknown_when_any_folder_cannot_be_read(mail: StagingServer,
+                                                         folder_op_calls: int) -> None:
+    # The n-th folder read fails (drafts, outbox, sent items in that order): faults are taken
+    # in the order armed, so n-1 no-op delays let the earlier reads through.
+    a = action(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    if folder_op_calls > 1:
+        arm(mail, "graph", "messages.list", "delay", seconds=0, times=folder_op_calls - 1)
+    arm(mail, "graph", "messages.list", "fail_before_commit")
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert ("drafts", "outbox", "sentitems")[folder_op_calls - 1] in probed.reason
+
+
+def test_dropped_response_is_target_unavailable_and_submits_once(mail: StagingServer) -> None:
+    hold_in_outbox(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    arm(mail, "graph", "sendMail", "drop_after_commit")
+    a = action(mail)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    assert keys_sent(mail) == [ctx.key]
+    assert a.probe(ctx).observed["state"] == "submitted"
+
+
+def test_202_with_retry_after_is_a_single_submission(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/send_reply", {"status": 202, "retry_after": 1})
+    ctx = step_context("graph.send_mail", ARGS)
+    assert action(mail).execute(ctx)["state"] == "submitted"
+    assert keys_sent(mail) == [ctx.key]
+
+
+def test_503_with_retry_after_after_commit_is_not_resent(mail: StagingServer) -> None:
+    """The default msgraph-sdk client resends here (see test_staging_graph); ours must not."""
+    post(mail, "/_staging/graph/send_reply", {"status": 503, "retry_after": 0})
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    assert keys_sent(mail) == [ctx.key]
+    assert a.probe(ctx).status is ProbeStatus.DONE
+
+
+def test_timeout_is_target_unavailable_and_the_probe_sees_the_late_commit(
+        mail: StagingServer) -> None:
+    ctx = step_context("graph.send_mail", ARGS)
+    arm(mail, "graph", "sendMail", "delay", seconds=0.6)
+    a = action(mail, timeout=0.2)
+    with pytest.raises(TargetUnavailable):
+        a.execute(ctx)
+    assert_eventually(lambda: a.probe(ctx).status is ProbeStatus.DONE, timeout=5)
+    assert keys_sent(mail) == [ctx.key]
+
+
+def test_revoked_or_wrong_scope_token_is_unauthorized(mail: StagingServer) -> None:
+    with pytest.raises(Unauthorized):
+        action(mail, send_token=READ_TOKEN).execute(step_context("graph.send_mail", ARGS))
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(Unauthorized) as e:
+        action(mail).execute(step_context("graph.send_mail", ARGS))
+    assert SEND_TOKEN not in str(e.value)
+    assert keys_sent(mail) == []
+
+
+def test_token_is_only_handed_out_for_the_configured_host() -> None:
+    provider = StaticTokenProvider("secret", ["127.0.0.1"])
+    assert asyncio.run(provider.get_authorization_token("http://127.0.0.1:8/v1.0/me")) == "secret"
+    assert asyncio.run(provider.get_authorization_token("https://evil.example/v1.0/me")) == ""
+
+
+def test_works_from_threads_and_inside_a_running_event_loop(mail: StagingServer) -> None:
+    a = action(mail)
+    contexts = [step_context("graph.send_mail", {**ARGS, "subject": f"s{i}"}) for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(a.execute, contexts))
+    assert all(o["state"] == "submitted" for o in outs)
+
+    async def caller_with_its_own_loop() -> str:
+        ctx = step_context("graph.send_mail", {**ARGS, "subject": "in a loop"})
+        a.execute(ctx)  # blocking on purpose, as a sync activity would in a loop's thread
+        return ctx.key
+
+    result: list[str] = []
+    t = threading.Thread(target=lambda: result.append(asyncio.run(caller_with_its_own_loop())))
+    t.start()
+    t.join(timeout=10)
+    assert sorted(keys_sent(mail)) == sorted([c.key for c in contexts] + result)
+
+
+def _api_error(status: int) -> APIError:
+    e = APIError(f"status {status}")
+    e.response_status_code = status
+    return e
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    (400, Refused), (404, Refused), (401, Unauthorized), (403, Unauthorized),
+    (429, TargetUnavailable), (500, TargetUnavailable), (503, TargetUnavailable),
+    (504, TargetUnavailable),
+])
+def test_error_mapping(status: int, expected: type) -> None:
+    assert type(graph_error(_api_error(status), "graph.send_mail")) is expected
+    assert type(graph_error(TimeoutError(), "graph.send_mail")) is TargetUnavailable
+
+
+def test_describe_and_args() -> None:
+    args = GraphSendMail.validate_args(ARGS, "steps[0].args")
+    assert args["to"] == ["bob@example.com"]
+    assert GraphSendMail.describe(args) == "'Invoice 42' to bob@example.com (+2 cc)"
+
+
+# -- through run_step ----------------------------------------------------------------------
+
+def test_run_step_happy_path_then_skip(mail: StagingServer, store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "execute" and result.outcome["state"] == "submitted"
+    assert keys_sent(mail) == [result.key]
+    assert run_step(store, registry, task, 1).skipped
+    assert keys_sent(mail) == [result.key]
+
+
+def test_run_step_dropped_response_while_queued_resolves_submitted_then_sent(
+        mail: StagingServer, store: JournalStore) -> None:
+    hold_in_outbox(mail)
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "graph", "sendMail", "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "probe"
+    assert result.outcome["state"] == "submitted" and result.outcome["folder"] == "outbox"
+    assert keys_sent(mail) == [result.key]  # no second send
+    post(mail, "/_staging/graph/deliver")
+    args = GraphSendMail.validate_args(ARGS, "args")  # the plan stores normalised args
+    later = action(mail).probe(step_context("graph.send_mail", args, task_id=task))
+    assert later.observed["state"] == "sent"
+    assert keys_sent(mail) == [result.key]
+
+
+def test_run_step_unknown_probe_stops_without_sending(mail: StagingServer,
+                                                      store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "graph", "sendMail", "fail_before_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)  # intent open, nothing sent
+    arm(mail, "graph", "messages.list", "fail_before_commit")
+    with pytest.raises(NeedsDecision):
+        run_step(store, registry, task, 1)
+    assert keys_sent(mail) == []
+    assert store.step_row(task, 1).outcome is None
+    # Once the folders can be read again, resuming finds nothing and sends exactly once.
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "execute" and keys_sent(mail) == [result.key]
+
+
+def test_run_step_revoked_token_then_restored(mail: StagingServer, store: JournalStore) -> None:
+    task = persist(store, SPECS, step())
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(Unauthorized):
+        run_step(store, Registry([action(mail)]), task, 1)
+    add_token(mail, "restored", "graph", ["Mail.Send"])
+    result = run_step(store, Registry([action(mail, send_token="restored")]), task, 1)
+    assert result.resolved_by == "execute" and keys_sent(mail) == [result.key]

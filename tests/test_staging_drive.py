@@ -1,0 +1,233 @@
+"""The Drive v3 staging server, driven by the real google-api-python-client over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import google.oauth2.credentials
+import google_auth_httplib2
+import httplib2
+import pytest
+from googleapiclient.discovery import build
+from googleapiclient.errors import HttpError
+
+from activities.drive import drive_client
+from staging.core import Fault, Staging, StagingServer
+from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget, parse_query
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[StagingServer]:
+    with StagingServer(Staging([DriveTarget()])) as s:
+        yield s
+
+
+@pytest.fixture
+def staging(server: StagingServer) -> Staging:
+    server.staging.reset()
+    return server.staging
+
+
+@pytest.fixture
+def drive(staging: Staging) -> DriveTarget:
+    target = staging.targets["drive"]
+    assert isinstance(target, DriveTarget)
+    return target
+
+
+@pytest.fixture
+def writer(server: StagingServer) -> Any:
+    return drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=5)
+
+
+@pytest.fixture
+def reader(server: StagingServer) -> Any:
+    return drive_client(server.url, DEFAULT_READ_TOKEN, timeout=5)
+
+
+def control(server: StagingServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def http_error(call: Any) -> tuple[int, dict[str, Any]]:
+    with pytest.raises(HttpError) as info:
+        call.execute(num_retries=0)
+    return info.value.status_code, json.loads(info.value.content)
+
+
+def test_get_answers_default_fields_or_the_selected_ones(server: StagingServer,
+                                                         reader: Any) -> None:
+    f = control(server, "/_staging/drive/files", {"id": "f1", "name": "report.pdf",
+                                                  "appProperties": {"a": "1"}})
+    assert f["id"] == "f1" and f["trashed"] is False
+    assert reader.files().get(fileId="f1").execute(num_retries=0) == {
+        "kind": "drive#file", "id": "f1", "name": "report.pdf",
+        "mimeType": "application/octet-stream"}
+    assert reader.files().get(fileId="f1", fields="id,appProperties,trashed").execute(
+        num_retries=0) == {"id": "f1", "appProperties": {"a": "1"}, "trashed": False}
+    everything = reader.files().get(fileId="f1", fields="*").execute(num_retries=0)
+    assert {"version", "modifiedTime", "createdTime"} <= set(everything)
+
+
+def test_missing_file_is_drives_exact_404(reader: Any) -> None:
+    status, body = http_error(reader.files().get(fileId="nope"))
+    assert status == 404
+    assert body == {"error": {"code": 404, "message": "File not found: nope.", "errors": [
+        {"message": "File not found: nope.", "domain": "global", "reason": "notFound",
+         "locationType": "parameter", "location": "fileId"}]}}
+
+
+def test_update_renames_and_merges_app_properties(drive: DriveTarget, writer: Any) -> None:
+    drive.seed("a.txt", file_id="f1", app_properties={"keep": "x", "drop": "y"})
+    out = writer.files().update(
+        fileId="f1", body={"name": "b.txt", "appProperties": {"drop": None, "new": "z"}},
+        fields="id,name,appProperties").execute(num_retries=0)
+    assert out == {"id": "f1", "name": "b.txt", "appProperties": {"keep": "x", "new": "z"}}
+    assert drive.files["f1"].version == 2
+
+
+def test_update_of_missing_file_is_404_and_records_nothing(staging: Staging,
+                                                           writer: Any) -> None:
+    status, body = http_error(writer.files().update(fileId="gone", body={"name": "x"}))
+    assert status == 404 and body["error"]["errors"][0]["reason"] == "notFound"
+    assert staging.effects_of("drive") == []
+
+
+def test_every_update_is_recorded_with_the_key_it_carried(staging: Staging, drive: DriveTarget,
+                                                          writer: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    writer.files().update(fileId="f1", body={"name": "b.txt", "appProperties": {
+        "tidemark_key": "k1"}}).execute(num_retries=0)
+    writer.files().update(fileId="f1", body={"name": "c.txt"}).execute(num_retries=0)
+    effects = staging.effects_of("drive", "files.update")
+    assert [(e.key, e.detail["old_name"], e.detail["name"]) for e in effects] == [
+        ("k1", "a.txt", "b.txt"), (None, "b.txt", "c.txt")]
+
+
+@pytest.mark.parametrize(("q", "expected"), [
+    ("name = 'a.txt'", ["f1"]),
+    ("name != 'a.txt'", ["f2", "f3"]),
+    ("name contains 'REPORT'", ["f2", "f3"]),
+    ("appProperties has { key='tidemark_key' and value='k1' }", ["f2", "f3"]),
+    ("appProperties has { key='tidemark_key' and value='k1' } and trashed = false", ["f2"]),
+    ("trashed = true", ["f3"]),
+    ("name = 'it\\'s.txt'", []),
+    ("", ["f1", "f2", "f3"]),
+])
+def test_list_filters_with_q(drive: DriveTarget, reader: Any, q: str,
+                             expected: list[str]) -> None:
+    drive.seed("a.txt", file_id="f1")
+    drive.seed("report.pdf", file_id="f2", app_properties={"tidemark_key": "k1"})
+    drive.seed("old report.pdf", file_id="f3", trashed=True,
+               app_properties={"tidemark_key": "k1"})
+    got = reader.files().list(q=q, fields="files(id),nextPageToken").execute(num_retries=0)
+    assert [f["id"] for f in got["files"]] == expected
+
+
+def test_quotes_escape_in_q(drive: DriveTarget, reader: Any) -> None:
+    drive.seed("it's.txt", file_id="f1")
+    got = reader.files().list(q="name = 'it\\'s.txt'").execute(num_retries=0)
+    assert [f["id"] for f in got["files"]] == ["f1"]
+    assert set(got["files"][0]) == {"kind", "id", "name", "mimeType"}
+
+
+def test_unsupported_q_is_a_400_invalid_value(reader: Any) -> None:
+    status, body = http_error(reader.files().list(q="name = 'a' or name = 'b'"))
+    assert status == 400
+    assert body["error"]["message"] == "Invalid Value"
+    assert body["error"]["errors"][0]["location"] == "q"
+    with pytest.raises(ValueError):
+        parse_query("modifiedTime > '2026-01-01'")
+
+
+def test_list_pages_with_page_tokens(drive: DriveTarget, reader: Any) -> None:
+    for i in range(5):
+        drive.seed(f"f{i}", file_id=f"id{i}")
+    seen, token = [], None
+    for _ in range(5):
+        page = reader.files().list(pageSize=2, pageToken=token).execute(num_retries=0)
+        seen += [f["id"] for f in page["files"]]
+        token = page.get("nextPageToken")
+        if token is None:
+            break
+    assert seen == [f"id{i}" for i in range(5)]
+
+
+def test_read_only_scope_can_read_but_not_write(drive: DriveTarget, reader: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    assert reader.files().get(fileId="f1").execute(num_retries=0)["name"] == "a.txt"
+    status, body = http_error(reader.files().update(fileId="f1", body={"name": "b"}))
+    assert status == 403
+    assert body["error"]["status"] == "PERMISSION_DENIED"
+    assert body["error"]["errors"][0]["reason"] == "insufficientPermissions"
+    assert drive.files["f1"].name == "a.txt"
+
+
+def test_unknown_and_revoked_tokens_get_googles_401(server: StagingServer, drive: DriveTarget,
+                                                    writer: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    stranger = drive_client(server.url, "ya29.not-a-token", timeout=5)
+    status, body = http_error(stranger.files().get(fileId="f1"))
+    assert status == 401 and body["error"]["status"] == "UNAUTHENTICATED"
+    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    status, body = http_error(writer.files().update(fileId="f1", body={"name": "b"}))
+    assert status == 401 and body["error"]["errors"][0]["reason"] == "authError"
+    assert drive.files["f1"].name == "a.txt"
+
+
+def test_third_party_rename_keeps_our_stamp(server: StagingServer, staging: Staging,
+                                            drive: DriveTarget) -> None:
+    drive.seed("a.txt", file_id="f1", app_properties={"tidemark_key": "k1"})
+    out = control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs"})
+    assert out["name"] == "theirs" and out["appProperties"] == {"tidemark_key": "k1"}
+    assert [(e.op, e.key) for e in staging.effects_of("drive")] == [
+        ("third_party.rename", None)]
+
+
+def test_a_dropped_answer_surfaces_and_the_write_happens_once(staging: Staging,
+                                                             drive: DriveTarget,
+                                                             writer: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(ConnectionError):
+        writer.files().update(fileId="f1", body={"name": "b.txt"}).execute(num_retries=0)
+    assert drive.files["f1"].name == "b.txt"
+    assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_plain_httplib2_would_resend_a_dropped_write(server: StagingServer, staging: Staging,
+                                                     drive: DriveTarget) -> None:
+    # Why drive_client does not use httplib2.Http: it re-sends a PATCH whose answer was lost
+    # and reports success, hiding the in-doubt write and applying it twice.
+    drive.seed("a.txt", file_id="f1")
+    http = google_auth_httplib2.AuthorizedHttp(
+        google.oauth2.credentials.Credentials(DEFAULT_WRITE_TOKEN), http=httplib2.Http(timeout=5))
+    plain = build("drive", "v3", http=http, static_discovery=True,
+                  client_options={"api_endpoint": server.url + "/drive/v3/"})
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    plain.files().update(fileId="f1", body={"name": "b.txt"}).execute(num_retries=0)
+    assert len(staging.effects_of("drive", "files.update")) == 2
+
+
+def test_a_delayed_answer_times_out(server: StagingServer, staging: Staging,
+                                    drive: DriveTarget) -> None:
+    drive.seed("a.txt", file_id="f1")
+    impatient = drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=0.2)
+    staging.arm(Fault("drive", "files.update", "delay", seconds=0.6))
+    with pytest.raises(TimeoutError):
+        impatient.files().update(fileId="f1", body={"name": "b.txt"}).execute(num_retries=0)
+
+
+def test_fail_before_commit_is_a_503_and_changes_nothing(staging: Staging, drive: DriveTarget,
+                                                         writer: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    staging.arm(Fault("drive", "files.update", "fail_before_commit"))
+    status, body = http_error(writer.files().update(fileId="f1", body={"name": "b.txt"}))
+    assert status == 503 and body["error"]["errors"][0]["reason"] == "backendError"
+    assert drive.files["f1"].name == "a.txt" and staging.effects_of("drive") == []

@@ -1,0 +1,272 @@
+"""The Gmail v1 staging server, driven by google-api-python-client over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from email.message import EmailMessage
+
+import google_auth_httplib2
+import httplib2
+import pytest
+from google.oauth2.credentials import Credentials
+from googleapiclient.discovery import Resource, build
+from googleapiclient.errors import HttpError
+from mail_fixtures import (  # noqa: F401
+    CLIENT_TIMEOUT_S,
+    add_token,
+    arm,
+    effects,
+    mail_fixture,
+    mail_server_fixture,
+    post,
+    revoke,
+)
+
+from probes.gmail import gmail_client
+from staging.core import StagingServer
+from staging.gmail import (
+    MAILBOX,
+    METADATA_SCOPE,
+    METADATA_TOKEN,
+    READ_TOKEN,
+    READONLY_SCOPE,
+    SEND_TOKEN,
+)
+
+
+def client(server: StagingServer, token: str) -> Resource:
+    return gmail_client(server.url, token, timeout=CLIENT_TIMEOUT_S)
+
+
+def raw_message(to: str = "bob@example.com", subject: str = "Hello", **headers: str) -> str:
+    msg = EmailMessage()
+    msg["To"] = to
+    msg["Subject"] = subject
+    for name, value in headers.items():
+        msg[name.replace("_", "-")] = value
+    msg.set_content(f"body of {subject}")
+    return base64.urlsafe_b64encode(msg.as_bytes()).decode()
+
+
+def send(server: StagingServer, **kw: str) -> dict:
+    return client(server, SEND_TOKEN).users().messages().send(
+        userId="me", body={"raw": raw_message(**kw)}).execute(num_retries=0)
+
+
+def list_ids(server: StagingServer, token: str = READ_TOKEN, **params: object) -> list[str]:
+    page = client(server, token).users().messages().list(userId="me", **params).execute()
+    return [m["id"] for m in page.get("messages", [])]
+
+
+def headers_of(server: StagingServer, mid: str, *names: str) -> dict[str, str]:
+    msg = client(server, READ_TOKEN).users().messages().get(
+        userId="me", id=mid, format="metadata", metadataHeaders=list(names)).execute()
+    return {h["name"]: h["value"] for h in msg["payload"]["headers"]}
+
+
+def error_of(e: HttpError) -> dict:
+    return json.loads(e.content)["error"]
+
+
+def test_send_replaces_message_id_and_keeps_x_headers(mail: StagingServer) -> None:
+    sent = send(mail, Message_ID="<ours-1@tidemark.invalid>", X_Tidemark_Key="k" * 32)
+    assert sent["labelIds"] == ["SENT"] and sent["threadId"] == sent["id"]
+    assert len(sent["id"]) == 16 and int(sent["id"], 16)
+
+    got = headers_of(mail, sent["id"], "Message-ID", "X-Tidemark-Key", "From")
+    assert got["X-Tidemark-Key"] == "k" * 32
+    assert got["Message-ID"] != "<ours-1@tidemark.invalid>"
+    assert got["Message-ID"].endswith("@mail.gmail.com>")
+    assert got["From"] == MAILBOX
+    assert set(got) == {"Message-ID", "X-Tidemark-Key", "From"}  # metadataHeaders filters
+
+    [effect] = effects(mail, "gmail", "messages.send")
+    assert effect["key"] == "k" * 32 and effect["detail"]["id"] == sent["id"]
+
+
+def test_search_by_rfc822msgid_finds_gmails_id_not_ours(mail: StagingServer) -> None:
+    sent = send(mail, Message_ID="<ours-2@tidemark.invalid>")
+    theirs = headers_of(mail, sent["id"], "Message-ID")["Message-ID"]
+    assert list_ids(mail, q=f"rfc822msgid:{theirs}") == [sent["id"]]
+    assert list_ids(mail, q=f"rfc822msgid:{theirs.strip('<>')}") == [sent["id"]]
+    assert list_ids(mail, q="rfc822msgid:ours-2@tidemark.invalid") == []
+
+
+def test_search_in_sent_after_epoch_and_combined_terms(mail: StagingServer) -> None:
+    before = int(time.time()) - 1
+    first = send(mail, subject="one")["id"]
+    second = send(mail, subject="two")["id"]
+    assert list_ids(mail, q=f"in:sent after:{before}") == [second, first]  # newest first
+    assert list_ids(mail, q=f"in:sent after:{before + 3600}") == []
+    assert list_ids(mail, q=f"in:sent before:{before}") == []
+    assert list_ids(mail, q="in:inbox") == []
+    assert list_ids(mail, labelIds=["SENT"]) == [second, first]
+
+
+def test_mail_to_the_mailbox_itself_lands_in_inbox_too(mail: StagingServer) -> None:
+    sent = send(mail, to=MAILBOX)
+    assert set(sent["labelIds"]) == {"SENT", "INBOX", "UNREAD"}
+    assert list_ids(mail, q="in:inbox") == [sent["id"]]
+
+
+def test_paging_with_max_results_and_page_token(mail: StagingServer) -> None:
+    ids = [send(mail, subject=f"m{i}")["id"] for i in range(5)]
+    messages = client(mail, READ_TOKEN).users().messages()
+    seen, token, pages = [], None, 0
+    while True:
+        page = messages.list(userId="me", q="in:sent", maxResults=2, pageToken=token).execute()
+        pages += 1
+        assert page["resultSizeEstimate"] == 5
+        seen += [m["id"] for m in page["messages"]]
+        token = page.get("nextPageToken")
+        if not token:
+            break
+    assert pages == 3 and seen == list(reversed(ids))
+
+
+def test_unsupported_search_term_is_a_clear_400(mail: StagingServer) -> None:
+    with pytest.raises(HttpError) as e:
+        list_ids(mail, q="from:bob@example.com")
+    assert e.value.resp.status == 400 and "from:" in error_of(e.value)["message"]
+    with pytest.raises(HttpError) as e:
+        list_ids(mail, q="after:2026/11/30")
+    assert e.value.resp.status == 400
+
+
+def test_metadata_scope_cannot_use_q_even_with_readonly(mail: StagingServer) -> None:
+    send(mail)
+    add_token(mail, "both", "gmail", [METADATA_SCOPE, READONLY_SCOPE])
+    for token in (METADATA_TOKEN, "both"):
+        with pytest.raises(HttpError) as e:
+            list_ids(mail, token, q="in:sent")
+        err = error_of(e.value)
+        assert e.value.resp.status == 403 and err["status"] == "PERMISSION_DENIED"
+        assert err["message"] == "Metadata scope does not support 'q' parameter"
+        assert err["errors"][0]["reason"] == "forbidden"
+    # Without q, and with format=metadata, the metadata scope is enough.
+    [mid] = list_ids(mail, METADATA_TOKEN)
+    meta = client(mail, METADATA_TOKEN).users().messages().get(
+        userId="me", id=mid, format="metadata").execute()
+    assert meta["id"] == mid
+    with pytest.raises(HttpError) as e:
+        client(mail, METADATA_TOKEN).users().messages().get(userId="me", id=mid).execute()
+    assert e.value.resp.status == 403 and "format FULL" in error_of(e.value)["message"]
+
+
+def test_scopes_are_enforced_in_googles_error_shape(mail: StagingServer) -> None:
+    with pytest.raises(HttpError) as e:
+        list_ids(mail, SEND_TOKEN)
+    err = error_of(e.value)
+    assert e.value.resp.status == 403
+    assert err["errors"][0]["reason"] == "insufficientPermissions"
+    assert err["message"] == "Request had insufficient authentication scopes."
+    with pytest.raises(HttpError) as e:
+        client(mail, READ_TOKEN).users().messages().send(
+            userId="me", body={"raw": raw_message()}).execute()
+    assert e.value.resp.status == 403
+    assert effects(mail, "gmail", "messages.send") == []
+
+
+def test_revoked_token_is_401(mail: StagingServer) -> None:
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(HttpError) as e:
+        send(mail)
+    err = error_of(e.value)
+    assert e.value.resp.status == 401 and err["status"] == "UNAUTHENTICATED"
+    assert err["errors"][0]["reason"] == "authError"
+    assert effects(mail, "gmail", "messages.send") == []
+
+
+def test_search_unavailable_fault_answers_503(mail: StagingServer) -> None:
+    arm(mail, "gmail", "messages.list", "fail_before_commit")
+    with pytest.raises(HttpError) as e:
+        list_ids(mail, q="in:sent")
+    assert e.value.resp.status == 503 and error_of(e.value)["status"] == "UNAVAILABLE"
+    assert list_ids(mail, q="in:sent") == []  # the fault was armed for one call
+
+
+def test_bad_sends_are_refused_with_400(mail: StagingServer) -> None:
+    msg = EmailMessage()
+    msg["Subject"] = "nobody"
+    msg.set_content("x")
+    sender = client(mail, SEND_TOKEN).users().messages()
+    for body, text in (({"raw": base64.urlsafe_b64encode(msg.as_bytes()).decode()},
+                        "Recipient address required"),
+                       ({}, "'raw' RFC822 payload"),
+                       ({"raw": "not+url/safe"}, "Base64 decoding failed")):
+        with pytest.raises(HttpError) as e:
+            sender.send(userId="me", body=body).execute()
+        assert e.value.resp.status == 400 and text in error_of(e.value)["message"]
+    with pytest.raises(HttpError) as e:
+        sender.send(userId="someone@else.example", body={"raw": raw_message()}).execute()
+    assert e.value.resp.status == 403
+    assert effects(mail, "gmail", "messages.send") == []
+
+
+def test_send_by_media_upload(mail: StagingServer) -> None:
+    # google-api-python-client sends uploads to the discovery document's rootUrl whatever
+    # api_endpoint says, so this route is driven over plain HTTP, as other clients would.
+    data = base64.urlsafe_b64decode(raw_message(subject="uploaded", X_Tidemark_Key="u" * 32))
+    url = mail.url + "/upload/gmail/v1/users/me/messages/send"
+    auth = {"Authorization": f"Bearer {SEND_TOKEN}"}
+    media = urllib.request.Request(url + "?uploadType=media", data=data, method="POST",
+                                   headers={**auth, "Content-Type": "message/rfc822"})
+    multipart = urllib.request.Request(
+        url + "?uploadType=multipart", method="POST",
+        headers={**auth, "Content-Type": 'multipart/related; boundary="b"'},
+        data=b"--b\r\nContent-Type: application/json\r\n\r\n{}\r\n--b\r\n"
+             b"Content-Type: message/rfc822\r\n\r\n" + data + b"\r\n--b--\r\n")
+    for req in (media, multipart):
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            sent = json.loads(resp.read())
+        assert headers_of(mail, sent["id"], "X-Tidemark-Key", "Subject") == {
+            "Subject": "uploaded", "X-Tidemark-Key": "u" * 32}
+    assert len(effects(mail, "gmail", "messages.send")) == 2
+
+
+def test_full_and_raw_formats_return_the_stored_message(mail: StagingServer) -> None:
+    sent = send(mail, subject="formats")
+    reader = client(mail, READ_TOKEN).users().messages()
+    full = reader.get(userId="me", id=sent["id"]).execute()
+    text = base64.urlsafe_b64decode(full["payload"]["body"]["data"]).decode()
+    assert text.strip() == "body of formats" and full["snippet"] == "body of formats"
+    raw = reader.get(userId="me", id=sent["id"], format="raw").execute()
+    assert b"Subject: formats" in base64.urlsafe_b64decode(raw["raw"])
+    with pytest.raises(HttpError) as e:
+        reader.get(userId="me", id="0000000000000000").execute()
+    assert e.value.resp.status == 404
+
+
+def test_trashed_message_needs_include_spam_trash(mail: StagingServer) -> None:
+    sent = send(mail)
+    add_token(mail, "modify", "gmail", ["https://www.googleapis.com/auth/gmail.modify"])
+    client(mail, "modify").users().messages().trash(userId="me", id=sent["id"]).execute()
+    assert list_ids(mail, q="in:sent") == []
+    assert list_ids(mail, q="in:sent", includeSpamTrash=True) == [sent["id"]]
+    assert list_ids(mail, q="in:trash") == [sent["id"]]
+
+
+def test_plain_httplib2_resends_a_send_whose_response_was_dropped(mail: StagingServer) -> None:
+    """The hazard SingleShotHttp guards against: httplib2 (the client's default transport)
+    sends the POST again when the connection closes before the answer, and reports the second
+    message as the result."""
+    arm(mail, "gmail", "messages.send", "drop_after_commit")
+    authed = google_auth_httplib2.AuthorizedHttp(Credentials(SEND_TOKEN),
+                                                 http=httplib2.Http(timeout=CLIENT_TIMEOUT_S))
+    plain = build("gmail", "v1", http=authed, static_discovery=True,
+                  client_options={"api_endpoint": mail.url + "/"})
+    sent = plain.users().messages().send(userId="me", body={"raw": raw_message()}).execute()
+    assert [e["detail"]["id"] for e in effects(mail, "gmail", "messages.send")][-1] == sent["id"]
+    assert len(effects(mail, "gmail", "messages.send")) == 2
+
+
+def test_search_lags_behind_listing_by_label(mail: StagingServer) -> None:
+    post(mail, "/_staging/gmail/settings", {"search_lag": 60})
+    sent = send(mail)
+    assert list_ids(mail, q="in:sent") == []
+    assert list_ids(mail, labelIds=["SENT"]) == [sent["id"]]
+    post(mail, "/_staging/gmail/settings", {"search_lag": 0})
+    assert list_ids(mail, q="in:sent") == [sent["id"]]

@@ -1,0 +1,239 @@
+"""The Microsoft Graph v1.0 mail staging server, driven by msgraph-sdk over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from kiota_abstractions.authentication import BaseBearerTokenAuthenticationProvider
+from kiota_abstractions.base_request_configuration import RequestConfiguration
+from mail_fixtures import (  # noqa: F401
+    CLIENT_TIMEOUT_S,
+    add_token,
+    arm,
+    effects,
+    get,
+    mail_fixture,
+    mail_server_fixture,
+    post,
+    revoke,
+)
+from msgraph import GraphRequestAdapter, GraphServiceClient
+from msgraph.generated.models.o_data_errors.o_data_error import ODataError
+from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
+    MessagesRequestBuilder,
+)
+
+from activities.graph import build_request
+from helpers.wait import assert_eventually
+from probes.graph import KEY_PROPERTY_ID, GraphClient, StaticTokenProvider, graph_client
+from staging.core import StagingServer
+from staging.graph import READ_TOKEN, SEND_TOKEN
+
+OTHER_PROPERTY = "String {00020386-0000-0000-c000-000000000046} Name x-other"
+
+Query = MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters
+
+
+def writer(server: StagingServer, token: str = SEND_TOKEN) -> GraphClient:
+    return graph_client(server.url, token, timeout=CLIENT_TIMEOUT_S)
+
+
+def reader(server: StagingServer, token: str = READ_TOKEN) -> GraphClient:
+    return graph_client(server.url, token, timeout=CLIENT_TIMEOUT_S)
+
+
+def send(server: StagingServer, key: str, subject: str = "Hello", token: str = SEND_TOKEN,
+         **args: Any) -> None:
+    body = build_request({"to": ["bob@example.com"], "subject": subject, "body": "hi", **args},
+                         key)
+    assert writer(server, token).call(lambda g: g.me.send_mail.post(body)) is None  # 202
+
+
+def folder(server: StagingServer, name: str, token: str = READ_TOKEN, **query: Any) -> Any:
+    config = RequestConfiguration(query_parameters=Query(**query))
+    return reader(server, token).call(
+        lambda g: g.me.mail_folders.by_mail_folder_id(name).messages.get(
+            request_configuration=config))
+
+
+def by_key(key: str) -> str:
+    return f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' and " \
+           f"ep/value eq '{key}')"
+
+
+def raw_send(server: StagingServer, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    req = urllib.request.Request(
+        server.url + "/v1.0/me/sendMail", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {SEND_TOKEN}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, None
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_send_mail_is_accepted_queued_then_moved_under_a_new_id(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    send(mail, "k1")
+    [queued] = folder(mail, "outbox").value
+    assert folder(mail, "sentitems").value == []
+    assert post(mail, "/_staging/graph/deliver") == {"delivered": 1}
+    assert folder(mail, "outbox").value == []
+    [sent] = folder(mail, "sentitems").value
+    assert sent.id != queued.id and sent.subject == "Hello"
+    assert sent.internet_message_id == queued.internet_message_id
+    with pytest.raises(ODataError) as e:  # the old id is gone, as on Exchange
+        reader(mail).call(lambda g: g.me.messages.by_message_id(queued.id).get())
+    assert e.value.response_status_code == 404 and e.value.error.code == "ErrorItemNotFound"
+    moved = reader(mail).call(lambda g: g.me.messages.by_message_id(sent.id).get())
+    assert moved.id == sent.id
+    [effect] = effects(mail, "graph", "sendMail")
+    assert effect["key"] == "k1" and effect["detail"]["folder"] == "outbox"
+
+
+def test_send_delay_moves_the_message_by_itself(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 0.2})
+    send(mail, "k2")
+    assert_eventually(lambda: len(folder(mail, "sentitems").value) == 1, timeout=5)
+    assert folder(mail, "outbox").value == []
+
+
+def test_queue_folder_drafts(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60, "queue_folder": "drafts"})
+    send(mail, "k3")
+    [draft] = folder(mail, "drafts").value
+    assert draft.is_draft is True and folder(mail, "outbox").value == []
+
+
+def test_lower_case_keys_and_save_to_sent_items_false(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    status, _ = raw_send(mail, {"message": {
+        "subject": "no copy", "body": {"contentType": "Text", "content": "x"},
+        "toRecipients": [{"emailAddress": {"address": "bob@example.com"}}]},
+        "saveToSentItems": False})
+    assert status == 202
+    assert [m.subject for m in folder(mail, "outbox").value] == ["no copy"]
+    post(mail, "/_staging/graph/deliver")
+    assert folder(mail, "outbox").value == [] and folder(mail, "sentitems").value == []
+
+
+def test_filter_expand_select_find_only_the_keyed_message(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    send(mail, "mine", subject="mine")
+    send(mail, "theirs", subject="theirs")
+    page = folder(mail, "outbox", filter=by_key("mine"),
+                  expand=[f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}')"],
+                  select=["id", "subject", "internetMessageHeaders"])
+    [m] = page.value
+    assert m.subject == "mine" and m.body is None  # $select left the body out
+    assert [(p.id, p.value) for p in m.single_value_extended_properties] == [
+        (KEY_PROPERTY_ID, "mine")]
+    assert [(h.name, h.value) for h in m.internet_message_headers] == [
+        ("x-tidemark-key", "mine")]
+    # The property id is compared as Exchange does: the GUID's case does not matter.
+    assert len(folder(mail, "outbox", filter=by_key("mine").replace(
+        KEY_PROPERTY_ID, KEY_PROPERTY_ID.upper().replace("STRING", "String").replace(
+            "NAME TIDEMARK_KEY", "Name tidemark_key"))).value) == 1
+    # An $expand for another property leaves the collection out entirely.
+    [m] = folder(mail, "outbox", filter=by_key("mine"),
+                 expand=[f"singleValueExtendedProperties($filter=id eq '{OTHER_PROPERTY}')"]).value
+    assert m.single_value_extended_properties is None
+
+
+def test_sent_items_copy_has_no_internet_headers_but_keeps_the_property(
+        mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    send(mail, "k4")
+    post(mail, "/_staging/graph/deliver")
+    [m] = folder(mail, "sentitems", filter=by_key("k4"), expand=["singleValueExtendedProperties"],
+                 select=["id", "internetMessageHeaders"]).value
+    assert m.internet_message_headers is None
+    assert [p.value for p in m.single_value_extended_properties] == ["k4"]
+
+
+def test_top_and_next_link(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    for i in range(3):
+        send(mail, f"p{i}", subject=f"m{i}")
+    first = folder(mail, "outbox", top=2)
+    assert [m.subject for m in first.value] == ["m2", "m1"] and first.odata_next_link
+    rest = reader(mail).call(lambda g: g.me.mail_folders.by_mail_folder_id("outbox").messages
+                             .with_url(first.odata_next_link).get())
+    assert [m.subject for m in rest.value] == ["m0"] and rest.odata_next_link is None
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    ({"internetMessageHeaders": [{"name": "Precedence", "value": "bulk"}]},
+     "InvalidInternetMessageHeader"),
+    ({"internetMessageHeaders": [{"name": f"x-h{i}", "value": "v"} for i in range(6)]},
+     "InvalidInternetMessageHeaderCollection"),
+    ({"toRecipients": []}, "ErrorInvalidRecipients"),
+    ({"toRecipients": [{"emailAddress": {"address": "not-an-address"}}]},
+     "ErrorInvalidRecipients"),
+    ({"singleValueExtendedProperties": [{"id": "String tidemark_key", "value": "k"}]},
+     "ErrorInvalidProperty"),
+])
+def test_bad_messages_are_refused_with_graphs_codes(mail: StagingServer, message: dict,
+                                                    code: str) -> None:
+    base = {"subject": "s", "toRecipients": [{"emailAddress": {"address": "bob@example.com"}}]}
+    status, body = raw_send(mail, {"Message": {**base, **message}})
+    assert status == 400 and body is not None and body["error"]["code"] == code
+    assert set(body["error"]) == {"code", "message", "innerError"}
+    assert effects(mail, "graph", "sendMail") == []
+
+
+def test_unsupported_filter_is_a_clear_400(mail: StagingServer) -> None:
+    with pytest.raises(ODataError) as e:
+        folder(mail, "outbox", filter="subject eq 'x'")
+    assert e.value.response_status_code == 400
+    assert e.value.error.code == "ErrorInvalidUrlQueryFilter"
+    with pytest.raises(ODataError) as e:
+        folder(mail, "nosuchfolder")
+    assert e.value.response_status_code == 400
+
+
+def test_scopes_and_revocation_in_graphs_error_shape(mail: StagingServer) -> None:
+    with pytest.raises(ODataError) as e:
+        send(mail, "k5", token=READ_TOKEN)
+    assert e.value.response_status_code == 403 and e.value.error.code == "ErrorAccessDenied"
+    with pytest.raises(ODataError) as e:
+        folder(mail, "outbox", token=SEND_TOKEN)
+    assert e.value.response_status_code == 403
+    revoke(mail, SEND_TOKEN)
+    with pytest.raises(ODataError) as e:
+        send(mail, "k5")
+    assert e.value.response_status_code == 401
+    assert e.value.error.code == "InvalidAuthenticationToken"
+    assert effects(mail, "graph", "sendMail") == []
+    add_token(mail, "rw", "graph", ["Mail.ReadWrite"])
+    assert folder(mail, "outbox", token="rw").value == []
+
+
+def test_list_fault_answers_503(mail: StagingServer) -> None:
+    arm(mail, "graph", "messages.list", "fail_before_commit")
+    with pytest.raises(ODataError) as e:
+        folder(mail, "outbox")
+    assert e.value.response_status_code == 503
+    assert folder(mail, "outbox").value == []
+
+
+def test_send_reply_with_retry_after_and_the_sdks_default_retry(mail: StagingServer) -> None:
+    """The hazard graph_client guards against: msgraph-sdk's default middleware resends a
+    sendMail that was answered 503 with Retry-After, after the service had queued it."""
+    post(mail, "/_staging/graph/send_reply", {"status": 503, "retry_after": 1})
+
+    async def default_client_send() -> None:
+        adapter = GraphRequestAdapter(BaseBearerTokenAuthenticationProvider(
+            StaticTokenProvider(SEND_TOKEN, ["127.0.0.1"])))
+        adapter.base_url = mail.url + "/v1.0"
+        body = build_request({"to": ["bob@example.com"], "subject": "s", "body": "b"}, "twice")
+        await GraphServiceClient(request_adapter=adapter).me.send_mail.post(body)
+
+    asyncio.run(default_client_send())
+    assert [e["key"] for e in effects(mail, "graph", "sendMail")] == ["twice", "twice"]
+    assert get(mail, "/_staging/faults") == []

@@ -1,0 +1,321 @@
+"""stripe.payment_intent through the real stripe-python against the staging server: directly,
+and through run_step with a real journal."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from activities.catalog import spec_registry
+from activities.stripe import StripePaymentIntent, stripe_client
+from helpers.wait import assert_eventually
+from staging.core import Fault, Staging, StagingServer
+from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY, StripeTarget
+from tidemark.actions import GateRefused, ProbeStatus, Registry, StepContext
+from tidemark.errors import (
+    PlanError,
+    PreconditionFailed,
+    Refused,
+    StepFailed,
+    TargetUnavailable,
+    Unauthorized,
+)
+from tidemark.keys import key_for
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
+MAX_AMOUNT = 10_000  # the per-task limit the actions under test are configured with
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[StagingServer]:
+    with StagingServer(Staging([StripeTarget()])) as s:
+        yield s
+
+
+@pytest.fixture
+def staging(server: StagingServer) -> Staging:
+    server.staging.reset()
+    return server.staging
+
+
+@pytest.fixture
+def target(staging: Staging) -> StripeTarget:
+    t = staging.targets["stripe"]
+    assert isinstance(t, StripeTarget)
+    return t
+
+
+def make_action(server: StagingServer, timeout: float = TIMEOUT,
+                writer_key: str = DEFAULT_SECRET_KEY) -> StripePaymentIntent:
+    return StripePaymentIntent(writer=stripe_client(server.url, writer_key, timeout=timeout),
+                               reader=stripe_client(server.url, DEFAULT_READ_KEY,
+                                                    timeout=timeout),
+                               max_amount=MAX_AMOUNT)
+
+
+@pytest.fixture
+def action(server: StagingServer, staging: Staging) -> StripePaymentIntent:
+    return make_action(server)
+
+
+def control(server: StagingServer, path: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(req, timeout=5).close()
+
+
+def context(amount: int = 2500, key: str | None = None, **extra: Any) -> StepContext:
+    args = {"amount": amount, "currency": "usd", **extra}
+    return StepContext(task_id="t", step=1, action="stripe.payment_intent", args=args,
+                       key=key or key_for("t", 1, "stripe.payment_intent", args),
+                       started_at=datetime.now(UTC), before_state={})
+
+
+def other_payment(server: StagingServer, key: str, amount: int = 2500) -> str:
+    """A PaymentIntent made by someone else (another key), as a raw stripe-python call."""
+    client = stripe_client(server.url, DEFAULT_SECRET_KEY)
+    return client.v1.payment_intents.create(
+        params={"amount": amount, "currency": "usd", "metadata": {"tidemark_key": key}},
+        options={"idempotency_key": "other-" + key}).id
+
+
+# -- the action on its own ------------------------------------------------------------------
+
+def test_happy_path_creates_once_with_the_key_and_probes_done(action: StripePaymentIntent,
+                                                              target: StripeTarget,
+                                                              staging: Staging) -> None:
+    ctx = context(description="invoice 7")
+    action.preconditions(ctx)
+    assert action.snapshot(ctx) == {}
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+    outcome = action.execute(ctx)
+    assert outcome["id"].startswith("pi_")
+    assert {k: outcome[k] for k in ("amount", "currency", "status", "idempotent_replayed")} == {
+        "amount": 2500, "currency": "usd", "status": "requires_payment_method",
+        "idempotent_replayed": False}
+    obj = target.state.intents[outcome["id"]].obj
+    assert obj["metadata"] == {"tidemark_key": ctx.key} and obj["description"] == "invoice 7"
+    [effect] = staging.effects_of("stripe", "payment_intents.create")
+    assert effect.key == ctx.key  # the journal key went out as the Idempotency-Key
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["id"] == outcome["id"]
+
+
+def test_executing_twice_replays_instead_of_paying_twice(action: StripePaymentIntent,
+                                                         staging: Staging) -> None:
+    ctx = context()
+    first = action.execute(ctx)
+    second = action.execute(ctx)
+    assert second["id"] == first["id"] and second["idempotent_replayed"] is True
+    assert len(staging.effects_of("stripe")) == 1
+
+
+def test_args_are_checked() -> None:
+    ok = StripePaymentIntent.validate_args({"amount": 1, "currency": "eur"}, "args")
+    assert ok == {"amount": 1, "currency": "eur"}
+    for bad in ({"amount": 0, "currency": "usd"}, {"amount": True, "currency": "usd"},
+                {"amount": "12", "currency": "usd"}, {"amount": 5, "currency": "USD"},
+                {"amount": 5, "currency": "usd", "customer": ""}):
+        with pytest.raises(PlanError):
+            StripePaymentIntent.validate_args(bad, "args")
+    assert StripePaymentIntent.describe({"amount": 2500, "currency": "usd",
+                                         "customer": "cus_1"}) == "25.00 USD from cus_1"
+    assert StripePaymentIntent.describe({"amount": 500, "currency": "jpy"}) == "500 JPY"
+
+
+def test_the_gate_refuses_more_than_the_limit(action: StripePaymentIntent) -> None:
+    action.preconditions(context(amount=MAX_AMOUNT))
+    with pytest.raises(GateRefused, match="exceeds the per-task limit"):
+        action.preconditions(context(amount=MAX_AMOUNT + 1))
+
+
+def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it(action: StripePaymentIntent,
+                                                             staging: Staging) -> None:
+    ctx = context()
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable, match="APIConnectionError"):
+        action.execute(ctx)
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE
+    [effect] = staging.effects_of("stripe")
+    assert probed.observed["id"] == effect.detail["id"]
+
+
+def test_search_lag_does_not_fool_the_probe(server: StagingServer, action: StripePaymentIntent,
+                                            staging: Staging) -> None:
+    control(server, "/_staging/stripe/search_lag", {"seconds": 3600})
+    ctx = context()
+    outcome = action.execute(ctx)
+    search = action.reads.reader.v1.payment_intents.search(
+        params={"query": f"metadata['tidemark_key']:'{ctx.key}'"})
+    assert search.data == []  # search would say "never happened"
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["id"] == outcome["id"]
+
+
+def test_the_probe_ignores_other_keys_and_pages_through_the_list(
+        server: StagingServer, action: StripePaymentIntent) -> None:
+    ctx = context()
+    other_payment(server, "someone-else")
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+    outcome = action.execute(ctx)
+    for i in range(120):  # newer than ours: ours ends up on the second page of 100
+        other_payment(server, f"later-{i}", amount=100 + i)
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["id"] == outcome["id"]
+
+
+def test_a_duplicate_carrying_our_key_is_unknown(server: StagingServer,
+                                                 action: StripePaymentIntent) -> None:
+    ctx = context()
+    first = action.execute(ctx)
+    second = other_payment(server, ctx.key)
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert first["id"] in probed.reason and second in probed.reason
+
+
+def test_a_failing_list_makes_the_probe_unknown(action: StripePaymentIntent,
+                                                staging: Staging) -> None:
+    ctx = context()
+    staging.arm(Fault("stripe", "payment_intents.list", "fail_before_commit"))
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN and "could not list" in probed.reason
+
+
+def test_a_concurrent_twin_gets_409_as_target_unavailable(server: StagingServer,
+                                                          staging: Staging,
+                                                          target: StripeTarget) -> None:
+    patient = make_action(server, timeout=5)
+    ctx = context()
+    staging.arm(Fault("stripe", "payment_intents.create", "delay", seconds=0.8))
+    outcomes: list[dict[str, Any]] = []
+    first = threading.Thread(target=lambda: outcomes.append(patient.execute(ctx)))
+    first.start()
+    assert_eventually(lambda: ctx.key in target.state.keys)
+    with pytest.raises(TargetUnavailable, match="409 idempotency_key_in_use"):
+        patient.execute(ctx)
+    first.join(timeout=5)
+    assert len(outcomes) == 1 and len(staging.effects_of("stripe")) == 1
+
+
+def test_the_same_key_with_other_params_is_refused(action: StripePaymentIntent,
+                                                   staging: Staging) -> None:
+    ctx = context()
+    action.execute(ctx)
+    with pytest.raises(Refused, match="IdempotencyError HTTP 400"):
+        action.execute(context(amount=2600, key=ctx.key))
+    assert len(staging.effects_of("stripe")) == 1
+
+
+def test_an_unknown_customer_is_refused(action: StripePaymentIntent, staging: Staging) -> None:
+    with pytest.raises(Refused, match="resource_missing"):
+        action.execute(context(customer="cus_nobody"))
+    assert staging.effects_of("stripe") == []
+
+
+def test_revoked_key_is_unauthorized(server: StagingServer,
+                                     action: StripePaymentIntent) -> None:
+    ctx = context()
+    control(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
+    with pytest.raises(Unauthorized, match="api_key_expired"):
+        action.execute(ctx)
+    control(server, f"/_staging/tokens/{DEFAULT_READ_KEY}/revoke", {})
+    with pytest.raises(Unauthorized):
+        action.probe(ctx)
+
+
+def test_a_restricted_read_key_cannot_execute(server: StagingServer, staging: Staging) -> None:
+    misconfigured = make_action(server, writer_key=DEFAULT_READ_KEY)
+    with pytest.raises(Unauthorized, match="403"):
+        misconfigured.execute(context())
+    assert staging.effects_of("stripe") == []
+
+
+# -- through run_step -------------------------------------------------------------------------
+
+def persist(store: JournalStore, amount: int = 2500, **extra: Any) -> str:
+    plan = load_plan({"task_id": "t", "steps": [{"action": "stripe.payment_intent", "args": {
+        "amount": amount, "currency": "usd", **extra}}]}, spec_registry(StripePaymentIntent))
+    store.persist_plan(plan)
+    return plan.task_id
+
+
+def test_run_step_happy_path(store: JournalStore, action: StripePaymentIntent,
+                             staging: Staging) -> None:
+    task = persist(store)
+    result = run_step(store, Registry([action]), task, 1)
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert run_step(store, Registry([action]), task, 1).skipped
+    assert [e.key for e in staging.effects_of("stripe")] == [result.key]
+
+
+def test_run_step_resolves_a_dropped_answer_by_probe(store: JournalStore,
+                                                     action: StripePaymentIntent,
+                                                     staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    resumed = run_step(store, Registry([action]), task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    [effect] = staging.effects_of("stripe")
+    assert resumed.outcome["id"] == effect.detail["id"]
+
+
+def test_run_step_retry_during_a_slow_first_attempt(server: StagingServer, store: JournalStore,
+                                                    action: StripePaymentIntent,
+                                                    staging: Staging) -> None:
+    # The first attempt times out while Stripe is still working on it. The retry finds nothing
+    # yet (absent), re-executes with the same key, and Stripe answers 409: retry later. Once the
+    # first request has finished, the next attempt's probe finds it.
+    task = persist(store)
+    staging.arm(Fault("stripe", "payment_intents.create", "delay", seconds=1.0))
+    with pytest.raises(TargetUnavailable, match="APIConnectionError"):
+        run_step(store, Registry([action]), task, 1)
+    with pytest.raises(TargetUnavailable, match="409"):
+        run_step(store, Registry([action]), task, 1)
+    assert_eventually(lambda: staging.effects_of("stripe"))
+    resumed = run_step(store, Registry([action]), task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    assert len(staging.effects_of("stripe")) == 1
+
+
+def test_run_step_gate_refuses_before_any_intent(store: JournalStore,
+                                                 action: StripePaymentIntent,
+                                                 staging: Staging) -> None:
+    task = persist(store, amount=MAX_AMOUNT + 1)
+    with pytest.raises(PreconditionFailed, match="per-task limit"):
+        run_step(store, Registry([action]), task, 1)
+    assert store.step_row(task, 1) is None and staging.effects_of("stripe") == []
+
+
+def test_run_step_records_a_refusal_as_failed(store: JournalStore,
+                                              action: StripePaymentIntent) -> None:
+    task = persist(store, customer="cus_nobody")
+    with pytest.raises(StepFailed, match="No such customer"):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed"
+
+
+def test_run_step_with_a_revoked_key_stops_with_unauthorized(server: StagingServer,
+                                                             store: JournalStore,
+                                                             action: StripePaymentIntent,
+                                                             staging: Staging) -> None:
+    task = persist(store)
+    control(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
+    with pytest.raises(Unauthorized) as info:
+        run_step(store, Registry([action]), task, 1)
+    assert not info.value.retryable
+    row = store.step_row(task, 1)
+    assert row is not None and row.in_doubt and staging.effects_of("stripe") == []
