@@ -26,6 +26,7 @@ from tidemark.database import database_url
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
 from workflows.types import TASK_QUEUE
+from workflows.unwind_plan import UnwindPlan
 
 log = logging.getLogger("tidemark.worker")
 
@@ -45,7 +46,7 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     """The worker with every workflow and activity; tests build it the same way."""
     activities = StepActivities(store, registry)
     return Worker(
-        client, task_queue=task_queue, workflows=[RunPlan], activities=activities.all(),
+        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan], activities=activities.all(),
         activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)

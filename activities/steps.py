@@ -5,8 +5,10 @@ pool, and each step holds its execution lock on its own connection for the whole
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
+from collections.abc import Iterator
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -16,12 +18,15 @@ from tidemark.errors import TidemarkError
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.unwind import unwind_step
 from workflows.types import (
     HaltInput,
     Prepared,
     PrepareInput,
     StepInput,
     StepOutput,
+    UndoOutput,
+    UnwindPlanned,
     WindowInput,
 )
 
@@ -83,17 +88,11 @@ class StepActivities:
     @activity.defn(name="run_step")
     def run_step(self, inp: StepInput) -> StepOutput:
         """One step through the two-phase journal, heartbeating while it runs."""
-        stop = threading.Event()
-        ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
-        beat = threading.Thread(target=ctx.run, args=(_heartbeat, stop), daemon=True)
-        beat.start()
-        try:
-            result = run_step(self.store, self.registry, inp.task_id, inp.step)
-        except TidemarkError as e:
-            raise _as_application_error(e) from e
-        finally:
-            stop.set()
-            beat.join()
+        with _heartbeating():
+            try:
+                result = run_step(self.store, self.registry, inp.task_id, inp.step)
+            except TidemarkError as e:
+                raise _as_application_error(e) from e
         return StepOutput(step=result.step, status=result.status,
                           resolved_by=result.resolved_by, skipped=result.skipped)
 
@@ -105,11 +104,57 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
+    @activity.defn(name="plan_unwind")
+    def plan_unwind(self, task_id: str) -> UnwindPlanned:
+        """The steps an unwind visits, with their summaries, and what it will not touch."""
+        try:
+            stop = self.store.stop_state(task_id)
+            steps = self.store.undo_candidates(task_id)
+            irreversible = self.store.irreversible_steps(task_id)
+            summaries = []
+            for n in steps:
+                spec = self.store.load_window(task_id, n, n)[0]
+                cls = self.registry.spec(spec.action)
+                summaries.append(f"undo {n} {spec.action} {cls.describe(spec.args) if cls else ''}"
+                                 .strip())
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+        return UnwindPlanned(
+            task_id=task_id, steps=steps, summaries=summaries,
+            irreversible_done=[f"{n} {a}" for n, a, status in irreversible if status == "done"],
+            stopped=(stop["reason"] or "stopped") if stop else None)
+
+    @activity.defn(name="unwind_step")
+    def unwind_step(self, inp: StepInput) -> UndoOutput:
+        """One compensation through the journal (phase undo), heartbeating while it runs."""
+        with _heartbeating():
+            try:
+                result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
+            except TidemarkError as e:
+                raise _as_application_error(e) from e
+        return UndoOutput(step=result.step, status=result.status)
+
     def all(self) -> list[object]:
-        return [self.prepare, self.describe_steps, self.run_step, self.record_halt]
+        return [self.prepare, self.describe_steps, self.run_step, self.record_halt,
+                self.plan_unwind, self.unwind_step]
 
 
-def _heartbeat(stop: threading.Event) -> None:
-    while not stop.wait(HEARTBEAT_EVERY_S):
-        activity.heartbeat()
+@contextlib.contextmanager
+def _heartbeating() -> Iterator[None]:
+    """Heartbeats from a side thread while the block runs, so that a worker that dies mid-step
+    is noticed within the heartbeat timeout while a slow but live step is not."""
+    stop = threading.Event()
+    ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_EVERY_S):
+            activity.heartbeat()
+
+    thread = threading.Thread(target=ctx.run, args=(beat,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 

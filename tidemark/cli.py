@@ -6,8 +6,11 @@ Errors print one line and exit non-zero (``--traceback`` shows the full trace).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import getpass
 import json
+import os
 import signal
 import sys
 import threading
@@ -67,6 +70,44 @@ def _cmd_stop(a: argparse.Namespace) -> int:
 def _cmd_release(a: argparse.Namespace) -> int:
     commands.release(database_url(), a.task, a.reason, a.by)
     print(f"task {a.task} is released; starting it again resumes from the journal")
+    return 0
+
+
+def _cmd_resume(a: argparse.Namespace) -> int:
+    from workflows.starter import resume_task
+
+    url = database_url()
+    report = commands.status(url, a.task)
+    if report.progress.stop is not None:
+        commands.release(url, a.task, a.reason or "resume", a.by)
+    result = asyncio.run(resume_task(a.address, a.namespace, a.task, wait=a.wait,
+                                     task_queue=a.task_queue))
+    if result is None:
+        print(f"started tidemark-{a.task} on the stored plan (from step "
+              f"{report.progress.next_step}); follow it in the Web UI or with "
+              f"`tidemark status {a.task}`")
+    else:
+        _print_json(dataclasses.asdict(result))
+    return 0
+
+
+def _cmd_unwind(a: argparse.Namespace) -> int:
+    from workflows.starter import unwind_task
+
+    url = database_url()
+    plan = commands.unwind_preview(url, a.task)
+    if not a.yes:
+        _print_json(plan)
+        print(f"tidemark: unwind compensates {len(plan['undo_steps'])} step(s) as listed; "
+              "pass --yes to do it", file=sys.stderr)
+        return EXIT_USAGE
+    commands.stop(url, a.task, a.reason or "unwind", a.by)
+    result = asyncio.run(unwind_task(a.address, a.namespace, a.task, wait=a.wait,
+                                     task_queue=a.task_queue))
+    if result is None:
+        print(f"started tidemark-unwind-{a.task}")
+    else:
+        _print_json(dataclasses.asdict(result))
     return 0
 
 
@@ -152,6 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
         c.set_defaults(func=func)
+
+    user_args = argparse.ArgumentParser(add_help=False)
+    user_args.add_argument("task")
+    user_args.add_argument("--reason", default="", help="recorded in the journal")
+    user_args.add_argument("--by", default=user, help=f"who decides (default: {user})")
+    user_args.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS",
+                                                               "localhost:7233"))
+    user_args.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE",
+                                                                 "default"))
+    user_args.add_argument("--task-queue", default=os.environ.get("TIDEMARK_TASK_QUEUE",
+                                                                  "tidemark"))
+    user_args.add_argument("--wait", action="store_true", help="wait for the run's result")
+    res = sub.add_parser("resume", parents=[user_args],
+                         help="release a stopped task and start it again on its stored plan")
+    res.set_defaults(func=_cmd_resume)
+    unw = sub.add_parser("unwind", parents=[user_args],
+                         help="stop a task and compensate its reversible steps, last first")
+    unw.add_argument("--yes", action="store_true", help="really do it (without: show the plan)")
+    unw.set_defaults(func=_cmd_unwind)
 
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
                                      "server + Web UI, Postgres, staging servers, a worker")

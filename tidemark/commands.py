@@ -51,3 +51,15 @@ def stop(url: str, task_id: str, reason: str, by: str) -> None:
 def release(url: str, task_id: str, reason: str, by: str) -> None:
     with open_store(url) as store:
         store.set_control(task_id, "released", reason, by)
+
+
+def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
+    """What an unwind would do: the reversible steps it compensates (last first) and the
+    irreversible steps that happened, which it leaves alone."""
+    with JournalStore(url) as store:
+        store.progress(task_id)  # raises UnknownTask for a task that does not exist
+        undo = store.undo_candidates(task_id)
+        irreversible = store.irreversible_steps(task_id)
+    return {"task_id": task_id, "undo_steps": undo,
+            "irreversible_done": [{"step": n, "action": a} for n, a, status in irreversible
+                                  if status == "done"]}

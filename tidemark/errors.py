@@ -163,3 +163,12 @@ class StepFailed(TidemarkError):
 
     def details(self) -> dict[str, Any]:
         return {"step": self.step, "action": self.action, "reason": self.reason}
+
+
+class NotStopped(TidemarkError):
+    """Unwinding needs the task stopped first, so that no run acts on it meanwhile."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} is not stopped; stop it first "
+                         f"(`tidemark stop {task_id}`) so that nothing runs while it unwinds")
+        self.task_id = task_id

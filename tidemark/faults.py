@@ -16,6 +16,8 @@ POINTS = (
     "after_intent",    # intent committed, action not started
     "after_execute",   # the target applied the action; its outcome is not journaled
     "after_outcome",   # outcome committed
+    "undo_after_intent",   # a compensation's intent committed, compensation not started
+    "undo_after_execute",  # the compensation applied; its outcome is not journaled
 )
 
 

@@ -29,6 +29,7 @@ from tidemark.errors import (
     PreconditionFailed,
     Refused,
     StepFailed,
+    TaskStopped,
     TidemarkError,
     Unauthorized,
 )
@@ -71,6 +72,8 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
         Unauthorized, TargetUnavailable: from the action; the step stays in doubt.
     """
     with store.execution(task_id, step) as s:
+        if s.stopped is not None:
+            raise TaskStopped(task_id, s.stopped)
         spec, row = s.spec, s.row
         action = registry.bound(spec.action)
         key = key_for(task_id, step, spec.action, spec.args)
@@ -85,14 +88,9 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
         if row is not None:
             # In doubt: an earlier attempt wrote the intent and died. Ask the target.
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
-            probed = _probe(action, ctx)
-            s.event(task_id, "probe", probed.as_json(), step)
-            if probed.status is ProbeStatus.DONE:
-                done = s.complete(key=key, outcome=probed.observed, status="done",
-                                  resolved_by="probe")
+            done = resolve_in_doubt(action, ctx, s)
+            if done is not None:
                 return StepResult.from_row(done, skipped=False)
-            if probed.status is ProbeStatus.UNKNOWN:
-                raise NeedsDecision(step, spec.action, probed.reason)
             _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
         else:
             _gate(action, ctx, s)
@@ -104,6 +102,22 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
 
         crash_point("after_intent", step)
         return _execute(action, ctx, s)
+
+
+def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
+    """Probes the step in doubt and records what the target says.
+
+    Returns the completed row when the probe says done, None when it says absent (the world is
+    as before_state recorded). Raises NeedsDecision when the probe cannot tell.
+    """
+    probed = _probe(action, ctx)
+    s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
+    if probed.status is ProbeStatus.DONE:
+        return s.complete(key=ctx.key, outcome=probed.observed, status="done",
+                          resolved_by="probe")
+    if probed.status is ProbeStatus.UNKNOWN:
+        raise NeedsDecision(ctx.step, ctx.action, probed.reason)
+    return None
 
 
 def _probe(action: Action, ctx: StepContext) -> ProbeResult:
@@ -140,7 +154,7 @@ def _execute(action: Action, ctx: StepContext, s: StepSession) -> StepResult:
     except Exception as e:
         # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
         # have applied, so the intent stays open and the next attempt probes.
-        _note_error(s, ctx, e)
+        note_error(s, ctx, e)
         raise
     crash_point("after_execute", ctx.step)
     done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute")
@@ -148,7 +162,8 @@ def _execute(action: Action, ctx: StepContext, s: StepSession) -> StepResult:
     return StepResult.from_row(done, skipped=False)
 
 
-def _note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
+def note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
+    """Logs an action's failure as an event (the intent stays open)."""
     # If the database is gone too, the open intent already tells the story.
     with contextlib.suppress(TidemarkError):
         s.event(ctx.task_id, "error", {"type": type(e).__name__, "message": str(e),

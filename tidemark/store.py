@@ -27,7 +27,6 @@ from tidemark.errors import (
     PlanChanged,
     StepBusy,
     StoreUnavailable,
-    TaskStopped,
     UnknownTask,
 )
 from tidemark.keys import lock_id
@@ -200,7 +199,8 @@ class JournalStore:
 
         Taking the lock, reading the plan step and reading its journal row is one round trip.
         Raises StepBusy at once if another live attempt holds the lock, UnknownTask or
-        JournalMismatch if the plan has no such step. If this process dies, the server ends
+        JournalMismatch if the plan has no such step. ``session.stopped`` carries the task's
+        stop reason, read in the same round trip. If this process dies, the server ends
         the session and frees the lock; nothing else can free it.
         """
         lock = lock_id(task_id, phase, step)
@@ -228,9 +228,8 @@ class JournalStore:
             if not r["got"]:
                 raise StepBusy(f"{task_id}/{phase}/{step}")
             session = StepSession(conn, lock)
+            session.stopped = r["stopped"]
             try:
-                if r["stopped"] is not None:
-                    raise TaskStopped(task_id, r["stopped"])
                 if r["plan_action"] is None:
                     raise JournalMismatch(
                         f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
@@ -312,6 +311,21 @@ class JournalStore:
                         in_doubt=JournalRow(**doubt) if doubt else None,
                         first_irreversible=r["first_irreversible"], stop=r["stop"])
 
+    def undo_candidates(self, task_id: str) -> list[int]:
+        """Steps an unwind must visit, last first: reversible 'do' steps that are done or in
+        doubt, whose compensation has no 'done' outcome yet."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT j.step FROM tidemark.journal j"
+                " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
+                " LEFT JOIN tidemark.journal u"
+                "   ON u.task_id = j.task_id AND u.phase = 'undo' AND u.step = j.step"
+                " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
+                "   AND (j.status = 'done' OR j.outcome IS NULL)"
+                "   AND (u.status IS DISTINCT FROM 'done')"
+                " ORDER BY j.step DESC", (task_id,)).fetchall()
+        return [r["step"] for r in rows]
+
     def irreversible_steps(self, task_id: str) -> list[tuple[int, str, str | None]]:
         """(step, action, journal status) of every irreversible step of the plan; the status
         is None when the step has no journal row or no outcome yet."""
@@ -349,7 +363,8 @@ class JournalStore:
 class StepSession:
     """Journal operations on the connection that holds a step's execution lock.
 
-    ``spec`` is the plan's step and ``row`` its journal row as read when the lock was taken.
+    ``spec`` is the plan's step and ``row`` its journal row as read when the lock was taken;
+    ``stopped`` is the reason of the task's durable stop state, or None.
     """
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]], lock: int | None = None
@@ -359,6 +374,7 @@ class StepSession:
         self.unlocked = lock is None
         self.spec: Step
         self.row: JournalRow | None = None
+        self.stopped: str | None = None
 
     def get(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with _translated():

@@ -70,6 +70,7 @@ END_STATES = {
     "InvariantViolation": FAILED,
     "Refused": FAILED,
     "ActionNotConfigured": FAILED,
+    "NotStopped": STOPPED,
 }
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from tidemark.database import redacted
 from tidemark.devstack import DevStack
+from tidemark.errors import TidemarkError
 from tidemark.faults import CRASH_ENV
 from tidemark.report import build_report
 from tidemark.store import JournalStore
-from workflows.types import TASK_QUEUE, RunResult
+from workflows.types import TASK_QUEUE, RunResult, UnwindResult
 
 DEMO_FILES = 40
 DEMO_KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, the mails provably not sent
@@ -34,6 +36,50 @@ async def start_plan(client: Client, document: dict[str, Any], task_id: str,
     """Starts ``tidemark-<task_id>``, as `temporal workflow start` would."""
     return await client.start_workflow("RunPlan", document, id=f"tidemark-{task_id}",
                                        task_queue=task_queue, result_type=RunResult)
+
+
+class TemporalUnavailable(TidemarkError):
+    """The Temporal frontend could not be reached."""
+
+
+class AlreadyRunning(TidemarkError):
+    """A workflow with this id is running already; a task runs once at a time."""
+
+
+async def connect(address: str, namespace: str) -> Client:
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except RuntimeError as e:  # the SDK reports a failed connect as RuntimeError
+        raise TemporalUnavailable(f"cannot reach Temporal at {address}: {e}") from e
+
+
+async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
+                 task_queue: str, result_type: type[Any]) -> WorkflowHandle[Any, Any]:
+    try:
+        return await client.start_workflow(workflow, {"task_id": task_id}, id=workflow_id,
+                                           task_queue=task_queue, result_type=result_type)
+    except WorkflowAlreadyStartedError as e:
+        raise AlreadyRunning(f"{workflow_id} is running already; halt it first "
+                             f"(temporal workflow signal --workflow-id {workflow_id} "
+                             "--name halt)") from e
+
+
+async def resume_task(address: str, namespace: str, task_id: str, *, wait: bool,
+                      task_queue: str = TASK_QUEUE) -> RunResult | None:
+    """Starts RunPlan on the stored plan of ``task_id`` (the caller has released it)."""
+    client = await connect(address, namespace)
+    handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
+                          RunResult)
+    return await handle.result() if wait else None
+
+
+async def unwind_task(address: str, namespace: str, task_id: str, *, wait: bool,
+                      task_queue: str = TASK_QUEUE) -> UnwindResult | None:
+    """Starts UnwindPlan for a stopped task, as ``tidemark-unwind-<task_id>``."""
+    client = await connect(address, namespace)
+    handle = await _start(client, "UnwindPlan", task_id, f"tidemark-unwind-{task_id}",
+                          task_queue, UnwindResult)
+    return await handle.result() if wait else None
 
 
 def demo_plan(docs: Path, task_id: str, files: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 TASK_QUEUE = "tidemark"
 
-# End states of a RunPlan run, also the values of the TidemarkState search attribute.
+# End states of a RunPlan or UnwindPlan run, also the values of the TidemarkState search attribute.
 RUNNING = "running"
 COMPLETED = "completed"
 HALTED = "halted"
@@ -16,6 +16,7 @@ STOPPED = "stopped"
 NEEDS_DECISION = "needs_decision"
 PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
+UNWOUND = "unwound"
 
 
 @dataclass
@@ -73,4 +74,32 @@ class RunResult:
     resolved_by_probe: int = 0
     skipped: int = 0
     stopped_at: int | None = None
+    error: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UnwindPlanned:
+    """What an unwind will visit: reversible steps last first, and the irreversible steps
+    that already happened (reported, never touched)."""
+
+    task_id: str
+    steps: list[int]
+    summaries: list[str]
+    irreversible_done: list[str]
+    stopped: str | None
+
+
+@dataclass
+class UndoOutput:
+    step: int
+    status: str  # undone | nothing_to_undo | already_undone
+
+
+@dataclass
+class UnwindResult:
+    task_id: str
+    state: str
+    undone: list[int] = field(default_factory=list)
+    nothing_to_undo: list[int] = field(default_factory=list)
+    irreversible_done: list[str] = field(default_factory=list)
     error: dict[str, Any] = field(default_factory=dict)

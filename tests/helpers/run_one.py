@@ -1,4 +1,5 @@
-"""Runs one step in a separate process: ``python tests/helpers/run_one.py URL TASK STEP``.
+"""Runs one step in a separate process: ``python tests/helpers/run_one.py URL TASK STEP``
+(``... STEP undo`` runs its compensation through unwind_step instead).
 
 Used by tests that race processes or SIGKILL one (via TIDEMARK_CRASH_AT). Prints the result as
 JSON on stdout, or the error's class name on stderr with exit code 3.
@@ -16,13 +17,20 @@ from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.unwind import unwind_step
 
 
 def main() -> int:
     url, task_id, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    undo = sys.argv[4:] == ["undo"]
+    registry = Registry([FsRename(), LedgerRecord()])
     with JournalStore(url) as store:
         try:
-            result = run_step(store, Registry([FsRename(), LedgerRecord()]), task_id, step)
+            if undo:
+                undone = unwind_step(store, registry, task_id, step)
+                print(json.dumps({"status": undone.status}))
+                return 0
+            result = run_step(store, registry, task_id, step)
         except TidemarkError as e:
             print(type(e).__name__, file=sys.stderr)
             return 3

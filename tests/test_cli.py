@@ -1,0 +1,159 @@
+"""The `tidemark` command: one-line errors, non-zero exits, --json where output is data, and the
+three decisions (resume, unwind, stop) against a real Temporal dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from helpers.ledger import ledger_lines
+from tidemark.cli import main
+from tidemark.store import JournalStore
+from workflows.types import RunResult
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, db_url: str) -> str:
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    return db_url
+
+
+def write_plan(tmp_path: Path, doc: object) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def renames(tmp_path: Path, n: int, task_id: str = "cli-1") -> dict:
+    for i in range(n):
+        (tmp_path / f"d{i}.txt").write_text(str(i))
+    return {"task_id": task_id, "steps": [
+        {"action": "fs.rename", "args": {"path": str(tmp_path / f"d{i}.txt"),
+                                         "name": f"f{i}.txt"}} for i in range(n)]}
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("db", "plan", "status", "stop", "release", "resume", "unwind", "dev",
+                    "staging", "demo"):
+        assert command in out
+
+
+def test_db_migrate_then_up_to_date(env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "migrate"]) == 0
+    assert "applied: 0001_journal.sql" in capsys.readouterr().out
+    assert main(["db", "migrate", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"applied": []}
+
+
+def test_plan_check_text_json_and_sort(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"task_id": "p1", "steps": [
+        {"action": "gmail.send", "args": {"to": "a@example.com", "subject": "s", "body": "b"}},
+        {"action": "fs.rename", "args": {"path": "/d/a.txt", "name": "b.txt"}}]}
+    path = write_plan(tmp_path, doc)
+    assert main(["plan", "check", path]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tidemark: PlanError: steps[1]: reversible")
+    assert main(["plan", "check", path, "--sort"]) == 0
+    sorted_plan = json.loads(capsys.readouterr().out)
+    assert [s["action"] for s in sorted_plan["steps"]] == ["fs.rename", "gmail.send"]
+    assert sorted_plan["steps"][1]["args"]["to"] == ["a@example.com"]  # normalised
+    path2 = write_plan(tmp_path, sorted_plan)
+    assert main(["plan", "check", path2]) == 0
+    assert capsys.readouterr().out.startswith("ok: task p1, 2 steps")
+    assert main(["plan", "check", path2, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["steps"], summary["first_irreversible"]) == (2, 2)
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ("{not json", "PlanError: file:"),
+    ({"steps": [{"action": "fs.frobnicate", "args": {}}]}, "unknown action 'fs.frobnicate'"),
+    ({"steps": []}, "steps: the plan is empty"),
+])
+def test_bad_plans_give_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 doc: object, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    assert main(["plan", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_traceback_flag_shows_the_trace(tmp_path: Path) -> None:
+    path = write_plan(tmp_path, {"steps": []})
+    with pytest.raises(Exception, match="the plan is empty"):
+        main(["--traceback", "plan", "check", path])
+
+
+def test_status_stop_release(env: str, store: JournalStore, tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "nope"]) == 1
+    assert "UnknownTask: no plan is stored for task 'nope'" in capsys.readouterr().err
+    from activities.catalog import spec_registry
+    from tidemark.plan import load_plan
+    store.persist_plan(load_plan(renames(tmp_path, 2), spec_registry()))
+    assert main(["status", "cli-1"]) == 0
+    text = capsys.readouterr().out
+    assert "task cli-1  (not_started)" in text and "not started    2 (steps 1-2)" in text
+    assert main(["stop", "cli-1", "--reason", "audit", "--by", "alice"]) == 0
+    capsys.readouterr()
+    assert main(["status", "cli-1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["state"] == "stopped" and report["stop"]["set_by"] == "alice"
+    assert main(["release", "cli-1", "--by", "bob"]) == 0
+    assert store.progress("cli-1").stop is None
+    assert [e["actor"] for e in store.events("cli-1") if e["kind"] in ("stop", "release")] == [
+        "alice", "bob"]
+
+
+async def test_resume_and_unwind_through_temporal(
+        env: str, store: JournalStore, temporal_env: WorkflowEnvironment, workers,
+        task_queue: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workers.start()
+    address = workers.env["TEMPORAL_ADDRESS"]
+    doc = renames(tmp_path, 3, "cli-2")
+    doc["steps"].append({"action": "ledger.record",
+                         "args": {"ledger": str(tmp_path / "ledger"), "entry": "mail"}})
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", doc, id="tidemark-cli-2", task_queue=task_queue, result_type=RunResult)
+    assert (await handle.result()).state == "completed"
+    flags = ["--address", address, "--task-queue", task_queue, "--wait"]
+
+    # Without --yes, unwind only shows what it would do, and changes nothing.
+    assert main(["unwind", "cli-2", *flags]) == 2
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["undo_steps"] == [3, 2, 1]
+    assert preview["irreversible_done"] == [{"step": 4, "action": "ledger.record"}]
+    assert store.progress("cli-2").stop is None
+
+    # A completed task resumed acts on nothing.
+    # The CLI runs its own event loop, so it is called from a thread here.
+    assert await asyncio.to_thread(main, ["resume", "cli-2", *flags]) == 0
+    assert json.loads(capsys.readouterr().out)["executed"] == 0
+
+    assert await asyncio.to_thread(main, ["unwind", "cli-2", "--yes", *flags]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["state"] == "unwound" and result["undone"] == [3, 2, 1]
+    assert result["irreversible_done"] == ["4 ledger.record"]
+    assert sorted(p.name for p in tmp_path.glob("*.txt")) == ["d0.txt", "d1.txt", "d2.txt"]
+    assert len(ledger_lines(tmp_path / "ledger")) == 1  # the mail is reported, not recalled
+    assert store.progress("cli-2").stop is not None  # an unwound task stays stopped
+
+
+def test_temporal_unreachable_is_one_line(env: str, store: JournalStore, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from activities.catalog import spec_registry
+    from tidemark.plan import load_plan
+    store.persist_plan(load_plan(renames(tmp_path, 1, "cli-3"), spec_registry()))
+    assert main(["resume", "cli-3", "--address", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tidemark: TemporalUnavailable: cannot reach Temporal at 127.0.0.1:1")

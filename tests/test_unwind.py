@@ -1,0 +1,122 @@
+"""unwind_step: compensations journaled as phase 'undo', last first, never blind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from activities.catalog import spec_registry
+from activities.fs import FsRename
+from helpers.ledger import LedgerRecord, ledger_lines
+from tidemark.actions import Registry
+from tidemark.errors import NotStopped, Refused, StepFailed
+from tidemark.faults import CRASH_ENV
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from tidemark.unwind import undo_key, unwind_step
+
+RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
+REGISTRY = Registry([FsRename(), LedgerRecord()])
+
+
+def setup_task(store: JournalStore, tmp_path: Path, n: int = 3) -> str:
+    for i in range(n):
+        (tmp_path / f"draft-{i}.txt").write_text(str(i))
+    steps = [{"action": "fs.rename", "args": {"path": str(tmp_path / f"draft-{i}.txt"),
+                                              "name": f"final-{i}.txt"}} for i in range(n)]
+    steps.append({"action": "ledger.record",
+                  "args": {"ledger": str(tmp_path / "ledger"), "entry": "sent"}})
+    store.persist_plan(load_plan({"task_id": "uw", "steps": steps}, spec_registry(LedgerRecord)))
+    return "uw"
+
+
+def names(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if p.name != "ledger")
+
+
+def in_subprocess(db_url: str, step: int, *mode: str, crash: str) -> int:
+    proc = subprocess.run([sys.executable, RUN_ONE, db_url, "uw", str(step), *mode],
+                          env={**os.environ, CRASH_ENV: crash}, capture_output=True, timeout=60)
+    return proc.returncode
+
+
+def test_unwind_restores_reversible_steps_last_first_and_journals_them(
+        store: JournalStore, tmp_path: Path) -> None:
+    task = setup_task(store, tmp_path)
+    for step in range(1, 5):
+        run_step(store, REGISTRY, task, step)
+    assert names(tmp_path) == ["final-0.txt", "final-1.txt", "final-2.txt"]
+    with pytest.raises(NotStopped):
+        unwind_step(store, REGISTRY, task, 3)
+    store.set_control(task, "stopped", "wrong naming scheme", "ops")
+    assert store.undo_candidates(task) == [3, 2, 1]
+    with pytest.raises(Refused, match="irreversible"):
+        unwind_step(store, REGISTRY, task, 4)
+    results = [unwind_step(store, REGISTRY, task, s) for s in store.undo_candidates(task)]
+    assert [(r.step, r.status) for r in results] == [(3, "undone"), (2, "undone"), (1, "undone")]
+    assert names(tmp_path) == ["draft-0.txt", "draft-1.txt", "draft-2.txt"]
+    assert ledger_lines(tmp_path / "ledger") != []  # the irreversible step is left alone
+    undo_rows = [r for r in store.rows(task) if r.phase == "undo"]
+    assert [(r.step, r.status, r.resolved_by) for r in undo_rows] == [
+        (1, "done", "execute"), (2, "done", "execute"), (3, "done", "execute")]
+    assert undo_rows[0].idem_key == undo_key(task, 1, "fs.rename", undo_rows[0].args)
+    assert store.undo_candidates(task) == []
+    assert unwind_step(store, REGISTRY, task, 1).status == "already_undone"
+
+
+def test_a_forward_step_in_doubt_is_settled_by_probe_then_undone(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    task = setup_task(store, tmp_path)
+    run_step(store, REGISTRY, task, 1)
+    assert in_subprocess(db_url, 2, crash="after_execute") == -signal.SIGKILL
+    store.set_control(task, "stopped", "crashed", "ops")
+    assert store.undo_candidates(task) == [2, 1]
+    assert unwind_step(store, REGISTRY, task, 2).status == "undone"
+    row2 = store.step_row(task, 2)
+    assert row2 is not None and row2.resolved_by == "probe" and row2.status == "done"
+    assert unwind_step(store, REGISTRY, task, 1).status == "undone"
+    assert names(tmp_path) == ["draft-0.txt", "draft-1.txt", "draft-2.txt"]
+
+
+def test_a_forward_step_that_never_acted_is_closed_not_executed(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    task = setup_task(store, tmp_path)
+    assert in_subprocess(db_url, 1, crash="after_intent") == -signal.SIGKILL
+    store.set_control(task, "stopped", "crashed", "ops")
+    assert unwind_step(store, REGISTRY, task, 1).status == "nothing_to_undo"
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "probe"
+    assert names(tmp_path) == ["draft-0.txt", "draft-1.txt", "draft-2.txt"]  # never renamed
+
+
+def test_a_compensation_in_doubt_is_applied_again_safely(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    task = setup_task(store, tmp_path)
+    run_step(store, REGISTRY, task, 1)
+    store.set_control(task, "stopped", "undo", "ops")
+    assert in_subprocess(db_url, 1, "undo", crash="undo_after_execute") == -signal.SIGKILL
+    assert "draft-0.txt" in names(tmp_path)  # the compensation applied...
+    doubt = store.progress(task).in_doubt
+    assert doubt is not None and doubt.phase == "undo"  # ...and is in doubt
+    result = unwind_step(store, REGISTRY, task, 1)
+    assert result.status == "undone" and result.outcome["note"] == "already at its original name"
+    assert store.progress(task).in_doubt is None
+
+
+def test_a_file_changed_by_someone_else_is_not_put_back(store: JournalStore,
+                                                        tmp_path: Path) -> None:
+    task = setup_task(store, tmp_path, n=1)
+    run_step(store, REGISTRY, task, 1)
+    (tmp_path / "final-0.txt").rename(tmp_path / "theirs.txt")
+    store.set_control(task, "stopped", "undo", "ops")
+    with pytest.raises(StepFailed, match=r"cannot restore draft-0\.txt"):
+        unwind_step(store, REGISTRY, task, 1)
+    assert names(tmp_path) == ["theirs.txt"]
+    undo = store.step_row(task, 1, "undo")
+    assert undo is not None and undo.status == "failed"

@@ -1,0 +1,95 @@
+"""Unwinding: compensate a task's completed reversible steps, last first, from before_state.
+
+Each compensation is journaled like a step, as phase ``undo`` with a key of its own, under the
+same rules: intent before the action, outcome after, at most one row in doubt per task. A
+compensation states an end state ("the file should be named as before_state says"), so a
+compensation found in doubt is simply applied again; the action checks the world first.
+
+A forward step still in doubt is settled by its probe first, never executed: done -> it is
+recorded and then compensated; absent -> it is closed as not done and there is nothing to
+undo; unknown -> NeedsDecision. Irreversible steps are never touched, only reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidemark.actions import Registry, StepContext
+from tidemark.errors import NotStopped, Refused, StepFailed
+from tidemark.faults import crash_point
+from tidemark.keys import key_for
+from tidemark.run_step import note_error, resolve_in_doubt
+from tidemark.store import JournalStore
+
+UNDO_SUFFIX = "#undo"  # the compensation's key: key_for(task, step, action + "#undo", args)
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    step: int
+    action: str
+    status: str  # undone | nothing_to_undo | already_undone
+    outcome: dict[str, Any]
+
+
+def undo_key(task_id: str, step: int, action: str, args: dict[str, Any]) -> str:
+    return key_for(task_id, step, action + UNDO_SUFFIX, args)
+
+
+def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int) -> UndoResult:
+    """Compensates one reversible step of a stopped task, at most once.
+
+    Raises:
+        NotStopped: the task's stop state is not set.
+        NeedsDecision: the forward step is in doubt and its probe cannot tell.
+        StepFailed: the compensation was refused (e.g. someone changed the file since).
+        StepBusy, StoreUnavailable, TargetUnavailable, Unauthorized: retry or stop, as for
+            a forward step; a compensation left in doubt is applied again next time.
+    """
+    with store.execution(task_id, step, "do") as s:
+        if s.stopped is None:
+            raise NotStopped(task_id)
+        spec, row = s.spec, s.row
+        action = registry.bound(spec.action)
+        ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args,
+                          key=key_for(task_id, step, spec.action, spec.args))
+        if spec.irreversible:
+            raise Refused(f"step {step} {spec.action} is irreversible; it is reported, "
+                          "never compensated")
+        if row is None:
+            return UndoResult(step, spec.action, "nothing_to_undo", {"reason": "never started"})
+        ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
+        if row.outcome is None:
+            settled = resolve_in_doubt(action, ctx, s)
+            if settled is None:
+                s.complete(key=ctx.key, outcome={"not_done": "absent when the task was unwound"},
+                           status="failed", resolved_by="probe")
+                return UndoResult(step, spec.action, "nothing_to_undo",
+                                  {"reason": "the probe found it not done"})
+            row = settled
+        if row.status != "done":
+            return UndoResult(step, spec.action, "nothing_to_undo",
+                              {"reason": f"step is {row.status}"})
+        ctx = replace(ctx, outcome=row.outcome)
+
+    with store.execution(task_id, step, "undo") as u:
+        ukey = undo_key(task_id, step, spec.action, spec.args)
+        if u.row is not None and u.row.outcome is not None:
+            return UndoResult(step, spec.action, "already_undone", u.row.outcome)
+        if u.row is None:
+            u.begin(task_id=task_id, step=step, key=ukey, action=spec.action, args=spec.args,
+                    before_state=row.outcome or {}, phase="undo")
+        crash_point("undo_after_intent", step)
+        try:
+            outcome = action.compensate(ctx)
+        except Refused as e:
+            u.complete(key=ukey, outcome={"error": str(e), "type": type(e).__name__},
+                       status="failed", resolved_by="execute")
+            raise StepFailed(step, spec.action + UNDO_SUFFIX, str(e)) from e
+        except Exception as e:
+            note_error(u, ctx, e)
+            raise
+        crash_point("undo_after_execute", step)
+        u.complete(key=ukey, outcome=outcome, status="done", resolved_by="execute")
+        return UndoResult(step, spec.action, "undone", outcome)
