@@ -1,0 +1,31 @@
+"""Runs every step of a stored plan through run_step in this process, in order:
+``python tests/helpers/run_plan_local.py DB_URL TASK STAGING_URL``.
+
+The chaos test starts it with TIDEMARK_CRASH_AT set, so it SIGKILLs itself at one named point
+of one step; the same actions (real SDKs, staging servers) as a worker configured with
+TIDEMARK_STAGING_URL, plus the test action ledger.record.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from activities.wiring import worker_registry
+from helpers.ledger import LedgerRecord
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+
+def main() -> int:
+    url, task_id, staging_url = sys.argv[1:4]
+    registry = worker_registry({"TIDEMARK_STAGING_URL": staging_url})
+    registry.register(LedgerRecord())
+    with JournalStore(url) as store:
+        for step in range(1, store.progress(task_id).step_count + 1):
+            run_step(store, registry, task_id, step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
