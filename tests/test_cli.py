@@ -157,3 +157,67 @@ def test_temporal_unreachable_is_one_line(env: str, store: JournalStore, tmp_pat
     assert main(["resume", "cli-3", "--address", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tidemark: TemporalUnavailable: cannot reach Temporal at 127.0.0.1:1")
+
+
+def _in_doubt_with_unreadable_target(store: JournalStore, db_url: str, tmp_path: Path,
+                                     task_id: str) -> Path:
+    """A ledger step in doubt whose probe cannot tell while the returned file exists."""
+    import os
+    import subprocess
+    import sys
+
+    from activities.catalog import spec_registry
+    from helpers.ledger import LedgerRecord
+    from tidemark.faults import CRASH_ENV
+    from tidemark.plan import load_plan
+
+    blind = tmp_path / f"{task_id}-blind"
+    blind.write_text("")
+    doc = {"task_id": task_id, "steps": [{"action": "ledger.record", "args": {
+        "ledger": str(tmp_path / f"{task_id}-ledger"), "entry": "e", "blind_while": str(blind)}}]}
+    store.persist_plan(load_plan(doc, spec_registry(LedgerRecord)))
+    runner = str(Path(__file__).parent / "helpers" / "run_one.py")
+    subprocess.run([sys.executable, runner, db_url, task_id, "1"], timeout=60,
+                   env={**os.environ, CRASH_ENV: "after_intent"}, capture_output=True)
+    return blind
+
+
+def test_resolve_absent_lets_a_person_unblock_an_undecidable_step(
+        env: str, store: JournalStore, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers.ledger import LedgerRecord
+    from tidemark.actions import Registry
+    from tidemark.errors import NeedsDecision
+    from tidemark.run_step import run_step
+
+    _in_doubt_with_unreadable_target(store, env, tmp_path, "cli-4")
+    registry = Registry([LedgerRecord()])
+    with pytest.raises(NeedsDecision):
+        run_step(store, registry, "cli-4", 1)
+    assert main(["resolve", "cli-4", "--step", "1", "--as", "absent"]) == 2  # needs --yes
+    assert main(["resolve", "cli-4", "--step", "2", "--as", "absent", "--yes"]) == 1
+    assert "step 2 is not in doubt (step 1 (do) is)" in capsys.readouterr().err
+    assert main(["resolve", "cli-4", "--step", "1", "--as", "absent", "--yes", "--by", "carol",
+                 "--note", "checked the ledger host: nothing written"]) == 0
+    capsys.readouterr()
+    result = run_step(store, registry, "cli-4", 1)  # the probe still cannot tell: her word
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert len(ledger_lines(tmp_path / "cli-4-ledger")) == 1
+    assert main(["journal", "cli-4"]) == 0
+    out = capsys.readouterr().out
+    assert "decision" in out and "(carol)" in out and "probe" in out
+
+
+def test_resolve_done_records_the_operator_as_resolver(
+        env: str, store: JournalStore, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _in_doubt_with_unreadable_target(store, env, tmp_path, "cli-5")
+    assert main(["resolve", "cli-5", "--step", "1", "--as", "done", "--yes", "--by", "dan"]) == 0
+    row = store.step_row("cli-5", 1)
+    assert row is not None and (row.status, row.resolved_by) == ("done", "operator")
+    assert row.outcome == {"operator": "dan", "note": ""}
+    capsys.readouterr()
+    assert main(["journal", "cli-5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["resolved_by"] for r in data["rows"]] == ["operator"]
+    assert [(e["kind"], e["actor"]) for e in data["events"]][-1] == ("decision", "dan")

@@ -61,6 +61,32 @@ def _cmd_status(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_journal(a: argparse.Namespace) -> int:
+    data = commands.journal(database_url(), a.task)
+    if a.json:
+        _print_json(data)
+        return 0
+    print(f"{'step':>5} {'phase':<5} {'action':<22} {'status':<8} {'by':<9} "
+          f"{'intent':<20} {'key'}")
+    for r in data["rows"]:
+        print(f"{r['step']:>5} {r['phase']:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
+              f"{r['resolved_by'] or '-':<9} {r['started_at'][:19]:<20} {r['idem_key']}")
+    for e in data["events"]:
+        step = f"step {e['step']} " if e["step"] else ""
+        print(f"{e['at'][:19]}  {e['kind']:<12} {step}{json.dumps(e['detail'], sort_keys=True)}"
+              f"  ({e['actor']})")
+    return 0
+
+
+def _cmd_resolve(a: argparse.Namespace) -> int:
+    if not a.yes:
+        print(f"tidemark: recording that step {a.step} of {a.task} is {a.as_} is your decision; "
+              "pass --yes to record it", file=sys.stderr)
+        return EXIT_USAGE
+    _print_json(commands.resolve(database_url(), a.task, a.step, a.as_, a.note, a.by))
+    return 0
+
+
 def _cmd_stop(a: argparse.Namespace) -> int:
     commands.stop(database_url(), a.task, a.reason, a.by)
     print(f"task {a.task} is stopped; nothing will act on it until `tidemark release {a.task}`")
@@ -185,7 +211,23 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_status)
 
+    jr = sub.add_parser("journal", help="every journal row and event of a task (audit trail)")
+    jr.add_argument("task")
+    jr.add_argument("--json", action="store_true")
+    jr.set_defaults(func=_cmd_journal)
+
     user = getpass.getuser()
+    rs = sub.add_parser("resolve", help="record a person's decision on the step in doubt")
+    rs.add_argument("task")
+    rs.add_argument("--step", type=int, required=True)
+    rs.add_argument("--as", dest="as_", choices=["done", "absent"], required=True,
+                    help="done: it happened; absent: it did not (a resumed run executes it "
+                         "if its probe still cannot tell)")
+    rs.add_argument("--note", default="", help="what you looked at")
+    rs.add_argument("--by", default=user)
+    rs.add_argument("--yes", action="store_true")
+    rs.set_defaults(func=_cmd_resolve)
+
     for name, func, what in (("stop", _cmd_stop, "set the durable stop state of a task"),
                              ("release", _cmd_release, "allow a stopped task to run again")):
         c = sub.add_parser(name, help=what)

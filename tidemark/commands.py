@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.catalog import spec_registry
+from tidemark.errors import TidemarkError
 from tidemark.plan import Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -63,3 +64,38 @@ def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
     return {"task_id": task_id, "undo_steps": undo,
             "irreversible_done": [{"step": n, "action": a} for n, a, status in irreversible
                                   if status == "done"]}
+
+
+def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> dict[str, Any]:
+    """A person's decision about the step in doubt, after looking at the target.
+
+    ``done``: the step's outcome is recorded as done (resolved_by=operator) and a resumed run
+    goes on after it. ``absent``: the decision is recorded; a resumed run still probes first,
+    and only if the probe still cannot tell does it take the person's word and execute.
+    """
+    if as_ not in ("done", "absent"):
+        raise DecisionError(f"--as must be done or absent, not {as_!r}")
+    with open_store(url) as store:
+        doubt = store.progress(task_id).in_doubt
+        if doubt is None or doubt.step != step or doubt.phase != "do":
+            where = (f"step {doubt.step} ({doubt.phase})" if doubt else "no step")
+            raise DecisionError(f"task {task_id!r}: step {step} is not in doubt ({where} is)")
+        detail = {"as": as_, "note": note, "key": doubt.idem_key}
+        with store.execution(task_id, step) as s:
+            s.event(task_id, "decision", detail, step, by)
+            if as_ == "done":
+                s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
+                           status="done", resolved_by="operator")
+    return {"task_id": task_id, "step": step, **detail, "by": by}
+
+
+def journal(url: str, task_id: str) -> dict[str, Any]:
+    """Every journal row and event of a task, oldest first: the audit trail."""
+    with JournalStore(url) as store:
+        store.progress(task_id)  # UnknownTask for a task that does not exist
+        return {"rows": [r.as_json() for r in store.rows(task_id)],
+                "events": [{**e, "at": e["at"].isoformat()} for e in store.events(task_id)]}
+
+
+class DecisionError(TidemarkError):
+    """A decision that does not fit the journal's state."""

@@ -116,7 +116,13 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
         return s.complete(key=ctx.key, outcome=probed.observed, status="done",
                           resolved_by="probe")
     if probed.status is ProbeStatus.UNKNOWN:
-        raise NeedsDecision(ctx.step, ctx.action, probed.reason)
+        # The target cannot tell; only a person who looked may (`tidemark resolve`).
+        assert ctx.started_at is not None
+        decided = s.operator_decision(ctx.task_id, ctx.step, ctx.started_at)
+        if decided is None or decided["detail"].get("as") != "absent":
+            raise NeedsDecision(ctx.step, ctx.action, probed.reason)
+        log.info("step %s %s: probe cannot tell; %s decided it did not happen",
+                 ctx.step, ctx.action, decided["actor"])
     return None
 
 

@@ -440,6 +440,14 @@ class StepSession:
         self.unlocked = bool(r.pop("unlocked"))
         return JournalRow(**r)
 
+    def operator_decision(self, task_id: str, step: int, since: datetime) -> dict[str, Any] | None:
+        """The latest decision a person recorded about this step since its intent, if any."""
+        with _translated():
+            return self.conn.execute(
+                "SELECT detail, actor, at FROM tidemark.events"
+                " WHERE task_id = %s AND step = %s AND kind = 'decision' AND at >= %s"
+                " ORDER BY id DESC LIMIT 1", (task_id, step, since)).fetchone()
+
     def event(self, task_id: str, kind: str, detail: dict[str, Any], step: int | None = None,
               actor: str = "tidemark") -> None:
         with _translated():

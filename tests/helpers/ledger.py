@@ -30,6 +30,7 @@ class LedgerRecord(Action):
         "hold_s": Arg((int, float), required=False),
         "gate_file": Arg(str, required=False),  # the gate refuses while this file exists
         "hold_while": Arg(str, required=False),  # execute waits while this file exists
+        "blind_while": Arg(str, required=False),  # the probe cannot tell while this exists
     }
 
     def preconditions(self, ctx: StepContext) -> None:
@@ -42,6 +43,9 @@ class LedgerRecord(Action):
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         path = Path(ctx.args["ledger"])
+        blind = ctx.args.get("blind_while")
+        if blind and os.path.exists(blind):
+            return ProbeResult.unknown(f"the ledger is unreadable while {blind} exists")
         if not path.parent.exists():
             return ProbeResult.unknown(f"cannot read the ledger directory {path.parent}")
         if any(line.split(" ", 1)[0] == ctx.key for line in ledger_lines(path)):
