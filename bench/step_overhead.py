@@ -1,0 +1,105 @@
+"""What a step costs end to end: through Temporal (RunPlan on the dev server), through the
+journal alone (run_step in a loop), and the seed's 15 ms yardstick — measured side by side.
+
+Both variants run the same plan of no-op steps against the same Postgres (embedded unless
+DATABASE_URL is set), alternating in rounds so machine noise hits them alike. Prints per-step
+mean and the ratios.
+
+    python bench/step_overhead.py [--steps 200] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from journal_overhead import SEED_MS_PER_STEP, Noop
+
+from tidemark.actions import Registry
+from tidemark.database import ENV_URL, EmbeddedPostgres
+from tidemark.devstack import temporal_binary
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from worker import MAX_CONCURRENT_STEPS, build_worker
+from workflows.run_plan import STATE, TASK_ID
+from workflows.types import RunResult
+
+
+def plan_doc(task_id: str, n: int) -> dict:
+    return {"task_id": task_id,
+            "steps": [{"action": "bench.noop", "args": {"i": i}} for i in range(n)]}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+
+    url = os.environ.get(ENV_URL)
+    embedded = None
+    if not url:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pg", delete=True)
+        url = embedded.url()
+    store = JournalStore(url).open()
+    store.migrate()
+    registry = Registry([Noop()])
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+        dev_server_log_level="error")
+    temporal_ms: list[float] = []
+    journal_ms: list[float] = []
+    try:
+        with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as pool:
+            async with build_worker(env.client, store, registry, pool, task_queue="bench"):
+                for r in range(a.rounds):
+                    task = f"bench-t-{time.time_ns()}"
+                    t0 = time.perf_counter()
+                    result: RunResult = await env.client.execute_workflow(
+                        "RunPlan", plan_doc(task, a.steps), id=f"tidemark-{task}",
+                        task_queue="bench", result_type=RunResult)
+                    assert result.state == "completed", result
+                    temporal_ms.append((time.perf_counter() - t0) * 1000 / a.steps)
+
+                    task = f"bench-j-{time.time_ns()}"
+                    store.persist_plan(load_plan(plan_doc(task, a.steps), registry))
+                    t0 = time.perf_counter()
+                    for step in range(1, a.steps + 1):
+                        run_step(store, registry, task, step)
+                    journal_ms.append((time.perf_counter() - t0) * 1000 / a.steps)
+                    print(f"round {r + 1}: temporal {temporal_ms[-1]:.2f} ms/step, "
+                          f"journal only {journal_ms[-1]:.2f} ms/step", flush=True)
+    finally:
+        await env.shutdown()
+        store.close()
+        if embedded:
+            embedded.close()
+
+    t, j = statistics.mean(temporal_ms), statistics.mean(journal_ms)
+    print(f"\nsteps per run: {a.steps}, rounds: {a.rounds}")
+    print(f"through Temporal (activity per step, journal inside): {t:.2f} ms/step")
+    print(f"journal alone (run_step):                             {j:.2f} ms/step")
+    print(f"ratio Temporal / journal alone: {t / j:.1f}x; the journal is "
+          f"{100 * j / t:.0f}% of a step's cost")
+    seed = SEED_MS_PER_STEP
+    print(f"ratio to the seed's {seed:.0f} ms/step: Temporal {t / seed:.1f}x, "
+          f"journal alone {j / seed:.2f}x")
+    print(f"the 42-step morning: {42 * t / 1000:.2f} s through Temporal, "
+          f"{42 * j:.0f} ms of it in the journal")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
