@@ -201,3 +201,37 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
     assert len(runs) < 6 * STEPS_PER_RUN  # bounded by the window, not by the plan
     chain = [w async for w in temporal_env.client.list_workflows('WorkflowId = "tidemark-long-1"')]
     assert len(chain) == 3  # two continue-as-new hops: three runs
+
+
+async def test_a_postgres_outage_mid_run_is_ridden_out_without_duplicates(
+        temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    import asyncio
+
+    import psycopg
+    from psycopg import sql
+
+    workers.start()
+    handle = await start(temporal_env.client, ledger_plan(tmp_path, "pg-out-1", 10, hold_s=0.1),
+                         task_queue)
+    assert_eventually(lambda: len(entries(tmp_path)) >= 3, timeout=30)
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    admin_url = psycopg.conninfo.make_conninfo(db_url, dbname="postgres")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        # The journal's database refuses connections and drops every open one: an outage.
+        admin.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(
+            sql.Identifier(dbname)))
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = %s", (dbname,))
+        during = len(entries(tmp_path))
+        await asyncio.sleep(3)
+        stalled = len(entries(tmp_path))
+        admin.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(
+            sql.Identifier(dbname)))
+    assert stalled <= during + 1  # at most the step already past its intent finished
+    result = await handle.result()
+    assert (result.state, result.confirmed) == ("completed", 10)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 11)]  # each exactly once
+    with JournalStore(db_url) as fresh:  # the fixture's pooled connections died in the outage
+        progress = fresh.progress("pg-out-1")
+    assert progress.in_doubt is None and progress.confirmed == 10
