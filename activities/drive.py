@@ -5,94 +5,29 @@ Reversible and an end state. The one ``files.update`` both renames the file and 
 Compensation puts the before_state name (and stamp) back, but only while the file is still as we
 left it.
 
-Clients come from ``drive_client``: the real google-api-python-client over an HTTP transport
-that sends every request exactly once (see ``OneShotHttp``) and gives up after a timeout, so a
+Clients come from ``drive_client``: the real google-api-python-client over a transport that
+sends every request exactly once and gives up after a timeout (see ``probes.google_http``), so a
 lost answer surfaces as ``TargetUnavailable`` and the journal, not the library, decides what
 happens next.
 """
 
 from __future__ import annotations
 
-import gzip
-import http.client
-import urllib.parse
-import zlib
 from typing import Any, ClassVar
 
-import google.oauth2.credentials
-import google_auth_httplib2
-import httplib2
-from googleapiclient.discovery import build
+from googleapiclient.discovery import Resource
 
-from probes.drive import CLIENT_ERRORS, STAMP, DriveRenameProbe, google_error
+from probes.drive import STAMP, DriveRenameProbe
+from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error, google_service
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import Refused
 
-DEFAULT_TIMEOUT = 30.0  # seconds; Drive metadata calls answer well under a second, so 30 s
-#                         only ever cuts off a response that is lost, not one that is slow
 
-
-class OneShotHttp:
-    """An ``httplib2.Http`` stand-in that sends each request exactly once.
-
-    httplib2 silently re-sends a request (even a PATCH or POST) when the connection drops before
-    the status line arrives — exactly the "committed, then the answer was lost" case. A re-send
-    behind our back turns one in-doubt write into two writes, so this transport opens a fresh
-    connection per request and lets the failure surface instead.
-
-    Args:
-        timeout: Seconds to wait for connecting and for each read.
-    """
-
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.timeout = timeout
-        # Attributes google_auth_httplib2.AuthorizedHttp forwards to the wrapped http.
-        self.follow_redirects = False
-        self.redirect_codes: frozenset[int] = frozenset()
-        self.connections: dict[str, Any] = {}
-
-    def request(self, uri: str, method: str = "GET", body: bytes | str | None = None,
-                headers: dict[str, str] | None = None, redirections: int = 0,
-                connection_type: Any = None) -> tuple[httplib2.Response, bytes]:
-        parts = urllib.parse.urlsplit(uri)
-        conn_class = (http.client.HTTPSConnection if parts.scheme == "https"
-                      else http.client.HTTPConnection)
-        conn = conn_class(parts.hostname or "", parts.port, timeout=self.timeout)
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        try:
-            conn.request(method, target, body=body, headers=dict(headers or {}))
-            raw = conn.getresponse()
-            content = raw.read()
-        finally:
-            conn.close()
-        response = httplib2.Response(raw)
-        encoding = response.get("content-encoding", "")
-        if encoding == "gzip":
-            content = gzip.decompress(content)
-        elif encoding == "deflate":
-            content = zlib.decompress(content, -zlib.MAX_WBITS)
-        return response, content
-
-    def close(self) -> None:
-        """Nothing to close: connections are not kept."""
-
-
-def drive_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
-    """A Drive v3 service for ``base_url`` (a staging server's URL, or
-    ``https://www.googleapis.com``) authorised with the bearer ``token``.
-
-    401 answers are not turned into a token refresh (the token is handed in, there is nothing to
-    refresh with): they surface as errors, and the action maps them to ``Unauthorized``.
-    """
-    credentials = google.oauth2.credentials.Credentials(token)
-    http = google_auth_httplib2.AuthorizedHttp(credentials, http=OneShotHttp(timeout),
-                                               refresh_status_codes=())
-    return build("drive", "v3", http=http, static_discovery=True, cache_discovery=False,
-                 client_options={"api_endpoint": base_url.rstrip("/") + "/drive/v3/"})
+def drive_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> Resource:
+    """A Drive v3 service for ``base_url`` (``https://www.googleapis.com`` or a staging
+    server's URL) authorised with the bearer ``token``; see ``probes.google_http``."""
+    return google_service("drive", "v3", base_url, token, endpoint="/drive/v3/",
+                          timeout=timeout)
 
 
 class DriveRename(Action):

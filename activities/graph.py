@@ -27,6 +27,7 @@ from msgraph.generated.users.item.send_mail.send_mail_post_request_body import (
     SendMailPostRequestBody,
 )
 
+from activities.mail import MailAction
 from probes.graph import (
     KEY_HEADER,
     KEY_PROPERTY_ID,
@@ -34,7 +35,7 @@ from probes.graph import (
     GraphSendMailProbe,
     describe_error,
 )
-from tidemark.actions import Action, Arg, ProbeResult, StepContext, address_list
+from tidemark.actions import ProbeResult, StepContext, address_list
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
 
 
@@ -74,15 +75,8 @@ def graph_error(e: BaseException, what: str) -> ActionError:
     return TargetUnavailable(text)
 
 
-class GraphSendMail(Action):
+class GraphSendMail(MailAction):
     name: ClassVar[str] = "graph.send_mail"
-    irreversible: ClassVar[bool] = True
-    args: ClassVar[dict[str, Arg]] = {
-        "to": Arg((str, list), check=address_list),
-        "cc": Arg((str, list), required=False, check=address_list),
-        "subject": Arg(str),
-        "body": Arg(str),
-    }
 
     def __init__(self, writer: GraphClient, reader: GraphClient) -> None:
         """
@@ -92,12 +86,6 @@ class GraphSendMail(Action):
         """
         self.writer = writer
         self.reader = GraphSendMailProbe(reader)
-
-    @classmethod
-    def describe(cls, args: dict[str, Any]) -> str:
-        to = address_list(args["to"])
-        cc = f" (+{len(address_list(args['cc']))} cc)" if args.get("cc") else ""
-        return f"{args['subject']!r} to {', '.join(to)}{cc}"
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         return self.reader.probe(ctx)

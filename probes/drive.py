@@ -8,60 +8,16 @@ that changed the name. Everything here runs with a read-only client
 
 from __future__ import annotations
 
-import http.client
-import json
 from typing import Any
 
-import httplib2
 from googleapiclient.errors import HttpError
 
+from probes.google_http import CLIENT_ERRORS, google_error
 from tidemark.actions import GateRefused, ProbeResult, StepContext
-from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import Refused, TargetUnavailable
 
 STAMP = "tidemark_key"  # the appProperties key that carries a step's idempotency key
 READ_FIELDS = "id,name,appProperties,trashed"
-
-# Google answers some rate limits with 403; those are worth a later retry, not a stop.
-_RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded"})
-
-
-def google_error(e: BaseException, what: str) -> ActionError:
-    """Maps an exception from google-api-python-client onto Tidemark's action errors.
-
-    Args:
-        e: What the client raised.
-        what: A short description of the call, for the message (no secrets).
-
-    Returns:
-        ``Unauthorized`` for 401 and for 403s that are not rate limits, ``TargetUnavailable``
-        for timeouts, dropped connections, 408, 429 and 5xx, ``Refused`` for other 4xx.
-    """
-    if isinstance(e, HttpError):
-        status = e.status_code
-        reasons = _reasons(e)
-        text = f"{what}: HTTP {status} {e.reason}"
-        if status == 401 or (status == 403 and not reasons & _RATE_LIMIT_REASONS):
-            return Unauthorized(text)
-        if status in (403, 408, 429) or status >= 500:
-            return TargetUnavailable(text)
-        return Refused(text)
-    if isinstance(e, TimeoutError):
-        return TargetUnavailable(f"{what}: no answer in time ({e})")
-    if isinstance(e, OSError | http.client.HTTPException | httplib2.HttpLib2Error):
-        return TargetUnavailable(f"{what}: connection failed ({type(e).__name__}: {e})")
-    raise TypeError(f"not a client error: {e!r}") from e
-
-
-def _reasons(e: HttpError) -> set[str]:
-    """The ``reason`` of each entry in Google's ``error.errors`` list."""
-    try:
-        items = json.loads(e.content)["error"]["errors"]
-        return {str(i.get("reason")) for i in items if isinstance(i, dict)}
-    except (ValueError, KeyError, TypeError):
-        return set()
-
-
-CLIENT_ERRORS = (HttpError, OSError, http.client.HTTPException, httplib2.HttpLib2Error)
 
 
 class DriveRenameProbe:

@@ -12,21 +12,12 @@ The probe needs a ``gmail.readonly`` token (``gmail.metadata`` cannot search: Gm
 
 from __future__ import annotations
 
-import gzip
-import http.client
-import ssl
-import urllib.parse
-import zlib
 from datetime import datetime
 from typing import Any
 
-import google_auth_httplib2
-import httplib2
-from google.oauth2.credentials import Credentials
-from googleapiclient.discovery import Resource, build
-from googleapiclient.errors import Error as ClientError
-from googleapiclient.errors import HttpError
+from googleapiclient.discovery import Resource
 
+from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error, google_service
 from tidemark.actions import ProbeResult, StepContext
 
 KEY_HEADER = "X-Tidemark-Key"
@@ -42,7 +33,6 @@ PAGE_SIZE = 100  # Gmail's default page; fewer round trips than smaller pages, s
 # Newest sent messages read by label on top of the search: Gmail's index trails by seconds to
 # minutes, and a mailbox rarely sends more than this many messages in that time.
 RECENT_SENT = 50
-DEFAULT_TIMEOUT_S = 30.0  # a send carries one message; 30 s is generous for Gmail's API
 
 
 def message_id_for(key: str) -> str:
@@ -50,63 +40,11 @@ def message_id_for(key: str) -> str:
     return f"<{key}@{MESSAGE_ID_DOMAIN}>"
 
 
-class SingleShotHttp:
-    """The httplib2 interface google-api-python-client calls, without httplib2's retries.
-
-    httplib2 sends a request again when the connection closes before a response arrives
-    (``RemoteDisconnected`` is a ``BadStatusLine``, which it retries "regardless of the number
-    of RETRIES", whatever the method). For ``messages.send`` that resend is a second mail. Here
-    every request goes out once on a fresh connection; any failure is raised to the caller, which
-    leaves the step in doubt for the probe. A fresh connection per request also makes one
-    instance safe to share between threads.
-    """
-
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.timeout = timeout
-
-    def request(self, uri: str, method: str = "GET", body: bytes | str | None = None,
-                headers: dict[str, str] | None = None, redirections: int = 0,
-                connection_type: Any = None, **_: Any) -> tuple[httplib2.Response, bytes]:
-        url = urllib.parse.urlsplit(uri)
-        conn: http.client.HTTPConnection
-        if url.scheme == "https":
-            conn = http.client.HTTPSConnection(url.hostname or "", url.port,
-                                               timeout=self.timeout,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(url.hostname or "", url.port,
-                                              timeout=self.timeout)
-        path = url.path + (f"?{url.query}" if url.query else "")
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            content = resp.read()
-            result = httplib2.Response(resp)
-        finally:
-            conn.close()
-        encoding = result.get("content-encoding", "")
-        if encoding == "gzip":
-            content = gzip.decompress(content)
-        elif encoding == "deflate":
-            content = zlib.decompress(content)
-        if encoding in ("gzip", "deflate"):
-            result["-content-encoding"] = result.pop("content-encoding")
-        return result, content
-
-
 def gmail_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> Resource:
-    """A Gmail v1 client for ``base_url`` (``https://gmail.googleapis.com`` or a staging URL).
-
-    The token is sent as is and never refreshed: a rejected token surfaces as a 401 instead of
-    a refresh attempt. Requests are never retried (see :class:`SingleShotHttp`); call
-    ``execute(num_retries=0)``.
-    """
-    authed = google_auth_httplib2.AuthorizedHttp(Credentials(token),
-                                                 http=SingleShotHttp(timeout),
-                                                 refresh_status_codes=())
+    """A Gmail v1 client for ``base_url`` (``https://gmail.googleapis.com`` or a staging URL)
+    authorised with the bearer ``token``; see ``probes.google_http``."""
     # Gmail's discovery paths already contain "gmail/v1/", so its endpoint is the bare root.
-    return build("gmail", "v1", http=authed, static_discovery=True,
-                 client_options={"api_endpoint": base_url.rstrip("/") + "/"})
+    return google_service("gmail", "v1", base_url, token, endpoint="/", timeout=timeout)
 
 
 def _header(message: dict[str, Any], name: str) -> str | None:
@@ -114,12 +52,6 @@ def _header(message: dict[str, Any], name: str) -> str | None:
         if h.get("name", "").lower() == name.lower():
             return str(h.get("value", ""))
     return None
-
-
-def _describe(e: Exception) -> str:
-    if isinstance(e, HttpError):
-        return f"Gmail answered {e.resp.status}: {e.reason}"
-    return f"{type(e).__name__}: {e}"
 
 
 class GmailSendProbe:
@@ -163,8 +95,9 @@ class GmailSendProbe:
                              "labelIds": hit.get("labelIds", []),
                              "message_id": _header(hit, "Message-ID"), "found_by": found_by},
                             f"message {hit['id']} carries {KEY_HEADER} {ctx.key}")
-        except (ClientError, OSError, http.client.HTTPException, ValueError) as e:
-            return ProbeResult.unknown(f"cannot search the mailbox: {_describe(e)}")
+        except CLIENT_ERRORS as e:
+            return ProbeResult.unknown(
+                f"cannot search the mailbox: {google_error(e, 'gmail messages.list/get')}")
         return ProbeResult.absent(
             f"none of the {len(checked)} messages sent since {since} (epoch seconds) carries "
             f"{KEY_HEADER} {ctx.key}", {"checked": len(checked), "since": since})

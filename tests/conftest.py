@@ -22,6 +22,7 @@ from tidemark.devstack import temporal_binary
 from tidemark.store import JournalStore
 from workflows.run_plan import STATE, TASK_ID
 
+pytest_plugins = ["helpers.staging_fixtures"]
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 

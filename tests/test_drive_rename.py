@@ -3,16 +3,15 @@ run_step with a real journal."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from activities.catalog import spec_registry
 from activities.drive import DriveRename, drive_client
+from helpers.staging_fixtures import post
+from helpers.steps import persist as persist_plan
+from helpers.steps import step_context
 from helpers.wait import assert_eventually
 from staging.core import Fault, Staging, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget
@@ -25,32 +24,17 @@ from tidemark.errors import (
     TargetUnavailable,
     Unauthorized,
 )
-from tidemark.keys import key_for
-from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[StagingServer]:
-    with StagingServer(Staging([DriveTarget()])) as s:
-        yield s
-
-
 @pytest.fixture
-def staging(server: StagingServer) -> Staging:
-    server.staging.reset()
-    return server.staging
-
-
-@pytest.fixture
-def drive(staging: Staging) -> DriveTarget:
-    target = staging.targets["drive"]
-    assert isinstance(target, DriveTarget)
-    target.seed("report.pdf", file_id="f1")
-    return target
+def drive(drive: DriveTarget) -> DriveTarget:
+    """The Drive target with one file, ``f1`` named ``report.pdf``."""
+    drive.seed("report.pdf", file_id="f1")
+    return drive
 
 
 @pytest.fixture
@@ -59,19 +43,11 @@ def action(server: StagingServer, staging: Staging) -> DriveRename:
                        reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT))
 
 
-def control(server: StagingServer, path: str, body: dict[str, Any]) -> None:
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    urllib.request.urlopen(req, timeout=5).close()
-
-
 def context(name: str = "2026-Q3 report.pdf", file_id: str = "f1",
             before: dict[str, Any] | None = None,
             outcome: dict[str, Any] | None = None) -> StepContext:
-    args = {"file_id": file_id, "name": name}
-    return StepContext(task_id="t", step=1, action="drive.rename", args=args,
-                       key=key_for("t", 1, "drive.rename", args),
-                       started_at=datetime.now(UTC), before_state=before, outcome=outcome)
+    return step_context("drive.rename", {"file_id": file_id, "name": name},
+                        before_state=before, outcome=outcome)
 
 
 def intent(action: DriveRename, name: str = "2026-Q3 report.pdf") -> StepContext:
@@ -119,8 +95,7 @@ def test_the_target_name_without_our_stamp_is_not_success(server: StagingServer,
                                                           action: DriveRename,
                                                           drive: DriveTarget) -> None:
     ctx = intent(action)
-    control(server, "/_staging/drive/files/f1/third_party_rename",
-            {"name": "2026-Q3 report.pdf"})
+    post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "2026-Q3 report.pdf"})
     probed = action.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN
     assert "not by us" in probed.reason
@@ -129,7 +104,7 @@ def test_the_target_name_without_our_stamp_is_not_success(server: StagingServer,
 def test_third_party_rename_after_intent_is_unknown_with_what_was_seen(
         server: StagingServer, action: DriveRename, drive: DriveTarget) -> None:
     ctx = intent(action)
-    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
     probed = action.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN
     assert "renamed to 'theirs.pdf' by someone else" in probed.reason
@@ -141,7 +116,7 @@ def test_third_party_rename_after_ours_is_unknown_not_done(server: StagingServer
                                                            drive: DriveTarget) -> None:
     ctx = intent(action)
     action.execute(ctx)
-    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
     probed = action.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN
     assert "'theirs.pdf'" in probed.reason and "someone else" in probed.reason
@@ -192,7 +167,7 @@ def test_revoked_write_token_is_unauthorized_and_changes_nothing(server: Staging
                                                                  action: DriveRename,
                                                                  drive: DriveTarget) -> None:
     ctx = intent(action)
-    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
     with pytest.raises(Unauthorized, match="401"):
         action.execute(ctx)
     assert drive.files["f1"].name == "report.pdf"
@@ -202,7 +177,7 @@ def test_revoked_read_token_stops_the_probe_and_the_gates(server: StagingServer,
                                                           action: DriveRename,
                                                           drive: DriveTarget) -> None:
     ctx = intent(action)
-    control(server, f"/_staging/tokens/{DEFAULT_READ_TOKEN}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_READ_TOKEN}/revoke", {})
     with pytest.raises(Unauthorized):
         action.probe(ctx)
     with pytest.raises(Unauthorized):
@@ -247,7 +222,7 @@ def test_compensate_refuses_to_overwrite_someone_elses_rename(server: StagingSer
                                                               drive: DriveTarget) -> None:
     ctx = intent(action)
     action.execute(ctx)
-    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
     with pytest.raises(Refused, match="someone else changed it"):
         action.compensate(context(before=ctx.before_state))
     assert drive.files["f1"].name == "theirs.pdf"
@@ -256,11 +231,8 @@ def test_compensate_refuses_to_overwrite_someone_elses_rename(server: StagingSer
 # -- through run_step -------------------------------------------------------------------------
 
 def persist(store: JournalStore, task_id: str = "t", name: str = "2026-Q3 report.pdf") -> str:
-    plan = load_plan({"task_id": task_id, "steps": [
-        {"action": "drive.rename", "args": {"file_id": "f1", "name": name}}]},
-        spec_registry(DriveRename))
-    store.persist_plan(plan)
-    return plan.task_id
+    return persist_plan(store, spec_registry(DriveRename), [
+        {"action": "drive.rename", "args": {"file_id": "f1", "name": name}}], task_id)
 
 
 def test_run_step_happy_path(store: JournalStore, action: DriveRename, drive: DriveTarget,
@@ -313,7 +285,7 @@ def test_run_step_stops_for_a_person_when_someone_else_renamed(server: StagingSe
     staging.arm(Fault("drive", "files.update", "fail_before_commit"))
     with pytest.raises(TargetUnavailable):
         run_step(store, Registry([action]), task, 1)
-    control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
+    post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs.pdf"})
     with pytest.raises(NeedsDecision, match=r"theirs\.pdf"):
         run_step(store, Registry([action]), task, 1)
     assert drive.files["f1"].name == "theirs.pdf"
@@ -335,7 +307,7 @@ def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingSe
                                                                action: DriveRename,
                                                                drive: DriveTarget) -> None:
     task = persist(store)
-    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
     with pytest.raises(Unauthorized) as info:
         run_step(store, Registry([action]), task, 1)
     assert not info.value.retryable

@@ -11,22 +11,21 @@ from typing import Any
 import httplib2
 import pytest
 from googleapiclient.errors import HttpError
-from mail_fixtures import (  # noqa: F401
+
+from activities.gmail import GmailSend
+from helpers.staging_fixtures import (
     CLIENT_TIMEOUT_S,
     add_token,
     arm,
     effects,
-    mail_fixture,
-    mail_server_fixture,
-    persist,
     post,
     revoke,
-    step_context,
+    target_of,
 )
-
-from activities.gmail import GmailSend, gmail_error
+from helpers.steps import persist, step_context
 from helpers.wait import assert_eventually
 from probes.gmail import KEY_HEADER, RECENT_SENT, gmail_client, message_id_for
+from probes.google_http import google_error
 from staging.core import StagingServer
 from staging.gmail import METADATA_TOKEN, READ_TOKEN, SEND_TOKEN, GmailTarget
 from tidemark.actions import ProbeStatus, Registry
@@ -46,9 +45,7 @@ def action(server: StagingServer, *, send_token: str = SEND_TOKEN,
 
 
 def gmail(server: StagingServer) -> GmailTarget:
-    target = server.staging.targets["gmail"]
-    assert isinstance(target, GmailTarget)
-    return target
+    return target_of(server.staging, GmailTarget)
 
 
 def sent_keys(server: StagingServer) -> list[str | None]:
@@ -212,8 +209,8 @@ def _http_error(status: int, reason: str) -> HttpError:
     (503, "backendError", TargetUnavailable),
 ])
 def test_error_mapping(status: int, reason: str, expected: type) -> None:
-    assert type(gmail_error(_http_error(status, reason), "gmail.send")) is expected
-    assert type(gmail_error(TimeoutError("timed out"), "gmail.send")) is TargetUnavailable
+    assert type(google_error(_http_error(status, reason), "gmail.send")) is expected
+    assert type(google_error(TimeoutError("timed out"), "gmail.send")) is TargetUnavailable
 
 
 def test_describe_and_args() -> None:

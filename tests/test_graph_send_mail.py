@@ -10,20 +10,18 @@ from typing import Any
 
 import pytest
 from kiota_abstractions.api_error import APIError
-from mail_fixtures import (  # noqa: F401
+
+from activities.graph import GraphSendMail, graph_error
+from helpers.staging_fixtures import (
     CLIENT_TIMEOUT_S,
     add_token,
     arm,
     effects,
-    mail_fixture,
-    mail_server_fixture,
-    persist,
     post,
     revoke,
-    step_context,
+    target_of,
 )
-
-from activities.graph import GraphSendMail, graph_error
+from helpers.steps import persist, step_context
 from helpers.wait import assert_eventually
 from probes.graph import KEY_PROPERTY_ID, StaticTokenProvider, graph_client
 from staging.core import StagingServer
@@ -46,9 +44,7 @@ def action(server: StagingServer, *, send_token: str = SEND_TOKEN,
 
 
 def graph(server: StagingServer) -> GraphTarget:
-    target = server.staging.targets["graph"]
-    assert isinstance(target, GraphTarget)
-    return target
+    return target_of(server.staging, GraphTarget)
 
 
 def keys_sent(server: StagingServer) -> list[str | None]:

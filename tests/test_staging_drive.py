@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import google.oauth2.credentials
@@ -15,27 +13,9 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
 from activities.drive import drive_client
+from helpers.staging_fixtures import post
 from staging.core import Fault, Staging, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget, parse_query
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[StagingServer]:
-    with StagingServer(Staging([DriveTarget()])) as s:
-        yield s
-
-
-@pytest.fixture
-def staging(server: StagingServer) -> Staging:
-    server.staging.reset()
-    return server.staging
-
-
-@pytest.fixture
-def drive(staging: Staging) -> DriveTarget:
-    target = staging.targets["drive"]
-    assert isinstance(target, DriveTarget)
-    return target
 
 
 @pytest.fixture
@@ -48,13 +28,6 @@ def reader(server: StagingServer) -> Any:
     return drive_client(server.url, DEFAULT_READ_TOKEN, timeout=5)
 
 
-def control(server: StagingServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
 def http_error(call: Any) -> tuple[int, dict[str, Any]]:
     with pytest.raises(HttpError) as info:
         call.execute(num_retries=0)
@@ -63,8 +36,8 @@ def http_error(call: Any) -> tuple[int, dict[str, Any]]:
 
 def test_get_answers_default_fields_or_the_selected_ones(server: StagingServer,
                                                          reader: Any) -> None:
-    f = control(server, "/_staging/drive/files", {"id": "f1", "name": "report.pdf",
-                                                  "appProperties": {"a": "1"}})
+    f = post(server, "/_staging/drive/files", {"id": "f1", "name": "report.pdf",
+                                               "appProperties": {"a": "1"}})
     assert f["id"] == "f1" and f["trashed"] is False
     assert reader.files().get(fileId="f1").execute(num_retries=0) == {
         "kind": "drive#file", "id": "f1", "name": "report.pdf",
@@ -175,7 +148,7 @@ def test_unknown_and_revoked_tokens_get_googles_401(server: StagingServer, drive
     stranger = drive_client(server.url, "ya29.not-a-token", timeout=5)
     status, body = http_error(stranger.files().get(fileId="f1"))
     assert status == 401 and body["error"]["status"] == "UNAUTHENTICATED"
-    control(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_WRITE_TOKEN}/revoke", {})
     status, body = http_error(writer.files().update(fileId="f1", body={"name": "b"}))
     assert status == 401 and body["error"]["errors"][0]["reason"] == "authError"
     assert drive.files["f1"].name == "a.txt"
@@ -184,7 +157,7 @@ def test_unknown_and_revoked_tokens_get_googles_401(server: StagingServer, drive
 def test_third_party_rename_keeps_our_stamp(server: StagingServer, staging: Staging,
                                             drive: DriveTarget) -> None:
     drive.seed("a.txt", file_id="f1", app_properties={"tidemark_key": "k1"})
-    out = control(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs"})
+    out = post(server, "/_staging/drive/files/f1/third_party_rename", {"name": "theirs"})
     assert out["name"] == "theirs" and out["appProperties"] == {"tidemark_key": "k1"}
     assert [(e.op, e.key) for e in staging.effects_of("drive")] == [
         ("third_party.rename", None)]
@@ -203,8 +176,8 @@ def test_a_dropped_answer_surfaces_and_the_write_happens_once(staging: Staging,
 
 def test_plain_httplib2_would_resend_a_dropped_write(server: StagingServer, staging: Staging,
                                                      drive: DriveTarget) -> None:
-    # Why drive_client does not use httplib2.Http: it re-sends a PATCH whose answer was lost
-    # and reports success, hiding the in-doubt write and applying it twice.
+    # Why google_service sends through OneShotHttp, not httplib2.Http: httplib2 re-sends a PATCH
+    # whose answer was lost and reports success, hiding the in-doubt write and applying it twice.
     drive.seed("a.txt", file_id="f1")
     http = google_auth_httplib2.AuthorizedHttp(
         google.oauth2.credentials.Credentials(DEFAULT_WRITE_TOKEN), http=httplib2.Http(timeout=5))

@@ -14,17 +14,8 @@ import pytest
 from google.oauth2.credentials import Credentials
 from googleapiclient.discovery import Resource, build
 from googleapiclient.errors import HttpError
-from mail_fixtures import (  # noqa: F401
-    CLIENT_TIMEOUT_S,
-    add_token,
-    arm,
-    effects,
-    mail_fixture,
-    mail_server_fixture,
-    post,
-    revoke,
-)
 
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S, add_token, arm, effects, post, revoke
 from probes.gmail import gmail_client
 from staging.core import StagingServer
 from staging.gmail import (
@@ -250,9 +241,9 @@ def test_trashed_message_needs_include_spam_trash(mail: StagingServer) -> None:
 
 
 def test_plain_httplib2_resends_a_send_whose_response_was_dropped(mail: StagingServer) -> None:
-    """The hazard SingleShotHttp guards against: httplib2 (the client's default transport)
-    sends the POST again when the connection closes before the answer, and reports the second
-    message as the result."""
+    """The hazard probes.google_http.OneShotHttp guards against: httplib2 (the client's default
+    transport) sends the POST again when the connection closes before the answer, and reports
+    the second message as the result."""
     arm(mail, "gmail", "messages.send", "drop_after_commit")
     authed = google_auth_httplib2.AuthorizedHttp(Credentials(SEND_TOKEN),
                                                  http=httplib2.Http(timeout=CLIENT_TIMEOUT_S))

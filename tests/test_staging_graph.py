@@ -11,17 +11,6 @@ from typing import Any
 import pytest
 from kiota_abstractions.authentication import BaseBearerTokenAuthenticationProvider
 from kiota_abstractions.base_request_configuration import RequestConfiguration
-from mail_fixtures import (  # noqa: F401
-    CLIENT_TIMEOUT_S,
-    add_token,
-    arm,
-    effects,
-    get,
-    mail_fixture,
-    mail_server_fixture,
-    post,
-    revoke,
-)
 from msgraph import GraphRequestAdapter, GraphServiceClient
 from msgraph.generated.models.o_data_errors.o_data_error import ODataError
 from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
@@ -29,6 +18,7 @@ from msgraph.generated.users.item.mail_folders.item.messages.messages_request_bu
 )
 
 from activities.graph import build_request
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S, add_token, arm, effects, get, post, revoke
 from helpers.wait import assert_eventually
 from probes.graph import KEY_PROPERTY_ID, GraphClient, StaticTokenProvider, graph_client
 from staging.core import StagingServer

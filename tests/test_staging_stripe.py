@@ -7,35 +7,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import stripe
 
 from activities.stripe import stripe_client
+from helpers.staging_fixtures import post
 from helpers.wait import assert_eventually
 from staging.core import Fault, Staging, StagingServer
 from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY, StripeTarget, mask_key
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[StagingServer]:
-    with StagingServer(Staging([StripeTarget()])) as s:
-        yield s
-
-
-@pytest.fixture
-def staging(server: StagingServer) -> Staging:
-    server.staging.reset()
-    return server.staging
-
-
-@pytest.fixture
-def target(staging: Staging) -> StripeTarget:
-    t = staging.targets["stripe"]
-    assert isinstance(t, StripeTarget)
-    return t
 
 
 @pytest.fixture
@@ -46,13 +27,6 @@ def sk(server: StagingServer, staging: Staging) -> stripe.StripeClient:
 @pytest.fixture
 def rk(server: StagingServer, staging: Staging) -> stripe.StripeClient:
     return stripe_client(server.url, DEFAULT_READ_KEY, timeout=5)
-
-
-def control(server: StagingServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())
 
 
 def create(client: stripe.StripeClient, key: str | None = None, **params: Any) -> Any:
@@ -99,10 +73,10 @@ def test_list_is_newest_first_and_pages_with_starting_after(sk: stripe.StripeCli
 
 def test_list_filters_by_created_and_customer(server: StagingServer, sk: stripe.StripeClient,
                                               rk: stripe.StripeClient,
-                                              target: StripeTarget) -> None:
+                                              stripe_target: StripeTarget) -> None:
     old = create(sk)
-    target.state.intents[old.id].obj["created"] -= 3600  # as if made an hour ago
-    cus = control(server, "/_staging/stripe/customers", {"email": "a@example.com"})["id"]
+    stripe_target.state.intents[old.id].obj["created"] -= 3600  # as if made an hour ago
+    cus = post(server, "/_staging/stripe/customers", {"email": "a@example.com"})["id"]
     mine = create(sk, customer=cus)
     other = create(sk)
     since = int(time.time()) - 60
@@ -125,7 +99,7 @@ def test_unknown_cursor_and_bad_limit_are_400s(rk: stripe.StripeClient) -> None:
 
 def test_search_lags_behind_creation(server: StagingServer, sk: stripe.StripeClient,
                                      rk: stripe.StripeClient) -> None:
-    assert control(server, "/_staging/stripe/search_lag", {"seconds": 0.3}) == {"seconds": 0.3}
+    assert post(server, "/_staging/stripe/search_lag", {"seconds": 0.3}) == {"seconds": 0.3}
     pi = create(sk, metadata={"tidemark_key": "k1"})
     query = {"query": "metadata['tidemark_key']:'k1' AND currency:'usd'"}
     assert rk.v1.payment_intents.search(params=query).data == []
@@ -138,7 +112,7 @@ def test_search_lags_behind_creation(server: StagingServer, sk: stripe.StripeCli
 def test_search_supports_amount_comparisons_and_or(server: StagingServer,
                                                    sk: stripe.StripeClient,
                                                    rk: stripe.StripeClient) -> None:
-    control(server, "/_staging/stripe/search_lag", {"seconds": 0})
+    post(server, "/_staging/stripe/search_lag", {"seconds": 0})
     small, big = create(sk, amount=100), create(sk, amount=9000)
     got = rk.v1.payment_intents.search(params={"query": "amount>=5000"})
     assert [p.id for p in got.data] == [big.id]
@@ -163,7 +137,7 @@ def test_errors_of_execution_are_replayed_too(server: StagingServer,
     with pytest.raises(stripe.InvalidRequestError) as first:
         create(sk, "k1", customer="cus_unknown")
     assert first.value.code == "resource_missing"
-    control(server, "/_staging/stripe/customers", {"id": "cus_unknown"})
+    post(server, "/_staging/stripe/customers", {"id": "cus_unknown"})
     # The customer exists now, but the key's answer was fixed by the first request.
     with pytest.raises(stripe.InvalidRequestError) as again:
         create(sk, "k1", customer="cus_unknown")
@@ -193,12 +167,12 @@ def test_same_key_other_params_is_a_400_idempotency_error(sk: stripe.StripeClien
 
 
 def test_a_twin_while_the_first_runs_is_a_409(sk: stripe.StripeClient, staging: Staging,
-                                              target: StripeTarget) -> None:
+                                              stripe_target: StripeTarget) -> None:
     staging.arm(Fault("stripe", "payment_intents.create", "delay", seconds=0.8))
     results: list[Any] = []
     first = threading.Thread(target=lambda: results.append(create(sk, "k1")))
     first.start()
-    assert_eventually(lambda: "k1" in target.state.keys)
+    assert_eventually(lambda: "k1" in stripe_target.state.keys)
     with pytest.raises(stripe.APIError) as info:
         create(sk, "k1")
     first.join(timeout=5)
@@ -257,7 +231,7 @@ def test_missing_unknown_and_revoked_keys_get_stripes_401(server: StagingServer,
     with pytest.raises(stripe.AuthenticationError) as info:
         stripe_client(server.url, "sk_test_wrongwrong").v1.payment_intents.list()
     assert info.value.user_message == f"Invalid API Key provided: {mask_key('sk_test_wrongwrong')}"
-    control(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
     with pytest.raises(stripe.AuthenticationError) as info:
         create(sk, "k1")
     assert info.value.json_body["error"]["code"] == "api_key_expired"

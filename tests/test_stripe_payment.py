@@ -3,17 +3,16 @@ and through run_step with a real journal."""
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.request
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from activities.catalog import spec_registry
 from activities.stripe import StripePaymentIntent, stripe_client
+from helpers.staging_fixtures import post
+from helpers.steps import persist as persist_plan
+from helpers.steps import step_context
 from helpers.wait import assert_eventually
 from staging.core import Fault, Staging, StagingServer
 from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY, StripeTarget
@@ -26,32 +25,11 @@ from tidemark.errors import (
     TargetUnavailable,
     Unauthorized,
 )
-from tidemark.keys import key_for
-from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
 MAX_AMOUNT = 10_000  # the per-task limit the actions under test are configured with
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[StagingServer]:
-    with StagingServer(Staging([StripeTarget()])) as s:
-        yield s
-
-
-@pytest.fixture
-def staging(server: StagingServer) -> Staging:
-    server.staging.reset()
-    return server.staging
-
-
-@pytest.fixture
-def target(staging: Staging) -> StripeTarget:
-    t = staging.targets["stripe"]
-    assert isinstance(t, StripeTarget)
-    return t
 
 
 def make_action(server: StagingServer, timeout: float = TIMEOUT,
@@ -67,17 +45,9 @@ def action(server: StagingServer, staging: Staging) -> StripePaymentIntent:
     return make_action(server)
 
 
-def control(server: StagingServer, path: str, body: dict[str, Any]) -> None:
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    urllib.request.urlopen(req, timeout=5).close()
-
-
 def context(amount: int = 2500, key: str | None = None, **extra: Any) -> StepContext:
-    args = {"amount": amount, "currency": "usd", **extra}
-    return StepContext(task_id="t", step=1, action="stripe.payment_intent", args=args,
-                       key=key or key_for("t", 1, "stripe.payment_intent", args),
-                       started_at=datetime.now(UTC), before_state={})
+    return step_context("stripe.payment_intent", {"amount": amount, "currency": "usd", **extra},
+                        key=key, before_state={})
 
 
 def other_payment(server: StagingServer, key: str, amount: int = 2500) -> str:
@@ -91,7 +61,7 @@ def other_payment(server: StagingServer, key: str, amount: int = 2500) -> str:
 # -- the action on its own ------------------------------------------------------------------
 
 def test_happy_path_creates_once_with_the_key_and_probes_done(action: StripePaymentIntent,
-                                                              target: StripeTarget,
+                                                              stripe_target: StripeTarget,
                                                               staging: Staging) -> None:
     ctx = context(description="invoice 7")
     action.preconditions(ctx)
@@ -102,7 +72,7 @@ def test_happy_path_creates_once_with_the_key_and_probes_done(action: StripePaym
     assert {k: outcome[k] for k in ("amount", "currency", "status", "idempotent_replayed")} == {
         "amount": 2500, "currency": "usd", "status": "requires_payment_method",
         "idempotent_replayed": False}
-    obj = target.state.intents[outcome["id"]].obj
+    obj = stripe_target.state.intents[outcome["id"]].obj
     assert obj["metadata"] == {"tidemark_key": ctx.key} and obj["description"] == "invoice 7"
     [effect] = staging.effects_of("stripe", "payment_intents.create")
     assert effect.key == ctx.key  # the journal key went out as the Idempotency-Key
@@ -152,7 +122,7 @@ def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it(action: StripePayme
 
 def test_search_lag_does_not_fool_the_probe(server: StagingServer, action: StripePaymentIntent,
                                             staging: Staging) -> None:
-    control(server, "/_staging/stripe/search_lag", {"seconds": 3600})
+    post(server, "/_staging/stripe/search_lag", {"seconds": 3600})
     ctx = context()
     outcome = action.execute(ctx)
     search = action.reads.reader.v1.payment_intents.search(
@@ -194,14 +164,14 @@ def test_a_failing_list_makes_the_probe_unknown(action: StripePaymentIntent,
 
 def test_a_concurrent_twin_gets_409_as_target_unavailable(server: StagingServer,
                                                           staging: Staging,
-                                                          target: StripeTarget) -> None:
+                                                          stripe_target: StripeTarget) -> None:
     patient = make_action(server, timeout=5)
     ctx = context()
     staging.arm(Fault("stripe", "payment_intents.create", "delay", seconds=0.8))
     outcomes: list[dict[str, Any]] = []
     first = threading.Thread(target=lambda: outcomes.append(patient.execute(ctx)))
     first.start()
-    assert_eventually(lambda: ctx.key in target.state.keys)
+    assert_eventually(lambda: ctx.key in stripe_target.state.keys)
     with pytest.raises(TargetUnavailable, match="409 idempotency_key_in_use"):
         patient.execute(ctx)
     first.join(timeout=5)
@@ -226,10 +196,10 @@ def test_an_unknown_customer_is_refused(action: StripePaymentIntent, staging: St
 def test_revoked_key_is_unauthorized(server: StagingServer,
                                      action: StripePaymentIntent) -> None:
     ctx = context()
-    control(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
     with pytest.raises(Unauthorized, match="api_key_expired"):
         action.execute(ctx)
-    control(server, f"/_staging/tokens/{DEFAULT_READ_KEY}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_READ_KEY}/revoke", {})
     with pytest.raises(Unauthorized):
         action.probe(ctx)
 
@@ -244,10 +214,9 @@ def test_a_restricted_read_key_cannot_execute(server: StagingServer, staging: St
 # -- through run_step -------------------------------------------------------------------------
 
 def persist(store: JournalStore, amount: int = 2500, **extra: Any) -> str:
-    plan = load_plan({"task_id": "t", "steps": [{"action": "stripe.payment_intent", "args": {
-        "amount": amount, "currency": "usd", **extra}}]}, spec_registry(StripePaymentIntent))
-    store.persist_plan(plan)
-    return plan.task_id
+    return persist_plan(store, spec_registry(StripePaymentIntent), [
+        {"action": "stripe.payment_intent", "args": {"amount": amount, "currency": "usd",
+                                                     **extra}}])
 
 
 def test_run_step_happy_path(store: JournalStore, action: StripePaymentIntent,
@@ -313,7 +282,7 @@ def test_run_step_with_a_revoked_key_stops_with_unauthorized(server: StagingServ
                                                              action: StripePaymentIntent,
                                                              staging: Staging) -> None:
     task = persist(store)
-    control(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
+    post(server, f"/_staging/tokens/{DEFAULT_SECRET_KEY}/revoke", {})
     with pytest.raises(Unauthorized) as info:
         run_step(store, Registry([action]), task, 1)
     assert not info.value.retryable
