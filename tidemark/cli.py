@@ -143,7 +143,11 @@ def _cmd_dev(a: argparse.Namespace) -> int:
 
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
                      with_worker=not a.no_worker)
+    # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
+    # children run in sessions of their own and would outlive a plain SIGTERM of this process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with stack:
+        interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_ADDRESS={stack.address})\n"
               f"Web UI         {stack.ui_url}\n"
@@ -152,7 +156,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
               "Ctrl-C stops everything started here.", flush=True)
-        _wait_for_interrupt()
+        interrupted.wait()
     return 0
 
 
@@ -161,9 +165,10 @@ def _cmd_staging(a: argparse.Namespace) -> int:
     from staging.targets import build_staging
 
     with StagingServer(build_staging(), host=a.host, port=a.port) as server:
+        interrupted = _interrupt_event()
         print(f"staging servers on {server.url} (Drive, Gmail, Graph, Stripe); "
               f"effects at {server.url}/_staging/effects. Ctrl-C stops.", flush=True)
-        _wait_for_interrupt()
+        interrupted.wait()
     return 0
 
 
@@ -176,11 +181,14 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return 0 if ok else EXIT_ERROR
 
 
-def _wait_for_interrupt() -> None:
+def _interrupt_event() -> threading.Event:
+    """An event that SIGINT and SIGTERM set from now on. Installed before the addresses are
+    printed: a Ctrl-C that follows them at once must take the clean way out (exit 0), not raise
+    KeyboardInterrupt wherever the main thread happens to be."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    return stop
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +56,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM take effect when the block ends, not inside it.
+
+    A KeyboardInterrupt raised inside ``Popen`` loses the child it has just forked: nobody holds
+    it, so ``stop()`` cannot end it. Spawning a process and recording it happen in this block.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread only: nothing can interrupt here
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in caught:
+            signal.raise_signal(sig)  # now the previous handler acts on it
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
@@ -118,9 +144,10 @@ class DevStack:
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
         out = log.open("ab")
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self._procs.append(proc)
+        with interrupts_held():
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            self._procs.append(proc)
         wait_for_port(self.port, proc, "Temporal dev server", log)
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
 
@@ -135,10 +162,11 @@ class DevStack:
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         """Starts ``python -m worker`` against this stack (again, after a kill)."""
         log = (self.home / "worker.log").open("ab")
-        self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
-                                       env={**self.env(), **extra_env}, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        self._procs.append(self.worker)
+        with interrupts_held():
+            self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
+                                           env={**self.env(), **extra_env}, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+            self._procs.append(self.worker)
         return self.worker
 
     def kill_worker(self) -> None:

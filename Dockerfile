@@ -1,0 +1,25 @@
+# The Tidemark worker: `python worker.py`, configured by environment (README, "Configuration").
+FROM python:3.11-slim
+
+# No .pyc files in the image, logs straight to `docker logs`, no pip cache in the layer.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# A fixed uid, so credential files on the host can be given to it (chown 10001).
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/tidemark tidemark
+
+WORKDIR /app
+COPY pyproject.toml README.md worker.py ./
+COPY tidemark/ tidemark/
+COPY workflows/ workflows/
+COPY activities/ activities/
+COPY probes/ probes/
+COPY staging/ staging/
+RUN pip install .
+
+USER tidemark
+# Exec form: the worker is PID 1 and gets SIGTERM itself, which it turns into a graceful
+# shutdown (running steps finish, nothing new starts).
+CMD ["python", "worker.py"]
