@@ -11,27 +11,23 @@ replays a run.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from activities.drive import drive_client
 from activities.wiring import worker_registry
 from helpers.ledger import LedgerRecord
+from helpers.staging_fixtures import get, post
+from helpers.steps import wait_unlocked
 from staging.core import StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
-from staging.targets import build_staging
 from tidemark.actions import Registry
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -45,22 +41,8 @@ RUNNER = str(Path(__file__).parent / "helpers" / "run_plan_local.py")
 SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", time.time_ns() % 2**32))
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[StagingServer]:
-    with StagingServer(build_staging()) as s:
-        yield s
-
-
-def post(server: StagingServer, path: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req) as r:
-        return json.load(r)
-
-
 def effects(server: StagingServer) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(server.url + "/_staging/effects") as r:
-        return list(json.load(r))
+    return list(get(server, "/_staging/effects"))
 
 
 def make_plan(server: StagingServer, work: Path, task_id: str) -> dict[str, Any]:
@@ -114,6 +96,7 @@ def test_sigkill_at_random_step_and_phase_then_resume(server: StagingServer, db_
         env = {**os.environ, **({CRASH_ENV: crash} if crash else {})}
         proc = subprocess.run([sys.executable, RUNNER, db_url, name, server.url], env=env,
                               capture_output=True, text=True, timeout=120)
+        wait_unlocked(db_url)
         expected_code = -signal.SIGKILL if crash else 0
         assert proc.returncode == expected_code, (name, crash, SEED, proc.stderr[-2000:])
         progress = store.progress(name)

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.ledger import ledger_lines
+from activities.catalog import spec_registry
+from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.steps import wait_unlocked
+from tidemark.actions import Registry
 from tidemark.cli import main
+from tidemark.errors import NeedsDecision
+from tidemark.faults import CRASH_ENV
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from workflows.types import RunResult
 
@@ -98,8 +108,6 @@ def test_status_stop_release(env: str, store: JournalStore, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "nope"]) == 1
     assert "UnknownTask: no plan is stored for task 'nope'" in capsys.readouterr().err
-    from activities.catalog import spec_registry
-    from tidemark.plan import load_plan
     store.persist_plan(load_plan(renames(tmp_path, 2), spec_registry()))
     assert main(["status", "cli-1"]) == 0
     text = capsys.readouterr().out
@@ -151,8 +159,6 @@ async def test_resume_and_unwind_through_temporal(
 
 def test_temporal_unreachable_is_one_line(env: str, store: JournalStore, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from activities.catalog import spec_registry
-    from tidemark.plan import load_plan
     store.persist_plan(load_plan(renames(tmp_path, 1, "cli-3"), spec_registry()))
     assert main(["resume", "cli-3", "--address", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
@@ -162,15 +168,6 @@ def test_temporal_unreachable_is_one_line(env: str, store: JournalStore, tmp_pat
 def _in_doubt_with_unreadable_target(store: JournalStore, db_url: str, tmp_path: Path,
                                      task_id: str) -> Path:
     """A ledger step in doubt whose probe cannot tell while the returned file exists."""
-    import os
-    import subprocess
-    import sys
-
-    from activities.catalog import spec_registry
-    from helpers.ledger import LedgerRecord
-    from tidemark.faults import CRASH_ENV
-    from tidemark.plan import load_plan
-
     blind = tmp_path / f"{task_id}-blind"
     blind.write_text("")
     doc = {"task_id": task_id, "steps": [{"action": "ledger.record", "args": {
@@ -179,17 +176,13 @@ def _in_doubt_with_unreadable_target(store: JournalStore, db_url: str, tmp_path:
     runner = str(Path(__file__).parent / "helpers" / "run_one.py")
     subprocess.run([sys.executable, runner, db_url, task_id, "1"], timeout=60,
                    env={**os.environ, CRASH_ENV: "after_intent"}, capture_output=True)
+    wait_unlocked(db_url)
     return blind
 
 
 def test_resolve_absent_lets_a_person_unblock_an_undecidable_step(
         env: str, store: JournalStore, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from helpers.ledger import LedgerRecord
-    from tidemark.actions import Registry
-    from tidemark.errors import NeedsDecision
-    from tidemark.run_step import run_step
-
     _in_doubt_with_unreadable_target(store, env, tmp_path, "cli-4")
     registry = Registry([LedgerRecord()])
     with pytest.raises(NeedsDecision):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,7 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -21,6 +24,7 @@ from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.store import JournalStore
+from workflows.run_plan import STEPS_PER_RUN
 from workflows.types import RunResult
 
 README_START = ("temporal workflow start --task-queue tidemark --type RunPlan "
@@ -142,9 +146,12 @@ async def test_history_carries_summaries_and_search_attributes(
     attrs = {k.name: v for k, v in desc.typed_search_attributes}
     assert attrs["TidemarkTaskId"] == "summary-1"
     assert attrs["TidemarkState"] == "completed"
-    found = [w.id async for w in temporal_env.client.list_workflows(
-        'TidemarkTaskId = "summary-1" AND TidemarkState = "completed"')]
-    assert_eventually(lambda: found or None, timeout=1)
+    query = 'TidemarkTaskId = "summary-1" AND TidemarkState = "completed"'
+    for _ in range(50):  # visibility trails the workflow by a moment
+        found = [w.id async for w in temporal_env.client.list_workflows(query)]
+        if found:
+            break
+        await asyncio.sleep(0.1)
     assert found == ["tidemark-summary-1"]
 
 
@@ -187,8 +194,6 @@ async def test_a_bad_plan_fails_with_its_clear_error_and_writes_nothing(
 async def test_a_long_plan_continues_as_new_twice_and_completes(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
-    from workflows.run_plan import STEPS_PER_RUN
-
     n = 2 * STEPS_PER_RUN + 5
     workers.start()
     handle = await start(temporal_env.client, ledger_plan(tmp_path, "long-1", n), task_queue)
@@ -206,11 +211,6 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
 async def test_a_postgres_outage_mid_run_is_ridden_out_without_duplicates(
         temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path, workers,
         task_queue: str) -> None:
-    import asyncio
-
-    import psycopg
-    from psycopg import sql
-
     workers.start()
     handle = await start(temporal_env.client, ledger_plan(tmp_path, "pg-out-1", 10, hold_s=0.1),
                          task_queue)

@@ -16,9 +16,11 @@ import pytest
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.steps import wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.errors import (
+    InvariantViolation,
     NeedsDecision,
     PreconditionFailed,
     StepBusy,
@@ -71,7 +73,6 @@ def test_fs_rename_happy_path_then_skip(store: JournalStore, tmp_path: Path) -> 
 
 def test_steps_cannot_run_out_of_order(store: JournalStore, tmp_path: Path) -> None:
     task = persist(store, [ledger_step(tmp_path, "a"), ledger_step(tmp_path, "b")])
-    from tidemark.errors import InvariantViolation
     with pytest.raises(InvariantViolation, match="before step 1 is done"):
         run_step(store, REGISTRY, task, 2)
     assert ledger_lines(tmp_path / "ledger") == []
@@ -116,6 +117,7 @@ def test_crash_between_rename_and_outcome_resolves_by_probe(store: JournalStore,
     proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_execute"})
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    wait_unlocked(db_url)
     assert (tmp_path / "final.txt").exists()  # the world changed...
     row = store.step_row(task, 1)
     assert row is not None and row.in_doubt  # ...and the journal knows it might have
@@ -131,6 +133,7 @@ def test_crash_after_intent_before_action_executes_once_on_resume(
     proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"})
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    wait_unlocked(db_url)
     assert ledger_lines(tmp_path / "ledger") == []
     result = run_step(store, REGISTRY, task, 1)
     assert (result.status, result.resolved_by) == ("done", "execute")
@@ -149,13 +152,11 @@ def test_sigkilled_lock_holder_frees_the_lock_and_the_next_attempt_probes(
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
 
-    def lock_free() -> bool:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)",
-                               (lock_id(task, "do", 1),)).fetchone()
-            return bool(got and got[0])
-
-    assert_eventually(lock_free)
+    wait_unlocked(db_url)  # the server freed the dead holder's lock
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        got = conn.execute("SELECT pg_try_advisory_lock(%s), pg_advisory_unlock(%s)",
+                           (lock_id(task, "do", 1), lock_id(task, "do", 1))).fetchone()
+        assert got == (True, True)
     hold.unlink()
     result = run_step(store, REGISTRY, task, 1)
     # The killed attempt never wrote its line: the probe says absent, so it executes now, once.
@@ -172,6 +173,7 @@ def test_unknown_probe_needs_a_decision_and_runs_nothing(store: JournalStore, db
                             "args": {"ledger": str(ledger_dir / "l"), "entry": "e"}}])
     proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"})
     proc.communicate(timeout=60)
+    wait_unlocked(db_url)
     ledger_dir.rmdir()  # the target can no longer be read: the probe cannot tell
     with pytest.raises(NeedsDecision, match="cannot read the ledger"):
         run_step(store, REGISTRY, task, 1)
@@ -184,6 +186,7 @@ def test_gates_run_again_when_a_resumed_step_is_absent(store: JournalStore, db_u
     gate = tmp_path / "closed"
     task = persist(store, [ledger_step(tmp_path, gate_file=str(gate))])
     run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"}).communicate(timeout=60)
+    wait_unlocked(db_url)
     gate.write_text("")  # the world changed while the task was down
     with pytest.raises(PreconditionFailed):
         run_step(store, REGISTRY, task, 1)

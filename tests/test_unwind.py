@@ -13,6 +13,7 @@ import pytest
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.steps import wait_unlocked
 from tidemark.actions import Registry
 from tidemark.errors import NotStopped, Refused, StepFailed
 from tidemark.faults import CRASH_ENV
@@ -43,6 +44,7 @@ def names(tmp_path: Path) -> list[str]:
 def in_subprocess(db_url: str, step: int, *mode: str, crash: str) -> int:
     proc = subprocess.run([sys.executable, RUN_ONE, db_url, "uw", str(step), *mode],
                           env={**os.environ, CRASH_ENV: crash}, capture_output=True, timeout=60)
+    wait_unlocked(db_url)
     return proc.returncode
 
 

@@ -1,0 +1,63 @@
+"""A step as run_step sees it, for tests of one action: its context, and its plan in the journal."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from tidemark.actions import Registry, StepContext
+from tidemark.keys import key_for
+from tidemark.plan import load_plan
+from tidemark.store import JournalStore
+
+
+def step_context(action: str, args: dict[str, Any], task_id: str = "t", step: int = 1, *,
+                 key: str | None = None, before_state: dict[str, Any] | None = None,
+                 outcome: dict[str, Any] | None = None) -> StepContext:
+    """The context run_step would build once the intent exists (started now).
+
+    Args:
+        action: The action's name, e.g. ``gmail.send``.
+        args: The step's arguments.
+        task_id: The task the step belongs to.
+        step: The step's number.
+        key: The idempotency key; by default the one run_step derives for this step.
+        before_state: What the snapshot recorded with the intent.
+        outcome: The recorded outcome (set for ``compensate`` only).
+    """
+    return StepContext(task_id=task_id, step=step, action=action, args=args,
+                       key=key if key is not None else key_for(task_id, step, action, args),
+                       started_at=datetime.now(UTC), before_state=before_state,
+                       outcome=outcome)
+
+
+def persist(store: JournalStore, specs: Registry, steps: list[dict[str, Any]],
+            task_id: str = "t") -> str:
+    """Validates a plan of ``steps`` against ``specs``, stores it and returns its task id."""
+    plan = load_plan({"task_id": task_id, "steps": steps}, specs)
+    store.persist_plan(plan)
+    return plan.task_id
+
+
+
+def wait_unlocked(db_url: str, timeout: float = 10.0) -> None:
+    """Waits until no session of this database holds an advisory (execution) lock.
+
+    A SIGKILLed holder's lock is freed when its backend notices the closed socket and exits:
+    milliseconds, but not before ``subprocess.run`` returns. A resume started at once could
+    meet the lock still held and get StepBusy (a real worker would retry later).
+    """
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                " WHERE l.locktype = 'advisory' AND d.datname = current_database()").fetchone()
+            if row is not None and row[0] == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"advisory locks still held after {timeout}s")
+            time.sleep(0.01)
