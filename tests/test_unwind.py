@@ -12,8 +12,12 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from activities.wiring import worker_registry
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.staging_fixtures import effects
 from helpers.steps import wait_unlocked
+from staging.core import StagingServer
+from staging.drive import DriveTarget
 from tidemark.actions import Registry
 from tidemark.errors import NotStopped, Refused, StepFailed
 from tidemark.faults import CRASH_ENV
@@ -122,3 +126,24 @@ def test_a_file_changed_by_someone_else_is_not_put_back(store: JournalStore,
     assert names(tmp_path) == ["theirs.txt"]
     undo = store.step_row(task, 1, "undo")
     assert undo is not None and undo.status == "failed"
+
+
+def test_drive_rename_compensation_is_journaled_and_restores_the_name(
+        store: JournalStore, server: StagingServer, drive: DriveTarget) -> None:
+    f = drive.seed("scan-7.pdf")
+    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    plan = load_plan({"task_id": "uw-drive", "steps": [
+        {"action": "drive.rename", "args": {"file_id": f.id, "name": "2026-Q3 invoice 7.pdf"}}]},
+        registry)
+    store.persist_plan(plan)
+    done = run_step(store, registry, "uw-drive", 1)
+    assert drive.files[f.id].name == "2026-Q3 invoice 7.pdf"
+    store.set_control("uw-drive", "stopped", "wrong scheme", "ops")
+    assert unwind_step(store, registry, "uw-drive", 1).status == "undone"
+    assert drive.files[f.id].name == "scan-7.pdf"
+    undo = store.step_row("uw-drive", 1, "undo")
+    assert undo is not None and (undo.status, undo.resolved_by) == ("done", "execute")
+    assert undo.before_state == done.outcome  # what the step left, recorded before undoing it
+    assert undo.idem_key == undo_key("uw-drive", 1, "drive.rename", plan.steps[0].args)
+    updates = effects(server, "drive", "files.update")
+    assert [e["detail"]["name"] for e in updates] == ["2026-Q3 invoice 7.pdf", "scan-7.pdf"]
