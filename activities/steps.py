@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
 from tidemark.plan import load_plan
-from tidemark.run_step import run_step
+from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from workflows.types import (
@@ -66,6 +66,8 @@ class StepActivities:
                                            "{task_id} of a stored plan", type="PlanError",
                                            non_retryable=True)
             progress = self.store.progress(task_id)
+            if progress.next_step is not None:  # plan-level gates, again on every start
+                check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop = progress.stop

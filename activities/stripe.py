@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import stripe
 
 from probes.stripe import STAMP, PaymentIntentProbe, observed, stripe_failure
-from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
+from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext, nonempty_str
 
 DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 30 s only
 #                         ever cuts off an answer that is lost, not one that is slow
@@ -55,6 +55,8 @@ class StripePaymentIntent(Action):
         reader: ``stripe.StripeClient`` with a restricted read-only key, for the probe.
         max_amount: The largest amount one step may ask for (minor units); the gate refuses
             anything above it.
+        max_task_amount: The largest total one task may ask for, per currency (minor units);
+            the plan-level gate refuses a plan whose payments add up to more. None: no limit.
     """
 
     name = "stripe.payment_intent"
@@ -67,9 +69,10 @@ class StripePaymentIntent(Action):
     }
 
     def __init__(self, writer: stripe.StripeClient, reader: stripe.StripeClient, *,
-                 max_amount: int) -> None:
+                 max_amount: int, max_task_amount: int | None = None) -> None:
         self.writer = writer
         self.reads = PaymentIntentProbe(reader, max_amount=max_amount)
+        self.max_task_amount = max_task_amount
 
     @classmethod
     def describe(cls, args: dict[str, Any]) -> str:
@@ -87,6 +90,21 @@ class StripePaymentIntent(Action):
 
     def preconditions(self, ctx: StepContext) -> None:
         self.reads.preconditions(ctx)
+
+    def plan_gate(self, task_id: str, steps: list[tuple[int, dict[str, Any]]]) -> None:
+        """Refuses a task whose payments add up to more than ``max_task_amount`` in a currency
+        (an agent splitting one large payment into many small ones stays within the per-step
+        gate, not within this one)."""
+        if self.max_task_amount is None:
+            return
+        totals: dict[str, int] = {}
+        for _, args in steps:
+            totals[args["currency"]] = totals.get(args["currency"], 0) + args["amount"]
+        for currency, total in sorted(totals.items()):
+            if total > self.max_task_amount:
+                raise GateRefused(
+                    f"task {task_id}: payments in {currency} add up to {total}, over the "
+                    f"per-task limit of {self.max_task_amount} (minor units)")
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         # Nothing to restore from: a payment is not undone by writing old state back.

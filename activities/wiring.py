@@ -35,6 +35,9 @@ STAGING_URL = "TIDEMARK_STAGING_URL"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
 # otherwise, in minor units (500.00 in a two-decimal currency): a gate, not a business rule.
 DEFAULT_STRIPE_MAX_AMOUNT = 50_000
+# The largest total one task may ask for per currency, unless TIDEMARK_STRIPE_MAX_TASK_AMOUNT
+# says otherwise: four payments at the per-step limit.
+DEFAULT_STRIPE_MAX_TASK_AMOUNT = 200_000
 
 
 class ConfigError(TidemarkError):
@@ -94,14 +97,14 @@ def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | N
     return url or staging or t.default_url, write, read
 
 
-def _max_amount(env: Mapping[str, str]) -> int:
-    raw = env.get("TIDEMARK_STRIPE_MAX_AMOUNT")
+def _amount(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
     if raw is None:
-        return DEFAULT_STRIPE_MAX_AMOUNT
+        return default
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"TIDEMARK_STRIPE_MAX_AMOUNT must be an integer, got {raw!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
@@ -109,7 +112,10 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "gmail": lambda env, url, w, r: GmailSend(gmail_client(url, w), gmail_client(url, r)),
     "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
-        stripe_client(url, w), stripe_client(url, r), max_amount=_max_amount(env)),
+        stripe_client(url, w), stripe_client(url, r),
+        max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
+        max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
+                                DEFAULT_STRIPE_MAX_TASK_AMOUNT)),
 }
 
 

@@ -18,7 +18,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines
+from helpers.staging_fixtures import effects
 from helpers.wait import assert_eventually
+from staging.core import StagingServer
 from tidemark import commands
 from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
@@ -235,3 +237,25 @@ async def test_a_postgres_outage_mid_run_is_ridden_out_without_duplicates(
     with JournalStore(db_url) as fresh:  # the fixture's pooled connections died in the outage
         progress = fresh.progress("pg-out-1")
     assert progress.in_doubt is None and progress.confirmed == 10
+
+
+async def test_the_per_task_payment_limit_is_checked_before_the_first_step_of_every_start(
+        temporal_env: WorkflowEnvironment, server: StagingServer, workers,
+        task_queue: str) -> None:
+    limits = {"TIDEMARK_STAGING_URL": server.url, "TIDEMARK_STRIPE_MAX_AMOUNT": "50000"}
+    first = workers.start(**limits, TIDEMARK_STRIPE_MAX_TASK_AMOUNT="100000")
+    doc = {"task_id": "budget-1", "steps": [
+        {"action": "stripe.payment_intent", "args": {"amount": 40000, "currency": "eur"}}
+        for _ in range(3)]}  # each under the per-step limit, 120000 together
+    refused = await (await start(temporal_env.client, doc, task_queue)).result()
+    assert (refused.state, refused.error["type"]) == ("precondition_failed",
+                                                      "PreconditionFailed")
+    assert "add up to 120000, over the per-task limit of 100000" in refused.error["message"]
+    assert effects(server, "stripe", "payment_intents.create") == []
+
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=30)
+    workers.start(**limits, TIDEMARK_STRIPE_MAX_TASK_AMOUNT="150000")  # a person raised it
+    done = await (await start(temporal_env.client, {"task_id": "budget-1"}, task_queue)).result()
+    assert (done.state, done.executed) == ("completed", 3)
+    assert len(effects(server, "stripe", "payment_intents.create")) == 3

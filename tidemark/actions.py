@@ -176,6 +176,14 @@ class Action:
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         return {}
 
+    def plan_gate(self, task_id: str, steps: list[tuple[int, dict[str, Any]]]) -> None:
+        """A gate over all of this action's steps in one plan, e.g. a budget per task.
+
+        ``steps`` holds (step number, args) of every step of this action. Raises GateRefused.
+        It runs before a task's first step and again whenever the task is started again.
+        Default: no gate.
+        """
+
     def probe(self, ctx: StepContext) -> ProbeResult:
         raise NotImplementedError
 

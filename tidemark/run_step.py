@@ -35,6 +35,7 @@ from tidemark.errors import (
 )
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
+from tidemark.plan import Plan
 from tidemark.store import JournalRow, JournalStore, StepSession
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,24 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
 
         crash_point("after_intent", step)
         return _execute(action, ctx, s)
+
+
+def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> None:
+    """Runs every bound action's plan-level gate over its steps of ``plan``.
+
+    Raises:
+        PreconditionFailed: naming the first step of the action whose gate refused.
+    """
+    by_action: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for step in plan.steps:
+        by_action.setdefault(step.action, []).append((step.number, step.args))
+    for name, steps in by_action.items():
+        try:
+            registry.bound(name).plan_gate(plan.task_id, steps)
+        except GateRefused as e:
+            store.record_event(plan.task_id, "precondition", {"refused": str(e), "plan": True},
+                               steps[0][0])
+            raise PreconditionFailed(steps[0][0], name, str(e)) from None
 
 
 def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
