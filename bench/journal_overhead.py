@@ -15,9 +15,12 @@ noise hits all three alike, and prints p50/p99 per step and the ratios:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +48,25 @@ class Noop(Action):
         return {"i": ctx.args["i"]}
 
 
+@contextmanager
+def bench_store() -> Iterator[tuple[JournalStore, bool]]:
+    """A migrated JournalStore on DATABASE_URL, or on a throwaway embedded Postgres; yields
+    it with whether it is embedded."""
+    url = os.environ.get(ENV_URL)
+    embedded = None
+    if not url:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pg", delete=True)
+        url = embedded.url()
+    store = JournalStore(url).open()
+    try:
+        store.migrate()
+        yield store, embedded is not None
+    finally:
+        store.close()
+        if embedded:
+            embedded.close()
+
+
 def pct(samples: list[float], q: float) -> float:
     s = sorted(samples)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -55,14 +77,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     n = ap.parse_args().steps
 
-    import os
-    url = os.environ.get(ENV_URL)
-    embedded = None
-    if not url:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pg", delete=True)
-        url = embedded.url()
-    store = JournalStore(url).open()
-    store.migrate()
+    with bench_store() as (store, embedded):
+        t_full, t_bare = measure(store, n)
+    report(t_full, t_bare, n, embedded)
+
+
+def measure(store: JournalStore, n: int) -> tuple[list[float], list[float]]:
     registry = Registry([Noop()])
     doc = {"steps": [{"action": "bench.noop", "args": {"i": i}} for i in range(n)]}
     full = load_plan({**doc, "task_id": f"bench-full-{time.time_ns()}"}, registry)
@@ -91,10 +111,10 @@ def main() -> None:
                     " resolved_by = 'execute', finished_at = clock_timestamp()"
                     " WHERE idem_key = %s", (Jsonb({"i": i}), key))
                 t_bare.append(time.perf_counter() - t0)
-    store.close()
-    if embedded:
-        embedded.close()
+    return t_full, t_bare
 
+
+def report(t_full: list[float], t_bare: list[float], n: int, embedded: bool) -> None:
     ms = 1000.0
     f50, f99 = pct(t_full, 0.5) * ms, pct(t_full, 0.99) * ms
     b50, b99 = pct(t_bare, 0.5) * ms, pct(t_bare, 0.99) * ms

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,10 +23,9 @@ from temporalio.testing import WorkflowEnvironment
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from journal_overhead import SEED_MS_PER_STEP, Noop
+from journal_overhead import SEED_MS_PER_STEP, Noop, bench_store
 
 from tidemark.actions import Registry
-from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.devstack import temporal_binary
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
@@ -49,13 +46,12 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
 
-    url = os.environ.get(ENV_URL)
-    embedded = None
-    if not url:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pg", delete=True)
-        url = embedded.url()
-    store = JournalStore(url).open()
-    store.migrate()
+    with bench_store() as (store, _):
+        temporal_ms, journal_ms = await measure(store, a.steps, a.rounds)
+    report(temporal_ms, journal_ms, a.steps, a.rounds)
+
+
+async def measure(store: JournalStore, steps: int, rounds: int) -> tuple[list[float], list[float]]:
     registry = Registry([Noop()])
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
@@ -65,31 +61,31 @@ async def main() -> None:
     try:
         with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as pool:
             async with build_worker(env.client, store, registry, pool, task_queue="bench"):
-                for r in range(a.rounds):
+                for r in range(rounds):
                     task = f"bench-t-{time.time_ns()}"
                     t0 = time.perf_counter()
                     result: RunResult = await env.client.execute_workflow(
-                        "RunPlan", plan_doc(task, a.steps), id=f"tidemark-{task}",
+                        "RunPlan", plan_doc(task, steps), id=f"tidemark-{task}",
                         task_queue="bench", result_type=RunResult)
                     assert result.state == "completed", result
-                    temporal_ms.append((time.perf_counter() - t0) * 1000 / a.steps)
+                    temporal_ms.append((time.perf_counter() - t0) * 1000 / steps)
 
                     task = f"bench-j-{time.time_ns()}"
-                    store.persist_plan(load_plan(plan_doc(task, a.steps), registry))
+                    store.persist_plan(load_plan(plan_doc(task, steps), registry))
                     t0 = time.perf_counter()
-                    for step in range(1, a.steps + 1):
+                    for step in range(1, steps + 1):
                         run_step(store, registry, task, step)
-                    journal_ms.append((time.perf_counter() - t0) * 1000 / a.steps)
+                    journal_ms.append((time.perf_counter() - t0) * 1000 / steps)
                     print(f"round {r + 1}: temporal {temporal_ms[-1]:.2f} ms/step, "
                           f"journal only {journal_ms[-1]:.2f} ms/step", flush=True)
     finally:
         await env.shutdown()
-        store.close()
-        if embedded:
-            embedded.close()
+    return temporal_ms, journal_ms
 
+
+def report(temporal_ms: list[float], journal_ms: list[float], steps: int, rounds: int) -> None:
     t, j = statistics.mean(temporal_ms), statistics.mean(journal_ms)
-    print(f"\nsteps per run: {a.steps}, rounds: {a.rounds}")
+    print(f"\nsteps per run: {steps}, rounds: {rounds}")
     print(f"through Temporal (activity per step, journal inside): {t:.2f} ms/step")
     print(f"journal alone (run_step):                             {j:.2f} ms/step")
     print(f"ratio Temporal / journal alone: {t / j:.1f}x; the journal is "

@@ -81,6 +81,15 @@ STEP_RETRY = RetryPolicy(
 BOOKKEEPING_RETRY = STEP_RETRY
 
 
+def end_state_of(e: ActivityError, step: int | None) -> tuple[str, dict[str, Any]]:
+    """The named end state and error of a typed, non-retryable failure. Any other failure (a
+    bug) is re-raised, which fails the workflow task visibly in the Web UI."""
+    cause = e.cause
+    if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
+        raise e
+    return END_STATES[cause.type], {"type": cause.type, "message": cause.message, "step": step}
+
+
 @workflow.defn(name="RunPlan")
 class RunPlan:
     def __init__(self) -> None:
@@ -174,13 +183,7 @@ class RunPlan:
         return self._end(HALTED, {"type": "Halted", "message": self._halt_reason})
 
     def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
-        """Ends the run in the named state of a typed, non-retryable failure; re-raises any
-        other failure (a bug), which fails the workflow task visibly in the Web UI."""
-        cause = e.cause
-        if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
-            raise e
-        return self._end(END_STATES[cause.type], {"type": cause.type, "message": cause.message,
-                                                  "step": step})
+        return self._end(*end_state_of(e, step))
 
     def _end(self, state: str, error: dict[str, Any] | None = None) -> RunResult:
         self._current = None

@@ -11,18 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
-        END_STATES,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        end_state_of,
     )
     from workflows.types import (
         RUNNING,
@@ -79,11 +79,7 @@ class UnwindPlan:
         return self._end(UNWOUND)
 
     def _end_on(self, e: ActivityError, step: int | None) -> UnwindResult:
-        cause = e.cause
-        if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
-            raise e
-        return self._end(END_STATES[cause.type], {"type": cause.type, "message": cause.message,
-                                                  "step": step})
+        return self._end(*end_state_of(e, step))
 
     def _end(self, state: str, error: dict[str, Any] | None = None) -> UnwindResult:
         self._result.state = state
