@@ -66,7 +66,7 @@ class StepActivities:
                                            "{task_id} of a stored plan", type="PlanError",
                                            non_retryable=True)
             progress = self.store.progress(task_id)
-            if progress.next_step is not None:  # plan-level gates, again on every start
+            if inp.check_gates and progress.next_step is not None:  # again on every start
                 check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
         except TidemarkError as e:
             raise _as_application_error(e) from e

@@ -112,11 +112,15 @@ class RunPlan:
 
     @workflow.run
     async def run(self, document: dict[str, Any]) -> RunResult:
-        carried = document.get("continued") or {}
+        # Only a continue-as-new hop carries counts and skips the plan gates; an input that
+        # merely says "continued" is a new start like any other.
+        hop = workflow.info().continued_run_id is not None
+        carried = (document.get("continued") or {}) if hop else {}
         self._result.task_id = str(document.get("task_id") or "")
         try:
             prep: Prepared = await workflow.execute_activity(
-                "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"}),
+                "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"},
+                                        check_gates=not hop),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:

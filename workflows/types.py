@@ -24,6 +24,9 @@ class PrepareInput:
     """The plan document as the user wrote it, or ``{"task_id": ...}`` for the stored plan."""
 
     document: dict[str, Any]
+    # False for a continue-as-new hop: the same run going on, not a new start, so the plan-level
+    # gates (which read the whole plan) are not run again every few hundred steps.
+    check_gates: bool = True
 
 
 @dataclass
