@@ -18,6 +18,7 @@ from activities.mail import MailAction
 from probes.gmail import KEY_HEADER, GmailSendProbe, message_id_for
 from probes.google_http import CLIENT_ERRORS, google_error
 from tidemark.actions import ProbeResult, StepContext, address_list
+from tidemark.errors import Refused
 
 
 def build_message(args: dict[str, Any], key: str) -> EmailMessage:
@@ -51,7 +52,11 @@ class GmailSend(MailAction):
         return self.reader.probe(ctx)
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
-        raw = base64.urlsafe_b64encode(build_message(ctx.args, ctx.key).as_bytes()).decode()
+        try:
+            message = build_message(ctx.args, ctx.key)
+        except ValueError as e:  # the email package refused a header: nothing was sent
+            raise Refused(f"gmail.send: cannot build the message: {e}") from e
+        raw = base64.urlsafe_b64encode(message.as_bytes()).decode()
         try:
             sent = self.writer.users().messages().send(
                 userId=self.user_id, body={"raw": raw}).execute(num_retries=0)

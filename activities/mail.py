@@ -8,6 +8,14 @@ from typing import Any, ClassVar
 from tidemark.actions import Action, Arg, address_list
 
 
+def one_line(value: str) -> str:
+    """A header value: a line break would end the header (or forge another), so it is refused
+    when the plan is checked rather than when the mail is built, after its intent."""
+    if "\r" in value or "\n" in value:
+        raise ValueError("must be one line (no line breaks)")
+    return value
+
+
 class MailAction(Action):
     """Base class of the actions that send one plain-text mail: ``{to, cc?, subject, body}``.
 
@@ -19,7 +27,7 @@ class MailAction(Action):
     args: ClassVar[dict[str, Arg]] = {
         "to": Arg((str, list), check=address_list),
         "cc": Arg((str, list), required=False, check=address_list),
-        "subject": Arg(str),
+        "subject": Arg(str, check=one_line),
         "body": Arg(str),
     }
 

@@ -116,10 +116,30 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
     return Plan(task_id, steps)
 
 
+def _check_text(value: Any, where: str) -> None:
+    """Refuses strings that cannot be stored or hashed: NUL (Postgres text and jsonb refuse
+    it) and lone surrogates (not encodable as UTF-8), anywhere in the step."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise PlanError(where, "contains a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PlanError(where, "contains a lone surrogate (invalid Unicode)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, f"{where} (a key)")
+            _check_text(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for j, v in enumerate(value):
+            _check_text(v, f"{where}[{j}]")
+
+
 def _load_step(i: int, raw: Any, registry: Registry) -> tuple[str, dict[str, Any], bool]:
     where = f"steps[{i}]"
     if not isinstance(raw, dict):
         raise PlanError(where, f"must be an object, got {type(raw).__name__}")
+    _check_text(raw, where)
     extra = sorted(set(raw) - {"action", "args"})
     if extra:
         raise PlanError(f"{where}.{extra[0]}", "unknown field (a step has action and args)")

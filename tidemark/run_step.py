@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +30,7 @@ from tidemark.errors import (
     NeedsDecision,
     PreconditionFailed,
     Refused,
+    StepBusy,
     StepFailed,
     TaskStopped,
     TidemarkError,
@@ -36,9 +39,13 @@ from tidemark.errors import (
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.plan import Plan
-from tidemark.store import JournalRow, JournalStore, StepSession
+from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 
 log = logging.getLogger(__name__)
+
+# An attempt acting on an intent renews its lease (store.LEASE_S) this often, from a side
+# thread on a pooled connection.
+LEASE_RENEW_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,11 +95,13 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
 
         if row is not None:
             # In doubt: an earlier attempt wrote the intent and died. Ask the target.
+            check_lease(s, ctx)
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
             done = resolve_in_doubt(action, ctx, s)
             if done is not None:
                 return StepResult.from_row(done, skipped=False)
             _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
+            s.renew_lease(key, LEASE_S)  # this attempt acts now
         else:
             _gate(action, ctx, s)
             before = action.snapshot(ctx)
@@ -102,7 +111,7 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
 
         crash_point("after_intent", step)
-        return _execute(action, ctx, s)
+        return _execute(store, action, ctx, s)
 
 
 def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> None:
@@ -123,6 +132,41 @@ def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> Non
             raise PreconditionFailed(steps[0][0], name, str(e)) from None
 
 
+def check_lease(s: StepSession, ctx: StepContext) -> None:
+    """Raises StepBusy while the attempt on this open intent may still be acting."""
+    if s.lease_left is not None and s.lease_left > 0:
+        raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
+                       f"on it for {s.lease_left:.1f}s")
+
+
+@contextlib.contextmanager
+def keep_lease(store: JournalStore, key: str) -> Iterator[None]:
+    """Renews the intent's attempt lease every LEASE_RENEW_S while the block runs; if the
+    block ends without an outcome (it raised), ends the lease: the attempt is over, and the
+    next one need not wait for it."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(LEASE_RENEW_S):
+            try:
+                store.renew_lease(key, LEASE_S)
+            except TidemarkError as e:  # the database is away; the lock may be too
+                log.warning("cannot renew the attempt lease of %s: %s", key, e)
+
+    thread = threading.Thread(target=renew, daemon=True, name=f"lease-{key[:8]}")
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        stop.set()
+        thread.join()
+        with contextlib.suppress(TidemarkError):
+            store.renew_lease(key, 0.0)
+        raise
+    stop.set()
+    thread.join()
+
+
 def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
     """Probes the step in doubt and records what the target says.
 
@@ -136,10 +180,13 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
                           resolved_by="probe")
     if probed.status is ProbeStatus.UNKNOWN:
         # The target cannot tell; only a person who looked may (`tidemark resolve`).
+        # A decision licenses one execution: using it is logged as the newer decision.
         assert ctx.started_at is not None
         decided = s.operator_decision(ctx.task_id, ctx.step, ctx.started_at)
         if decided is None or decided["detail"].get("as") != "absent":
             raise NeedsDecision(ctx.step, ctx.action, probed.reason)
+        s.event(ctx.task_id, "decision", {"as": "used", "decided_by": decided["actor"],
+                                          "decided_at": decided["at"].isoformat()}, ctx.step)
         log.info("step %s %s: probe cannot tell; %s decided it did not happen",
                  ctx.step, ctx.action, decided["actor"])
     return None
@@ -168,9 +215,11 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
         raise PreconditionFailed(ctx.step, ctx.action, str(e)) from None
 
 
-def _execute(action: Action, ctx: StepContext, s: StepSession) -> StepResult:
+def _execute(store: JournalStore, action: Action, ctx: StepContext,
+             s: StepSession) -> StepResult:
     try:
-        outcome = action.execute(ctx)
+        with keep_lease(store, ctx.key):
+            outcome = action.execute(ctx)
     except Refused as e:
         s.complete(key=ctx.key, outcome={"error": str(e), "type": type(e).__name__},
                    status="failed", resolved_by="execute")

@@ -37,11 +37,18 @@ from tidemark.plan import Plan, Step
 # enough to ride out a burst, short enough that a dead database surfaces within one heartbeat.
 POOL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5  # libpq connect_timeout: a blackholed host fails fast, not after minutes
-POOL_MAX = 16  # one connection per concurrent step plus a few for reports; steps are sequential
+POOL_MAX = 16
+# An attempt acting on an intent holds a lease on it for this long and renews it while it acts
+# (tidemark.run_step.keep_lease renews every half second: four renewals missed in a row). It
+# guards what the execution lock cannot: the acting attempt lost its database connection (a
+# restart, a failover, a blip), which frees the lock, while its call to the target is still in
+# flight. An attempt cut off from the database for longer than this while its call still lands
+# is not covered.
+LEASE_S = 2.0  # one connection per concurrent step plus a few for reports; steps are sequential
 
 # The one piece of SQL that is composed in Python: a constant column list, never a value.
 _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state, started_at, "
-                    "outcome, status, finished_at, resolved_by")
+                    "outcome, status, finished_at, resolved_by, lease_until")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class JournalRow:
     status: str | None
     finished_at: datetime | None
     resolved_by: str | None
+    lease_until: datetime | None = None
 
     @property
     def in_doubt(self) -> bool:
@@ -65,7 +73,7 @@ class JournalRow:
 
     def as_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        for k in ("started_at", "finished_at"):
+        for k in ("started_at", "finished_at", "lease_until"):
             d[k] = d[k].isoformat() if d[k] else None
         return d
 
@@ -214,21 +222,26 @@ class JournalStore:
                            (SELECT coalesce(nullif(c.reason, ''), 'stopped')
                               FROM tidemark.controls c
                               WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
-                              ORDER BY c.scope = '*' LIMIT 1) AS stopped, j.*
+                              ORDER BY c.scope = '*' LIMIT 1) AS stopped,
+                           extract(epoch FROM coalesce(j.lease_until, j.started_at
+                                   + make_interval(secs => %(lease)s)) - clock_timestamp())::float8
+                             AS lease_left, j.*
                     FROM tidemark.plans p
                     LEFT JOIN tidemark.plan_steps s
                       ON s.task_id = p.task_id AND s.step = %(step)s
                     LEFT JOIN (SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal) j
                       ON j.task_id = p.task_id AND j.phase = %(phase)s AND j.step = %(step)s
                     WHERE p.task_id = %(task_id)s
-                    """, {"lock": lock, "task_id": task_id, "phase": phase, "step": step},
+                    """, {"lock": lock, "task_id": task_id, "phase": phase, "step": step,
+                          "lease": LEASE_S},
                 ).fetchone()
             if r is None:
                 raise UnknownTask(task_id)
             if not r["got"]:
                 raise StepBusy(f"{task_id}/{phase}/{step}")
-            session = StepSession(conn, lock)
+            session = StepSession(conn)
             session.stopped = r["stopped"]
+            session.lease_left = r["lease_left"]
             try:
                 if r["plan_action"] is None:
                     raise JournalMismatch(
@@ -239,11 +252,10 @@ class JournalStore:
                                          ) if r["idem_key"] else None
                 yield session
             finally:
-                if not session.unlocked:
-                    try:
-                        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-                    except psycopg.Error:
-                        conn.close()  # the pool discards it; closing the session frees the lock
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                except psycopg.Error:
+                    conn.close()  # the pool discards it; closing the session frees the lock
 
     def load_window(self, task_id: str, first: int, last: int) -> list[Step]:
         """Steps first..last of a stored plan (a continue-as-new window)."""
@@ -268,6 +280,12 @@ class JournalStore:
         with self._conn() as conn:
             return conn.execute("SELECT id, step, kind, detail, actor, at FROM tidemark.events"
                                 " WHERE task_id = %s ORDER BY id", (task_id,)).fetchall()
+
+    def renew_lease(self, key: str, seconds: float) -> None:
+        """Renews the attempt lease of an open intent from any connection (the lease keeper's:
+        the step's own connection is busy, or gone)."""
+        with self._conn() as conn:
+            StepSession(conn).renew_lease(key, seconds)
 
     def record_event(self, task_id: str, kind: str, detail: dict[str, Any],
                      step: int | None = None, actor: str = "tidemark") -> None:
@@ -364,17 +382,16 @@ class StepSession:
     """Journal operations on the connection that holds a step's execution lock.
 
     ``spec`` is the plan's step and ``row`` its journal row as read when the lock was taken;
-    ``stopped`` is the reason of the task's durable stop state, or None.
+    ``stopped`` is the reason of the task's durable stop state, or None; ``lease_left`` the
+    seconds (database clock) for which the last attempt on an open intent may still be acting.
     """
 
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]], lock: int | None = None
-                 ) -> None:
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         self.conn = conn
-        self.lock = lock
-        self.unlocked = lock is None
         self.spec: Step
         self.row: JournalRow | None = None
         self.stopped: str | None = None
+        self.lease_left: float | None = None  # seconds the row's last attempt may still act
 
     def get(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with _translated():
@@ -424,21 +441,30 @@ class StepSession:
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
                  resolved_by: str) -> JournalRow:
-        """Commits the outcome of the open intent ``key`` and, in the same round trip, lets
-        go of the execution lock: nothing is left to protect once the outcome is durable."""
+        """Commits the outcome of the open intent ``key``.
+
+        The execution lock is let go only afterwards (when the session ends): a session-level
+        unlock takes effect at once, so unlocking inside this statement would let a twin read
+        the intent as still open before the outcome's commit is visible.
+        """
         with _translated():
             r = self.conn.execute(
-                "UPDATE tidemark.journal SET outcome = %(outcome)s, status = %(status)s,"
-                " resolved_by = %(by)s, finished_at = clock_timestamp()"
-                " WHERE idem_key = %(key)s AND outcome IS NULL"
-                f" RETURNING {_JOURNAL_COLUMNS},"
-                " (%(lock)s::bigint IS NULL OR pg_advisory_unlock(%(lock)s)) AS unlocked",
-                {"outcome": Jsonb(outcome), "status": status, "by": resolved_by, "key": key,
-                 "lock": self.lock}).fetchone()
+                "UPDATE tidemark.journal SET outcome = %s, status = %s, resolved_by = %s,"
+                " finished_at = clock_timestamp() WHERE idem_key = %s AND outcome IS NULL"
+                f" RETURNING {_JOURNAL_COLUMNS}",
+                (Jsonb(outcome), status, resolved_by, key)).fetchone()
         if r is None:
             raise InvariantViolation(f"no open intent with key {key} to complete")
-        self.unlocked = bool(r.pop("unlocked"))
         return JournalRow(**r)
+
+    def renew_lease(self, key: str, seconds: float = 0.0) -> None:
+        """Sets the attempt lease of the open intent ``key`` to end ``seconds`` from now
+        (LEASE_S by default; 0 ends it: the attempt is over)."""
+        with _translated():
+            self.conn.execute(
+                "UPDATE tidemark.journal"
+                " SET lease_until = clock_timestamp() + make_interval(secs => %s)"
+                " WHERE idem_key = %s AND outcome IS NULL", (seconds, key))
 
     def operator_decision(self, task_id: str, step: int, since: datetime) -> dict[str, Any] | None:
         """The latest decision a person recorded about this step since its intent, if any."""

@@ -19,8 +19,8 @@ from tidemark.actions import Registry, StepContext
 from tidemark.errors import NotStopped, Refused, StepFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
-from tidemark.run_step import note_error, resolve_in_doubt
-from tidemark.store import JournalStore
+from tidemark.run_step import check_lease, keep_lease, note_error, resolve_in_doubt
+from tidemark.store import LEASE_S, JournalStore
 
 UNDO_SUFFIX = "#undo"  # the compensation's key: key_for(task, step, action + "#undo", args)
 
@@ -61,6 +61,7 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
             return UndoResult(step, spec.action, "nothing_to_undo", {"reason": "never started"})
         ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
         if row.outcome is None:
+            check_lease(s, ctx)
             settled = resolve_in_doubt(action, ctx, s)
             if settled is None:
                 s.complete(key=ctx.key, outcome={"not_done": "absent when the task was unwound"},
@@ -80,9 +81,13 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
         if u.row is None:
             u.begin(task_id=task_id, step=step, key=ukey, action=spec.action, args=spec.args,
                     before_state=row.outcome or {}, phase="undo")
+        else:
+            check_lease(u, ctx)
+            u.renew_lease(ukey, LEASE_S)
         crash_point("undo_after_intent", step)
         try:
-            outcome = action.compensate(ctx)
+            with keep_lease(store, ukey):
+                outcome = action.compensate(ctx)
         except Refused as e:
             u.complete(key=ukey, outcome={"error": str(e), "type": type(e).__name__},
                        status="failed", resolved_by="execute")

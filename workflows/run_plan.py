@@ -157,13 +157,20 @@ class RunPlan:
                     retry_policy=STEP_RETRY,
                     summary=f"{step}/{prep.step_count} {lines[step - first]}"[:400])
             except ActivityError as e:
-                return self._end_on(e, step)
+                state, error = end_state_of(e, step)
+                if self._halt_reason is not None:
+                    # A person asked for a stop while this step ran: whatever ended the run,
+                    # the stop must still hold for every later start.
+                    await self._record_halt(step)
+                return self._end(state, error)
             if out.status == "failed":
+                if self._halt_reason is not None:
+                    await self._record_halt(step)
                 return self._end(FAILED, {"type": "StepFailed", "step": step})
+            r.confirmed += 1  # a skipped step was settled during this run by a live twin
             if out.skipped:
                 r.skipped += 1
             else:
-                r.confirmed += 1
                 if out.resolved_by == "probe":
                     r.resolved_by_probe += 1
                 else:
@@ -179,12 +186,15 @@ class RunPlan:
         return self._end(COMPLETED)
 
     async def _halt(self, next_step: int) -> RunResult:
+        await self._record_halt(next_step)
+        return self._end(HALTED, {"type": "Halted", "message": self._halt_reason})
+
+    async def _record_halt(self, next_step: int) -> None:
         await workflow.execute_activity(
             "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
             summary=f"halt before step {next_step}: {self._halt_reason}")
         self._result.stopped_at = next_step
-        return self._end(HALTED, {"type": "Halted", "message": self._halt_reason})
 
     def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
         return self._end(*end_state_of(e, step))

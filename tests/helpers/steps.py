@@ -11,7 +11,7 @@ import psycopg
 from tidemark.actions import Registry, StepContext
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
-from tidemark.store import JournalStore
+from tidemark.store import LEASE_S, JournalStore
 
 
 def step_context(action: str, args: dict[str, Any], task_id: str = "t", step: int = 1, *,
@@ -43,19 +43,26 @@ def persist(store: JournalStore, specs: Registry, steps: list[dict[str, Any]],
 
 
 
-def wait_unlocked(db_url: str, timeout: float = 10.0) -> None:
-    """Waits until no session of this database holds an advisory (execution) lock.
+def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) -> None:
+    """Waits until a killed attempt is presumed dead, as a worker's retry would find it: no
+    session of this database holds an execution lock and (with ``leases``) no open intent's
+    attempt lease is fresh.
 
     A SIGKILLed holder's lock is freed when its backend notices the closed socket and exits:
-    milliseconds, but not before ``subprocess.run`` returns. A resume started at once could
-    meet the lock still held and get StepBusy (a real worker would retry later).
+    milliseconds, but not before ``subprocess.run`` returns; its lease lapses after LEASE_S.
+    A resume started at once would get StepBusy (a real worker retries it later).
     """
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as conn:
         while True:
             row = conn.execute(
-                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
-                " WHERE l.locktype = 'advisory' AND d.datname = current_database()").fetchone()
+                "SELECT (SELECT count(*) FROM pg_locks l"
+                "        JOIN pg_database d ON d.oid = l.database"
+                "        WHERE l.locktype = 'advisory' AND d.datname = current_database())"
+                "     + CASE WHEN %s THEN (SELECT count(*) FROM tidemark.journal"
+                "        WHERE outcome IS NULL AND clock_timestamp() < coalesce(lease_until,"
+                "              started_at + make_interval(secs => %s)))"
+                "       ELSE 0 END", (leases, LEASE_S)).fetchone()
             if row is not None and row[0] == 0:
                 return
             if time.monotonic() > deadline:

@@ -1,0 +1,282 @@
+"""Hazards that are easy to reintroduce: each test pins one way a step could act twice, a
+person's decision could be overstretched, a stop could be lost, or bad input could loop forever.
+
+Nothing of our own is mocked: real Postgres, real Temporal, real worker processes, the staging
+servers; ``ledger.record`` (tests/helpers/ledger.py) is the test target that counts effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from activities.catalog import spec_registry
+from activities.fs import FsRename
+from activities.gmail import GmailSend
+from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S, effects
+from helpers.steps import wait_unlocked
+from helpers.wait import assert_eventually
+from probes.gmail import gmail_client
+from staging.core import StagingServer
+from staging.gmail import READ_TOKEN, SEND_TOKEN
+from tidemark import commands
+from tidemark.actions import Registry
+from tidemark.errors import NeedsDecision, PlanError, StepBusy, TidemarkError
+from tidemark.faults import CRASH_ENV
+from tidemark.keys import lock_id
+from tidemark.plan import load_plan
+from tidemark.run_step import StepResult, run_step
+from tidemark.store import JournalStore
+from workflows.types import RunResult
+
+RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
+SPECS = spec_registry(LedgerRecord)
+REGISTRY = Registry([FsRename(), LedgerRecord()])
+
+
+def persist(store: JournalStore, steps: list[dict[str, Any]], task_id: str = "t") -> str:
+    plan = load_plan({"task_id": task_id, "steps": steps}, SPECS)
+    store.persist_plan(plan)
+    return plan.task_id
+
+
+def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, Any]:
+    return {"action": "ledger.record",
+            "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}
+
+
+def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def crash_at(db_url: str, task: str, step: int, point: str) -> None:
+    proc = run_one(db_url, task, step, **{CRASH_ENV: point})
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    wait_unlocked(db_url)
+
+
+# -- 1. an operator's "absent" decision licenses every later execution of the step -----------
+
+def test_operator_absent_decision_is_used_for_one_execution_only(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """resolve --as absent, resume executes (effect 1) and dies before its outcome; the next
+    resume finds the probe still blind and executes AGAIN on the same, already spent, decision."""
+    blind = tmp_path / "blind"
+    task = persist(store, [ledger_step(tmp_path, blind_while=str(blind))])
+    crash_at(db_url, task, 1, "after_intent")  # in doubt, nothing happened
+    blind.write_text("")  # the target cannot be read: the probe cannot tell
+    with pytest.raises(NeedsDecision):
+        run_step(store, REGISTRY, task, 1)
+    commands.resolve(db_url, task, 1, "absent", "looked: not there", "ops")
+
+    # Resume on the person's word: it executes, then the worker dies before the outcome.
+    crash_at(db_url, task, 1, "after_execute")
+    assert len(ledger_lines(tmp_path / "ledger")) == 1  # the effect happened once
+
+    # The probe is still blind. The decision was about the world BEFORE that execution; it
+    # must not license a second one.
+    with pytest.raises(NeedsDecision):
+        run_step(store, REGISTRY, task, 1)
+    assert len(ledger_lines(tmp_path / "ledger")) == 1, "the step acted twice"
+
+
+# -- 2. the execution lock is released before the outcome is durable -------------------------
+
+def test_twin_taking_the_lock_between_unlock_and_commit_sees_a_settled_step(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """StepSession.complete unlocks inside the UPDATE, i.e. before its commit. A commit that
+    takes a while (synchronous replication, a slow fsync; here a deferred trigger) lets a twin
+    take the lock, read the intent as still open, probe and act on it."""
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute("""
+            CREATE FUNCTION public.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_sleep(1.5); RETURN NULL; END $$;
+            CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON tidemark.journal
+              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+              WHEN (NEW.outcome IS NOT NULL) EXECUTE FUNCTION public.slow_commit();
+        """)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    task = persist(store, [ledger_step(tmp_path, hold_while=str(hold))])
+    first: list[object] = []
+    a = threading.Thread(target=lambda: first.append(run_step(store, REGISTRY, task, 1)))
+    a.start()
+    assert_eventually(lambda: store.step_row(task, 1))  # A holds the lock, inside execute
+
+    twin: list[object] = []
+
+    def attempt_until_not_busy() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                twin.append(run_step(store, REGISTRY, task, 1))
+                return
+            except StepBusy:
+                time.sleep(0.005)
+            except TidemarkError as e:
+                twin.append(e)
+                return
+
+    b = threading.Thread(target=attempt_until_not_busy)
+    b.start()
+    time.sleep(0.2)
+    hold.unlink()  # A acts and writes its outcome
+    a.join(30)
+    b.join(30)
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+    [result] = twin
+    # A twin must either be refused (StepBusy) or see the outcome; it must never meet an open
+    # intent that is in fact settled (here it probes, then fails with InvariantViolation, which
+    # ends the workflow as `failed`; with a lagging probe it would execute a second time).
+    assert isinstance(result, StepResult) and result.skipped, f"twin got {result!r}"
+
+
+# -- 3. a dropped journal connection frees the lock while the action is still running --------
+
+def test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_connection(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """The lock lives on the connection, not with the attempt: a Postgres restart, failover or
+    network blip ends the session while attempt A is inside its action. Twin B (Temporal
+    retries after the heartbeat timeout, or another worker) gets the lock, probes 'absent'
+    because A has not landed yet, and executes. Then A lands too: two effects."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    task = persist(store, [ledger_step(tmp_path, hold_while=str(hold))])
+    a_errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            run_step(store, REGISTRY, task, 1)
+        except BaseException as e:  # recorded for the assertion message
+            a_errors.append(e)
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert_eventually(lambda: store.step_row(task, 1))  # intent committed; A is acting
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks"
+                      " WHERE locktype = 'advisory' AND pid <> pg_backend_pid()")
+    wait_unlocked(db_url, leases=False)
+    with pytest.raises(StepBusy):  # B: must not act while A may still be acting
+        run_step(store, REGISTRY, task, 1)
+    hold.unlink()  # A's call lands
+    a.join(60)
+    assert len(ledger_lines(tmp_path / "ledger")) == 1, (
+        f"two effects for one step (A ended with {a_errors!r})")
+
+
+# -- 4. bad input that validation lets through ---------------------------------------------
+
+def test_plan_with_nul_character_is_refused_with_a_plan_error(store: JournalStore) -> None:
+    """JSON allows "\\u0000"; Postgres jsonb does not. persist_plan raises a raw psycopg
+    DataError (not a TidemarkError), which the prepare activity retries forever."""
+    doc = {"task_id": "nul", "steps": [{"action": "fs.rename",
+                                        "args": {"path": "/tmp/a", "name": "b\u0000c"}}]}
+    with pytest.raises(TidemarkError):
+        store.persist_plan(load_plan(doc, SPECS))
+
+
+def test_plan_with_lone_surrogate_is_refused_with_a_plan_error() -> None:
+    """A JSON "\\ud800" escape parses to a lone surrogate; load_plan without a task_id dies in
+    plan_hash with UnicodeEncodeError instead of naming the field."""
+    doc = {"steps": [{"action": "fs.rename", "args": {"path": "/tmp/a", "name": "b\ud800"}}]}
+    with pytest.raises(PlanError):
+        load_plan(doc, SPECS)
+
+
+def test_gmail_subject_with_a_newline_is_a_typed_error_not_an_endless_retry(
+        mail: StagingServer, store: JournalStore) -> None:
+    """The plan validates, the intent is committed, then EmailMessage raises ValueError in
+    execute: not a TidemarkError, so Temporal retries the step forever (each retry probes,
+    finds it absent, and fails again), and the task never reaches a named end state."""
+    action = GmailSend(writer=gmail_client(mail.url, SEND_TOKEN, timeout=CLIENT_TIMEOUT_S),
+                       reader=gmail_client(mail.url, READ_TOKEN, timeout=CLIENT_TIMEOUT_S))
+    args = {"to": ["bob@example.com"], "subject": "Q3\nreport", "body": "x"}
+    try:
+        plan = load_plan({"task_id": "nl", "steps": [{"action": "gmail.send", "args": args}]},
+                         Registry([GmailSend]))
+    except PlanError:
+        return  # refused up front: fixed
+    store.persist_plan(plan)
+    with pytest.raises(TidemarkError) as e:
+        run_step(store, Registry([action]), "nl", 1)
+    assert not e.value.retryable
+    assert effects(mail, "gmail", "messages.send") == []
+
+
+# -- 5. RunPlan: halt and counts -------------------------------------------------------------
+
+async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
+        temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    """halt arrives while step 1 is running (here: retrying StepBusy); step 1 then ends the
+    run (precondition_failed). The halt's stop state is never written, so the next start (a
+    Schedule, a script) runs the task although a person asked it to stop."""
+    gate = tmp_path / "gate"
+    doc = {"task_id": "halt-pf", "steps": [
+        ledger_step(tmp_path, "e1", gate_file=str(gate)), ledger_step(tmp_path, "e2")]}
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        # A live twin holds step 1: the workflow's attempt meets StepBusy and retries.
+        holder.execute("SELECT pg_advisory_lock(%s)", (lock_id("halt-pf", "do", 1),))
+        workers.start()
+        handle = await temporal_env.client.start_workflow(
+            "RunPlan", doc, id="tidemark-halt-pf", task_queue=task_queue,
+            result_type=RunResult)
+        for _ in range(300):
+            if (await handle.query("status"))["current_step"] == 1:
+                break
+            await asyncio.sleep(0.1)
+        await handle.signal("halt", "maintenance")
+        for _ in range(300):
+            if (await handle.query("status"))["halt_requested"]:
+                break
+            await asyncio.sleep(0.1)
+        gate.write_text("")  # the world changed: step 1's gate now refuses
+        holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id("halt-pf", "do", 1),))
+    result = await handle.result()
+    assert result.state == "precondition_failed"
+    assert store.stop_state("halt-pf") is not None, "halt requested but no stop state written"
+
+
+async def test_step_settled_by_a_live_twin_counts_as_confirmed(
+        temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    """A twin attempt (the one Temporal gave up on after a heartbeat timeout, emulated by a
+    separate process) settles step 1 while the workflow's attempt retries StepBusy; the retry
+    then finds the outcome (skipped=True) and RunPlan counts it as skipped, not confirmed."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    doc = {"task_id": "twin-count", "steps": [ledger_step(tmp_path, "e1",
+                                                          hold_while=str(hold))]}
+    store.persist_plan(load_plan(doc, SPECS))
+    twin = run_one(db_url, "twin-count", 1)
+    assert_eventually(lambda: store.step_row("twin-count", 1))
+    workers.start()
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", {"task_id": "twin-count"}, id="tidemark-twin-count", task_queue=task_queue,
+        result_type=RunResult)
+    for _ in range(300):
+        if (await handle.query("status"))["current_step"] == 1:
+            break
+        await asyncio.sleep(0.1)
+    hold.unlink()
+    twin.communicate(timeout=60)
+    result = await handle.result()
+    assert result.state == "completed"
+    assert store.progress("twin-count").confirmed == 1
+    assert result.confirmed == 1, f"result says {result.confirmed} of 1 confirmed"
