@@ -249,8 +249,11 @@ async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
         gate.write_text("")  # the world changed: step 1's gate now refuses
         holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id("halt-pf", "do", 1),))
     result = await handle.result()
-    assert result.state == "precondition_failed"
+    # The halt is written while step 1 still retries; its next attempt meets the stop state
+    # before its gate, so the run ends halted, with nothing after it started.
+    assert (result.state, result.stopped_at) == ("halted", 1)
     assert store.stop_state("halt-pf") is not None, "halt requested but no stop state written"
+    assert ledger_lines(tmp_path / "ledger") == []
 
 
 async def test_step_settled_by_a_live_twin_counts_as_confirmed(

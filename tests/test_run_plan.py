@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines
-from helpers.staging_fixtures import effects
+from helpers.staging_fixtures import arm, effects
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from tidemark import commands
@@ -259,3 +259,25 @@ async def test_the_per_task_payment_limit_is_checked_before_the_first_step_of_ev
     done = await (await start(temporal_env.client, {"task_id": "budget-1"}, task_queue)).result()
     assert (done.state, done.executed) == ("completed", 3)
     assert len(effects(server, "stripe", "payment_intents.create")) == 3
+
+
+async def test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        drive: Any, workers, task_queue: str) -> None:
+    f = drive.seed("scan.pdf")
+    arm(server, "drive", "files.update", "fail_before_commit", times=1000)  # Drive is down
+    workers.start(TIDEMARK_STAGING_URL=server.url)
+    doc = {"task_id": "halt-down", "steps": [
+        {"action": "drive.rename", "args": {"file_id": f.id, "name": "invoice.pdf"}},
+        {"action": "drive.rename", "args": {"file_id": f.id, "name": "invoice-2.pdf"}}]}
+    handle = await start(temporal_env.client, doc, task_queue)
+    assert_eventually(lambda: any(e["kind"] == "error" for e in store.events("halt-down")),
+                      timeout=30)
+    await handle.signal("halt", "drive is down")
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (result.state, result.stopped_at) == ("halted", 1)
+    progress = store.progress("halt-down")
+    assert progress.stop is not None and progress.stop["reason"] == "drive is down"
+    # The failing step is left in doubt for the probe of a later resume; nothing after it ran.
+    assert progress.in_doubt is not None and progress.in_doubt.step == 1
+    assert progress.rows == 1 and drive.files[f.id].name == "scan.pdf"

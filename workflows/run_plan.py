@@ -94,12 +94,14 @@ def end_state_of(e: ActivityError, step: int | None) -> tuple[str, dict[str, Any
 class RunPlan:
     def __init__(self) -> None:
         self._halt_reason: str | None = None
+        self._halt_recorded = False
         self._result = RunResult(task_id="", state=RUNNING, steps=0, confirmed=0)
         self._current: int | None = None
 
     @workflow.signal
     def halt(self, reason: str = "") -> None:
-        """Finish the current step, start nothing after it, and stop the task durably."""
+        """Stop the task durably: the attempt under way finishes, nothing after it starts, and
+        a step that keeps failing stops at its next attempt."""
         self._halt_reason = reason or "halt signal"
 
     @workflow.query
@@ -150,21 +152,32 @@ class RunPlan:
             if self._halt_reason is not None:
                 return await self._halt(step)
             self._current = step
+            attempt = workflow.start_activity(
+                "run_step", StepInput(prep.task_id, step), result_type=StepOutput,
+                start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
+                retry_policy=STEP_RETRY,
+                summary=f"{step}/{prep.step_count} {lines[step - first]}"[:400])
+            # A halt that arrives while the step runs is written at once: the attempt under
+            # way finishes, but a step that keeps failing (its target is down) meets the stop
+            # state at its next attempt instead of retrying until the target is back.
+            await workflow.wait_condition(
+                lambda a=attempt: a.done() or self._halt_unrecorded())  # type: ignore[misc]
+            if not attempt.done():
+                await self._record_halt(step)
             try:
-                out: StepOutput = await workflow.execute_activity(
-                    "run_step", StepInput(prep.task_id, step), result_type=StepOutput,
-                    start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
-                    retry_policy=STEP_RETRY,
-                    summary=f"{step}/{prep.step_count} {lines[step - first]}"[:400])
+                out: StepOutput = await attempt
             except ActivityError as e:
                 state, error = end_state_of(e, step)
                 if self._halt_reason is not None:
-                    # A person asked for a stop while this step ran: whatever ended the run,
-                    # the stop must still hold for every later start.
-                    await self._record_halt(step)
+                    # Whatever ended the run, the stop a person asked for must hold.
+                    if self._halt_unrecorded():
+                        await self._record_halt(step)
+                    if error["type"] == "TaskStopped":  # it met the halt's own stop state
+                        state, error = HALTED, {"type": "Halted", "message": self._halt_reason,
+                                                "step": step}
                 return self._end(state, error)
             if out.status == "failed":
-                if self._halt_reason is not None:
+                if self._halt_unrecorded():
                     await self._record_halt(step)
                 return self._end(FAILED, {"type": "StepFailed", "step": step})
             r.confirmed += 1  # a skipped step was settled during this run by a live twin
@@ -186,10 +199,16 @@ class RunPlan:
         return self._end(COMPLETED)
 
     async def _halt(self, next_step: int) -> RunResult:
-        await self._record_halt(next_step)
+        if self._halt_unrecorded():
+            await self._record_halt(next_step)
+        self._result.stopped_at = next_step
         return self._end(HALTED, {"type": "Halted", "message": self._halt_reason})
 
+    def _halt_unrecorded(self) -> bool:
+        return self._halt_reason is not None and not self._halt_recorded
+
     async def _record_halt(self, next_step: int) -> None:
+        self._halt_recorded = True
         await workflow.execute_activity(
             "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
