@@ -1,10 +1,12 @@
 """Read-only side of ``graph.send_mail``: the Graph client and the probe that finds our message.
 
 ``sendMail`` answers 202: the message is accepted and queued, not yet sent. It waits in Drafts
-or the Outbox and later moves to Sent Items under a new id. The key travels as a single-value
-extended property (which every copy keeps; Exchange drops internet headers from the Sent Items
-copy), so the probe filters each folder by that property. Finding the message anywhere means we
-submitted it, and that is what decides whether sending again would duplicate it.
+or the Outbox and later moves to Sent Items under a new id; a person, a rule or a retention
+policy may move the sent copy on to Deleted Items before a late resume probes. The key travels
+as a single-value extended property (which every copy keeps; Exchange drops internet headers
+from the Sent Items copy), so the probe filters each folder by that property. Finding the
+message anywhere means we submitted it, and that is what decides whether sending again would
+duplicate it.
 
 The probe needs a ``Mail.Read`` token. msgraph-sdk is async while actions are called from worker
 threads; every call runs on a private event loop in its own thread (:class:`EventLoopThread`), so
@@ -46,8 +48,9 @@ KEY_HEADER = "x-tidemark-key"
 
 # Along the path a message takes, so that one moving on between two reads is read again in
 # the later folder: reading Sent Items first could miss a message that leaves the Outbox after
-# Sent Items was read and before the Outbox is.
-FOLDERS = ("drafts", "outbox", "sentitems")
+# Sent Items was read and before the Outbox is. Deleted Items comes last: a sent copy can be
+# moved there, and a probe that did not look would answer "absent" and send the mail again.
+FOLDERS = ("drafts", "outbox", "sentitems", "deleteditems")
 SUBMITTED_FOLDERS = ("drafts", "outbox")
 PAGE_SIZE = 10  # a key matches one message; more than one is a duplicate already, 10 shows it
 DEFAULT_TIMEOUT_S = 30.0  # generous for one mail; Graph itself gives up on requests after ~100 s
@@ -178,8 +181,8 @@ class GraphSendMailProbe:
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         """``done`` with ``state`` ``submitted`` (still in Drafts or the Outbox) or ``sent``
-        (in Sent Items), the folder and the id; ``absent`` when no folder holds it;
-        ``unknown`` when any folder could not be read."""
+        (in Sent Items, or moved on to Deleted Items), the folder and the id; ``absent`` when
+        no folder holds it; ``unknown`` when any folder could not be read."""
         for folder in FOLDERS:
             try:
                 found = self._find(folder, ctx.key)

@@ -7,8 +7,9 @@ Control endpoints (all JSON):
 * ``POST /_staging/faults`` — arm a fault: ``{"target": "drive", "op": "files.update",
   "kind": "fail_before_commit" | "drop_after_commit" | "delay", "seconds": 1.5, "times": 1}``;
   ``GET`` lists the armed ones;
-* ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...]}`` adds a
-  token; ``POST /_staging/tokens/{token}/revoke`` revokes one;
+* ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...],
+  "client"?: "other-app"}`` adds a token (``client`` is the OAuth client it was issued to,
+  :data:`DEFAULT_CLIENT` unless given); ``POST /_staging/tokens/{token}/revoke`` revokes one;
 * ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
@@ -26,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 FAULT_KINDS = ("fail_before_commit", "drop_after_commit", "delay")
+DEFAULT_CLIENT = "tidemark"  # the OAuth client of every default token
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Token:
     target: str
     scopes: list[str]
     revoked: bool = False
+    # The OAuth client id the token was issued to. Drive keeps appProperties per client;
+    # Stripe and Graph ignore it.
+    client: str = DEFAULT_CLIENT
 
 
 @dataclass
@@ -123,7 +128,8 @@ class Staging:
         with self.lock:
             self.effects.clear()
             self.faults.clear()
-            self.tokens = {tok.token: Token(tok.token, tok.target, list(tok.scopes))
+            self.tokens = {tok.token: Token(tok.token, tok.target, list(tok.scopes),
+                                            client=tok.client)
                            for t in self.targets.values() for tok in t.default_tokens}
             for t in self.targets.values():
                 t.reset()
@@ -228,7 +234,8 @@ class Staging:
     async def _h_add_token(self, request: web.Request) -> web.Response:
         body = await request.json()
         try:
-            self.add_token(Token(body["token"], body["target"], list(body.get("scopes", []))))
+            self.add_token(Token(body["token"], body["target"], list(body.get("scopes", [])),
+                                 client=str(body.get("client", DEFAULT_CLIENT))))
         except KeyError as e:
             return web.json_response({"error": f"missing {e.args[0]}"}, status=400)
         return web.json_response({"added": body["token"]})

@@ -11,6 +11,10 @@ Routes (the Drive client reaches them with ``api_endpoint = <base>/drive/v3/``):
 * ``PATCH /drive/v3/files/{fileId}`` — ``name``, ``description``, ``trashed`` and
   ``appProperties`` (merged key by key; a null value deletes the key).
 
+``appProperties`` are private to the requesting app, as on Drive: each file keeps them per OAuth
+client (the token's ``client``), and get, list, ``appProperties has`` and update see and change
+only those of the caller's client. Seeded files and control endpoints use the default client.
+
 Errors have Google's shape, e.g. ``{"error": {"code": 404, "message": "File not found: X.",
 "errors": [{"domain": "global", "reason": "notFound", ...}]}}``.
 
@@ -43,7 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
-from staging.core import Reply, Target, Token
+from staging.core import DEFAULT_CLIENT, Reply, Target, Token
 
 SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
 SCOPE_DRIVE_FILE = "https://www.googleapis.com/auth/drive.file"
@@ -71,13 +75,27 @@ class DriveFile:
     mime_type: str = "application/octet-stream"
     trashed: bool = False
     description: str | None = None
-    app_properties: dict[str, str] = field(default_factory=dict)
+    # appProperties by OAuth client id: Drive shows and changes only the requesting app's own.
+    app_properties_by_client: dict[str, dict[str, str]] = field(default_factory=dict)
     version: int = 1
     created: str = field(default_factory=lambda: _now())
     modified: str = field(default_factory=lambda: _now())
 
-    def resource(self) -> dict[str, Any]:
-        """The full Drive ``File`` resource (as with ``fields=*``)."""
+    def app_properties_of(self, client: str) -> dict[str, str]:
+        """The appProperties ``client`` set on this file (a live dict, empty if none)."""
+        return self.app_properties_by_client.setdefault(client, {})
+
+    @property
+    def app_properties(self) -> dict[str, str]:
+        """The default client's appProperties: those our own tokens see."""
+        return self.app_properties_of(DEFAULT_CLIENT)
+
+    @app_properties.setter
+    def app_properties(self, value: dict[str, str]) -> None:
+        self.app_properties_by_client[DEFAULT_CLIENT] = value
+
+    def resource(self, client: str = DEFAULT_CLIENT) -> dict[str, Any]:
+        """The full Drive ``File`` resource (as with ``fields=*``) as ``client`` sees it."""
         out: dict[str, Any] = {
             "kind": "drive#file", "id": self.id, "name": self.name, "mimeType": self.mime_type,
             "trashed": self.trashed, "version": str(self.version),
@@ -85,8 +103,9 @@ class DriveFile:
         }
         if self.description is not None:
             out["description"] = self.description
-        if self.app_properties:
-            out["appProperties"] = dict(self.app_properties)
+        props = self.app_properties_by_client.get(client)
+        if props:
+            out["appProperties"] = dict(props)
         return out
 
 
@@ -157,19 +176,19 @@ class DriveTarget(Target):
     # Drive API ------------------------------------------------------------------------------
 
     async def _h_get(self, request: web.Request) -> web.Response:
-        self.authorize(request, *READ_SCOPES)
+        tok = self.authorize(request, *READ_SCOPES)
         await self.before_write(request, "files.get")
         f = self.files.get(request.match_info["file_id"])
         if f is None:
             raise self._not_found(request.match_info["file_id"])
-        return web.json_response(_select(f.resource(), request.query.get("fields"),
+        return web.json_response(_select(f.resource(tok.client), request.query.get("fields"),
                                          DEFAULT_FIELDS))
 
     async def _h_list(self, request: web.Request) -> web.Response:
-        self.authorize(request, *READ_SCOPES)
+        tok = self.authorize(request, *READ_SCOPES)
         await self.before_write(request, "files.list")
         try:
-            match = parse_query(request.query.get("q", ""))
+            match = parse_query(request.query.get("q", ""), tok.client)
         except ValueError:
             raise self._invalid("q") from None
         try:
@@ -182,7 +201,7 @@ class DriveTarget(Target):
         hits = [f for f in self.files.values() if match(f)]
         page = hits[start:start + size]
         body: dict[str, Any] = {"kind": "drive#fileList", "incompleteSearch": False,
-                                "files": [f.resource() for f in page]}
+                                "files": [f.resource(tok.client) for f in page]}
         if start + size < len(hits):
             body["nextPageToken"] = _encode_page_token(start + size)
         fields = request.query.get("fields")
@@ -192,7 +211,7 @@ class DriveTarget(Target):
         return web.json_response(_select(body, fields, ()))
 
     async def _h_update(self, request: web.Request) -> web.Response:
-        self.authorize(request, *WRITE_SCOPES)
+        tok = self.authorize(request, *WRITE_SCOPES)
         file_id = request.match_info["file_id"]
         try:
             patch = await request.json() if request.can_read_body else {}
@@ -220,18 +239,20 @@ class DriveTarget(Target):
             f.description = patch["description"]
         if "trashed" in patch:
             f.trashed = bool(patch["trashed"])
+        own = f.app_properties_of(tok.client)
         for k, v in (props or {}).items():
             if v is None:
-                f.app_properties.pop(k, None)
+                own.pop(k, None)
             else:
-                f.app_properties[k] = _prop_str(v)
+                own[k] = _prop_str(v)
         f.version += 1
         f.modified = _now()
         key = (props or {}).get(STAMP_PROPERTY)
         self.record("files.update", key if isinstance(key, str) else None, file_id=file_id,
-                    old_name=old_name, name=f.name, app_properties=props or {})
+                    old_name=old_name, name=f.name, app_properties=props or {},
+                    client=tok.client)
         self.after_commit(request, fault)
-        return web.json_response(_select(f.resource(), request.query.get("fields"),
+        return web.json_response(_select(f.resource(tok.client), request.query.get("fields"),
                                          DEFAULT_FIELDS))
 
     # control ---------------------------------------------------------------------------------
@@ -263,8 +284,8 @@ class DriveTarget(Target):
              mime_type: str = "application/octet-stream") -> DriveFile:
         """Adds a file (replacing one with the same id) and returns it."""
         f = DriveFile(id=file_id or _new_file_id(), name=name, mime_type=mime_type,
-                      trashed=trashed,
-                      app_properties={k: _prop_str(v) for k, v in (app_properties or {}).items()})
+                      trashed=trashed)
+        f.app_properties = {k: _prop_str(v) for k, v in (app_properties or {}).items()}
         with self.staging.lock:
             self.files[f.id] = f
         return f
@@ -300,8 +321,9 @@ def _tokens(q: str) -> list[tuple[str, str]]:
 Predicate = Callable[[DriveFile], bool]
 
 
-def parse_query(q: str) -> Predicate:
-    """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate.
+def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
+    """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate, for a caller of
+    OAuth client ``client`` (``appProperties has`` matches only that client's properties).
 
     Raises:
         ValueError: the query uses something outside the supported subset.
@@ -333,7 +355,8 @@ def parse_query(q: str) -> Predicate:
             take("op", "=")
             v = take("str")
             take("op", "}")
-            preds.append(lambda f, k=k, v=v: f.app_properties.get(k) == v)
+            preds.append(lambda f, k=k, v=v: f.app_properties_by_client.get(client, {})
+                         .get(k) == v)
         elif fld in ("name", "mimeType"):
             attr = "name" if fld == "name" else "mime_type"
             op = take("word", "contains") if toks[i][0] == "word" else take("op")

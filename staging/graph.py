@@ -5,10 +5,10 @@ Routes (as on ``https://graph.microsoft.com/v1.0``):
 * ``POST /v1.0/me/sendMail`` — ``{"message": {...}, "saveToSentItems": true}``; property names
   are matched without regard to case, as Graph does (msgraph-sdk sends ``Message`` and
   ``SaveToSentItems``). Answers **202 with no body**: accepted, not sent;
-* ``GET /v1.0/me/mailFolders/{drafts|outbox|sentitems|inbox}/messages`` — ``$filter`` (only
-  ``singleValueExtendedProperties/any(ep: ep/id eq '…' and ep/value eq '…')``), ``$expand``
-  (``singleValueExtendedProperties`` with an optional ``($filter=id eq '…')``), ``$select``,
-  ``$top``, ``$skip`` and ``@odata.nextLink``;
+* ``GET /v1.0/me/mailFolders/{drafts|outbox|sentitems|deleteditems|inbox}/messages`` —
+  ``$filter`` (only ``singleValueExtendedProperties/any(ep: ep/id eq '…' and ep/value eq
+  '…')``), ``$expand`` (``singleValueExtendedProperties`` with an optional ``($filter=id eq
+  '…')``), ``$select``, ``$top``, ``$skip`` and ``@odata.nextLink``;
 * ``GET /v1.0/me/messages/{id}`` and ``GET /v1.0/me/mailFolders/{folder}/messages/{id}``.
 
 What the real service does and this one copies: an accepted message waits in the Outbox (or
@@ -28,6 +28,10 @@ Control endpoints besides the core's (all JSON):
   next sendMail commits and then answers with this status and a ``Retry-After`` header (a 202
   keeps its empty body; 429/503/504 carry Graph's error body), to show that a client that
   honours Retry-After on its own would send twice;
+* ``POST /_staging/graph/messages/{id}/move`` — ``{"folder": "deleteditems"}``: moves a message
+  to another well-known folder as a person, a rule or a retention policy would. As on the real
+  service the message gets a new ``id`` (answered as ``{"id": …}``) and keeps its single-value
+  extended properties; a message still waiting to be sent cannot be moved (409);
 * ``GET /_staging/graph/mailbox`` — every folder's messages, with their hidden properties.
 
 The core fault op for the write is ``sendMail``; reads are ``messages.list`` and ``messages.get``.
@@ -65,7 +69,7 @@ DEFAULT_PAGE_SIZE = 10  # Graph's default $top for messages
 MAX_PAGE_SIZE = 1000  # Graph's upper bound for $top on messages
 MAX_CUSTOM_HEADERS = 5  # Exchange Online refuses more internetMessageHeaders than this
 
-WELL_KNOWN = ("drafts", "outbox", "sentitems", "inbox")
+WELL_KNOWN = ("drafts", "outbox", "sentitems", "deleteditems", "inbox")
 KEY_HEADER = "x-tidemark-key"  # recorded as the effect's key when present
 KEY_PROPERTY_NAME = "tidemark_key"  # ... or a named extended property of that name
 
@@ -164,6 +168,30 @@ class GraphTarget(Target):
         """Moves every waiting message on now; returns how many moved."""
         return self._settle(force=True)
 
+    def move(self, message_id: str, folder: str) -> str:
+        """Moves a message to the well-known ``folder`` as a person would and returns its new
+        id (Exchange gives a moved item a new id; its extended properties go with it).
+
+        Raises:
+            KeyError: no folder holds ``message_id``.
+            ValueError: the message still waits to be sent; moving it would cancel the send,
+                which no test needs and the real service does not promise.
+        """
+        self._settle()
+        with self._lock:
+            source = next((f for f in WELL_KNOWN if message_id in self._folders[f]), None)
+            if source is None:
+                raise KeyError(message_id)
+            m = self._folders[source][message_id]
+            if m.deliver_at is not None:
+                raise ValueError("the message is still waiting to be sent; deliver it first")
+            del self._folders[source][message_id]
+            m.fields.update(id=_new_id("AAMkAD"), parentFolderId=self._folder_ids[folder],
+                            lastModifiedDateTime=_iso(time.time()),
+                            changeKey=_new_id("CQAAAB"))
+            self._folders[folder][m.id] = m
+            return m.id
+
     def messages_in(self, folder: str) -> list[GraphMessage]:
         """The messages of a well-known folder, newest first, as a client would see them now."""
         self._settle()
@@ -230,6 +258,7 @@ class GraphTarget(Target):
             web.post("/_staging/graph/settings", self._h_settings),
             web.post("/_staging/graph/deliver", self._h_deliver),
             web.post("/_staging/graph/send_reply", self._h_send_reply),
+            web.post("/_staging/graph/messages/{id}/move", self._h_move),
             web.get("/_staging/graph/mailbox", self._h_mailbox),
         ]
 
@@ -417,8 +446,9 @@ class GraphTarget(Target):
         names = MESSAGE_PROPERTIES if select is None else ["id", *select]
         for name in names:
             if name == "internetMessageHeaders":
-                # Exchange Online keeps no internet headers on the Sent Items copy.
-                if folder != "sentitems" and m.headers:
+                # Exchange Online keeps no internet headers on the Sent Items copy, and that
+                # copy stays without them when it is moved on (to Deleted Items, say).
+                if m.fields["sentDateTime"] is None and m.headers:
                     out[name] = [dict(h) for h in m.headers]
             elif name in m.fields:
                 out[name] = m.fields[name]
@@ -455,6 +485,20 @@ class GraphTarget(Target):
         with self._lock:
             self._replies.append({"status": status, "retry_after": after, "times": times})
         return web.json_response({"armed": body})
+
+    async def _h_move(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        wanted = body.get("folder") if isinstance(body, dict) else None
+        if wanted not in WELL_KNOWN:
+            return web.json_response({"error": f"folder must be one of {', '.join(WELL_KNOWN)}"},
+                                     status=400)
+        try:
+            new_id = self.move(request.match_info["id"], wanted)
+        except KeyError:
+            return web.json_response({"error": "no such message"}, status=404)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=409)
+        return web.json_response({"id": new_id, "folder": wanted})
 
     async def _h_mailbox(self, request: web.Request) -> web.Response:
         return web.json_response({folder: [{"fields": m.fields, "internetMessageHeaders":

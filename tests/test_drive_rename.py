@@ -137,7 +137,8 @@ def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(action: Driv
                                                                     drive: DriveTarget,
                                                                     staging: Staging) -> None:
     ctx = intent(action)
-    staging.arm(Fault("drive", "files.update", "delay", seconds=TIMEOUT * 2))
+    # Far beyond the timeout, so that "not committed yet" holds on a loaded machine too.
+    staging.arm(Fault("drive", "files.update", "delay", seconds=TIMEOUT * 6))
     with pytest.raises(TargetUnavailable, match="no answer in time"):
         action.execute(ctx)
     assert action.probe(ctx).status is ProbeStatus.ABSENT  # not committed yet

@@ -118,10 +118,11 @@ def test_probe_ignores_messages_with_other_keys(mail: StagingServer) -> None:
     assert a.probe(step_context("graph.send_mail", ARGS)).status is ProbeStatus.ABSENT
 
 
-@pytest.mark.parametrize("folder_op_calls", [1, 2, 3])
+@pytest.mark.parametrize("folder_op_calls", [1, 2, 3, 4])
 def test_probe_is_unknown_when_any_folder_cannot_be_read(mail: StagingServer,
                                                          folder_op_calls: int) -> None:
-    # The n-th folder read fails (drafts, outbox, sent items in that order): faults are taken
+    # The n-th folder read fails (drafts, outbox, sent items, deleted items in that order):
+    # faults are taken
     # in the order armed, so n-1 no-op delays let the earlier reads through.
     a = action(mail)
     ctx = step_context("graph.send_mail", ARGS)
@@ -130,7 +131,7 @@ def test_probe_is_unknown_when_any_folder_cannot_be_read(mail: StagingServer,
     arm(mail, "graph", "messages.list", "fail_before_commit")
     probed = a.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN
-    assert ("drafts", "outbox", "sentitems")[folder_op_calls - 1] in probed.reason
+    assert ("drafts", "outbox", "sentitems", "deleteditems")[folder_op_calls - 1] in probed.reason
 
 
 def test_dropped_response_is_target_unavailable_and_submits_once(mail: StagingServer) -> None:
@@ -286,3 +287,59 @@ def test_run_step_revoked_token_then_restored(mail: StagingServer, store: Journa
     add_token(mail, "restored", "graph", ["Mail.Send"])
     result = run_step(store, Registry([action(mail, send_token="restored")]), task, 1)
     assert result.resolved_by == "execute" and keys_sent(mail) == [result.key]
+
+
+# -- a sent copy moved to Deleted Items ----------------------------------------------------
+
+def move_to_deleted_items(server: StagingServer, message_id: str) -> str:
+    """Moves a message as a person would; returns its new id."""
+    return str(post(server, f"/_staging/graph/messages/{message_id}/move",
+                    {"folder": "deleteditems"})["id"])
+
+
+def test_probe_finds_a_sent_message_moved_to_deleted_items(mail: StagingServer) -> None:
+    hold_in_outbox(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    a.execute(ctx)
+    post(mail, "/_staging/graph/deliver")
+    sent = a.probe(ctx).observed
+    moved_id = move_to_deleted_items(mail, sent["id"])
+    assert graph(mail).messages_in("sentitems") == []
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.DONE
+    assert probed.observed["state"] == "sent" and probed.observed["folder"] == "deleteditems"
+    assert probed.observed["id"] == moved_id != sent["id"]
+    assert probed.observed["internetMessageId"] == sent["internetMessageId"]
+
+
+def test_probe_is_unknown_when_deleted_items_cannot_be_read(mail: StagingServer) -> None:
+    # The message is only in Deleted Items, so a failed read there must not read as absent.
+    hold_in_outbox(mail)
+    ctx = step_context("graph.send_mail", ARGS)
+    a = action(mail)
+    a.execute(ctx)
+    post(mail, "/_staging/graph/deliver")
+    move_to_deleted_items(mail, a.probe(ctx).observed["id"])
+    arm(mail, "graph", "messages.list", "delay", seconds=0, times=3)
+    arm(mail, "graph", "messages.list", "fail_before_commit")
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN and "deleteditems" in probed.reason
+    assert keys_sent(mail) == [ctx.key]
+
+
+def test_run_step_dropped_response_then_moved_to_deleted_items_sends_once(
+        mail: StagingServer, store: JournalStore) -> None:
+    hold_in_outbox(mail)
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "graph", "sendMail", "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    post(mail, "/_staging/graph/deliver")
+    [sent] = graph(mail).messages_in("sentitems")
+    move_to_deleted_items(mail, sent.id)
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "probe"
+    assert result.outcome["state"] == "sent" and result.outcome["folder"] == "deleteditems"
+    assert keys_sent(mail) == [result.key]  # exactly one sendMail

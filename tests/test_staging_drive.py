@@ -14,8 +14,11 @@ from googleapiclient.errors import HttpError
 
 from activities.drive import drive_client
 from helpers.staging_fixtures import post
+from helpers.steps import step_context
+from probes.drive import DriveRenameProbe
 from staging.core import Fault, Staging, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget, parse_query
+from tidemark.actions import ProbeStatus
 
 
 @pytest.fixture
@@ -204,3 +207,64 @@ def test_fail_before_commit_is_a_503_and_changes_nothing(staging: Staging, drive
     status, body = http_error(writer.files().update(fileId="f1", body={"name": "b.txt"}))
     assert status == 503 and body["error"]["errors"][0]["reason"] == "backendError"
     assert drive.files["f1"].name == "a.txt" and staging.effects_of("drive") == []
+
+
+# -- appProperties are private to the OAuth client that set them -----------------------------
+
+OTHER_CLIENT_TOKEN = "other-client-read"
+
+
+@pytest.fixture
+def other_reader(server: StagingServer) -> Any:
+    """A read-only Drive client whose token belongs to another OAuth client than ours."""
+    post(server, "/_staging/tokens", {
+        "token": OTHER_CLIENT_TOKEN, "target": "drive", "client": "another-app",
+        "scopes": ["https://www.googleapis.com/auth/drive.metadata.readonly"]})
+    return drive_client(server.url, OTHER_CLIENT_TOKEN, timeout=5)
+
+
+def test_another_client_neither_sees_nor_matches_our_stamp(drive: DriveTarget, writer: Any,
+                                                           reader: Any,
+                                                           other_reader: Any) -> None:
+    drive.seed("a.txt", file_id="f1")
+    writer.files().update(fileId="f1", body={"name": "b.txt", "appProperties": {
+        "tidemark_key": "k1"}}).execute(num_retries=0)
+    fields = "id,name,appProperties"
+    assert reader.files().get(fileId="f1", fields=fields).execute(num_retries=0) == {
+        "id": "f1", "name": "b.txt", "appProperties": {"tidemark_key": "k1"}}
+    assert other_reader.files().get(fileId="f1", fields=fields).execute(num_retries=0) == {
+        "id": "f1", "name": "b.txt"}
+    q = "appProperties has { key='tidemark_key' and value='k1' }"
+    assert [f["id"] for f in reader.files().list(q=q).execute(num_retries=0)["files"]] == ["f1"]
+    assert other_reader.files().list(q=q).execute(num_retries=0)["files"] == []
+
+
+def test_another_clients_write_leaves_our_app_properties_alone(server: StagingServer,
+                                                               drive: DriveTarget,
+                                                               reader: Any) -> None:
+    drive.seed("a.txt", file_id="f1", app_properties={"tidemark_key": "k1"})
+    post(server, "/_staging/tokens", {"token": "other-write", "target": "drive",
+                                      "client": "another-app",
+                                      "scopes": ["https://www.googleapis.com/auth/drive"]})
+    other_writer = drive_client(server.url, "other-write", timeout=5)
+    out = other_writer.files().update(fileId="f1", fields="appProperties", body={
+        "appProperties": {"tidemark_key": "theirs", "x": "1"}}).execute(num_retries=0)
+    assert out == {"appProperties": {"tidemark_key": "theirs", "x": "1"}}
+    assert reader.files().get(fileId="f1", fields="appProperties").execute(num_retries=0) == {
+        "appProperties": {"tidemark_key": "k1"}}
+
+
+def test_probe_reading_as_another_client_is_unknown_for_a_landed_rename(
+        drive: DriveTarget, writer: Any, reader: Any, other_reader: Any) -> None:
+    # Our rename landed with our stamp, but a reader of another OAuth client cannot see the
+    # stamp: "absent" would rename again and "done" would be a guess; only a person can tell.
+    drive.seed("report.pdf", file_id="f1")
+    ctx = step_context("drive.rename", {"file_id": "f1", "name": "final.pdf"},
+                       before_state={"file_id": "f1", "name": "report.pdf",
+                                     "app_properties": {}})
+    writer.files().update(fileId="f1", body={"name": "final.pdf", "appProperties": {
+        "tidemark_key": ctx.key}}).execute(num_retries=0)
+    probed = DriveRenameProbe(other_reader).probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert probed.observed["name"] == "final.pdf" and probed.observed["tidemark_key"] is None
+    assert DriveRenameProbe(reader).probe(ctx).status is ProbeStatus.DONE  # our own client
