@@ -155,6 +155,13 @@ async def test_history_carries_summaries_and_search_attributes(
             break
         await asyncio.sleep(0.1)
     assert found == ["tidemark-summary-1"]
+    # The same query as an operator types it.
+    listed = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--query", query, "--output", "json"],
+        env={**os.environ, "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]},
+        capture_output=True, text=True, timeout=30, check=True)
+    assert [w["execution"]["workflowId"] for w in json.loads(listed.stdout)] == [
+        "tidemark-summary-1"]
 
 
 async def test_status_query_and_a_completed_task_acts_on_nothing(
