@@ -8,10 +8,7 @@ servers; ``ledger.record`` (tests/helpers/ledger.py) is the test target that cou
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,9 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from activities.gmail import GmailSend
-from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, effects
-from helpers.steps import wait_unlocked
+from helpers.steps import run_one, wait_unlocked
 from helpers.wait import assert_eventually
 from probes.gmail import gmail_client
 from staging.core import StagingServer
@@ -41,7 +38,6 @@ from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
 from workflows.types import RunResult
 
-RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
 SPECS = spec_registry(LedgerRecord)
 REGISTRY = Registry([FsRename(), LedgerRecord()])
 
@@ -50,17 +46,6 @@ def persist(store: JournalStore, steps: list[dict[str, Any]], task_id: str = "t"
     plan = load_plan({"task_id": task_id, "steps": steps}, SPECS)
     store.persist_plan(plan)
     return plan.task_id
-
-
-def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, Any]:
-    return {"action": "ledger.record",
-            "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}
-
-
-def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def crash_at(db_url: str, task: str, step: int, point: str) -> None:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -15,8 +12,8 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
-from helpers.ledger import LedgerRecord, ledger_lines
-from helpers.steps import wait_unlocked
+from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
+from helpers.steps import run_one, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.errors import (
@@ -33,7 +30,6 @@ from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
-RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
 SPECS = spec_registry(LedgerRecord)
 REGISTRY = Registry([FsRename(), LedgerRecord()])
 
@@ -42,17 +38,6 @@ def persist(store: JournalStore, steps: list[dict], task_id: str = "t") -> str:
     plan = load_plan({"task_id": task_id, "steps": steps}, SPECS)
     store.persist_plan(plan)
     return plan.task_id
-
-
-def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict:
-    return {"action": "ledger.record",
-            "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}
-
-
-def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 # -- the algorithm -------------------------------------------------------------------------

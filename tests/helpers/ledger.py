@@ -65,3 +65,9 @@ class LedgerRecord(Action):
             f.flush()
             os.fsync(f.fileno())
         return {"entry": ctx.args["entry"], "pid": os.getpid()}
+
+
+def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, Any]:
+    """A plan step that records ``entry`` in ``tmp_path/ledger``."""
+    return {"action": "ledger.record",
+            "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}

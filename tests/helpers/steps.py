@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -68,3 +72,14 @@ def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) ->
             if time.monotonic() > deadline:
                 raise AssertionError(f"advisory locks still held after {timeout}s")
             time.sleep(0.01)
+
+
+RUN_ONE = str(Path(__file__).parent / "run_one.py")
+
+
+def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
+    """Starts tests/helpers/run_one.py on one step in a process of its own, with ``env``
+    added (e.g. TIDEMARK_CRASH_AT to make it SIGKILL itself at a crash point)."""
+    return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
