@@ -141,7 +141,9 @@ async def _demo(stack: DevStack, files: int, kill_at: int, say: Callable[[str], 
                                                                            "graph": 1}
     say(f"files renamed once each: {renamed == expected}; mails sent: gmail {mails['gmail']}, "
         f"graph {mails['graph']} (each exactly once: {mails == {'gmail': 1, 'graph': 1}})")
-    say(f"history in the Web UI: {stack.ui_url}/namespaces/default/workflows/tidemark-{task_id}")
+    run_id = (await handle.describe()).run_id  # the Web UI's page is per run
+    say(f"history in the Web UI: {stack.ui_url}/namespaces/default/workflows/tidemark-{task_id}"
+        f"/{run_id}/history")
     return ok
 
 
