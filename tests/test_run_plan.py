@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -144,6 +145,8 @@ async def test_history_carries_summaries_and_search_attributes(
             payload = event.user_metadata.summary
             summaries.append(json.loads(payload.data))
     assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details == "**completed**: 1/1 steps confirmed"  # the UI shows it
     desc = await handle.describe()
     attrs = {k.name: v for k, v in desc.typed_search_attributes}
     assert attrs["TidemarkTaskId"] == "summary-1"

@@ -152,6 +152,10 @@ class RunPlan:
             if self._halt_reason is not None:
                 return await self._halt(step)
             self._current = step
+            workflow.set_current_details(
+                f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"
+                f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
+                "resolved by probe in this run")
             attempt = workflow.start_activity(
                 "run_step", StepInput(prep.task_id, step), result_type=StepOutput,
                 start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
@@ -222,5 +226,9 @@ class RunPlan:
         self._current = None
         self._result.state = state
         self._result.error = error or {}
+        r = self._result
+        workflow.set_current_details(
+            f"**{state}**: {r.confirmed}/{r.steps} steps confirmed"
+            + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""))
         workflow.upsert_search_attributes([STATE.value_set(state)])
         return self._result
