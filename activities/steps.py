@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
-from tidemark.plan import load_plan
+from tidemark.plan import Step, load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
@@ -79,13 +79,12 @@ class StepActivities:
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
         """One readable line per step in [first, last], for activity summaries."""
-        plan = self.store.load_window(inp.task_id, inp.first, inp.last)
-        lines = []
-        for s in plan:
-            spec = self.registry.spec(s.action)
-            what = spec.describe(s.args) if spec else ""
-            lines.append(f"{s.action} {what}".strip())
-        return lines
+        return [self._describe(s)
+                for s in self.store.load_window(inp.task_id, inp.first, inp.last)]
+
+    def _describe(self, step: Step) -> str:
+        spec = self.registry.spec(step.action)
+        return f"{step.action} {spec.describe(step.args) if spec else ''}".strip()
 
     @activity.defn(name="run_step")
     def run_step(self, inp: StepInput) -> StepOutput:
@@ -113,12 +112,8 @@ class StepActivities:
             stop = self.store.stop_state(task_id)
             steps = self.store.undo_candidates(task_id)
             irreversible = self.store.irreversible_steps(task_id)
-            summaries = []
-            for n in steps:
-                spec = self.store.load_window(task_id, n, n)[0]
-                cls = self.registry.spec(spec.action)
-                summaries.append(f"undo {n} {spec.action} {cls.describe(spec.args) if cls else ''}"
-                                 .strip())
+            plan = self.store.load_plan(task_id) if steps else None
+            summaries = [f"undo {n} {self._describe(plan.step(n))}" for n in steps if plan]
         except TidemarkError as e:
             raise _as_application_error(e) from e
         return UnwindPlanned(

@@ -169,11 +169,6 @@ class DevStack:
             self._procs.append(self.worker)
         return self.worker
 
-    def kill_worker(self) -> None:
-        if self.worker is not None and self.worker.poll() is None:
-            self.worker.send_signal(signal.SIGKILL)
-            self.worker.wait(timeout=10)
-
     def stop(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:
