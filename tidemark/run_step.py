@@ -2,17 +2,20 @@
 
 ::
 
-    lock the step's key (a live twin attempt -> StepBusy, retry later)
+    lock the step (a live twin attempt -> StepBusy, retry later); stopped task -> TaskStopped
     row = journal[task, step]
     outcome recorded            -> return it; nothing acts
-    intent without outcome      -> probe the target (read-only):
+    intent without outcome      -> its last attempt's lease still fresh -> StepBusy; else
+                                   probe the target (read-only):
                                      done    -> record it (resolved_by=probe), return
                                      absent  -> gates again, then execute under that intent
                                      unknown -> NeedsDecision: a person decides, nothing acts
+                                                (unless a person already said "absent")
     no row                      -> gates, snapshot, commit intent, execute, commit outcome
 
 Only the connection that holds the lock writes the intent and the outcome, so two live attempts
-of one step can never both act, and a crash leaves exactly one row in doubt.
+of one step can never both act, and a crash leaves exactly one row in doubt. The lease covers
+what the lock cannot: an attempt whose connection (and so its lock) was lost mid-action.
 """
 
 from __future__ import annotations
