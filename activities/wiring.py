@@ -29,7 +29,7 @@ from staging import gmail as staging_gmail
 from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
-from tidemark.errors import TidemarkError
+from tidemark.errors import ConfigError
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
@@ -38,10 +38,6 @@ DEFAULT_STRIPE_MAX_AMOUNT = 50_000
 # The largest total one task may ask for per currency, unless TIDEMARK_STRIPE_MAX_TASK_AMOUNT
 # says otherwise: four payments at the per-step limit.
 DEFAULT_STRIPE_MAX_TASK_AMOUNT = 200_000
-
-
-class ConfigError(TidemarkError):
-    """The worker's configuration is incomplete or unreadable."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +121,9 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
     for target, build in BUILDERS.items():
         creds = credentials(env, target)
         if creds is not None:
-            actions.append(build(env, *creds))
+            action = build(env, *creds)
+            action.check_identity()  # a probe that reads a foreign account proves nothing
+            actions.append(action)
     return actions
 
 

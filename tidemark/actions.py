@@ -60,7 +60,8 @@ class StepContext:
 
     ``started_at`` and ``before_state`` are set once the intent exists (for ``execute``,
     ``probe`` and ``compensate``); ``preconditions`` and ``snapshot`` run before it and see None.
-    ``outcome`` is set only for ``compensate``.
+    ``outcome`` is set only for ``compensate``. ``staged`` is the handle ``stage`` returned
+    (e.g. a draft's id) once it is journaled; None before that, or for actions that do not stage.
     """
 
     task_id: str
@@ -71,6 +72,7 @@ class StepContext:
     started_at: datetime | None = None
     before_state: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
+    staged: dict[str, Any] | None = None
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -128,6 +130,16 @@ class Action:
     name: ClassVar[str]
     irreversible: ClassVar[bool]
     args: ClassVar[dict[str, Arg]]
+
+    # The longest one ``execute`` (or ``stage``) call can take, client timeouts included. The
+    # attempt's lease is written to cover it before the call, so a twin never probes while the
+    # call may still be in flight, whether or not the lease is renewed.
+    deadline_s: float = 60.0
+    # How long after a request left us the target may still apply it (a provider that keeps
+    # working on a request after our client gave up). After an ambiguous failure, *absent* is
+    # not trusted until this has passed. 0 for targets that fence (an idempotency key, a
+    # draft that can be sent only once).
+    horizon_s: float = 0.0
 
     @classmethod
     def validate_args(cls, args: Any, where: str) -> dict[str, Any]:
@@ -187,7 +199,22 @@ class Action:
     def probe(self, ctx: StepContext) -> ProbeResult:
         raise NotImplementedError
 
+    def check_identity(self) -> dict[str, Any]:
+        """Called when a worker binds the action: proves that the read-only credential reads
+        the account (mailbox, Drive user, Stripe account and mode) the write credential writes,
+        and returns what it saw. Raises ConfigError on a mismatch: a probe reading a foreign
+        account would answer *absent* for every step. Default: nothing to check."""
+        return {}
+
     # Side-effecting parts.
+    def stage(self, ctx: StepContext) -> dict[str, Any] | None:
+        """Optional first half of ``execute`` for targets that can fence at the provider: it
+        creates a handle that can be consumed once (a mail draft) and returns it; run_step
+        journals it before calling ``execute``, which then consumes exactly that handle (sends
+        the draft by id). Called after the intent, only while the step has no journaled handle.
+        Default: no staging (returns None)."""
+        return None
+
     def execute(self, ctx: StepContext) -> dict[str, Any]:
         raise NotImplementedError
 

@@ -172,3 +172,8 @@ class NotStopped(TidemarkError):
         super().__init__(f"task {task_id!r} is not stopped; stop it first "
                          f"(`tidemark stop {task_id}`) so that nothing runs while it unwinds")
         self.task_id = task_id
+
+
+class ConfigError(TidemarkError):
+    """The worker's configuration is incomplete, unreadable or inconsistent (e.g. a target's
+    read credential reads another account than its write credential writes)."""

@@ -14,6 +14,7 @@ CRASH_ENV = "TIDEMARK_CRASH_AT"
 POINTS = (
     "before_intent",   # gates and snapshot done, nothing journaled
     "after_intent",    # intent committed, action not started
+    "after_stage",     # the action's fenced handle (e.g. a draft) is created and journaled
     "after_execute",   # the target applied the action; its outcome is not journaled
     "after_outcome",   # outcome committed
     "undo_after_intent",   # a compensation's intent committed, compensation not started

@@ -99,7 +99,8 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
         if row is not None:
             # In doubt: an earlier attempt wrote the intent and died. Ask the target.
             check_lease(s, ctx)
-            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
+            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state,
+                          staged=row.staged)
             done = resolve_in_doubt(action, ctx, s)
             if done is not None:
                 return StepResult.from_row(done, skipped=False)
@@ -222,6 +223,12 @@ def _execute(store: JournalStore, action: Action, ctx: StepContext,
              s: StepSession) -> StepResult:
     try:
         with keep_lease(store, ctx.key):
+            if ctx.staged is None:
+                staged = action.stage(ctx)
+                if staged is not None:
+                    s.stage(ctx.key, staged)  # journaled before anything consumes it
+                    ctx = replace(ctx, staged=staged)
+                    crash_point("after_stage", ctx.step)
             outcome = action.execute(ctx)
     except Refused as e:
         s.complete(key=ctx.key, outcome={"error": str(e), "type": type(e).__name__},

@@ -48,7 +48,7 @@ LEASE_S = 2.0  # one connection per concurrent step plus a few for reports; step
 
 # The one piece of SQL that is composed in Python: a constant column list, never a value.
 _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state, started_at, "
-                    "outcome, status, finished_at, resolved_by, lease_until")
+                    "outcome, status, finished_at, resolved_by, lease_until, staged")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class JournalRow:
     finished_at: datetime | None
     resolved_by: str | None
     lease_until: datetime | None = None
+    staged: dict[str, Any] | None = None
 
     @property
     def in_doubt(self) -> bool:
@@ -465,6 +466,16 @@ class StepSession:
                 "UPDATE tidemark.journal"
                 " SET lease_until = clock_timestamp() + make_interval(secs => %s)"
                 " WHERE idem_key = %s AND outcome IS NULL", (seconds, key))
+
+    def stage(self, key: str, staged: dict[str, Any]) -> None:
+        """Journals the handle an action staged for the open intent ``key`` (once)."""
+        with _translated():
+            r = self.conn.execute(
+                "UPDATE tidemark.journal SET staged = %s"
+                " WHERE idem_key = %s AND outcome IS NULL AND staged IS NULL RETURNING step",
+                (Jsonb(staged), key)).fetchone()
+        if r is None:
+            raise InvariantViolation(f"no open, unstaged intent with key {key} to stage")
 
     def operator_decision(self, task_id: str, step: int, since: datetime) -> dict[str, Any] | None:
         """The latest decision a person recorded about this step since its intent, if any."""
