@@ -8,8 +8,9 @@ Control endpoints (all JSON):
   "kind": "fail_before_commit" | "drop_after_commit" | "delay", "seconds": 1.5, "times": 1}``;
   ``GET`` lists the armed ones;
 * ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...],
-  "client"?: "other-app"}`` adds a token (``client`` is the OAuth client it was issued to,
-  :data:`DEFAULT_CLIENT` unless given); ``POST /_staging/tokens/{token}/revoke`` revokes one;
+  "client"?: "other-app", "account"?: "bob"}`` adds a token (``client`` is the OAuth client it
+  was issued to, :data:`DEFAULT_CLIENT` unless given; ``account`` the mailbox, Drive user or
+  Stripe account it is bound to, :data:`DEFAULT_ACCOUNT` unless given); ``POST /_staging/tokens/{token}/revoke`` revokes one;
 * ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
@@ -28,6 +29,7 @@ from aiohttp import web
 
 FAULT_KINDS = ("fail_before_commit", "drop_after_commit", "delay")
 DEFAULT_CLIENT = "tidemark"  # the OAuth client of every default token
+DEFAULT_ACCOUNT = "default"  # the account (mailbox, Drive user, Stripe account) of default tokens
 
 
 @dataclass
@@ -48,6 +50,9 @@ class Token:
     # The OAuth client id the token was issued to. Drive keeps appProperties per client;
     # Stripe and Graph ignore it.
     client: str = DEFAULT_CLIENT
+    # The account the token is bound to: a mailbox, a Drive user, a Stripe account. A target
+    # that keeps data per account serves a token only its own account's data.
+    account: str = DEFAULT_ACCOUNT
 
 
 @dataclass
@@ -235,7 +240,8 @@ class Staging:
         body = await request.json()
         try:
             self.add_token(Token(body["token"], body["target"], list(body.get("scopes", [])),
-                                 client=str(body.get("client", DEFAULT_CLIENT))))
+                                 client=str(body.get("client", DEFAULT_CLIENT)),
+                                 account=str(body.get("account", DEFAULT_ACCOUNT))))
         except KeyError as e:
             return web.json_response({"error": f"missing {e.args[0]}"}, status=400)
         return web.json_response({"added": body["token"]})
