@@ -10,7 +10,8 @@ Control endpoints (all JSON):
 * ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...],
   "client"?: "other-app", "account"?: "bob"}`` adds a token (``client`` is the OAuth client it
   was issued to, :data:`DEFAULT_CLIENT` unless given; ``account`` the mailbox, Drive user or
-  Stripe account it is bound to, :data:`DEFAULT_ACCOUNT` unless given); ``POST /_staging/tokens/{token}/revoke`` revokes one;
+  Stripe account it is bound to, :data:`DEFAULT_ACCOUNT` unless given);
+  ``POST /_staging/tokens/{token}/revoke`` revokes one;
 * ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
