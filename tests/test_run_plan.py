@@ -18,14 +18,17 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.ledger import ledger_lines
+from activities.catalog import spec_registry
+from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.staging_fixtures import arm, effects
+from helpers.steps import crash_at
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from tidemark import commands
 from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
+from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from workflows.run_plan import STEPS_PER_RUN
 from workflows.types import RunResult
@@ -291,3 +294,20 @@ async def test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt(
     # The failing step is left in doubt for the probe of a later resume; nothing after it ran.
     assert progress.in_doubt is not None and progress.in_doubt.step == 1
     assert progress.rows == 1 and drive.files[f.id].name == "scan.pdf"
+
+
+async def test_an_undecidable_step_ends_the_run_as_needs_decision(
+        temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    blind = tmp_path / "blind"
+    blind.write_text("")
+    doc = ledger_plan(tmp_path, "undecided-1", 2, blind_while=str(blind))
+    store.persist_plan(load_plan(doc, spec_registry(LedgerRecord)))
+    crash_at(db_url, "undecided-1", 1, "after_intent")  # step 1 in doubt, its probe blind
+    workers.start()
+    result = await (await start(temporal_env.client, doc, task_queue)).result()
+    assert result.state == "needs_decision"
+    assert (result.error["type"], result.error["step"]) == ("NeedsDecision", 1)
+    assert entries(tmp_path) == []  # nothing acted on a guess
+    doubt = store.progress("undecided-1").in_doubt
+    assert doubt is not None and doubt.step == 1

@@ -2,18 +2,22 @@
 
 The effect is a line ``<key> <entry>`` appended to a ledger file, so a test can count exactly
 how many times the outside world was touched. ``hold_s`` keeps the action running for a while
-(to race twins against it), ``hold_while`` as long as a file exists. The probe reads the ledger
+(to race twins against it), ``hold_while`` as long as a file exists; ``unavailable_while``
+makes execute fail (TargetUnavailable, nothing written) and ``probe_raises_while`` makes the
+probe raise, as a disk or network error would. The probe reads the ledger
 for our key: done / absent, and unknown when the ledger's directory cannot be read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext
+from tidemark.errors import TargetUnavailable
 
 
 def ledger_lines(path: str | Path) -> list[str]:
@@ -31,6 +35,8 @@ class LedgerRecord(Action):
         "gate_file": Arg(str, required=False),  # the gate refuses while this file exists
         "hold_while": Arg(str, required=False),  # execute waits while this file exists
         "blind_while": Arg(str, required=False),  # the probe cannot tell while this exists
+        "probe_raises_while": Arg(str, required=False),  # the probe itself fails (OSError)
+        "unavailable_while": Arg(str, required=False),  # execute fails before writing
     }
 
     def preconditions(self, ctx: StepContext) -> None:
@@ -46,6 +52,9 @@ class LedgerRecord(Action):
         blind = ctx.args.get("blind_while")
         if blind and os.path.exists(blind):
             return ProbeResult.unknown(f"the ledger is unreadable while {blind} exists")
+        broken = ctx.args.get("probe_raises_while")
+        if broken and os.path.exists(broken):
+            raise OSError(errno.EIO, "input/output error reading the ledger", str(path))
         if not path.parent.exists():
             return ProbeResult.unknown(f"cannot read the ledger directory {path.parent}")
         if any(line.split(" ", 1)[0] == ctx.key for line in ledger_lines(path)):
@@ -53,6 +62,9 @@ class LedgerRecord(Action):
         return ProbeResult.absent("our key is not in the ledger")
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
+        down = ctx.args.get("unavailable_while")
+        if down and os.path.exists(down):
+            raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
         hold = float(ctx.args.get("hold_s", 0))
         if hold:
             time.sleep(hold)

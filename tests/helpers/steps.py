@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,3 +84,14 @@ def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Pope
     return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
                             env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def crash_at(db_url: str, task_id: str, step: int, point: str) -> None:
+    """Runs ``step`` in a process of its own that SIGKILLs itself at crash point ``point``;
+    fails unless the process was in fact killed there (a point never reached proves nothing),
+    then waits until its lock and lease are gone, as a later worker would find them."""
+    proc = run_one(db_url, task_id, step, TIDEMARK_CRASH_AT=f"{point}:{step}")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, (
+        f"step {step} was not killed at {point}: exit {proc.returncode}, {out!r} {err[-1000:]!r}")
+    wait_unlocked(db_url)

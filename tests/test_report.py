@@ -1,0 +1,39 @@
+"""The interruption report: each irreversible step's verdict follows from the journal rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.catalog import spec_registry
+from activities.fs import FsRename
+from helpers.ledger import LedgerRecord, ledger_step
+from helpers.steps import crash_at, persist
+from tidemark.actions import Registry
+from tidemark.report import build_report
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+
+SPECS = spec_registry(LedgerRecord)
+REGISTRY = Registry([FsRename(), LedgerRecord()])
+
+
+def test_each_irreversible_step_gets_the_verdict_its_rows_prove(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    # ledger.record is irreversible: step 1 done, step 2 in doubt, steps 3 and 4 never started.
+    task = persist(store, SPECS, [ledger_step(tmp_path, f"e{i}") for i in range(1, 5)])
+    run_step(store, REGISTRY, task, 1)
+    crash_at(db_url, task, 2, "after_intent")
+    report = build_report(store, task)
+    verdicts = [line.split(": ", 1)[1] for line in report.text().splitlines()
+                if line.startswith("  irreversible")]
+    assert verdicts == [
+        "done (journaled)",
+        "IN DOUBT: only its probe may say whether it happened",
+        "provably not attempted (last journal row is step 2)",
+        "provably not attempted (last journal row is step 2)",
+    ]
+    doc = report.as_json()
+    assert [(i["step"], i["status"], i["provably_not_attempted"]) for i in doc["irreversible"]
+            ] == [(1, "done", False), (2, None, False), (3, None, True), (4, None, True)]
+    assert (doc["state"], doc["confirmed"], doc["not_started"], doc["next_step"]) == (
+        "in_doubt", 1, 2, 2)

@@ -1,0 +1,394 @@
+"""Mutation check of the safety core: break one rule at a time and require a test to notice.
+
+``python tools/mutation_check.py [--json] [--list] [--only NAME ...] [--jobs N] [--no-baseline]``
+
+Each mutant below is the smallest plausible bug against one rule Tidemark promises (the README's
+promises and runbook): an inverted condition, a dropped check, a wrong default. It is anchored
+on a small source snippet that must occur exactly once in its file; a snippet found zero or
+several times is an ERROR (the code moved: re-anchor it), never counted as killed.
+
+How it runs, and why it fits in ten minutes on two cores:
+
+* the tracked files of the working tree are copied to a temporary directory once; each mutant
+  gets its own copy of that copy (a few hundred small files), with one edit applied. The real
+  tree is never written.
+* pytest runs in the copy (its own ``tests/``, ``conftest.py`` and ``pyproject.toml``) with
+  ``PYTHONPATH`` set to the copy, which shadows the editable install (setuptools' editable
+  finder comes after the path finder). Subprocesses the tests start (run_one.py, worker
+  processes) inherit that environment. Before any mutant runs, the script checks from a
+  subprocess that ``tidemark``, ``activities``, ``probes``, ``workflows`` and ``staging`` are
+  imported from the copy, and stops with an error otherwise.
+* each mutant names only the tests that should notice it (node ids), run with
+  ``-x -q -p no:cacheprovider``: most mutants need one to four tests of a few seconds; only
+  RunPlan's mutants start a Temporal dev server.
+* a baseline run of the union of those tests on the unmutated copy comes first: a test that
+  fails without a mutant would "kill" every mutant it is named for, so a red baseline is an
+  error, not a result.
+* two mutants run at a time (``--jobs``, default 2): every pytest session starts its own
+  embedded Postgres and staging servers, so runs do not share state.
+
+A mutant is killed when its tests fail (or time out); it survives when they pass. The exit code
+is 0 only when every mutant was killed and there were no errors. ``--json`` prints
+``{"mutants": N, "killed": K, "survived": [...], "errors": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PER_MUTANT_TIMEOUT_S = 240
+PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "worker")
+
+RS = "tidemark/run_step.py"
+ST = "tidemark/store.py"
+M1 = "tidemark/migrations/0001_journal.sql"
+T_RS = "tests/test_run_step.py"
+T_HZ = "tests/test_hazards.py"
+T_SC = "tests/test_schema.py"
+T_UW = "tests/test_unwind.py"
+T_RP = "tests/test_run_plan.py"
+T_LS = "tests/test_lease.py"
+T_RE = "tests/test_report.py"
+T_SS = "tests/test_stop_state.py"
+T_PR = "tests/test_probe_rules.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str  # the rule it breaks
+    path: str
+    anchor: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- run_step: the two-phase journal, the probe, the gates, the lease -----------------------
+    Mutant("a probe that crashes is read as absent", RS,
+           'return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")',
+           'return ProbeResult.absent(f"probe failed: {type(e).__name__}: {e}")',
+           (f"{T_PR}::test_a_probe_that_raises_stops_for_a_person_and_acts_on_nothing",)),
+    Mutant("an unknown probe executes without a person's decision", RS,
+           'if decided is None or decided["detail"].get("as") != "absent":',
+           'if decided is not None and decided["detail"].get("as") != "absent":',
+           (f"{T_RS}::test_unknown_probe_needs_a_decision_and_runs_nothing",)),
+    Mutant("a probe that says done is not recorded as resolved by the probe", RS,
+           'status="done",\n                          resolved_by="probe")',
+           'status="done",\n                          resolved_by="execute")',
+           (f"{T_RS}::test_crash_between_rename_and_outcome_resolves_by_probe",)),
+    Mutant("gates are not run again when a resumed step is absent", RS,
+           "_gate(action, ctx, s)  # absent: the world is as before; gates are never trusted",
+           "pass  # absent: the world is as before; gates are never trusted",
+           (f"{T_RS}::test_gates_run_again_when_a_resumed_step_is_absent",)),
+    Mutant("a recorded outcome runs again", RS,
+           "if row is not None and row.outcome is not None:\n            return",
+           "if row is not None and row.outcome is not None and row.status != 'done':\n"
+           "            return",
+           (f"{T_RS}::test_fs_rename_happy_path_then_skip",)),
+    Mutant("a stopped task still acts", RS,
+           "if s.stopped is not None:\n            raise TaskStopped",
+           "if s.stopped is not None and False:\n            raise TaskStopped",
+           (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
+    Mutant("a fresh lease is ignored", RS,
+           "if s.lease_left is not None and s.lease_left > 0:",
+           "if s.lease_left is not None and s.lease_left > LEASE_S:",
+           (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
+            "connection",)),
+    Mutant("the lease is never renewed", RS,
+           "                store.renew_lease(key, LEASE_S)\n",
+           "                pass\n",
+           (f"{T_LS}::test_the_lease_is_renewed_while_the_attempt_acts_past_its_first_period",)),
+    Mutant("a failed attempt keeps its lease", RS,
+           "store.renew_lease(key, 0.0)",
+           "store.renew_lease(key, LEASE_S)",
+           (f"{T_LS}::test_an_attempt_that_failed_ends_its_lease_and_the_retry_probes_at_once",)),
+    # -- the store's SQL ----------------------------------------------------------------------
+    Mutant("a twin attempt takes a held step", ST,
+           'if not r["got"]:',
+           'if not r["got"] and False:',
+           (f"{T_RS}::test_two_threads_racing_one_step_execute_it_once",)),
+    Mutant("an intent without a renewal has no lease", ST,
+           "coalesce(j.lease_until, j.started_at\n"
+           "                                   + make_interval(secs => %(lease)s))",
+           "coalesce(j.lease_until, j.started_at\n"
+           "                                   + make_interval(secs => 0 * %(lease)s))",
+           (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
+            "connection",)),
+    Mutant("steps may start out of order", ST,
+           "WHERE %(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (",
+           "WHERE %(phase)s = 'undo' OR %(step)s >= 1 OR EXISTS (",
+           (f"{T_RS}::test_steps_cannot_run_out_of_order",)),
+    Mutant("the global stop is ignored", ST,
+           "WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'\n"
+           "                              ORDER BY",
+           "WHERE c.scope IN (p.task_id) AND c.state = 'stopped'\n"
+           "                              ORDER BY",
+           (f"{T_SS}::test_the_global_stop_stops_every_task",)),
+    Mutant("a released task still reads as stopped", ST,
+           "AND c.state = 'stopped'\n                     ORDER BY c.scope = '*' LIMIT 1) AS stop",
+           "\n                     ORDER BY c.scope = '*' LIMIT 1) AS stop",
+           (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
+    Mutant("unwind compensates first steps first", ST,
+           '" ORDER BY j.step DESC", (task_id,)',
+           '" ORDER BY j.step", (task_id,)',
+           (f"{T_UW}::test_unwind_restores_reversible_steps_last_first_and_journals_them",)),
+    # -- the schema's constraints and migrations ------------------------------------------------
+    Mutant("two steps of a task may be in doubt", M1,
+           "ON tidemark.journal (task_id) WHERE outcome IS NULL;",
+           "ON tidemark.journal (task_id, step) WHERE outcome IS NULL;",
+           (f"{T_SC}::test_a_second_open_intent_in_a_task_is_refused_by_the_database",)),
+    Mutant("an outcome can be rewritten", M1,
+           "FOR EACH ROW WHEN (OLD.outcome IS NOT NULL) EXECUTE",
+           "FOR EACH ROW WHEN (OLD.outcome IS NULL AND false) EXECUTE",
+           (f"{T_SC}::test_rows_are_never_deleted_and_outcomes_never_rewritten",)),
+    Mutant("journal rows can be deleted", M1,
+           "CREATE TRIGGER journal_no_delete BEFORE DELETE ON",
+           "CREATE TRIGGER journal_no_delete BEFORE TRUNCATE ON",
+           (f"{T_SC}::test_rows_are_never_deleted_and_outcomes_never_rewritten",)),
+    Mutant("an outcome may lack its resolver", M1,
+           "AND (outcome IS NULL) = (resolved_by IS NULL))",
+           "AND true)",
+           (f"{T_SC}::test_outcome_fields_are_written_together",)),
+    Mutant("concurrent migrations race", "tidemark/migrate.py",
+           'conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))',
+           'conn.execute("SELECT %s", (MIGRATION_LOCK_ID,))',
+           (f"{T_SC}::test_two_processes_migrating_at_once_both_succeed",)),
+    # -- every probe's decision -----------------------------------------------------------------
+    Mutant("fs: a file that merely has the target name counts as ours", "probes/fs.py",
+           "if at_dst is not None and _identity(at_dst) == ours:",
+           "if at_dst is not None:",
+           (f"{T_PR}::test_fs_another_file_under_the_target_name_is_not_done",)),
+    Mutant("fs: another file at the source name reads as absent", "probes/fs.py",
+           "if at_src is not None and _identity(at_src) == ours:",
+           "if at_src is not None:",
+           (f"{T_PR}::test_fs_another_file_under_the_source_name_is_not_absent",)),
+    Mutant("fs: the gate lets a rename overwrite another file", "probes/fs.py",
+           "if other is not None and _identity(other) != _identity(st):",
+           "if other is not None and _identity(other) == _identity(st):",
+           (f"{T_PR}::test_fs_gate_refuses_to_overwrite_another_file",)),
+    Mutant("drive: the target name without our stamp counts as done", "probes/drive.py",
+           "if ours and name == target:",
+           "if name == target:",
+           ("tests/test_drive_rename.py::test_the_target_name_without_our_stamp_is_not_success",)),
+    Mutant("drive: a file renamed by someone else reads as absent", "probes/drive.py",
+           'if "name" in before and name == before["name"]:',
+           'if "name" in before:',
+           ("tests/test_drive_rename.py::test_run_step_stops_for_a_person_when_someone_else_"
+            "renamed",)),
+    Mutant("gmail: a message with another key counts as ours", "probes/gmail.py",
+           "return msg if _header(msg, KEY_HEADER) == key else None",
+           "return msg if _header(msg, KEY_HEADER) is not None else None",
+           ("tests/test_gmail_send.py::test_probe_ignores_other_messages_and_finds_ours_among_them",
+            )),
+    Mutant("gmail: an unreadable mailbox reads as absent", "probes/gmail.py",
+           "return ProbeResult.unknown(\n                f\"cannot search the mailbox:",
+           "return ProbeResult.absent(\n                f\"cannot search the mailbox:",
+           ("tests/test_gmail_send.py::test_probe_is_unknown_when_search_is_unavailable",)),
+    Mutant("graph: a folder that cannot be read is skipped", "probes/graph.py",
+           'return ProbeResult.unknown(f"cannot read {folder}: {describe_error(e)}")',
+           "continue",
+           ("tests/test_graph_send_mail.py::test_probe_is_unknown_when_any_folder_cannot_be_read",)),
+    Mutant("stripe: a failed listing reads as absent", "probes/stripe.py",
+           'return ProbeResult.unknown(f"could not list PaymentIntents: {failure}")',
+           'return ProbeResult.absent(f"could not list PaymentIntents: {failure}")',
+           ("tests/test_stripe_payment.py::test_a_failing_list_makes_the_probe_unknown",)),
+    Mutant("stripe: a duplicate carrying our key counts as done", "probes/stripe.py",
+           "if len(mine) > 1:",
+           "if len(mine) > 2:",
+           ("tests/test_stripe_payment.py::test_a_duplicate_carrying_our_key_is_unknown",)),
+    # -- unwind ---------------------------------------------------------------------------------
+    Mutant("unwind runs on a task that is not stopped", "tidemark/unwind.py",
+           "if s.stopped is None:\n            raise NotStopped(task_id)",
+           "if s.stopped is None and False:\n            raise NotStopped(task_id)",
+           (f"{T_SS}::test_unwind_refuses_a_task_that_is_not_stopped",)),
+    Mutant("unwind compensates an irreversible step", "tidemark/unwind.py",
+           "if spec.irreversible:\n            raise Refused(",
+           "if spec.irreversible and False:\n            raise Refused(",
+           (f"{T_SS}::test_unwind_never_touches_an_irreversible_step",)),
+    Mutant("unwind executes a forward step found absent", "tidemark/unwind.py",
+           "if settled is None:\n                s.complete(",
+           "if settled is None and False:\n                s.complete(",
+           (f"{T_UW}::test_a_forward_step_that_never_acted_is_closed_not_executed",)),
+    # -- the report -----------------------------------------------------------------------------
+    Mutant("the report says provably not attempted of an attempted step", "tidemark/report.py",
+           "            if n > p.last_step:\n",
+           "            if n >= p.last_step:\n",
+           (f"{T_RE}::test_each_irreversible_step_gets_the_verdict_its_rows_prove",)),
+    Mutant("the report always says provably not attempted", "tidemark/report.py",
+           "            if n > p.last_step:\n",
+           "            if n > 0:\n",
+           (f"{T_RE}::test_each_irreversible_step_gets_the_verdict_its_rows_prove",)),
+    Mutant("the JSON report calls an attempted step not attempted", "tidemark/report.py",
+           '"provably_not_attempted": n > p.last_step}',
+           '"provably_not_attempted": n >= p.last_step}',
+           (f"{T_RE}::test_each_irreversible_step_gets_the_verdict_its_rows_prove",)),
+    Mutant("the report hides the stop state behind completion", "tidemark/report.py",
+           "if p.stop is not None:\n            return \"stopped\"",
+           "if p.stop is not None and not p.finished and False:\n            return \"stopped\"",
+           (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
+    # -- RunPlan's end states and halt ----------------------------------------------------------
+    Mutant("runplan: a step that needs a decision ends as failed", "workflows/run_plan.py",
+           '"NeedsDecision": NEEDS_DECISION,',
+           '"NeedsDecision": FAILED,',
+           (f"{T_RP}::test_an_undecidable_step_ends_the_run_as_needs_decision",)),
+    Mutant("runplan: a halt is not written as the stop state", "workflows/run_plan.py",
+           "    async def _halt(self, next_step: int) -> RunResult:\n"
+           "        if self._halt_unrecorded():",
+           "    async def _halt(self, next_step: int) -> RunResult:\n"
+           "        if self._halt_unrecorded() and False:",
+           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+    Mutant("runplan: the halt signal is ignored between steps", "workflows/run_plan.py",
+           "            if self._halt_reason is not None:\n"
+           "                return await self._halt(step)",
+           "            if self._halt_reason is not None and False:\n"
+           "                return await self._halt(step)",
+           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+)
+
+
+@dataclass
+class Result:
+    name: str
+    outcome: str  # killed | survived | error
+    seconds: float
+    detail: str = ""
+
+
+def tracked_copy(dest: Path) -> Path:
+    """Copies the working tree's tracked files (as they are now) to ``dest``."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def env_for(copy: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def check_imports(copy: Path) -> None:
+    """Fails unless a subprocess with the mutants' environment imports the copy's code."""
+    code = ("import importlib, json; print(json.dumps({m: importlib.import_module(m).__file__ "
+            f"for m in {PACKAGES!r}}}))")
+    out = subprocess.run([sys.executable, "-c", code], env=env_for(copy), cwd="/",
+                         capture_output=True, text=True, check=True).stdout
+    wrong = {m: f for m, f in json.loads(out).items()
+             if not Path(f).resolve().is_relative_to(copy.resolve())}
+    if wrong:
+        raise SystemExit(f"the copy does not shadow the installed package: {wrong}")
+
+
+def anchor_errors(base: Path, mutant: Mutant) -> str | None:
+    path = base / mutant.path
+    if not path.is_file():
+        return f"{mutant.path}: no such file"
+    count = path.read_text(encoding="utf-8").count(mutant.anchor)
+    if count != 1:
+        return f"{mutant.path}: anchor found {count} times, not once: {mutant.anchor[:60]!r}"
+    return None
+
+
+def pytest(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, str]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    try:
+        p = subprocess.run(cmd, cwd=copy, env=env_for(copy), capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timed out"
+    return p.returncode, (p.stdout + p.stderr)[-3000:]
+
+
+def run_mutant(base: Path, mutant: Mutant) -> Result:
+    started = time.monotonic()
+    error = anchor_errors(base, mutant)
+    if error:
+        return Result(mutant.name, "error", 0.0, error)
+    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
+        copy = Path(tmp) / "tree"
+        shutil.copytree(base, copy)
+        target = copy / mutant.path
+        text = target.read_text(encoding="utf-8").replace(mutant.anchor, mutant.replacement)
+        target.write_text(text, encoding="utf-8")
+        if target.suffix == ".py":
+            try:
+                compile(text, str(target), "exec")
+            except SyntaxError as e:
+                return Result(mutant.name, "error", 0.0, f"mutant does not compile: {e}")
+        code, out = pytest(copy, list(mutant.tests), PER_MUTANT_TIMEOUT_S)
+    took = time.monotonic() - started
+    if code is None or code == 1:
+        return Result(mutant.name, "killed", took, out.strip().splitlines()[-1] if out else "")
+    if code == 0:
+        return Result(mutant.name, "survived", took)
+    return Result(mutant.name, "error", took, f"pytest exit {code}: {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON only")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unmutated run of the selected tests")
+    args = ap.parse_args(argv)
+    mutants = list(MUTANTS)
+    if args.only:
+        unknown = set(args.only) - {m.name for m in mutants}
+        if unknown:
+            ap.error(f"no such mutant: {', '.join(sorted(unknown))}")
+        mutants = [m for m in mutants if m.name in args.only]
+    if args.list:
+        for m in mutants:
+            print(f"- {m.name} ({m.path}; {', '.join(t.split('::')[-1] for t in m.tests)})")
+        return 0
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (
+        lambda *a: print(*a, flush=True))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutation-base-") as tmp:
+        base = tracked_copy(Path(tmp) / "tree")
+        check_imports(base)
+        results: list[Result] = []
+        if not args.no_baseline:
+            tests = sorted({t for m in mutants for t in m.tests})
+            code, out = pytest(base, tests, PER_MUTANT_TIMEOUT_S * 2)
+            say(f"baseline: {len(tests)} tests, exit {code}")
+            if code != 0:
+                results = [Result(m.name, "error", 0.0, "baseline failed") for m in mutants]
+                say(out)
+        if not results:
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                for r in pool.map(lambda m: run_mutant(base, m), mutants):
+                    say(f"{r.outcome:8} {r.seconds:6.1f}s  {r.name}"
+                        + (f"\n         {r.detail}" if r.outcome == "error" else ""))
+                    results.append(r)
+    killed = [r.name for r in results if r.outcome == "killed"]
+    survived = [r.name for r in results if r.outcome == "survived"]
+    errors = [f"{r.name}: {r.detail[:300]}" for r in results if r.outcome == "error"]
+    summary = {"mutants": len(results), "killed": len(killed), "survived": survived,
+               "errors": errors}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        say(f"{len(killed)}/{len(results)} killed, {len(survived)} survived, "
+            f"{len(errors)} errors in {time.monotonic() - started:.0f}s")
+    return 0 if not survived and not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
