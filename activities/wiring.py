@@ -23,6 +23,7 @@ from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, stripe_client
 from probes.gmail import gmail_client
+from probes.google_http import DEFAULT_TIMEOUT_S
 from probes.graph import graph_client
 from staging import drive as staging_drive
 from staging import gmail as staging_gmail
@@ -103,12 +104,35 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def timeout_s(env: Mapping[str, str], target: str) -> float:
+    """The client timeout of ``target`` in seconds: ``TIDEMARK_<T>_TIMEOUT_S``, else the
+    client module's default (30 s)."""
+    name = f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S"
+    raw = env.get(name)
+    if raw is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= 600:
+        raise ConfigError(f"{name} must be more than 0 and at most 600 seconds, got {raw!r}")
+    return value
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
-    "drive": lambda env, url, w, r: DriveRename(drive_client(url, w), drive_client(url, r)),
-    "gmail": lambda env, url, w, r: GmailSend(gmail_client(url, w), gmail_client(url, r)),
-    "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
+    "drive": lambda env, url, w, r: DriveRename(
+        drive_client(url, w, timeout=timeout_s(env, "drive")),
+        drive_client(url, r, timeout=timeout_s(env, "drive"))),
+    "gmail": lambda env, url, w, r: GmailSend(
+        gmail_client(url, w, timeout=timeout_s(env, "gmail")),
+        gmail_client(url, r, timeout=timeout_s(env, "gmail"))),
+    "graph": lambda env, url, w, r: GraphSendMail(
+        graph_client(url, w, timeout=timeout_s(env, "graph")),
+        graph_client(url, r, timeout=timeout_s(env, "graph"))),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
-        stripe_client(url, w), stripe_client(url, r),
+        stripe_client(url, w, timeout=timeout_s(env, "stripe")),
+        stripe_client(url, r, timeout=timeout_s(env, "stripe")),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
                                 DEFAULT_STRIPE_MAX_TASK_AMOUNT)),

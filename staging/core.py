@@ -4,6 +4,12 @@ Control endpoints (all JSON):
 
 * ``GET  /_staging/effects[?target=drive]`` — every side effect, with the idempotency key it
   carried, in the order applied;
+* ``GET  /_staging/requests[?target=drive]`` — every write request (any method but GET and
+  HEAD) a target received, in arrival order, whatever became of it: ``route`` (the route's
+  template), ``key`` (its ``Idempotency-Key`` header), ``status`` (``null`` while the handler
+  still runs, ``0`` when the connection was dropped), ``replayed`` (answered from an
+  idempotency key's saved response). A request is logged when it arrives, so one the client
+  gave up on is there too; this log, not the journal, is what a test counts;
 * ``POST /_staging/faults`` — arm a fault: ``{"target": "drive", "op": "files.update",
   "kind": "fail_before_commit" | "drop_after_commit" | "delay", "seconds": 1.5, "times": 1}``;
   ``GET`` lists the armed ones;
@@ -54,6 +60,19 @@ class Token:
     # The account the token is bound to: a mailbox, a Drive user, a Stripe account. A target
     # that keeps data per account serves a token only its own account's data.
     account: str = DEFAULT_ACCOUNT
+
+
+@dataclass
+class WriteRequest:
+    target: str
+    method: str
+    route: str
+    path: str
+    key: str | None
+    status: int | None = None
+    replayed: bool = False
+    at: float = field(default_factory=time.time)
+    done_at: float | None = None
 
 
 @dataclass
@@ -121,6 +140,7 @@ class Staging:
         self.lock = threading.Lock()
         self.targets: dict[str, Target] = {}
         self.effects: list[Effect] = []
+        self.requests: list[WriteRequest] = []
         self.faults: list[Fault] = []
         self.tokens: dict[str, Token] = {}
         for t in targets:
@@ -133,6 +153,7 @@ class Staging:
     def reset(self) -> None:
         with self.lock:
             self.effects.clear()
+            self.requests.clear()
             self.faults.clear()
             self.tokens = {tok.token: Token(tok.token, tok.target, list(tok.scopes),
                                             client=tok.client)
@@ -148,6 +169,10 @@ class Staging:
         with self.lock:
             return [e for e in self.effects
                     if (target is None or e.target == target) and (op is None or e.op == op)]
+
+    def requests_of(self, target: str | None = None) -> list[WriteRequest]:
+        with self.lock:
+            return [r for r in self.requests if target is None or r.target == target]
 
     def arm(self, fault: Fault) -> None:
         if fault.kind not in FAULT_KINDS:
@@ -211,6 +236,7 @@ class Staging:
         app = web.Application(middlewares=[_drop_middleware])
         app.add_routes([
             web.get("/_staging/effects", self._h_effects),
+            web.get("/_staging/requests", self._h_requests),
             web.get("/_staging/faults", self._h_faults),
             web.post("/_staging/faults", self._h_arm),
             web.post("/_staging/tokens", self._h_add_token),
@@ -218,12 +244,47 @@ class Staging:
             web.post("/_staging/reset", self._h_reset),
         ])
         for t in self.targets.values():
-            app.add_routes(list(t.routes()))
+            app.add_routes([self._logged(t, r) if isinstance(r, web.RouteDef) else r
+                            for r in t.routes()])
         return app
+
+    def _logged(self, target: Target, route: web.RouteDef) -> web.RouteDef:
+        """``route`` with every write request it receives kept in the request log."""
+        if route.method in ("GET", "HEAD") or route.path.startswith("/_staging/"):
+            return route  # reads, and the test's own control endpoints
+        handler = route.handler
+
+        async def logged(request: web.Request) -> web.StreamResponse:
+            entry = WriteRequest(target.name, request.method, route.path, request.path,
+                                 request.headers.get("Idempotency-Key"))
+            with self.lock:
+                self.requests.append(entry)
+            status, replayed = 0, False
+            try:
+                response = await handler(request)
+                status = response.status
+                replayed = response.headers.get("Idempotent-Replayed") == "true"
+                return response
+            except Reply as r:
+                status = r.response.status
+                replayed = r.response.headers.get("Idempotent-Replayed") == "true"
+                raise
+            except web.HTTPException as e:
+                status = e.status
+                raise
+            finally:
+                with self.lock:
+                    entry.status, entry.replayed, entry.done_at = status, replayed, time.time()
+
+        return web.RouteDef(route.method, route.path, logged, route.kwargs)
 
     async def _h_effects(self, request: web.Request) -> web.Response:
         effects = self.effects_of(request.query.get("target"), request.query.get("op"))
         return web.json_response([asdict(e) for e in effects])
+
+    async def _h_requests(self, request: web.Request) -> web.Response:
+        requests = self.requests_of(request.query.get("target"))
+        return web.json_response([asdict(r) for r in requests])
 
     async def _h_faults(self, request: web.Request) -> web.Response:
         with self.lock:

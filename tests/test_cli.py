@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +12,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
-from helpers.steps import wait_unlocked
+from helpers.steps import crash_at
 from tidemark.actions import Registry
 from tidemark.cli import main
 from tidemark.errors import NeedsDecision
-from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -173,10 +169,7 @@ def _in_doubt_with_unreadable_target(store: JournalStore, db_url: str, tmp_path:
     doc = {"task_id": task_id, "steps": [{"action": "ledger.record", "args": {
         "ledger": str(tmp_path / f"{task_id}-ledger"), "entry": "e", "blind_while": str(blind)}}]}
     store.persist_plan(load_plan(doc, spec_registry(LedgerRecord)))
-    runner = str(Path(__file__).parent / "helpers" / "run_one.py")
-    subprocess.run([sys.executable, runner, db_url, task_id, "1"], timeout=60,
-                   env={**os.environ, CRASH_ENV: "after_intent"}, capture_output=True)
-    wait_unlocked(db_url)
+    crash_at(db_url, task_id, 1, "after_intent")  # fails unless it was killed there
     return blind
 
 

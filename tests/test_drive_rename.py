@@ -9,7 +9,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.drive import DriveRename, drive_client
-from helpers.staging_fixtures import post
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S, post
 from helpers.steps import persist as persist_plan
 from helpers.steps import step_context
 from helpers.wait import assert_eventually
@@ -27,7 +27,9 @@ from tidemark.errors import (
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
-TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
+# Healthy calls get the suite's client timeout; only a call meant to time out gets this one,
+# and the delay faults that victimise it exceed it many times over.
+SHORT_TIMEOUT = 0.5
 
 
 @pytest.fixture
@@ -37,10 +39,14 @@ def drive(drive: DriveTarget) -> DriveTarget:
     return drive
 
 
+def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S) -> DriveRename:
+    return DriveRename(writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=timeout),
+                       reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=timeout))
+
+
 @pytest.fixture
 def action(server: StagingServer, staging: Staging) -> DriveRename:
-    return DriveRename(writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=TIMEOUT),
-                       reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT))
+    return make_action(server)
 
 
 def context(name: str = "2026-Q3 report.pdf", file_id: str = "f1",
@@ -133,12 +139,13 @@ def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it_done(action: DriveR
     assert len(staging.effects_of("drive", "files.update")) == 1
 
 
-def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(action: DriveRename,
+def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(server: StagingServer,
                                                                     drive: DriveTarget,
                                                                     staging: Staging) -> None:
+    action = make_action(server, timeout=SHORT_TIMEOUT)
     ctx = intent(action)
     # Far beyond the timeout, so that "not committed yet" holds on a loaded machine too.
-    staging.arm(Fault("drive", "files.update", "delay", seconds=TIMEOUT * 6))
+    staging.arm(Fault("drive", "files.update", "delay", seconds=SHORT_TIMEOUT * 6))
     with pytest.raises(TargetUnavailable, match="no answer in time"):
         action.execute(ctx)
     assert action.probe(ctx).status is ProbeStatus.ABSENT  # not committed yet
@@ -186,7 +193,7 @@ def test_revoked_read_token_stops_the_probe_and_the_gates(server: StagingServer,
 
 
 def test_a_read_only_client_cannot_execute(server: StagingServer, drive: DriveTarget) -> None:
-    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT)
+    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=CLIENT_TIMEOUT_S)
     misconfigured = DriveRename(writer=reader, reader=reader)
     with pytest.raises(Unauthorized, match="403"):
         misconfigured.execute(context(before={"name": "report.pdf"}))

@@ -11,11 +11,13 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
@@ -46,6 +48,15 @@ def persist(store: JournalStore, steps: list[dict[str, Any]], task_id: str = "t"
     plan = load_plan({"task_id": task_id, "steps": steps}, SPECS)
     store.persist_plan(plan)
     return plan.task_id
+
+
+async def until(handle: WorkflowHandle[Any, RunResult], check: Callable[[dict[str, Any]], Any],
+                timeout: float = 30.0) -> None:
+    """Polls the workflow's status query until ``check`` holds; fails at the timeout."""
+    deadline = time.monotonic() + timeout
+    while not check(status := await handle.query("status")):
+        assert time.monotonic() < deadline, f"status never met the condition: {status}"
+        await asyncio.sleep(0.1)
 
 
 def crash_at(db_url: str, task: str, step: int, point: str) -> None:
@@ -222,15 +233,9 @@ async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
         handle = await temporal_env.client.start_workflow(
             "RunPlan", doc, id="tidemark-halt-pf", task_queue=task_queue,
             result_type=RunResult)
-        for _ in range(300):
-            if (await handle.query("status"))["current_step"] == 1:
-                break
-            await asyncio.sleep(0.1)
+        await until(handle, lambda s: s["current_step"] == 1)
         await handle.signal("halt", "maintenance")
-        for _ in range(300):
-            if (await handle.query("status"))["halt_requested"]:
-                break
-            await asyncio.sleep(0.1)
+        await until(handle, lambda s: s["halt_requested"])
         gate.write_text("")  # the world changed: step 1's gate now refuses
         holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id("halt-pf", "do", 1),))
     result = await handle.result()
@@ -258,12 +263,10 @@ async def test_step_settled_by_a_live_twin_counts_as_confirmed(
     handle = await temporal_env.client.start_workflow(
         "RunPlan", {"task_id": "twin-count"}, id="tidemark-twin-count", task_queue=task_queue,
         result_type=RunResult)
-    for _ in range(300):
-        if (await handle.query("status"))["current_step"] == 1:
-            break
-        await asyncio.sleep(0.1)
+    await until(handle, lambda s: s["current_step"] == 1)
     hold.unlink()
     twin.communicate(timeout=60)
+    assert twin.returncode == 0
     result = await handle.result()
     assert result.state == "completed"
     assert store.progress("twin-count").confirmed == 1

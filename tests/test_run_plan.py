@@ -311,3 +311,23 @@ async def test_an_undecidable_step_ends_the_run_as_needs_decision(
     assert entries(tmp_path) == []  # nothing acted on a guess
     doubt = store.progress("undecided-1").in_doubt
     assert doubt is not None and doubt.step == 1
+
+
+async def test_a_halt_that_arrives_before_any_step_is_written_and_nothing_runs(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    """Signal-with-start: the halt is there before the first step, when no attempt is under
+    way to meet the stop state; the run must still write it, so that no restart acts."""
+    workers.start()
+    doc = ledger_plan(tmp_path, "halt-early", 3)
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", doc, id="tidemark-halt-early", task_queue=task_queue, result_type=RunResult,
+        start_signal="halt", start_signal_args=["before it began"])
+    result = await handle.result()
+    assert (result.state, result.stopped_at) == ("halted", 1)
+    stop = store.stop_state("halt-early")
+    assert stop is not None and stop["reason"] == "before it began"
+    assert entries(tmp_path) == []
+    again = await (await start(temporal_env.client, {"task_id": "halt-early"},
+                               task_queue)).result()
+    assert again.state == "stopped" and entries(tmp_path) == []

@@ -13,7 +13,7 @@ import pytest
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
-from helpers.steps import run_one, wait_unlocked
+from helpers.steps import crash_at, run_one, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.errors import (
@@ -156,9 +156,7 @@ def test_unknown_probe_needs_a_decision_and_runs_nothing(store: JournalStore, db
     ledger_dir.mkdir()
     task = persist(store, [{"action": "ledger.record",
                             "args": {"ledger": str(ledger_dir / "l"), "entry": "e"}}])
-    proc = run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"})
-    proc.communicate(timeout=60)
-    wait_unlocked(db_url)
+    crash_at(db_url, task, 1, "after_intent")
     ledger_dir.rmdir()  # the target can no longer be read: the probe cannot tell
     with pytest.raises(NeedsDecision, match="cannot read the ledger"):
         run_step(store, REGISTRY, task, 1)
@@ -170,8 +168,7 @@ def test_gates_run_again_when_a_resumed_step_is_absent(store: JournalStore, db_u
                                                        tmp_path: Path) -> None:
     gate = tmp_path / "closed"
     task = persist(store, [ledger_step(tmp_path, gate_file=str(gate))])
-    run_one(db_url, task, 1, **{CRASH_ENV: "after_intent"}).communicate(timeout=60)
-    wait_unlocked(db_url)
+    crash_at(db_url, task, 1, "after_intent")
     gate.write_text("")  # the world changed while the task was down
     with pytest.raises(PreconditionFailed):
         run_step(store, REGISTRY, task, 1)

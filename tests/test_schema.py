@@ -1,7 +1,10 @@
 """The database itself keeps the journal's promises, whatever the code does."""
 
+import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -50,12 +53,26 @@ def test_rows_are_never_deleted_and_outcomes_never_rewritten(store: JournalStore
                 conn.execute(sql)
 
 
-def test_outcome_fields_are_written_together(store: JournalStore) -> None:
+OUTCOME_FIELDS = {"outcome": "'{}'::jsonb", "status": "'done'",
+                  "finished_at": "clock_timestamp()", "resolved_by": "'execute'"}
+
+
+@pytest.mark.parametrize("missing", [None, *OUTCOME_FIELDS])
+def test_outcome_fields_are_written_together(store: JournalStore, missing: str | None) -> None:
+    """An outcome is its value, status, time and resolver at once: any one of them alone, or
+    all but one, is refused."""
     with psycopg.connect(store.conninfo, autocommit=True) as conn:
         seed_task(conn)
         open_intent(conn, 1, "a" * 32)
+        if missing is None:  # one field alone
+            fields = {"outcome": OUTCOME_FIELDS["outcome"]}
+        else:
+            fields = {k: v for k, v in OUTCOME_FIELDS.items() if k != missing}
+        sets = ", ".join(f"{k} = {v}" for k, v in fields.items())  # constants of this test
         with pytest.raises(psycopg.errors.CheckViolation, match="journal_outcome_complete"):
-            conn.execute("UPDATE tidemark.journal SET outcome = '{}'")
+            conn.execute(f"UPDATE tidemark.journal SET {sets}")  # type: ignore[arg-type]
+        conn.execute("UPDATE tidemark.journal SET "
+                     + ", ".join(f"{k} = {v}" for k, v in OUTCOME_FIELDS.items()))  # all: fine
 
 
 @pytest.mark.parametrize(("column", "value"), [("idem_key", "not-hex"), ("step", 0)])
@@ -90,12 +107,23 @@ def test_migrate_is_idempotent(db_url: str) -> None:
         assert migrate(conn) == []
 
 
-def test_two_processes_migrating_at_once_both_succeed(db_url: str) -> None:
-    code = ("import sys, psycopg; from tidemark.migrate import migrate;"
-            "c = psycopg.connect(sys.argv[1], autocommit=True); print(len(migrate(c)))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, db_url], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+def test_two_processes_migrating_at_once_both_succeed(db_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    code = ("import os, sys, time, json, psycopg; from tidemark.migrate import migrate;"
+            "c = psycopg.connect(sys.argv[1], autocommit=True)\n"
+            "while not os.path.exists(sys.argv[2]): time.sleep(0.001)\n"
+            "print(json.dumps(migrate(c)))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, db_url, str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    time.sleep(0.5)  # both connected and waiting: released together, they race
+    go.write_text("")
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
-    applied = sorted(int(out) for out, _ in results)
-    assert applied == [0, len(migration_files())]  # one applied everything, the other nothing
+    # Between them they applied every migration exactly once (in whatever interleaving).
+    applied = sorted(name for out, _ in results for name in json.loads(out))
+    assert applied == [name for _, name, _ in migration_files()]
+    with psycopg.connect(db_url) as conn:
+        versions = [r[0] for r in conn.execute(
+            "SELECT version FROM tidemark.schema_migrations ORDER BY version")]
+    assert versions == [v for v, _, _ in migration_files()]

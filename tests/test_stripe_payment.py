@@ -10,7 +10,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.stripe import StripePaymentIntent, stripe_client
-from helpers.staging_fixtures import post
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S, post
 from helpers.steps import persist as persist_plan
 from helpers.steps import step_context
 from helpers.wait import assert_eventually
@@ -28,11 +28,13 @@ from tidemark.errors import (
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
-TIMEOUT = 0.5  # seconds; staging answers in milliseconds, and the delay faults below exceed it
+# Healthy calls get the suite's client timeout; only a call meant to time out gets this one,
+# and the delay faults that victimise it exceed it.
+SHORT_TIMEOUT = 0.5
 MAX_AMOUNT = 10_000  # the per-task limit the actions under test are configured with
 
 
-def make_action(server: StagingServer, timeout: float = TIMEOUT,
+def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
                 writer_key: str = DEFAULT_SECRET_KEY) -> StripePaymentIntent:
     return StripePaymentIntent(writer=stripe_client(server.url, writer_key, timeout=timeout),
                                reader=stripe_client(server.url, DEFAULT_READ_KEY,
@@ -165,7 +167,7 @@ def test_a_failing_list_makes_the_probe_unknown(action: StripePaymentIntent,
 def test_a_concurrent_twin_gets_409_as_target_unavailable(server: StagingServer,
                                                           staging: Staging,
                                                           stripe_target: StripeTarget) -> None:
-    patient = make_action(server, timeout=5)
+    patient = make_action(server)
     ctx = context()
     staging.arm(Fault("stripe", "payment_intents.create", "delay", seconds=0.8))
     outcomes: list[dict[str, Any]] = []
@@ -242,8 +244,8 @@ def test_run_step_resolves_a_dropped_answer_by_probe(store: JournalStore,
 
 
 def test_run_step_retry_during_a_slow_first_attempt(server: StagingServer, store: JournalStore,
-                                                    action: StripePaymentIntent,
                                                     staging: Staging) -> None:
+    action = make_action(server, timeout=SHORT_TIMEOUT)
     # The first attempt times out while Stripe is still working on it. The retry finds nothing
     # yet (absent), re-executes with the same key, and Stripe answers 409: retry later. Once the
     # first request has finished, the next attempt's probe finds it.

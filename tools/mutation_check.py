@@ -25,7 +25,7 @@ How it runs, and why it fits in ten minutes on two cores:
   fails without a mutant would "kill" every mutant it is named for, so a red baseline is an
   error, not a result.
 * two mutants run at a time (``--jobs``, default 2): every pytest session starts its own
-  embedded Postgres and staging servers, so runs do not share state.
+  embedded Postgres and staging servers in a private ``--basetemp``, so runs share no state.
 
 A mutant is killed when its tests fail (or time out); it survives when they pass. The exit code
 is 0 only when every mutant was killed and there were no errors. ``--json`` prints
@@ -247,7 +247,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if self._halt_unrecorded():",
            "    async def _halt(self, next_step: int) -> RunResult:\n"
            "        if self._halt_unrecorded() and False:",
-           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+           (f"{T_RP}::test_a_halt_that_arrives_before_any_step_is_written_and_nothing_runs",)),
     Mutant("runplan: the halt signal is ignored between steps", "workflows/run_plan.py",
            "            if self._halt_reason is not None:\n"
            "                return await self._halt(step)",
@@ -304,7 +304,10 @@ def anchor_errors(base: Path, mutant: Mutant) -> str | None:
 
 
 def pytest(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, str]:
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    # A private basetemp: pytest prunes old numbered temp dirs, which would delete the
+    # embedded Postgres of a session running next to this one.
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+           f"--basetemp={copy.parent / 'pytest-tmp'}", *tests]
     try:
         p = subprocess.run(cmd, cwd=copy, env=env_for(copy), capture_output=True, text=True,
                            timeout=timeout)

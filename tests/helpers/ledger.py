@@ -19,6 +19,10 @@ from typing import Any, ClassVar
 from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext
 from tidemark.errors import TargetUnavailable
 
+# The longest ``hold_while`` holds: far beyond any test's own hold, short enough that a twin
+# that should never have got this far fails its test in seconds rather than minutes.
+HOLD_LIMIT_S = 15
+
 
 def ledger_lines(path: str | Path) -> list[str]:
     p = Path(path)
@@ -69,8 +73,11 @@ class LedgerRecord(Action):
         if hold:
             time.sleep(hold)
         hold_while = ctx.args.get("hold_while")
-        deadline = time.monotonic() + 60
-        while hold_while and os.path.exists(hold_while) and time.monotonic() < deadline:
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while hold_while and os.path.exists(hold_while):
+            if time.monotonic() > deadline:  # a test that forgot to let go: fail, never write
+                raise RuntimeError(f"{hold_while} still exists after {HOLD_LIMIT_S} s; "
+                                   "nothing written")
             time.sleep(0.02)
         with open(ctx.args["ledger"], "a") as f:
             f.write(f"{ctx.key} {ctx.args['entry']}\n")
