@@ -26,6 +26,9 @@ How it runs, and why it fits in ten minutes on two cores:
   error, not a result.
 * two mutants run at a time (``--jobs``, default 2): every pytest session starts its own
   embedded Postgres and staging servers in a private ``--basetemp``, so runs share no state.
+  The runs mostly wait (leases lapsing, subprocesses starting), so two at a time halves the
+  wall time at little CPU cost. Measured on the shared 2-core machine: 46 mutants, baseline
+  included, in 4 min 53 s wall, 2 min 24 s of CPU.
 
 A mutant is killed when its tests fail (or time out); it survives when they pass. The exit code
 is 0 only when every mutant was killed and there were no errors. ``--json`` prints
