@@ -64,8 +64,10 @@ class DriveRenameProbe:
                 "app_properties": dict(f.get("appProperties") or {})}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` only for the target name with our stamp; ``absent`` when the file is still
-        as before_state recorded; ``unknown`` (with what was seen) otherwise.
+        """``done`` only for the target name with our stamp; ``absent`` only when both the name
+        and the stamp are still those before_state recorded; ``unknown`` (with what was seen)
+        otherwise: the old name under another writer's stamp may be a rename back made after
+        ours landed, and acting again would overwrite it.
 
         Raises:
             Unauthorized: the read credential was rejected; a person must restore it.
@@ -83,6 +85,7 @@ class DriveRenameProbe:
         observed = {"file_id": file_id, "name": name, "tidemark_key": stamp,
                     "trashed": bool(f.get("trashed"))}
         before = ctx.before_state or {}
+        before_stamp = (before.get("app_properties") or {}).get(STAMP)
         ours = stamp == ctx.key
         if ours and name == target:
             return ProbeResult.done(observed, "named as intended and stamped with our key")
@@ -90,9 +93,17 @@ class DriveRenameProbe:
             return ProbeResult.unknown(
                 f"our rename to {target!r} was applied, but the file is now named {name!r}: "
                 "renamed by someone else since", observed)
-        if "name" in before and name == before["name"]:
-            return ProbeResult.absent(f"still named {name!r} as before, without our stamp",
+        if "name" in before and name == before["name"] and stamp == before_stamp:
+            return ProbeResult.absent(f"still named {name!r} and stamped {stamp!r} as before",
                                       observed)
+        if "name" in before and name == before["name"]:
+            # The old name under another stamp: someone renamed it back under their own key
+            # (perhaps after our rename landed), or changed the stamp. Acting would overwrite
+            # their change; whether ours ever landed cannot be told from here.
+            return ProbeResult.unknown(
+                f"named {name!r} as before, but stamped {stamp!r} where before_state has "
+                f"{before_stamp!r}: another writer changed it since (perhaps renamed it back "
+                "after our rename)", observed)
         if name == target:
             return ProbeResult.unknown(
                 f"named {target!r} but not by us (stamp {stamp!r}, ours {ctx.key}): "

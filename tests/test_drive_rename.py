@@ -315,3 +315,50 @@ def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingSe
     row = store.step_row(task, 1)
     assert row is not None and row.in_doubt
     assert drive.files["f1"].name == "report.pdf"
+
+
+# -- the stamp decides, not the name alone ----------------------------------------------------
+
+def other_writer_renames_back(server: StagingServer, name: str, key: str) -> None:
+    """Another writer of the same app (another task, another Tidemark) renames f1 under its
+    own key, through the real client."""
+    other = drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=TIMEOUT)
+    other.files().update(fileId="f1", body={"name": name, "appProperties": {"tidemark_key": key}},
+                         fields="id").execute(num_retries=0)
+
+
+def test_the_old_name_under_another_key_is_unknown_not_absent(server: StagingServer,
+                                                              action: DriveRename,
+                                                              drive: DriveTarget) -> None:
+    ctx = intent(action)
+    action.execute(ctx)
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert probed.observed == {"file_id": "f1", "name": "report.pdf",
+                               "tidemark_key": "someone-elses-key", "trashed": False}
+
+
+def test_the_old_name_without_the_old_stamp_is_unknown(action: DriveRename,
+                                                       drive: DriveTarget) -> None:
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}
+    ctx = intent(action)
+    drive.files["f1"].app_properties = {}  # someone removed the earlier stamp since
+    assert action.probe(ctx).status is ProbeStatus.UNKNOWN
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}  # as before_state has it
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+
+
+def test_run_step_does_not_overwrite_a_rename_back_under_another_key(
+        server: StagingServer, store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)  # applied; the answer was lost
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    with pytest.raises(NeedsDecision, match="someone-elses-key"):
+        run_step(store, Registry([action]), task, 1)
+    assert drive.files["f1"].name == "report.pdf"
+    assert drive.files["f1"].app_properties == {"tidemark_key": "someone-elses-key"}
+    assert len(staging.effects_of("drive", "files.update")) == 2  # ours, theirs; no third
