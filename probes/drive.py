@@ -8,16 +8,48 @@ that changed the name. Everything here runs with a read-only client
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from googleapiclient.errors import HttpError
 
 from probes.google_http import CLIENT_ERRORS, google_error
 from tidemark.actions import GateRefused, ProbeResult, StepContext
-from tidemark.errors import Refused, TargetUnavailable
+from tidemark.errors import ActionError, Refused, TargetUnavailable
 
 STAMP = "tidemark_key"  # the appProperties key that carries a step's idempotency key
 READ_FIELDS = "id,name,appProperties,trashed"
+
+# Drive's 403 reasons that speak of one file, not of the credential: the user's role on the file
+# does not allow the change (insufficientFilePermissions), a drive.file app was never granted
+# the file (appNotAuthorizedToFile), or the file's content is locked against changes
+# (cannotModifyFile). The same token still works on every other file, so the step is refused
+# (it fails; the task ends failed there) instead of stopping the task as a revoked grant would.
+FILE_REFUSALS = frozenset({"insufficientFilePermissions", "appNotAuthorizedToFile",
+                           "cannotModifyFile"})
+
+
+def drive_error(e: BaseException, what: str) -> ActionError:
+    """``google_error``, except that a 403 whose every reason is in ``FILE_REFUSALS`` is
+    ``Refused``: Drive changed nothing, and another attempt with this credential cannot pass.
+    A 401, and a 403 naming anything else (a missing scope, a revoked grant), stay
+    ``Unauthorized``."""
+    if isinstance(e, HttpError) and e.status_code == 403:
+        reasons = error_reasons(e)
+        if reasons and reasons <= FILE_REFUSALS:
+            return Refused(f"{what}: HTTP 403 ({', '.join(sorted(reasons))}): Drive refuses "
+                           "this change to this file for this user; share the file with the "
+                           "user as an editor (or grant the app the file) and run a new task")
+    return google_error(e, what)
+
+
+def error_reasons(e: HttpError) -> set[str]:
+    """The ``reason`` of each entry in a Google error body's ``error.errors`` list."""
+    try:
+        items = json.loads(e.content)["error"]["errors"]
+        return {str(i.get("reason")) for i in items if isinstance(i, dict)}
+    except (ValueError, KeyError, TypeError):
+        return set()
 
 
 class DriveRenameProbe:
@@ -43,13 +75,16 @@ class DriveRenameProbe:
         except HttpError as e:
             if e.status_code == 404:
                 return None
-            raise google_error(e, f"drive files.get {file_id}") from e
+            raise drive_error(e, f"drive files.get {file_id}") from e
         except CLIENT_ERRORS as e:
-            raise google_error(e, f"drive files.get {file_id}") from e
+            raise drive_error(e, f"drive files.get {file_id}") from e
 
     def preconditions(self, ctx: StepContext) -> None:
         file_id = ctx.args["file_id"]
-        f = self.read(file_id)
+        try:
+            f = self.read(file_id)
+        except Refused as e:  # a 403 about this file: refused before any intent
+            raise GateRefused(str(e)) from e
         if f is None:
             raise GateRefused(f"Drive file {file_id} does not exist (or is not visible to us)")
         if f.get("trashed"):

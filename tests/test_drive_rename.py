@@ -21,6 +21,7 @@ from tidemark.errors import (
     PlanError,
     PreconditionFailed,
     Refused,
+    StepFailed,
     TargetUnavailable,
     Unauthorized,
 )
@@ -362,3 +363,37 @@ def test_run_step_does_not_overwrite_a_rename_back_under_another_key(
     assert drive.files["f1"].name == "report.pdf"
     assert drive.files["f1"].app_properties == {"tidemark_key": "someone-elses-key"}
     assert len(staging.effects_of("drive", "files.update")) == 2  # ours, theirs; no third
+
+
+# -- a 403 about one file is a refusal of the step, not a revoked credential -------------------
+
+def test_a_file_shared_read_only_refuses_the_step_and_the_task_fails_there(
+        store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    drive.seed("theirs.pdf", file_id="f1", owner="carol", shared={"default": "reader"})
+    task = persist(store)
+    with pytest.raises(StepFailed, match="insufficientFilePermissions"):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
+    assert drive.files["f1"].name == "theirs.pdf"
+    assert staging.effects_of("drive", "files.update") == []
+
+
+def test_a_drive_file_token_never_granted_the_file_is_refused(server: StagingServer,
+                                                             drive: DriveTarget) -> None:
+    post(server, "/_staging/tokens", {"token": "narrow", "target": "drive", "client": "narrow-app",
+                                      "scopes": ["https://www.googleapis.com/auth/drive.file"]})
+    narrow = DriveRename(writer=drive_client(server.url, "narrow", timeout=TIMEOUT),
+                         reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT))
+    with pytest.raises(Refused, match="appNotAuthorizedToFile"):
+        narrow.execute(context(before={"name": "report.pdf"}))
+    assert drive.files["f1"].name == "report.pdf"
+
+
+def test_a_scope_the_token_lacks_still_stops_the_task_as_unauthorized(
+        server: StagingServer, drive: DriveTarget) -> None:
+    # insufficientPermissions is about the credential (its scopes), not about one file.
+    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT)
+    with pytest.raises(Unauthorized, match="insufficientPermissions"):
+        DriveRename(writer=reader, reader=reader).execute(context(before={"name": "x"}))
