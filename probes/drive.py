@@ -22,9 +22,10 @@ READ_FIELDS = "id,name,appProperties,trashed"
 
 # Drive's 403 reasons that speak of one file, not of the credential: the user's role on the file
 # does not allow the change (insufficientFilePermissions), a drive.file app was never granted
-# the file (appNotAuthorizedToFile), or the file's content is locked against changes
-# (cannotModifyFile). The same token still works on every other file, so the step is refused
-# (it fails; the task ends failed there) instead of stopping the task as a revoked grant would.
+# the file (appNotAuthorizedToFile), or the file itself cannot be changed (cannotModifyFile).
+# The same token still works on every other file, so the step is refused (it fails; the task
+# ends failed there) instead of stopping the task as a revoked grant would. Every other 403
+# (insufficientPermissions: a scope the token lacks; domainPolicy; …) is about the credential.
 FILE_REFUSALS = frozenset({"insufficientFilePermissions", "appNotAuthorizedToFile",
                            "cannotModifyFile"})
 

@@ -14,7 +14,15 @@ Routes (stripe-python reaches them with ``base_addresses={"api": <base>}``):
   ``metadata['k']:'v'``, ``status:'…'``, ``currency:'…'``, ``customer:'…'``,
   ``amount>100`` (``:``, ``<``, ``>``, ``<=``, ``>=``; also ``created``); ``limit``, ``page``.
   Eventually consistent, like Stripe's: an object becomes searchable only ``search_lag``
-  seconds after its creation.
+  seconds after its creation;
+* ``GET /v1/account`` — the key's own account (``id``, ``object: "account"``, …); a restricted
+  key needs ``rak_accounts_kyc_basic_read`` for it, the permission Stripe's 403 names.
+
+Accounts and modes: a key belongs to the account of its token (``staging.core.Token.account``:
+:data:`ACCOUNT` for the default one, else the token's account as given, e.g. ``acct_other``)
+and to a mode by its prefix (``sk_live_``/``rk_live_`` live, anything else test). Each account
+keeps its test and live data apart (PaymentIntents, customers, idempotency keys), as on
+Stripe; objects carry ``livemode``. A key sees only its own account's data in its own mode.
 
 Idempotency, as Stripe documents it for v1: a POST's ``Idempotency-Key`` is remembered with the
 endpoint, the parameters and the response once execution begins (24 hours). The same key with the
@@ -23,12 +31,16 @@ with other parameters or another endpoint it is a 400 ``idempotency_error``; whi
 request is still executing a twin gets 409 ``idempotency_key_in_use``. Requests that fail
 validation (unknown or malformed parameters) or never reach execution (an armed
 ``fail_before_commit``, like an outage in front of the API) are not remembered, so a retry runs.
+An error during execution is remembered and replayed like any other answer: arm one with
+``POST /_staging/stripe/execution_errors`` ``{"status": 500, "commit"?: false, "times"?: 1}``
+(``commit``: the PaymentIntent was created before the error).
 
 Auth, as Stripe: ``Authorization: Bearer <key>``. Default keys (``/_staging/reset`` keeps them):
 ``sk_test_tidemark_staging`` (a secret key: everything) and ``rk_test_tidemark_staging_read``
-(a restricted key with read permission on PaymentIntents, which gets Stripe's 403 on create).
-Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read`` and/or
-``rak_payment_intent_write`` as scopes.
+(a restricted key with read permission on PaymentIntents and on the account, which gets
+Stripe's 403 on create).
+Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read``,
+``rak_payment_intent_write`` and ``rak_accounts_kyc_basic_read`` as scopes.
 
 Control endpoints:
 
