@@ -21,7 +21,7 @@ from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
-from activities.stripe import StripePaymentIntent, stripe_client
+from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.gmail import gmail_client
 from probes.graph import graph_client
 from staging import drive as staging_drive
@@ -111,7 +111,8 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
         stripe_client(url, w), stripe_client(url, r),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
-                                DEFAULT_STRIPE_MAX_TASK_AMOUNT)),
+                                DEFAULT_STRIPE_MAX_TASK_AMOUNT),
+        modes=(key_mode(w), key_mode(r))),
 }
 
 

@@ -21,6 +21,7 @@ from tidemark.errors import (
     PlanError,
     PreconditionFailed,
     Refused,
+    StepFailed,
     TargetUnavailable,
     Unauthorized,
 )
@@ -315,3 +316,84 @@ def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingSe
     row = store.step_row(task, 1)
     assert row is not None and row.in_doubt
     assert drive.files["f1"].name == "report.pdf"
+
+
+# -- the stamp decides, not the name alone ----------------------------------------------------
+
+def other_writer_renames_back(server: StagingServer, name: str, key: str) -> None:
+    """Another writer of the same app (another task, another Tidemark) renames f1 under its
+    own key, through the real client."""
+    other = drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=TIMEOUT)
+    other.files().update(fileId="f1", body={"name": name, "appProperties": {"tidemark_key": key}},
+                         fields="id").execute(num_retries=0)
+
+
+def test_the_old_name_under_another_key_is_unknown_not_absent(server: StagingServer,
+                                                              action: DriveRename,
+                                                              drive: DriveTarget) -> None:
+    ctx = intent(action)
+    action.execute(ctx)
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert probed.observed == {"file_id": "f1", "name": "report.pdf",
+                               "tidemark_key": "someone-elses-key", "trashed": False}
+
+
+def test_the_old_name_without_the_old_stamp_is_unknown(action: DriveRename,
+                                                       drive: DriveTarget) -> None:
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}
+    ctx = intent(action)
+    drive.files["f1"].app_properties = {}  # someone removed the earlier stamp since
+    assert action.probe(ctx).status is ProbeStatus.UNKNOWN
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}  # as before_state has it
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+
+
+def test_run_step_does_not_overwrite_a_rename_back_under_another_key(
+        server: StagingServer, store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)  # applied; the answer was lost
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    with pytest.raises(NeedsDecision, match="someone-elses-key"):
+        run_step(store, Registry([action]), task, 1)
+    assert drive.files["f1"].name == "report.pdf"
+    assert drive.files["f1"].app_properties == {"tidemark_key": "someone-elses-key"}
+    assert len(staging.effects_of("drive", "files.update")) == 2  # ours, theirs; no third
+
+
+# -- a 403 about one file is a refusal of the step, not a revoked credential -------------------
+
+def test_a_file_shared_read_only_refuses_the_step_and_the_task_fails_there(
+        store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    drive.seed("theirs.pdf", file_id="f1", owner="carol", shared={"default": "reader"})
+    task = persist(store)
+    with pytest.raises(StepFailed, match="insufficientFilePermissions"):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
+    assert drive.files["f1"].name == "theirs.pdf"
+    assert staging.effects_of("drive", "files.update") == []
+
+
+def test_a_drive_file_token_never_granted_the_file_is_refused(server: StagingServer,
+                                                             drive: DriveTarget) -> None:
+    post(server, "/_staging/tokens", {"token": "narrow", "target": "drive", "client": "narrow-app",
+                                      "scopes": ["https://www.googleapis.com/auth/drive.file"]})
+    narrow = DriveRename(writer=drive_client(server.url, "narrow", timeout=TIMEOUT),
+                         reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT))
+    with pytest.raises(Refused, match="appNotAuthorizedToFile"):
+        narrow.execute(context(before={"name": "report.pdf"}))
+    assert drive.files["f1"].name == "report.pdf"
+
+
+def test_a_scope_the_token_lacks_still_stops_the_task_as_unauthorized(
+        server: StagingServer, drive: DriveTarget) -> None:
+    # insufficientPermissions is about the credential (its scopes), not about one file.
+    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=TIMEOUT)
+    with pytest.raises(Unauthorized, match="insufficientPermissions"):
+        DriveRename(writer=reader, reader=reader).execute(context(before={"name": "x"}))
