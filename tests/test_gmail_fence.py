@@ -6,17 +6,22 @@ and credentials of two different mailboxes."""
 from __future__ import annotations
 
 import base64
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activities.gmail import GmailSend
-from activities.wiring import bound_actions
+from activities.wiring import bound_actions, worker_registry
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, add_token, arm, effects, post, target_of
-from helpers.steps import persist, step_context
+from helpers.steps import persist, step_context, wait_unlocked
 from probes.gmail import KEY_HEADER, gmail_client, message_id_for
 from staging.core import StagingServer, Token
 from staging.gmail import (
@@ -31,6 +36,7 @@ from staging.gmail import (
 )
 from tidemark.actions import ProbeStatus, Registry
 from tidemark.errors import ConfigError, NeedsDecision, TargetUnavailable
+from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -38,6 +44,7 @@ from tidemark.store import JournalStore
 ARGS = {"to": ["bob@example.com"], "subject": "Q3 report", "body": "Attached in spirit."}
 SPECS = Registry([GmailSend])
 SEND_OPS = ("drafts.send", "messages.send")  # whichever call sends the mail
+RUNNER = str(Path(__file__).parent / "helpers" / "run_plan_local.py")
 
 
 def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S) -> GmailSend:
@@ -120,6 +127,24 @@ def test_a_send_slower_than_the_client_goes_out_once(mail: StagingServer,
     assert gmail(mail).drafts() == {}
     [probed] = [e["detail"] for e in store.events(task) if e["kind"] == "probe"]
     assert probed["status"] == "absent" and "still in Drafts" in probed["reason"]
+
+
+def test_a_worker_killed_after_staging_resumes_by_sending_that_draft(
+        mail: StagingServer, store: JournalStore, db_url: str) -> None:
+    task, key = new_task(store)
+    proc = subprocess.run([sys.executable, RUNNER, db_url, task, mail.url],
+                          env={**os.environ, CRASH_ENV: "after_stage:1"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    wait_unlocked(db_url)
+    row = store.step_row(task, 1)
+    assert row is not None and row.outcome is None and row.staged is not None
+    assert list(gmail(mail).drafts()) == [row.staged["draft_id"]] and sends(mail) == 0
+    result = run_step(store, worker_registry({"TIDEMARK_STAGING_URL": mail.url}), task, 1)
+    assert result.resolved_by == "execute" and result.outcome["draft_id"] == row.staged[
+        "draft_id"]
+    assert len(sent_copies(mail, key)) == 1 and sends(mail) == 1
+    assert len(effects(mail, "gmail", "drafts.create")) == 1  # the draft was not made again
 
 
 def test_sending_a_consumed_draft_leaves_the_step_in_doubt_and_the_probe_finds_it(
