@@ -176,15 +176,17 @@ class GmailSendProbe:
         return _Search(doubt=doubt, checked=len(checked))
 
     def _sent_since(self, start: str) -> tuple[list[str], str | None]:
-        """Ids of the messages added with the SENT label (or deleted while they had it) after
-        history id ``start``, oldest first; and why that list is not the whole story, if so."""
+        """Ids of the messages that got the SENT label (added with it, labelled with it, or
+        deleted while they had it) after history id ``start``, oldest first; and why that list
+        is not the whole story, if so."""
         ids: list[str] = []
         token: str | None = None
         while True:
             try:
                 page = self.reader.users().history().list(
                     userId=self.user_id, startHistoryId=start, labelId=SENT,
-                    historyTypes=["messageAdded", "messageDeleted"], maxResults=HISTORY_PAGE,
+                    historyTypes=["messageAdded", "messageDeleted", "labelAdded"],
+                    maxResults=HISTORY_PAGE,
                     pageToken=token).execute(num_retries=0)
             except HttpError as e:
                 if e.status_code == 404:  # documented: history before startHistoryId is gone
@@ -192,8 +194,12 @@ class GmailSendProbe:
                                  "kept (Gmail keeps it for about a week)")
                 raise
             for record in page.get("history", []):
-                for change in (*record.get("messagesAdded", []),
-                               *record.get("messagesDeleted", [])):
+                # A message stored with SENT, one that had it when deleted, and one that got it
+                # later (should Gmail turn a draft into the sent message rather than add one).
+                changes = [*record.get("messagesAdded", []), *record.get("messagesDeleted", []),
+                           *(c for c in record.get("labelsAdded", [])
+                             if SENT in c.get("labelIds", []))]
+                for change in changes:
                     mid = change.get("message", {}).get("id")
                     if mid and mid not in ids:
                         ids.append(mid)

@@ -6,8 +6,8 @@ Routes (as on ``https://gmail.googleapis.com/``; ``{userId}`` is ``me`` or the m
 * ``POST gmail/v1/users/{userId}/drafts`` — JSON ``{"message": {"raw": …}}``; ``GET`` lists;
   ``GET``/``DELETE gmail/v1/users/{userId}/drafts/{id}``;
 * ``POST gmail/v1/users/{userId}/drafts/send`` — JSON ``{"id": <draft id>}``: sends the draft
-  and consumes it in one step; the sent message gets a new id and the SENT label, and a second
-  send of the same draft id is Gmail's 404;
+  and consumes it in one step; the sent message gets the SENT label (and a new id unless the
+  ``draft_send`` setting says otherwise), and a second send of the same draft id is Gmail's 404;
 * ``POST gmail/v1/users/{userId}/messages/send`` — JSON ``{"raw": <base64url RFC 822>,
   "threadId"?}``; also ``POST upload/gmail/v1/users/{userId}/messages/send`` with
   ``uploadType=media`` (a ``message/rfc822`` body) or ``uploadType=multipart``;
@@ -50,7 +50,9 @@ Control endpoint besides the core's: ``POST /_staging/gmail/settings`` with any 
 ``{"list_order": "newest_first" | "oldest_first"}`` — the order of ``messages.list`` (Gmail
 documents none); ``{"clock_offset": -600}`` — seconds Google's clock is ahead of (or behind)
 this host's, for ``internalDate`` and searches by date; ``{"expire_history": true}`` — forget
-every mailbox's history so far, as Gmail does after about a week.
+every mailbox's history so far, as Gmail does after about a week; ``{"draft_send": "new_message"
+| "relabel"}`` — whether a sent draft becomes a new message (the default) or keeps its message
+id, relabelled DRAFT -> SENT.
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ METADATA_TOKEN = "staging-gmail-metadata"
 DEFAULT_PAGE_SIZE = 100  # Gmail's default maxResults
 MAX_PAGE_SIZE = 500  # Gmail's upper bound for maxResults
 LIST_ORDERS = ("newest_first", "oldest_first")
+# What drafts.send does with the draft's message: stores the sent copy as a new message (and
+# deletes the draft's), or relabels the draft's own message DRAFT -> SENT. Gmail documents
+# neither; a probe must find the sent copy either way.
+DRAFT_SEND_MODES = ("new_message", "relabel")
 HISTORY_TYPES = ("messageAdded", "messageDeleted", "labelAdded", "labelRemoved")
 FIRST_HISTORY_ID = 1_000_000  # real history ids are large and grow; clients must not assume small
 
@@ -188,6 +194,7 @@ class GmailTarget(Target):
         self.search_lag = 0.0
         self.list_order = "newest_first"
         self.clock_offset = 0.0
+        self.draft_send = "new_message"
 
     def reset(self) -> None:
         with self._lock:
@@ -196,6 +203,7 @@ class GmailTarget(Target):
             self.search_lag = 0.0
             self.list_order = "newest_first"
             self.clock_offset = 0.0
+            self.draft_send = "new_message"
 
     # -- mailboxes ------------------------------------------------------------------------------
 
@@ -244,9 +252,13 @@ class GmailTarget(Target):
             return dict(box.drafts)
 
     def configure(self, search_lag: float | None = None, list_order: str | None = None,
-                  clock_offset: float | None = None, expire_history: bool = False) -> None:
+                  clock_offset: float | None = None, expire_history: bool = False,
+                  draft_send: str | None = None) -> None:
         """Sets the search index's lag (seconds), the list order, Google's clock offset
-        (seconds), and forgets the history so far when ``expire_history``."""
+        (seconds), what ``drafts.send`` does with the draft's message, and forgets the history
+        so far when ``expire_history``."""
+        if draft_send is not None and draft_send not in DRAFT_SEND_MODES:
+            raise ValueError(f"draft_send must be one of {', '.join(DRAFT_SEND_MODES)}")
         if search_lag is not None and (not isinstance(search_lag, int | float) or search_lag < 0):
             raise ValueError("search_lag must be a number of seconds, not negative")
         if list_order is not None and list_order not in LIST_ORDERS:
@@ -260,6 +272,8 @@ class GmailTarget(Target):
                 self.list_order = list_order
             if clock_offset is not None:
                 self.clock_offset = float(clock_offset)
+            if draft_send is not None:
+                self.draft_send = draft_send
             if expire_history:
                 for box in self._mailboxes.values():
                     box.history.clear()
@@ -443,11 +457,20 @@ class GmailTarget(Target):
                 raise self.not_found()
             recipients = _recipients(self, draft.parsed)
             del box.drafts[draft_id]
-            del box.messages[draft.id]
-            box.note("messageDeleted", draft)
-            msg = email.message_from_bytes(draft.raw, policy=email.policy.default)
-            stored = self._add_locked(box, _as_sent(msg, box.address), _sent_labels(
-                box.address, recipients), draft.thread_id)
+            msg = _as_sent(email.message_from_bytes(draft.raw, policy=email.policy.default),
+                           box.address)
+            labels = _sent_labels(box.address, recipients)
+            if self.draft_send == "relabel":  # the draft's own message becomes the sent one
+                draft.raw, draft.parsed = msg.as_bytes(), msg
+                draft.label_ids = labels
+                draft.internal_ms = self.now_ms()
+                box.note("labelRemoved", draft, ["DRAFT"])
+                box.note("labelAdded", draft, labels)
+                stored = draft
+            else:
+                del box.messages[draft.id]
+                box.note("messageDeleted", draft)
+                stored = self._add_locked(box, msg, labels, draft.thread_id)
         self.record("drafts.send", stored.header(KEY_HEADER), mailbox=box.address,
                     draft_id=draft_id, id=stored.id, threadId=stored.thread_id,
                     message_id=stored.header("Message-ID"), to=recipients,
@@ -600,15 +623,18 @@ class GmailTarget(Target):
         try:
             if not isinstance(body, dict):
                 raise ValueError("the settings are a JSON object")
-            unknown = set(body) - {"search_lag", "list_order", "clock_offset", "expire_history"}
+            unknown = set(body) - {"search_lag", "list_order", "clock_offset", "expire_history",
+                                   "draft_send"}
             if unknown:
                 raise ValueError(f"unknown setting {sorted(unknown)[0]!r}")
             self.configure(body.get("search_lag"), body.get("list_order"),
-                           body.get("clock_offset"), bool(body.get("expire_history", False)))
+                           body.get("clock_offset"), bool(body.get("expire_history", False)),
+                           body.get("draft_send"))
         except (TypeError, ValueError) as e:
             return web.json_response({"error": str(e)}, status=400)
         return web.json_response({"search_lag": self.search_lag, "list_order": self.list_order,
-                                  "clock_offset": self.clock_offset})
+                                  "clock_offset": self.clock_offset,
+                                  "draft_send": self.draft_send})
 
     def _find(self, box: Mailbox, mid: str) -> StoredMessage:
         with self._lock:

@@ -206,6 +206,23 @@ def test_more_than_fifty_later_sends_inside_the_search_lag(mail: StagingServer,
     assert len(sent_copies(mail, key)) == 1 and sends(mail) == 61
 
 
+def test_a_sent_draft_that_keeps_its_message_id_is_found(mail: StagingServer,
+                                                          store: JournalStore) -> None:
+    """Gmail may turn the draft's own message into the sent one (DRAFT -> SENT) instead of
+    storing a new message: the history shows a label change, not an added message."""
+    post(mail, "/_staging/gmail/settings", {"draft_send": "relabel", "search_lag": 600})
+    task, key = new_task(store)
+    registry = Registry([action(mail)])
+    fail_every_send(mail, "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.staged is not None
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "probe" and result.outcome["id"] == row.staged["message_id"]
+    assert len(sent_copies(mail, key)) == 1
+
+
 def test_googles_clock_behind_the_database(mail: StagingServer, store: JournalStore) -> None:
     """started_at (the database's clock) is 15 minutes ahead of the mailbox's internalDate."""
     post(mail, "/_staging/gmail/settings", {"clock_offset": -900})

@@ -302,6 +302,21 @@ def test_a_draft_is_sent_once_under_a_new_id_and_then_is_gone(mail: StagingServe
     assert effect["key"] == "d" * 32 and effect["detail"]["draft_id"] == draft["id"]
 
 
+def test_a_draft_can_be_sent_under_its_own_message_id(mail: StagingServer) -> None:
+    post(mail, "/_staging/gmail/settings", {"draft_send": "relabel"})
+    start = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()["historyId"]
+    draft = create_draft(mail)
+    sent = send_draft(mail, draft["id"])
+    assert sent["id"] == draft["message"]["id"] and sent["labelIds"] == ["SENT"]
+    assert list_ids(mail) == [sent["id"]]
+    records = history(mail, start, labelId="SENT")["history"]
+    assert [(k, r[k][0]["labelIds"]) for r in records for k in ("labelsAdded", "labelsRemoved")
+            if k in r] == [("labelsRemoved", ["DRAFT"]), ("labelsAdded", ["SENT"])]
+    with pytest.raises(HttpError) as e:
+        send_draft(mail, draft["id"])
+    assert e.value.resp.status == 404
+
+
 def test_a_late_send_finds_the_draft_consumed(mail: StagingServer) -> None:
     draft = create_draft(mail)
     arm(mail, "gmail", "drafts.send", "delay", seconds=0.8)
@@ -434,7 +449,7 @@ def test_list_order_and_clock_offset_are_settings(mail: StagingServer) -> None:
     assert int(internal) / 1000 < time.time() - 3500
     assert late not in list_ids(mail, q=f"in:sent after:{int(time.time()) - 60}")
     for bad in ({"list_order": "random"}, {"clock_offset": "x"}, {"search_lag": -1},
-                {"nonsense": 1}):
+                {"draft_send": "twice"}, {"nonsense": 1}):
         with pytest.raises(urllib.error.HTTPError) as err:
             post(mail, "/_staging/gmail/settings", bad)
         assert err.value.code == 400
