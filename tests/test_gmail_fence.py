@@ -49,7 +49,8 @@ RUNNER = str(Path(__file__).parent / "helpers" / "run_plan_local.py")
 
 def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S) -> GmailSend:
     return GmailSend(gmail_client(server.url, COMPOSE_TOKEN, timeout=timeout),
-                     gmail_client(server.url, READ_TOKEN, timeout=CLIENT_TIMEOUT_S))
+                     gmail_client(server.url, READ_TOKEN, timeout=CLIENT_TIMEOUT_S),
+                     timeout=timeout)
 
 
 def gmail(server: StagingServer) -> GmailTarget:
@@ -113,7 +114,7 @@ def test_a_send_slower_than_the_client_goes_out_once(mail: StagingServer,
                                                      store: JournalStore) -> None:
     task, key = new_task(store)
     registry = Registry([action(mail, timeout=0.3)])
-    late = 1.5
+    late = 2.0
     fail_every_send(mail, "delay", seconds=late)
     started = time.monotonic()
     with pytest.raises(TargetUnavailable):
