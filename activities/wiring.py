@@ -22,7 +22,6 @@ from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
-from probes.gmail import gmail_client
 from probes.graph import graph_client
 from staging import drive as staging_drive
 from staging import gmail as staging_gmail
@@ -53,7 +52,7 @@ class Target:
 TARGETS = {
     "drive": Target("DRIVE", "https://www.googleapis.com", staging_drive.DEFAULT_WRITE_TOKEN,
                     staging_drive.DEFAULT_READ_TOKEN),
-    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.SEND_TOKEN,
+    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.COMPOSE_TOKEN,
                     staging_gmail.READ_TOKEN),
     "graph": Target("GRAPH", "https://graph.microsoft.com", staging_graph.SEND_TOKEN,
                     staging_graph.READ_TOKEN),
@@ -105,7 +104,7 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
 
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "drive": lambda env, url, w, r: DriveRename(drive_client(url, w), drive_client(url, r)),
-    "gmail": lambda env, url, w, r: GmailSend(gmail_client(url, w), gmail_client(url, r)),
+    "gmail": GmailSend.from_env,
     "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
         stripe_client(url, w), stripe_client(url, r),

@@ -95,8 +95,14 @@ def demo_plan(docs: Path, task_id: str, files: int) -> dict[str, Any]:
     return {"task_id": task_id, "steps": steps}
 
 
+# The staging operation that sends a mail, per target (creating a draft sends nothing).
+SEND_OPS = {"gmail": "drafts.send", "graph": "sendMail"}
+
+
 def _effects(staging_url: str, target: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{staging_url}/_staging/effects?target={target}") as r:
+    """The mails ``target``'s staging server sent."""
+    url = f"{staging_url}/_staging/effects?target={target}&op={SEND_OPS[target]}"
+    with urllib.request.urlopen(url) as r:
         return list(json.load(r))
 
 
