@@ -117,6 +117,27 @@ def _cmd_resume(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_decide(a: argparse.Namespace) -> int:
+    from workflows.starter import signal_approval
+
+    decision = "approve" if a.command == "approve" else "reject"
+    out = commands.decide_approval(database_url(), a.task, decision, a.by, a.reason)
+    woke = asyncio.run(signal_approval(a.address, a.namespace, a.task,
+                                       {"decision": decision, "by": a.by}))
+    if a.json:
+        _print_json({**out, "signalled": woke})
+        return 0
+    print(f"{decision} of task {a.task} by {a.by} is journaled; the irreversible steps:")
+    for line in out["irreversible"]:
+        print(f"  {line}")
+    if decision == "reject":
+        print(f"the task is stopped; nothing from its first irreversible step on will run. "
+              f"`tidemark unwind {a.task}` puts the reversible steps back")
+    print(f"the waiting run of tidemark-{a.task} was told" if woke else
+          f"no run of tidemark-{a.task} is open; the decision counts when it is next started")
+    return 0
+
+
 def _cmd_unwind(a: argparse.Namespace) -> int:
     from workflows.starter import unwind_task
 
@@ -262,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="stop a task and compensate its reversible steps, last first")
     unw.add_argument("--yes", action="store_true", help="really do it (without: show the plan)")
     unw.set_defaults(func=_cmd_unwind)
+
+    for name, what in (("approve", "let a waiting task run its irreversible steps"),
+                       ("reject", "refuse a waiting task's irreversible steps; it stays "
+                                  "stopped, ready for unwind")):
+        c = sub.add_parser(name, parents=[user_args], help=what)
+        c.add_argument("--json", action="store_true")
+        c.set_defaults(func=_cmd_decide)
 
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
                                      "server + Web UI, Postgres, staging servers, a worker")

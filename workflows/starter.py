@@ -18,6 +18,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.database import redacted
 from tidemark.devstack import DevStack
@@ -80,6 +81,20 @@ async def unwind_task(address: str, namespace: str, task_id: str, *, wait: bool,
     handle = await _start(client, "UnwindPlan", task_id, f"tidemark-unwind-{task_id}",
                           task_queue, UnwindResult)
     return await handle.result() if wait else None
+
+
+async def signal_approval(address: str, namespace: str, task_id: str,
+                          decision: dict[str, Any]) -> bool:
+    """Wakes ``tidemark-<task_id>`` after a decision was journaled; False when no run of it
+    is open (the decision then takes effect when the task is next started)."""
+    client = await connect(address, namespace)
+    try:
+        await client.get_workflow_handle(f"tidemark-{task_id}").signal("approval", decision)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 def demo_plan(docs: Path, task_id: str, files: int) -> dict[str, Any]:
