@@ -194,12 +194,17 @@ def _cmd_staging(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from workflows.starter import run_demo
+    from workflows.demo import run_demo
 
-    ok = run_demo(files=a.files, kill_at=a.kill_at, keep=a.keep,
-                  say=lambda line: print(line, flush=True))
-    print("demo: every check held" if ok else "demo: a check FAILED", flush=True)
-    return 0 if ok else EXIT_ERROR
+    # With --json the narration goes to stderr and stdout holds only the JSON document.
+    out = sys.stderr if a.json else sys.stdout
+    outcome = run_demo(kill_at=a.kill_at, third_party=a.third_party, keep=a.keep,
+                       say=lambda line: print(line, file=out, flush=True))
+    if a.json:
+        _print_json(outcome.as_json())
+    print("demo: every check held" if outcome.ok else "demo: a check FAILED", file=out,
+          flush=True)
+    return 0 if outcome.ok else EXIT_ERROR
 
 
 def _interrupt_event() -> threading.Event:
@@ -304,10 +309,15 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--port", type=int, default=8900)
     stg.set_defaults(func=_cmd_staging)
 
-    demo = sub.add_parser("demo", help="the 42-step morning: crash at step 32, report, resume, "
-                                       "verify every effect happened once")
-    demo.add_argument("--files", type=int, default=40, help="how many files to rename")
-    demo.add_argument("--kill-at", type=int, default=32, help="the step whose worker dies")
+    demo = sub.add_parser("demo", help="the 42-step morning (Drive, mail, Stripe): crash at step "
+                                       "32, report, resume, gate, every effect once")
+    demo.add_argument("--kill-at", type=int, default=32, help="the rename whose worker dies")
+    demo.add_argument("--third-party", action="store_true",
+                      help="somebody renames an already-renamed file before the resume: the "
+                           "gate stops the task before any mail or payment")
+    demo.add_argument("--json", action="store_true",
+                      help='print {"interrupted", "final", "effects"}: the two status objects '
+                           "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
     demo.set_defaults(func=_cmd_demo)
     return p

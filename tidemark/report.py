@@ -106,7 +106,8 @@ class Report:
         v = self.boundary.get("verification")
         if v:
             verdict = (f"passed, {v['verified']} step(s) verified" if v["passed"] else
-                       "FAILED: " + "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
+                       "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
+                                              f"{f.get('describe', '')}: {f['reason']}"
                                               for f in v["failures"]))
             lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
         a = self.approval
