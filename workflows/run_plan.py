@@ -57,6 +57,10 @@ STEP_START_TO_CLOSE = timedelta(minutes=5)
 STEP_HEARTBEAT = timedelta(seconds=5)
 # Bookkeeping activities (prepare, describe, halt) touch only Postgres.
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# The boundary's gate probes every earlier reversible step in one activity (heartbeating): it
+# gets the step's time plus this much per step it may verify, so that a long plan on a slow
+# provider is not cut off and retried forever (a probe costs 0.2-6 ms on the staging Drive).
+GATE_PER_STEP = timedelta(milliseconds=500)
 
 # Errors that another attempt cannot fix: they end the run in a named state instead of looping.
 # Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
@@ -231,8 +235,8 @@ class RunPlan:
             try:
                 out: BoundaryOutcome = await workflow.execute_activity(
                     "reach_boundary", BoundaryInput(task_id, step), result_type=BoundaryOutcome,
-                    start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
-                    retry_policy=STEP_RETRY,
+                    start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
+                    heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
                     summary=f"boundary before step {step}/{count}: verify steps 1-{step - 1}, "
                             "plan gates, approval")
             except ActivityError as e:
