@@ -219,6 +219,9 @@ async def test_the_run_waits_and_approve_runs_the_irreversible_steps_once(
         assert shown in details, shown
     await asyncio.sleep(1.0)
     assert sent(server) == (0, 0) and store.progress("appr-1").last_step == 2  # it waits
+    report = commands.status(store.conninfo, "appr-1")
+    assert report.state == "awaiting_approval" and report.approval == {
+        "approvers": ["ana", "ben"], "decision": None, "by": None, "at": None}
 
     monkeypatch.setenv("DATABASE_URL", store.conninfo)
     address = temporal_env.client.service_client.config.target_host
@@ -287,3 +290,24 @@ async def test_an_approval_survives_a_worker_restart_and_lives_in_the_journal(
     assert (result.state, result.executed, result.confirmed) == ("completed", 2, 4)
     assert sent(server) == (1, 1)
     assert [v["passed"] for v in verifications(store, "appr-dur")] == [True, True]
+
+
+async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_next_worker(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-kill")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    address = temporal_env.client.service_client.config.target_host
+    assert await asyncio.to_thread(
+        main, ["approve", "appr-kill", "--by", "ana", "--address", address]) == 0
+    await asyncio.sleep(0.5)
+    assert sent(server) == (0, 0)  # nobody acts while no worker runs
+    staged_workers.start()
+    result = await handle.result()  # the same run, replayed by the new worker
+    assert (result.state, result.confirmed) == ("completed", 4)
+    assert sent(server) == (1, 1)
+    assert [(r.step, r.resolved_by) for r in store.rows("appr-kill")] == [
+        (1, "execute"), (2, "execute"), (3, "execute"), (4, "execute")]

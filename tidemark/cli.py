@@ -122,8 +122,13 @@ def _cmd_decide(a: argparse.Namespace) -> int:
 
     decision = "approve" if a.command == "approve" else "reject"
     out = commands.decide_approval(database_url(), a.task, decision, a.by, a.reason)
-    woke = asyncio.run(signal_approval(a.address, a.namespace, a.task,
-                                       {"decision": decision, "by": a.by}))
+    try:
+        woke: bool | None = asyncio.run(signal_approval(a.address, a.namespace, a.task,
+                                                        {"decision": decision, "by": a.by}))
+    except TidemarkError as e:  # journaled all the same: the run reads it at the boundary
+        print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
+              "when the run next reaches the boundary", file=sys.stderr)
+        woke = None
     if a.json:
         _print_json({**out, "signalled": woke})
         return 0
@@ -133,8 +138,10 @@ def _cmd_decide(a: argparse.Namespace) -> int:
     if decision == "reject":
         print(f"the task is stopped; nothing from its first irreversible step on will run. "
               f"`tidemark unwind {a.task}` puts the reversible steps back")
-    print(f"the waiting run of tidemark-{a.task} was told" if woke else
-          f"no run of tidemark-{a.task} is open; the decision counts when it is next started")
+    if woke is not None:
+        print(f"the waiting run of tidemark-{a.task} was told" if woke else
+              f"no run of tidemark-{a.task} is open; the decision counts when it is next "
+              "started")
     return 0
 
 

@@ -166,6 +166,8 @@ class RunPlan:
         for step in range(first, last + 1):
             if self._halt_reason is not None:
                 return await self._halt(step)
+            # A history from before the boundary existed has no first_irreversible in its
+            # prepare result (None), so its replay schedules no boundary activity.
             if step == prep.first_irreversible:
                 ended = await self._boundary(prep.task_id, step, prep.step_count)
                 if ended is not None:
