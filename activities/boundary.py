@@ -36,6 +36,13 @@ class BoundaryActivities:
                 check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
                 decided = (self.store.approval_decision(inp.task_id)
                            if plan.approval else None)
+                approvers = (plan.approval or {}).get("approvers")
+                if decided and approvers is not None and decided["actor"] not in approvers:
+                    # Only `tidemark approve` writes these, and it checks the list; a decision
+                    # by anybody else is not one, however it got into the journal.
+                    activity.logger.warning("ignoring an approval event by %s, who is not "
+                                            "among the plan's approvers", decided["actor"])
+                    decided = None
                 stop = self.store.stop_state(inp.task_id)
             except TidemarkError as e:
                 raise _as_application_error(e) from e

@@ -311,3 +311,19 @@ async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_nex
     assert sent(server) == (1, 1)
     assert [(r.step, r.resolved_by) for r in store.rows("appr-kill")] == [
         (1, "execute"), (2, "execute"), (3, "execute"), (4, "execute")]
+
+
+async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-forged")
+    store.record_approval("appr-forged", "approve", "mallory")  # not through the CLI's check
+    await handle.signal("approval", {"decision": "approve", "by": "mallory"})
+    await asyncio.sleep(1.0)
+    status = await wait_state(handle, "awaiting_approval")
+    assert status["confirmed"] == 2 and sent(server) == (0, 0)
+    assert len(verifications(store, "appr-forged")) == 2  # woken, verified again, still waits
+    await handle.signal("halt", "forged approval")
+    assert (await handle.result()).state == "halted"
+    assert sent(server) == (0, 0)

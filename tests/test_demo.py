@@ -12,7 +12,7 @@ from activities.catalog import spec_registry
 from tidemark.cli import main
 from tidemark.database import ENV_HOME, ENV_URL
 from tidemark.plan import load_plan_file
-from tidemark.supplier_sync import supplier_sync_plan
+from tidemark.supplier_sync import effects_summary, supplier_sync_plan
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "supplier-sync.json"
 
@@ -63,9 +63,10 @@ def test_demo_json_shows_the_morning_and_every_effect_once(
     assert final["verification"]["verified"] == 38
     assert effects["duplicates"] == 0
     assert effects["by_target"]["drive"] == {"files.update": 38}
-    assert effects["by_target"]["gmail"]["messages.send"] == 1
     assert effects["by_target"]["stripe"] == {"payment_intents.create": 2}
-    assert "graph" in effects["by_target"]
+    # One step each for Gmail and Graph, and no (target, operation, key) twice: each mail
+    # once, whatever operations the provider records for a send.
+    assert set(effects["by_target"]) == {"drive", "gmail", "graph", "stripe"}
     # The status objects are exactly `tidemark status --json`.
     assert status_json(capsys, final["task_id"]) == final
 
@@ -84,3 +85,16 @@ def test_demo_third_party_rename_stops_the_task_at_the_gate_naming_the_file(
     assert effects == {"total": 38, "duplicates": 0,
                        "by_target": {"drive": {"files.update": 38}}}
     assert status_json(capsys, final["task_id"]) == final
+
+
+def test_effects_summary_counts_only_the_tasks_keys_and_each_repeat_as_a_duplicate() -> None:
+    log = [{"target": "drive", "op": "files.update", "key": "k1"},
+           {"target": "drive", "op": "files.update", "key": "k1"},  # the same effect twice
+           {"target": "drive", "op": "third_party.rename", "key": None},
+           {"target": "gmail", "op": "drafts.create", "key": "k2"},
+           {"target": "gmail", "op": "messages.send", "key": "k2"},
+           {"target": "stripe", "op": "payment_intents.create", "key": "other-task"}]
+    assert effects_summary(log, {"k1", "k2"}) == {
+        "total": 4, "duplicates": 1,
+        "by_target": {"drive": {"files.update": 2},
+                      "gmail": {"drafts.create": 1, "messages.send": 1}}}

@@ -74,8 +74,8 @@ def _checks(third_party: bool, final: dict[str, Any], state: str, effects: dict[
         checks["completed"] = state == "completed" and final["confirmed"] == 42
         checks["every file has its final name"] = all(
             names[file_id(i)] == final_name(i) for i in range(1, RENAMES + 1))
-        checks["each mail sent once"] = (by.get("gmail", {}).get("messages.send") == 1
-                                         and sum(by.get("graph", {}).values()) >= 1)
+        # One step per mail target: present, and no (target, operation, key) twice.
+        checks["each mail sent once"] = bool(by.get("gmail")) and bool(by.get("graph"))
         checks["each payment created once"] = (
             by.get("stripe", {}).get("payment_intents.create") == 2)
     else:
