@@ -15,13 +15,18 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
+from activities.fs import FsRename
+from helpers.ledger import LedgerRecord, ledger_step
 from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
 from tidemark import commands
-from tidemark.boundary import ApprovalError
+from tidemark.actions import Registry
+from tidemark.boundary import ApprovalError, verify_reversible
 from tidemark.cli import main
 from tidemark.errors import PlanError
+from tidemark.keys import key_for
 from tidemark.plan import load_plan
+from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from workflows.types import RunResult
 
@@ -152,7 +157,10 @@ async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_agai
         "invoice 1.pdf", "invoice 2 (supplier copy).pdf", "invoice 3.pdf"]
     report = commands.status(store.conninfo, "gate-fs").as_json()
     assert all(i["provably_not_attempted"] for i in report["irreversible"])
-    assert report["verification"]["passed"] is False
+    assert report["verification"]["passed"] is False and report["state"] == (
+        "verification_failed")
+    attrs = {k.name: v for k, v in (await handle.describe()).typed_search_attributes}
+    assert attrs["TidemarkState"] == "verification_failed"
 
     # Resumed as it is: the gate runs again and stops again.
     again = await (await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue)).result()
@@ -327,3 +335,28 @@ async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
     await handle.signal("halt", "forged approval")
     assert (await handle.result()).state == "halted"
     assert sent(server) == (0, 0)
+
+
+def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones_she_settled(
+        store: JournalStore, tmp_path: Path) -> None:
+    registry = Registry([FsRename(), LedgerRecord()])
+    doc = {"task_id": "gate-unit",
+           "steps": [*fs_steps(tmp_path / "docs", 3), ledger_step(tmp_path)]}
+    plan = load_plan(doc, registry)
+    store.persist_plan(plan)
+    for n in (1, 2):
+        run_step(store, registry, "gate-unit", n)
+    s3 = plan.step(3)
+    with store.execution("gate-unit", 3) as s:  # an intent whose probe could not tell
+        s.begin(task_id="gate-unit", step=3, key=key_for("gate-unit", 3, s3.action, s3.args),
+                action=s3.action, args=s3.args, before_state={})
+    commands.resolve(store.conninfo, "gate-unit", 3, "done", "looked at the folder", "ana")
+    rows_before = store.rows("gate-unit")
+    checked = verify_reversible(store, registry, "gate-unit", 4)
+    assert (checked.passed, checked.verified, checked.on_word) == (True, 2, [3])
+    (tmp_path / "docs" / "invoice 1.pdf").unlink()  # gone since
+    checked = verify_reversible(store, registry, "gate-unit", 4)
+    assert [(f["step"], f["status"]) for f in checked.failures] == [(1, "unknown")]
+    assert store.rows("gate-unit") == rows_before  # the gate never writes a row
+    assert [e["detail"]["passed"] for e in store.events("gate-unit")
+            if e["kind"] == "verification"] == [True, False]
