@@ -239,8 +239,9 @@ class RunPlan:
                     "reach_boundary", BoundaryInput(task_id, step), result_type=BoundaryOutcome,
                     start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
                     heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
-                    summary=f"boundary before step {step}/{count}: verify steps 1-{step - 1}, "
-                            "plan gates, approval")
+                    summary=f"boundary before step {step}/{count}: "
+                            + (f"verify steps 1-{step - 1}, " if step > 1 else "")
+                            + "plan gates, approval")
             except ActivityError as e:
                 return self._end_on(e, step)
             if not out.passed:
