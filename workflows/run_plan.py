@@ -61,6 +61,9 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # gets the step's time plus this much per step it may verify, so that a long plan on a slow
 # provider is not cut off and retried forever (a probe costs 0.2-6 ms on the staging Drive).
 GATE_PER_STEP = timedelta(milliseconds=500)
+# The Web UI's current details list at most this many irreversible steps while a run awaits
+# approval (the details are metadata of every workflow task: kept small).
+DETAILS_LINES = 40
 
 # Errors that another attempt cannot fix: they end the run in a named state instead of looping.
 # Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
@@ -271,7 +274,9 @@ class RunPlan:
                 f"**awaiting approval** before step {step}/{count} ({out.summary}); may "
                 f"approve: {who}.\n\n`tidemark approve {task_id} --by NAME` or "
                 f"`tidemark reject {task_id} --by NAME`. The irreversible steps will do:\n\n"
-                + "\n".join(f"- {line}" for line in out.irreversible))
+                + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
+                + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
+                   if len(out.irreversible) > DETAILS_LINES else ""))
             workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
             await workflow.wait_condition(
                 lambda: self._approval_news or self._halt_reason is not None)
