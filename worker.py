@@ -19,6 +19,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.boundary import BoundaryActivities
 from activities.steps import StepActivities
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
@@ -45,8 +46,10 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
                  executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE) -> Worker:
     """The worker with every workflow and activity; tests build it the same way."""
     activities = StepActivities(store, registry)
+    boundary = BoundaryActivities(store, registry)
     return Worker(
-        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan], activities=activities.all(),
+        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan],
+        activities=[*activities.all(), *boundary.all()],
         activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)

@@ -74,7 +74,8 @@ class StepActivities:
         return Prepared(task_id=task_id, step_count=progress.step_count,
                         next_step=progress.next_step, confirmed=progress.confirmed,
                         failed=progress.failed,
-                        stopped=(stop["reason"] or "stopped") if stop else None)
+                        stopped=(stop["reason"] or "stopped") if stop else None,
+                        first_irreversible=progress.first_irreversible)
 
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:

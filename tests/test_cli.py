@@ -52,7 +52,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert e.value.code == 0
     out = capsys.readouterr().out
     for command in ("db", "plan", "status", "stop", "release", "resume", "unwind", "dev",
-                    "staging", "demo"):
+                    "staging", "demo", "approve", "reject"):
         assert command in out
 
 

@@ -117,6 +117,34 @@ def _cmd_resume(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_decide(a: argparse.Namespace) -> int:
+    from workflows.starter import signal_approval
+
+    decision = "approve" if a.command == "approve" else "reject"
+    out = commands.decide_approval(database_url(), a.task, decision, a.by, a.reason)
+    try:
+        woke: bool | None = asyncio.run(signal_approval(a.address, a.namespace, a.task,
+                                                        {"decision": decision, "by": a.by}))
+    except TidemarkError as e:  # journaled all the same: the run reads it at the boundary
+        print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
+              "when the run next reaches the boundary", file=sys.stderr)
+        woke = None
+    if a.json:
+        _print_json({**out, "signalled": woke})
+        return 0
+    print(f"{decision} of task {a.task} by {a.by} is journaled; the irreversible steps:")
+    for line in out["irreversible"]:
+        print(f"  {line}")
+    if decision == "reject":
+        print(f"the task is stopped; nothing from its first irreversible step on will run. "
+              f"`tidemark unwind {a.task}` puts the reversible steps back")
+    if woke is not None:
+        print(f"the waiting run of tidemark-{a.task} was told" if woke else
+              f"no run of tidemark-{a.task} is open; the decision counts when it is next "
+              "started")
+    return 0
+
+
 def _cmd_unwind(a: argparse.Namespace) -> int:
     from workflows.starter import unwind_task
 
@@ -173,12 +201,17 @@ def _cmd_staging(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from workflows.starter import run_demo
+    from workflows.demo import run_demo
 
-    ok = run_demo(files=a.files, kill_at=a.kill_at, keep=a.keep,
-                  say=lambda line: print(line, flush=True))
-    print("demo: every check held" if ok else "demo: a check FAILED", flush=True)
-    return 0 if ok else EXIT_ERROR
+    # With --json the narration goes to stderr and stdout holds only the JSON document.
+    out = sys.stderr if a.json else sys.stdout
+    outcome = run_demo(kill_at=a.kill_at, third_party=a.third_party, keep=a.keep,
+                       say=lambda line: print(line, file=out, flush=True))
+    if a.json:
+        _print_json(outcome.as_json())
+    print("demo: every check held" if outcome.ok else "demo: a check FAILED", file=out,
+          flush=True)
+    return 0 if outcome.ok else EXIT_ERROR
 
 
 def _interrupt_event() -> threading.Event:
@@ -263,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     unw.add_argument("--yes", action="store_true", help="really do it (without: show the plan)")
     unw.set_defaults(func=_cmd_unwind)
 
+    for name, what in (("approve", "let a waiting task run its irreversible steps"),
+                       ("reject", "refuse a waiting task's irreversible steps; it stays "
+                                  "stopped, ready for unwind")):
+        c = sub.add_parser(name, parents=[user_args], help=what)
+        c.add_argument("--json", action="store_true")
+        c.set_defaults(func=_cmd_decide)
+
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
                                      "server + Web UI, Postgres, staging servers, a worker")
     dev.add_argument("--port", type=int, default=7233, help="Temporal gRPC port")
@@ -276,10 +316,15 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--port", type=int, default=8900)
     stg.set_defaults(func=_cmd_staging)
 
-    demo = sub.add_parser("demo", help="the 42-step morning: crash at step 32, report, resume, "
-                                       "verify every effect happened once")
-    demo.add_argument("--files", type=int, default=40, help="how many files to rename")
-    demo.add_argument("--kill-at", type=int, default=32, help="the step whose worker dies")
+    demo = sub.add_parser("demo", help="the 42-step morning (Drive, mail, Stripe): crash at step "
+                                       "32, report, resume, gate, every effect once")
+    demo.add_argument("--kill-at", type=int, default=32, help="the rename whose worker dies")
+    demo.add_argument("--third-party", action="store_true",
+                      help="somebody renames an already-renamed file before the resume: the "
+                           "gate stops the task before any mail or payment")
+    demo.add_argument("--json", action="store_true",
+                      help='print {"interrupted", "final", "effects"}: the two status objects '
+                           "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
     demo.set_defaults(func=_cmd_demo)
     return p

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.catalog import spec_registry
+from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
 from tidemark.errors import TidemarkError
 from tidemark.plan import Plan, load_plan_file
 from tidemark.report import Report, build_report
@@ -95,6 +96,31 @@ def journal(url: str, task_id: str) -> dict[str, Any]:
         store.progress(task_id)  # UnknownTask for a task that does not exist
         return {"rows": [r.as_json() for r in store.rows(task_id)],
                 "events": [{**e, "at": e["at"].isoformat()} for e in store.events(task_id)]}
+
+
+def decide_approval(url: str, task_id: str, decision: str, by: str,
+                    note: str = "") -> dict[str, Any]:
+    """Journals a person's approve or reject of a task's irreversible steps.
+
+    The plan must ask for approval and name ``by`` among its approvers (if it names any), and
+    no irreversible step may have been attempted yet. A reject also sets the stop state: the
+    task stays stopped, ready for unwind. The latest decision is the one that counts.
+    """
+    if decision not in ("approve", "reject"):
+        raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
+    with open_store(url) as store:
+        plan = store.load_plan(task_id)  # UnknownTask
+        check_approver(plan.approval, by)
+        progress = store.progress(task_id)
+        first = progress.first_irreversible
+        if first is None:
+            raise ApprovalError(f"task {task_id!r} has no irreversible steps to approve")
+        if progress.last_step >= first:
+            raise ApprovalError(f"task {task_id!r}: irreversible step {first} was attempted "
+                                "already; a decision now would change nothing")
+        store.record_approval(task_id, decision, by, note)
+    return {"task_id": task_id, "decision": decision, "by": by, "note": note,
+            "irreversible": irreversible_lines(plan)}
 
 
 class DecisionError(TidemarkError):

@@ -168,9 +168,10 @@ class JournalStore:
         new_hash = plan.plan_hash
         with self._conn() as conn, conn.transaction():
             inserted = conn.execute(
-                "INSERT INTO tidemark.plans (task_id, plan_hash, step_count) VALUES (%s, %s, %s)"
-                " ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
-                (plan.task_id, new_hash, len(plan.steps))).fetchone()
+                "INSERT INTO tidemark.plans (task_id, plan_hash, step_count, approval)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+                (plan.task_id, new_hash, len(plan.steps),
+                 Jsonb(plan.approval) if plan.approval is not None else None)).fetchone()
             if inserted is None:
                 row = conn.execute("SELECT plan_hash FROM tidemark.plans WHERE task_id = %s",
                                    (plan.task_id,)).fetchone()
@@ -195,10 +196,69 @@ class JournalStore:
             rows = conn.execute(
                 "SELECT step, action, args, irreversible FROM tidemark.plan_steps"
                 " WHERE task_id = %s ORDER BY step", (task_id,)).fetchall()
-        if not rows:
+            approval = conn.execute("SELECT approval FROM tidemark.plans WHERE task_id = %s",
+                                    (task_id,)).fetchone()
+        if not rows or approval is None:
             raise UnknownTask(task_id)
         return Plan(task_id, tuple(Step(r["step"], r["action"], r["args"], r["irreversible"])
-                                   for r in rows))
+                                   for r in rows), approval["approval"])
+
+    # the irreversible boundary ---------------------------------------------------------------
+
+    def verifiable_rows(self, task_id: str, before_step: int) -> list[JournalRow]:
+        """The 'do' rows of reversible steps before ``before_step`` whose outcome is done:
+        what the verification gate re-probes, in step order."""
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"SELECT {', '.join('j.' + c.strip() for c in _JOURNAL_COLUMNS.split(','))}"
+                " FROM tidemark.journal j"
+                " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
+                " WHERE j.task_id = %s AND j.phase = 'do' AND j.step < %s"
+                "   AND j.status = 'done' AND NOT s.irreversible ORDER BY j.step",
+                (task_id, before_step))
+            return [JournalRow(**r) for r in cur.fetchall()]
+
+    def approval_decision(self, task_id: str) -> dict[str, Any] | None:
+        """The latest approve or reject a person recorded for the task, or None."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT detail, actor, at FROM tidemark.events"
+                " WHERE task_id = %s AND kind = 'approval' ORDER BY id DESC LIMIT 1",
+                (task_id,)).fetchone()
+
+    def boundary_state(self, task_id: str) -> dict[str, Any]:
+        """The plan's approval requirement, the latest approval decision and the latest
+        verification event of a task (for the report)."""
+        with self._conn() as conn:
+            return conn.execute(
+                """
+                SELECT p.approval,
+                  (SELECT jsonb_build_object('decision', e.detail->'decision', 'by', e.actor,
+                                             'at', e.at)
+                     FROM tidemark.events e WHERE e.task_id = p.task_id AND e.kind = 'approval'
+                     ORDER BY e.id DESC LIMIT 1) AS decision,
+                  (SELECT e.detail || jsonb_build_object('at', e.at)
+                     FROM tidemark.events e
+                     WHERE e.task_id = p.task_id AND e.kind = 'verification'
+                     ORDER BY e.id DESC LIMIT 1) AS verification
+                FROM tidemark.plans p WHERE p.task_id = %s
+                """, (task_id,)).fetchone() or {}
+
+    def record_approval(self, task_id: str, decision: str, by: str, note: str = "") -> None:
+        """Journals a person's approve or reject; a reject also sets the durable stop state,
+        in the same transaction, so that nothing starts the irreversible steps afterwards."""
+        with self._conn() as conn, conn.transaction():
+            StepSession(conn).event(task_id, "approval", {"decision": decision, "note": note},
+                                    None, by)
+            if decision == "reject":
+                reason = f"irreversible steps rejected by {by}" + (f": {note}" if note else "")
+                conn.execute(
+                    "INSERT INTO tidemark.controls (scope, state, reason, set_by)"
+                    " VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET"
+                    " state = EXCLUDED.state, reason = EXCLUDED.reason,"
+                    " set_by = EXCLUDED.set_by, set_at = clock_timestamp()",
+                    (task_id, reason, by))
+                StepSession(conn).event(task_id, "stop", {"reason": reason}, None, by)
 
     # steps -----------------------------------------------------------------------------------
 

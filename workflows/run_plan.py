@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
+        AWAITING_APPROVAL,
         COMPLETED,
         FAILED,
         HALTED,
@@ -28,6 +29,9 @@ with workflow.unsafe.imports_passed_through():
         PRECONDITION_FAILED,
         RUNNING,
         STOPPED,
+        VERIFICATION_FAILED,
+        BoundaryInput,
+        BoundaryOutcome,
         HaltInput,
         Prepared,
         PrepareInput,
@@ -53,6 +57,13 @@ STEP_START_TO_CLOSE = timedelta(minutes=5)
 STEP_HEARTBEAT = timedelta(seconds=5)
 # Bookkeeping activities (prepare, describe, halt) touch only Postgres.
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# The boundary's gate probes every earlier reversible step in one activity (heartbeating): it
+# gets the step's time plus this much per step it may verify, so that a long plan on a slow
+# provider is not cut off and retried forever (a probe costs 0.2-6 ms on the staging Drive).
+GATE_PER_STEP = timedelta(milliseconds=500)
+# The Web UI's current details list at most this many irreversible steps while a run awaits
+# approval (the details are metadata of every workflow task: kept small).
+DETAILS_LINES = 40
 
 # Errors that another attempt cannot fix: they end the run in a named state instead of looping.
 # Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
@@ -97,6 +108,13 @@ class RunPlan:
         self._halt_recorded = False
         self._result = RunResult(task_id="", state=RUNNING, steps=0, confirmed=0)
         self._current: int | None = None
+        self._approval_news = False
+
+    @workflow.signal
+    def approval(self, decision: dict[str, Any] | None = None) -> None:
+        """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
+        the run wakes and reads the decision from the journal, which is what counts."""
+        self._approval_news = True
 
     @workflow.signal
     def halt(self, reason: str = "") -> None:
@@ -151,6 +169,12 @@ class RunPlan:
         for step in range(first, last + 1):
             if self._halt_reason is not None:
                 return await self._halt(step)
+            # A history from before the boundary existed has no first_irreversible in its
+            # prepare result (None), so its replay schedules no boundary activity.
+            if step == prep.first_irreversible:
+                ended = await self._boundary(prep.task_id, step, prep.step_count)
+                if ended is not None:
+                    return ended
             self._current = step
             workflow.set_current_details(
                 f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"
@@ -201,6 +225,64 @@ class RunPlan:
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
                 "skipped": r.skipped}})
         return self._end(COMPLETED)
+
+    async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
+        """The irreversible boundary (tidemark/boundary.py): the verification gate and the plan
+        gates, then a person's approval if the plan asks for one. Not a numbered step: keys
+        and step numbers do not move. Returns the run's end, or None to go on.
+
+        After a decision arrives the gate runs once more: the world may have changed while
+        the run waited, and a gate is never trusted from earlier."""
+        self._current = step
+        while True:
+            workflow.set_current_details(f"**verifying** the reversible steps before "
+                                         f"irreversible step {step}/{count}")
+            try:
+                out: BoundaryOutcome = await workflow.execute_activity(
+                    "reach_boundary", BoundaryInput(task_id, step), result_type=BoundaryOutcome,
+                    start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
+                    heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                    summary=f"boundary before step {step}/{count}: "
+                            + (f"verify steps 1-{step - 1}, " if step > 1 else "")
+                            + "plan gates, approval")
+            except ActivityError as e:
+                return self._end_on(e, step)
+            if not out.passed:
+                return self._end(VERIFICATION_FAILED, {
+                    "type": "VerificationFailed", "message": out.summary, "step": step,
+                    "failures": out.failures})
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            if out.decision == "reject":
+                self._result.stopped_at = step
+                return self._end(STOPPED, {
+                    "type": "Rejected", "step": step, "message":
+                    f"{out.decided_by} rejected the irreversible steps; nothing from step "
+                    f"{step} on was attempted. Unwind with `tidemark unwind {task_id}`"})
+            if out.stopped is not None:
+                return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
+                                           f"task is stopped ({out.stopped}); release it with "
+                                           f"`tidemark release {task_id}`"})
+            if not out.approval_required or out.decision == "approve":
+                if self._result.state != RUNNING:
+                    self._result.state = RUNNING
+                    workflow.upsert_search_attributes([STATE.value_set(RUNNING)])
+                return None
+            self._result.state = AWAITING_APPROVAL
+            who = ", ".join(out.approvers) if out.approvers else "anybody"
+            workflow.set_current_details(
+                f"**awaiting approval** before step {step}/{count} ({out.summary}); may "
+                f"approve: {who}.\n\n`tidemark approve {task_id} --by NAME` or "
+                f"`tidemark reject {task_id} --by NAME`. The irreversible steps will do:\n\n"
+                + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
+                + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
+                   if len(out.irreversible) > DETAILS_LINES else ""))
+            workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
+            await workflow.wait_condition(
+                lambda: self._approval_news or self._halt_reason is not None)
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            self._approval_news = False
 
     async def _halt(self, next_step: int) -> RunResult:
         if self._halt_unrecorded():

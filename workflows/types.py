@@ -37,6 +37,7 @@ class Prepared:
     confirmed: int
     failed: int
     stopped: str | None  # the stop reason when the durable stop state is set
+    first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
 
 
 @dataclass
@@ -106,3 +107,34 @@ class UnwindResult:
     nothing_to_undo: list[int] = field(default_factory=list)
     irreversible_done: list[str] = field(default_factory=list)
     error: dict[str, Any] = field(default_factory=dict)
+
+
+# -- the irreversible boundary (tidemark/boundary.py) ---------------------------------------
+
+# The run waits at its first irreversible step for a person (`tidemark approve` / `reject`).
+AWAITING_APPROVAL = "awaiting_approval"
+# At the boundary, reversible steps journaled as done no longer hold: a person looks.
+VERIFICATION_FAILED = "verification_failed"
+
+
+@dataclass
+class BoundaryInput:
+    task_id: str
+    step: int  # the first irreversible step
+
+
+@dataclass
+class BoundaryOutcome:
+    """What the boundary activity found: the gate's result, and whether a person must (still)
+    approve. ``decision`` is the latest approve/reject journaled for the task, if any."""
+
+    passed: bool
+    summary: str
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    verified: int = 0
+    approval_required: bool = False
+    approvers: list[str] | None = None
+    decision: str | None = None  # approve | reject | None
+    decided_by: str | None = None
+    irreversible: list[str] = field(default_factory=list)  # what those steps will do
+    stopped: str | None = None  # the stop reason when the durable stop state is set
