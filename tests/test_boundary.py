@@ -67,7 +67,7 @@ async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
 
 def sent(server: StagingServer) -> tuple[int, int]:
     """(mails sent, payments created) on the staging servers."""
-    return (len(effects(server, "gmail", "messages.send")),
+    return (len(effects(server, "gmail", "drafts.send")),
             len(effects(server, "stripe", "payment_intents.create")))
 
 
