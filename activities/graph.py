@@ -62,6 +62,7 @@ from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
 CONFIRM_POLL_S = 0.2
+CONFIRM_READS = 3  # reads of one probe once folder ids are known: mailbox, Recoverable, a name
 
 SEND_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError, ValueError)
 
@@ -124,8 +125,10 @@ class GraphSendMail(MailAction):
         self.read_client = reader
         self.reader = GraphSendMailProbe(reader)
         self.confirm_s = confirm_s
-        # stage: one create; execute: one send, then reads until confirm_s is over.
-        self.deadline_s = (max(writer.timeout, reader.timeout + confirm_s + writer.timeout)
+        # stage: one create; execute: one send, then probes until confirm_s is over, the last
+        # of which may start just before that and take its reads' timeouts (the well-known
+        # folder ids are read once, at check_identity or the first probe).
+        self.deadline_s = (writer.timeout + confirm_s + CONFIRM_READS * reader.timeout
                            + 2 * LOOP_MARGIN_S)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
@@ -156,6 +159,11 @@ class GraphSendMail(MailAction):
                 f"{write['userPrincipalName']} (id {write['id']}); every probe would look in the "
                 f"wrong mailbox. Issue TIDEMARK_GRAPH_READ_TOKEN and TIDEMARK_GRAPH_WRITE_TOKEN "
                 f"for the same user")
+        try:
+            self.reader.folder_ids()  # read once here, so that no later probe waits for them
+        except READ_ERRORS as e:
+            raise ConfigError(f"graph: cannot read the mailbox's folders with the read "
+                              f"credential ({describe_error(e)}); it needs Mail.Read") from None
         return {"mailbox": write["userPrincipalName"], "id": write["id"]}
 
     def stage(self, ctx: StepContext) -> dict[str, Any]:
