@@ -160,9 +160,9 @@ def test_dropped_response_is_target_unavailable_and_submits_once(mail: StagingSe
 
 def test_timeout_is_target_unavailable_and_the_probe_sees_the_late_commit(
         mail: StagingServer) -> None:
-    a = action(mail, timeout=0.2)
-    ctx = staged(a)
-    arm(mail, "graph", "message.send", "delay", seconds=0.6)
+    ctx = staged(action(mail))
+    a = action(mail, timeout=0.3)
+    arm(mail, "graph", "message.send", "delay", seconds=1.0)
     with pytest.raises(TargetUnavailable):
         a.execute(ctx)
     assert_eventually(lambda: a.probe(ctx).status is ProbeStatus.DONE, timeout=5)
