@@ -21,7 +21,13 @@ from activities.wiring import bound_actions
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, arm, effects, get, post, target_of
 from helpers.steps import persist, step_context
 from helpers.wait import assert_eventually
-from probes.graph import KEY_HEADER, KEY_PROPERTY_ID, graph_client
+from probes.graph import (
+    DEFAULT_TIMEOUT_S,
+    KEY_HEADER,
+    KEY_PROPERTY_ID,
+    client_timeout,
+    graph_client,
+)
 from staging.core import StagingServer
 from staging.graph import MAILBOX, READ_TOKEN, SEND_TOKEN, GraphTarget
 from tidemark.actions import ProbeStatus, Registry
@@ -314,3 +320,44 @@ def test_unreadable_mailbox_is_unknown_and_nothing_is_sent(mail: StagingServer,
     with pytest.raises(NeedsDecision):
         run_step(store, registry, task, 1)
     assert mails_sent(mail) == []
+
+
+def test_a_lost_draft_answer_leaves_an_unsent_orphan_and_one_mail(mail: StagingServer,
+                                                                  store: JournalStore) -> None:
+    """The draft was created but its id never reached the journal: the next attempt makes a
+    new draft and sends that; the orphan stays in Drafts, unsent (README: needs a person)."""
+    task = persist_step(store)
+    registry = Registry([action(mail)])
+    arm(mail, "graph", "messages.create", "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    result = run_step(store, registry, task, 1)
+    assert result.resolved_by == "execute" and len(mails_sent(mail)) == 1
+    [orphan] = graph(mail).messages_in("drafts")
+    assert orphan.fields["isDraft"] is True
+    assert orphan.fields["internetMessageId"] != result.outcome["internetMessageId"]
+
+
+def test_an_intent_from_before_the_fence_is_probed_by_sender(mail: StagingServer) -> None:
+    """An intent without a journaled draft and without the fence mark was sent with sendMail:
+    a submitted copy from our own address counts, one from anybody else does not."""
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    ctx = step_context("graph.send_mail", ARGS)  # before_state None: written by older code
+    a = action(mail)
+    post(mail, "/_staging/graph/inbound", {
+        "from": "mallory@example.net",
+        "singleValueExtendedProperties": [{"id": KEY_PROPERTY_ID, "value": ctx.key}]})
+    assert a.probe(ctx).status is ProbeStatus.ABSENT
+    body = build_request(ARGS, ctx.key)
+    graph_client(mail.url, SEND_TOKEN).call(lambda g: g.me.send_mail.post(body))
+    probed = a.probe(ctx)
+    assert probed.status is ProbeStatus.DONE and probed.observed["folder"] == "outbox"
+    assert probed.observed["ignored"] == 1
+
+
+def test_client_timeout_comes_from_the_environment() -> None:
+    assert client_timeout({}) == DEFAULT_TIMEOUT_S
+    assert client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError):
+            client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": bad})
