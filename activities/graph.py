@@ -28,7 +28,9 @@ The write token needs ``Mail.ReadWrite`` (create the draft), ``Mail.Send`` and `
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import httpx
@@ -61,6 +63,7 @@ from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
 from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable, Unauthorized
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
+CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
 CONFIRM_POLL_S = 0.2
 CONFIRM_READS = 3  # reads of one probe once folder ids are known: mailbox, Recoverable, a name
 
@@ -106,29 +109,44 @@ def graph_error(e: BaseException, what: str) -> ActionError:
     return TargetUnavailable(text)
 
 
+def confirm_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``TIDEMARK_GRAPH_CONFIRM_S`` if set, else DEFAULT_CONFIRM_S."""
+    raw = (os.environ if env is None else env).get(CONFIRM_ENV)
+    if not raw:
+        return DEFAULT_CONFIRM_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ConfigError(f"{CONFIRM_ENV} must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
 class GraphSendMail(MailAction):
     name: ClassVar[str] = "graph.send_mail"
     # The draft is the fence (see the module docstring): a late send cannot duplicate.
     horizon_s: float = 0.0
 
     def __init__(self, writer: GraphClient, reader: GraphClient, *,
-                 confirm_s: float = DEFAULT_CONFIRM_S) -> None:
+                 confirm_s: float | None = None) -> None:
         """
         Args:
             writer: Graph client whose token has ``Mail.ReadWrite``, ``Mail.Send`` and
                 ``User.Read``; used by ``stage``, ``execute`` and ``check_identity``.
             reader: Graph client whose token has ``Mail.Read`` and ``User.Read``; used by the
                 probe and to confirm that a sent draft left Drafts.
-            confirm_s: How long ``execute`` waits for the sent draft to leave Drafts.
+            confirm_s: How long ``execute`` waits for the sent draft to leave Drafts
+                (default: ``confirm_timeout()``).
         """
         self.writer = writer
         self.read_client = reader
         self.reader = GraphSendMailProbe(reader)
-        self.confirm_s = confirm_s
+        self.confirm_s = confirm_timeout() if confirm_s is None else confirm_s
         # stage: one create; execute: one send, then probes until confirm_s is over, the last
         # of which may start just before that and take its reads' timeouts (the well-known
         # folder ids are read once, at check_identity or the first probe).
-        self.deadline_s = (writer.timeout + confirm_s + CONFIRM_READS * reader.timeout
+        self.deadline_s = (writer.timeout + self.confirm_s + CONFIRM_READS * reader.timeout
                            + 2 * LOOP_MARGIN_S)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from msgraph.generated.users.item.messages.item.move.move_post_request_body impo
     MovePostRequestBody,
 )
 
-from activities.graph import GraphSendMail, build_request
+from activities.graph import DEFAULT_CONFIRM_S, GraphSendMail, build_request, confirm_timeout
 from activities.wiring import bound_actions
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, arm, effects, get, post, target_of
 from helpers.steps import persist, step_context
@@ -42,10 +42,10 @@ SEND_OPS = ("sendMail", "message.send")  # the old step used sendMail, the fence
 
 def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S,
            read_token: str = READ_TOKEN, send_token: str = SEND_TOKEN) -> GraphSendMail:
-    a = GraphSendMail(writer=graph_client(server.url, send_token, timeout=timeout),
-                      reader=graph_client(server.url, read_token, timeout=CLIENT_TIMEOUT_S))
-    a.confirm_s = 1.0  # a message still in Drafts after this is taken as not submitted
-    return a
+    # A message still in Drafts a second after its send is taken as not submitted.
+    return GraphSendMail(writer=graph_client(server.url, send_token, timeout=timeout),
+                         reader=graph_client(server.url, read_token, timeout=CLIENT_TIMEOUT_S),
+                         confirm_s=1.0)
 
 
 def graph(server: StagingServer) -> GraphTarget:
@@ -355,9 +355,13 @@ def test_an_intent_from_before_the_fence_is_probed_by_sender(mail: StagingServer
     assert probed.observed["ignored"] == 1
 
 
-def test_client_timeout_comes_from_the_environment() -> None:
+def test_client_timeout_and_confirm_wait_come_from_the_environment() -> None:
     assert client_timeout({}) == DEFAULT_TIMEOUT_S
     assert client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": "2.5"}) == 2.5
+    assert confirm_timeout({}) == DEFAULT_CONFIRM_S
+    assert confirm_timeout({"TIDEMARK_GRAPH_CONFIRM_S": "0.5"}) == 0.5
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ConfigError):
             client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": bad})
+    with pytest.raises(ConfigError):
+        confirm_timeout({"TIDEMARK_GRAPH_CONFIRM_S": "-1"})
