@@ -106,7 +106,8 @@ def test_sigkill_at_random_step_and_phase_then_resume(server: StagingServer, db_
 
     baseline = run_round("chaos-base", None)
     assert baseline["writes"] == {("drive", "files.update"): 2, ("gmail", "drafts.create"): 1,
-                                  ("gmail", "drafts.send"): 1, ("graph", "sendMail"): 1,
+                                  ("gmail", "drafts.send"): 1, ("graph", "message.send"): 1,
+                                  ("graph", "messages.create"): 1,
                                   ("stripe", "payment_intents.create"): 1}
     assert not baseline["in_doubt"]
     seen: Counter[str] = Counter()
