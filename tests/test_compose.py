@@ -29,6 +29,7 @@ from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+TLS_FILE = ROOT / "docker-compose.tls.yml"  # added to the base file for authentication and TLS
 # A compose variable: $$ (a literal $ for the container's shell) or ${NAME[:-default|:?error]}.
 VARIABLE = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_]\w*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}"
                       r"|(?P<bare>[A-Za-z_]\w*))")
@@ -129,10 +130,10 @@ def run_script(service: dict[str, Any]) -> Path | None:
     return None
 
 
-def documented_variables() -> set[str]:
-    """The variables listed in the comment block that opens docker-compose.yml."""
+def documented_variables(path: Path = COMPOSE_FILE) -> set[str]:
+    """The variables listed in the comment block that opens a compose file."""
     header = []
-    for line in COMPOSE_FILE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
         header.append(line)
@@ -201,11 +202,13 @@ def test_the_worker_builds_from_here_with_the_dockerfile(
     assert (ROOT / build["context"] / build.get("dockerfile", "Dockerfile")).is_file()
 
 
-def test_every_variable_is_documented_and_none_is_silently_empty(
-        compose: dict[str, Any]) -> None:
-    documented = documented_variables()
+@pytest.mark.parametrize("path", [COMPOSE_FILE, TLS_FILE], ids=lambda p: p.name)
+def test_every_variable_is_documented_and_none_is_silently_empty(path: Path) -> None:
+    own = documented_variables(path)
+    # The TLS file is used with the base file, whose variables it may use too.
+    documented = own | (documented_variables() if path != COMPOSE_FILE else set())
     used: set[str] = set()
-    for text in strings(compose):
+    for text in strings(yaml.safe_load(path.read_text())):
         for m in VARIABLE.finditer(text):
             if m.group(0) == "$$":
                 continue
@@ -216,8 +219,9 @@ def test_every_variable_is_documented_and_none_is_silently_empty(
                 f"${{{name}}} needs a default (:-) or an error (:?) if unset or empty: {text!r}")
             used.add(name)
     assert used, "no variables found: the pattern is wrong"
-    assert used == documented, ("referenced but not in the header comment: "
-                                f"{used - documented}; listed but unused: {documented - used}")
+    assert used <= documented and own <= used, (
+        f"referenced but not in the header comment: {used - documented}; "
+        f"listed but unused: {own - used}")
 
 
 def test_no_literal_password_token_or_key(compose: dict[str, Any]) -> None:
@@ -393,27 +397,38 @@ def secret_paths(service: dict[str, Any]) -> set[str]:
     return set(re.findall(r"/run/secrets/([\w.-]+)", " ".join(strings(service))))
 
 
-def test_passwords_and_tokens_reach_containers_as_secret_files_only(
-        compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+def assert_secrets_are_files(services: dict[str, dict[str, Any]],
+                             declared: dict[str, Any]) -> int:
+    """Every password, key or token reaches its container as a file under /run/secrets that
+    the service is given; none as a variable's value. Returns how many variables it checked.
+    Works on the file as written and on `docker compose config` output."""
     checked = 0
     for name, service in services.items():
-        given = set(service.get("secrets", []))
+        given = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
         for key, value in environment(service).items():
-            if PASSWORDISH.search(key.removesuffix("_FILE")):
+            if PASSWORDISH.search(re.sub(r"_(FILE|PATH)$", "", key)):
                 checked += 1
-                assert key.endswith("_FILE"), f"{name}: {key} carries a secret as a variable"
+                assert value.startswith("/run/secrets/"), (
+                    f"{name}: {key} carries a secret as a variable, not a file")
                 assert value.removeprefix("/run/secrets/") in given, (name, key, value)
         # The wrapper's NAME=FILE arguments, and any other path under /run/secrets.
         assert secret_paths(service) <= given, (name, secret_paths(service) - given)
         assert "PGPASSWORD" not in " ".join(strings(service)), name
-    assert checked >= 12
-    declared = compose["secrets"]
-    used = {s for service in services.values() for s in service.get("secrets", [])}
+    used = {s if isinstance(s, str) else s["source"]
+            for service in services.values() for s in service.get("secrets", [])}
     assert used == set(declared), f"declared but unused: {set(declared) - used}"
-    for secret_name, spec in declared.items():
-        assert set(spec) == {"file"}, secret_name  # a file, never `environment:`
-        assert spec["file"] == "${TIDEMARK_SECRETS_DIR:-./secrets}/" + secret_name
-    assert {"postgres_password", "temporal_db_password", "tidemark_db_password"} <= used
+    return checked
+
+
+def test_passwords_and_tokens_reach_containers_as_secret_files_only(
+        compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    assert assert_secrets_are_files(services, compose["secrets"]) >= 12
+    for path in (COMPOSE_FILE, TLS_FILE):
+        for secret_name, spec in yaml.safe_load(path.read_text())["secrets"].items():
+            assert set(spec) == {"file"}, secret_name  # a file, never `environment:`
+            assert spec["file"] == "${TIDEMARK_SECRETS_DIR:-./secrets}/" + secret_name
+    assert {"postgres_password", "temporal_db_password", "tidemark_db_password"} <= set(
+        compose["secrets"])
 
 
 def test_images_that_take_a_password_only_from_a_variable_get_it_through_the_wrapper(
@@ -489,9 +504,11 @@ def test_the_readme_lists_every_secret_file(compose: dict[str, Any]) -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Compose stack"):]
     section = section[:section.index("\n## ", 3)]
-    for secret_name in compose["secrets"]:
+    tls_secrets = yaml.safe_load(TLS_FILE.read_text())["secrets"]
+    for secret_name in [*compose["secrets"], *tls_secrets]:
         assert f"`{secret_name}`" in section, secret_name
     assert "no authentication and no tls" in section.lower()
+    assert "docker-compose.tls.yml" in section
 
 
 # -- the real compose implementation ---------------------------------------------------------
@@ -509,17 +526,18 @@ def compose_binary() -> Path:
 
 @pytest.fixture
 def secrets_dir(tmp_path: Path, compose: dict[str, Any]) -> Path:
-    for secret_name in compose["secrets"]:
+    for secret_name in [*compose["secrets"], *yaml.safe_load(TLS_FILE.read_text())["secrets"]]:
         (tmp_path / secret_name).write_text("dummy\n")
     return tmp_path
 
 
-def compose_config(files: list[Path], secrets_dir: Path) -> subprocess.CompletedProcess[str]:
+def compose_config(files: list[Path], secrets_dir: Path,
+                   **variables: str) -> subprocess.CompletedProcess[str]:
     cmd = [str(compose_binary()), "--project-directory", str(ROOT)]
     for f in files:
         cmd += ["-f", str(f)]
     env = {"PATH": os.environ["PATH"], "HOME": str(secrets_dir),
-           "TIDEMARK_SECRETS_DIR": str(secrets_dir)}
+           "TIDEMARK_SECRETS_DIR": str(secrets_dir), **variables}
     return subprocess.run([*cmd, "config", "--format", "json"], capture_output=True, text=True,
                           timeout=60, env=env)
 
@@ -541,6 +559,34 @@ def test_docker_compose_config_accepts_the_file(secrets_dir: Path) -> None:
         for volume in service.get("volumes", []):
             if volume["type"] == "bind":
                 assert Path(volume["source"]).exists(), (name, volume["source"])
+
+
+def test_docker_compose_config_accepts_the_tls_file_on_top(secrets_dir: Path) -> None:
+    oidc = {"TEMPORAL_UI_OIDC_PROVIDER_URL": "https://accounts.google.com",
+            "TEMPORAL_UI_OIDC_CLIENT_ID": "ui-client"}
+    missing = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir)
+    assert missing.returncode != 0 and "set TEMPORAL_UI_OIDC_PROVIDER_URL" in missing.stderr
+    done = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, **oidc)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    services = resolved["services"]
+    assert_secrets_are_files(services, resolved["secrets"])
+    # Every client of the frontend has the CA and a client certificate; the server requires one.
+    client_tls = {"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                  "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_NAME"}
+    for name in ("worker", "temporal-setup"):
+        assert client_tls <= services[name]["environment"].keys(), name
+    assert {"TEMPORAL_TLS_CA", "TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY"} <= services[
+        "temporal-ui"]["environment"].keys()
+    server = services["temporal"]["environment"]
+    assert server["TEMPORAL_TLS_REQUIRE_CLIENT_AUTH"] == "true"
+    assert server["TEMPORAL_TLS_FRONTEND_SERVER_NAME"] == "temporal" == services["worker"][
+        "environment"]["TEMPORAL_TLS_SERVER_NAME"]
+    # The base file's settings survive the merge.
+    assert server["DYNAMIC_CONFIG_FILE_PATH"] and server["NUM_HISTORY_SHARDS"] == "512"
+    assert services["temporal"]["entrypoint"][-1] == "/etc/temporal/entrypoint.sh"
+    assert services["temporal-ui"]["environment"]["TEMPORAL_AUTH_ENABLED"] == "true"
+    assert services["temporal-ui"]["entrypoint"][-1] == "./start-ui-server.sh"
 
 
 @pytest.mark.parametrize(("mutate", "complaint"), [

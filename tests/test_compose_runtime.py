@@ -341,3 +341,58 @@ def test_init_script_stops_before_psql_when_a_password_file_is_missing(
     assert done.returncode != 0
     assert "TIDEMARK_DB_PASSWORD: no file named" in done.stderr
     assert not ran.exists(), "psql ran with a password missing"
+
+
+# -- the worker's TLS to Temporal --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A self-signed certificate for the name `temporal` and its key (openssl)."""
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=temporal",
+                    "-addext", "subjectAltName=DNS:temporal", "-keyout", str(d / "key.pem"),
+                    "-out", str(d / "cert.pem")], check=True, capture_output=True, timeout=30)
+    return {"cert": d / "cert.pem", "key": d / "key.pem"}
+
+
+def test_worker_reads_the_temporal_clis_tls_variables(tls_files: dict[str, Path]) -> None:
+    from worker import temporal_connect_config
+
+    plain = temporal_connect_config({})
+    assert plain == {"target_host": "localhost:7233", "namespace": "default"}
+    tls = temporal_connect_config({
+        "TEMPORAL_ADDRESS": "temporal:7233", "TEMPORAL_NAMESPACE": "plans",
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(tls_files["cert"]),
+        "TEMPORAL_TLS_CLIENT_CERT_PATH": str(tls_files["cert"]),
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": str(tls_files["key"]),
+        "TEMPORAL_TLS_SERVER_NAME": "temporal"})
+    assert (tls["target_host"], tls["namespace"]) == ("temporal:7233", "plans")
+    config = tls["tls"]
+    assert config.server_root_ca_cert == tls_files["cert"].read_bytes()
+    assert config.client_cert == tls_files["cert"].read_bytes()
+    assert config.client_private_key == tls_files["key"].read_bytes()
+    assert config.domain == "temporal"
+    with pytest.raises(ConfigError, match="TEMPORAL_TLS_CLIENT_KEY_PATH: cannot read"):
+        temporal_connect_config({"TEMPORAL_TLS_CLIENT_CERT_PATH": str(tls_files["cert"]),
+                                 "TEMPORAL_TLS_CLIENT_KEY_PATH": "/nonexistent/key.pem"})
+
+
+async def test_worker_with_tls_set_does_not_talk_clear_text(
+        dev_server: str, tls_files: dict[str, Path]) -> None:
+    """The dev server speaks clear text only: with a CA configured the connection must fail
+    (TLS is really on), and without it the same connection works."""
+    from datetime import timedelta
+
+    from temporalio.client import Client
+    from temporalio.service import RetryConfig
+
+    from worker import temporal_connect_config
+
+    env = {"TEMPORAL_ADDRESS": dev_server}
+    client = await Client.connect(**temporal_connect_config(env))
+    assert (await client.service_client.check_health()) is True
+    with pytest.raises(RuntimeError, match="Failed client connect"):
+        await Client.connect(**temporal_connect_config(
+            {**env, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(tls_files["cert"])}),
+            retry_config=RetryConfig(max_retries=0), connect_timeout=timedelta(seconds=5))
