@@ -9,7 +9,7 @@
 #
 # Compose mounts a file secret with its owner and mode from the host; a file this uid cannot
 # read stops here with the numbers and the fix, instead of a server that cannot log in.
-# A password is letters, digits and . _ ~ - only: Temporal splices it unquoted into its YAML
+# A password is letters, digits and . _ ~ - only: Temporal splices it unescaped into its YAML
 # configuration, and these need no quoting in a URL either.
 set -eu
 
@@ -35,7 +35,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     value=$(cat "$file")
     case $value in
         '') fail "$name: $file is empty" ;;
-        *[!A-Za-z0-9._~-]*) fail "$name: $file holds characters other than letters, digits and . _ ~ - (a line break or space inside it, perhaps); Temporal puts the password into its YAML configuration unquoted: make a new one, e.g. openssl rand -hex 32" ;;
+        *[!A-Za-z0-9._~-]*) fail "$name: $file holds characters other than letters, digits and . _ ~ - (a line break or space inside it, perhaps); Temporal puts the password into its YAML configuration unescaped: make a new one, e.g. openssl rand -hex 32" ;;
     esac
     export "$name=$value"
     shift

@@ -57,6 +57,22 @@ def private_file(directory: Path, name: str, content: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def fresh_postgres() -> Iterator[tuple[str, Path]]:
+    """A new embedded Postgres (a new data volume, as the image's init scripts see) and its
+    bin directory, which has psql. Only one test creates roles in it.
+
+    Its data lives outside pytest's temporary root: as root, pgserver runs Postgres as another
+    user, and any pytest starting meanwhile on this machine makes that root 0700 again."""
+    import pgserver
+
+    base = Path(tempfile.mkdtemp(prefix="tm-pg-"))
+    server = EmbeddedPostgres(base / "pgdata", delete=True)
+    yield server.url(), Path(pgserver.__file__).parent / "pginstall" / "bin"
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
 # -- the secret wrapper ---------------------------------------------------------------------
 
 def wrapper(*args: str, nobody: bool = False) -> subprocess.CompletedProcess[str]:
@@ -199,8 +215,12 @@ def start_worker(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]
     return proc, lines
 
 
-def test_worker_starts_with_database_url_and_no_pgserver(dev_server: str, db_url: str,
-                                                         secret_dir: Path) -> None:
+def test_worker_starts_with_database_url_and_no_pgserver(
+        dev_server: str, fresh_postgres: tuple[str, Path], secret_dir: Path) -> None:
+    admin_url = fresh_postgres[0]
+    with psycopg.connect(admin_url, autocommit=True) as db:
+        db.execute("CREATE DATABASE journal_start_up")
+    db_url = psycopg.conninfo.make_conninfo(admin_url, dbname="journal_start_up")
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
            ENV_URL: db_url, "TEMPORAL_ADDRESS": dev_server,
            "TIDEMARK_TASK_QUEUE": "compose-start-up", "TIDEMARK_LOG_LEVEL": "INFO"}
@@ -276,15 +296,6 @@ def scram_matches(verifier: str, password: str) -> bool:
     return base64.b64encode(hashlib.sha256(client_key).digest()).decode() == stored_key
 
 
-@pytest.fixture(scope="module")
-def fresh_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A new embedded Postgres (a new data volume, as the image's init scripts see) and its
-    bin directory, which has psql. Only one test creates roles in it."""
-    import pgserver
-
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("init") / "pgdata", delete=True)
-    yield server.url(), Path(pgserver.__file__).parent / "pginstall" / "bin"
-    server.close()
 
 
 def test_init_script_creates_roles_with_the_passwords_of_the_files(
