@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -46,6 +47,8 @@ STICKY_TO_START = timedelta(seconds=2)
 # On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
 # journal's probe on the next attempt). Steps normally take well under a second.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
+# Exit status for a configuration the worker cannot start with (sysexits' EX_CONFIG).
+EXIT_CONFIG = 78
 
 
 def build_worker(client: Client, store: JournalStore, registry: Registry,
@@ -80,11 +83,12 @@ async def serve(env: Mapping[str, str], stop: asyncio.Event,
     connect = temporal_connect_config(env)
     address, namespace = connect["target_host"], connect["namespace"]
     task_queue = env.get("TIDEMARK_TASK_QUEUE", TASK_QUEUE)
+    # Credentials first: a file that cannot be read is reported before anything connects.
+    registry = registry or worker_registry(env)
     store = JournalStore(database_url()).open()
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
-    registry = registry or worker_registry(env)
     client = await Client.connect(**connect)
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
         worker = build_worker(client, store, registry, executor, task_queue)
@@ -108,7 +112,13 @@ def main(registry: Registry | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         await serve(os.environ, stop, registry)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except ConfigError as e:
+        # The message says what to fix (a file the worker's uid cannot read, a missing
+        # credential); a traceback would only bury it.
+        log.error("cannot start: %s", e)
+        sys.exit(EXIT_CONFIG)
 
 
 # The guard matters: Temporal's workflow sandbox re-imports modules, and must not start a worker.

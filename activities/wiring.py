@@ -72,8 +72,10 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
         return None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as e:
+    except PermissionError as e:
         raise ConfigError(unreadable(f"{name}_FILE", path, e)) from None
+    except OSError as e:
+        raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
 
 
 def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | None:

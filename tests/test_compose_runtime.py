@@ -150,7 +150,7 @@ def test_worker_secret_reads_a_readable_file_and_says_when_it_is_missing(
         secret_dir: Path) -> None:
     (secret_dir / "tok").write_text("tok-1\n")
     assert secret({"T_FILE": str(secret_dir / "tok")}, "T") == "tok-1"
-    with pytest.raises(ConfigError, match="no such file; create it, or point T_FILE"):
+    with pytest.raises(ConfigError, match=r"T_FILE: cannot read .*absent: No such file"):
         secret({"T_FILE": str(secret_dir / "absent")}, "T")
 
 
@@ -275,6 +275,31 @@ def test_the_dynamic_config_is_what_the_server_honours(dev_server: str) -> None:
     assert too_long.returncode != 0 and "exceeds maximum allowed length" in too_long.stderr
     fits = start("y" * 255)
     assert fits.returncode == 0, fits.stderr
+
+
+def test_worker_stops_with_one_clear_line_for_a_secret_it_cannot_read(
+        dev_server: str, secret_dir: Path) -> None:
+    """A credential file mounted with its host owner and mode 0600: the worker (another uid)
+    exits with EX_CONFIG and a single line naming the file, the uids and the fix, before it
+    connects anywhere (the database URL here leads nowhere)."""
+    from worker import EXIT_CONFIG
+
+    write = private_file(secret_dir, "stripe_write_token", "rk_test_w")
+    read = secret_dir / "stripe_read_token"
+    read.write_text("rk_test_r")
+    env = {"PATH": os.environ["PATH"], "HOME": str(secret_dir), "PYTHONDONTWRITEBYTECODE": "1",
+           ENV_URL: f"postgresql://tidemark@127.0.0.1:{free_port()}/none",
+           "TEMPORAL_ADDRESS": dev_server, "TIDEMARK_TASK_QUEUE": "compose-unreadable",
+           "TIDEMARK_STRIPE_WRITE_TOKEN_FILE": str(write),
+           "TIDEMARK_STRIPE_READ_TOKEN_FILE": str(read)}
+    done = subprocess.run(as_nobody([sys.executable, "worker.py"]), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "Traceback" not in done.stderr
+    uid = NOBODY if os.getuid() == 0 else os.getuid()
+    assert (f"cannot start: TIDEMARK_STRIPE_WRITE_TOKEN_FILE: cannot read {write}: permission "
+            f"denied to uid {uid}") in done.stderr
+    assert "rk_test" not in done.stderr  # the readable secret is not shown either
 
 
 # -- the Temporal set-up script --------------------------------------------------------------
