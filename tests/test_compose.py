@@ -1,5 +1,6 @@
-"""docker-compose.yml and the Dockerfile, checked the way a reviewer would: Docker cannot run
-here, so the files are parsed and held against each other, the project and the code."""
+"""docker-compose.yml, docker-compose.tls.yml and the Dockerfile, checked the way a reviewer
+would: Docker cannot run here, so Docker Compose's own `config` validates the files, and they are
+parsed and held against each other, what the images require, the project and the code."""
 
 from __future__ import annotations
 
