@@ -4,9 +4,11 @@ test, and a migrated JournalStore on it."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ class PostgresServer:
 
 
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+def pg() -> Iterator[PostgresServer]:
     external = os.environ.get(ENV_URL)
     if external:
         base = psycopg.conninfo.conninfo_to_dict(external)
@@ -51,9 +53,14 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
 
         yield PostgresServer(external, url_for)
         return
-    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("pg")) / "data", delete=True)
+    # Outside pytest's temporary root: as root, pgserver runs Postgres as another user, and any
+    # other pytest that starts meanwhile on the machine makes that root 0700 again, cutting the
+    # server off from its own data directory.
+    base = Path(tempfile.mkdtemp(prefix="tidemark-pg-"))
+    server = EmbeddedPostgres(base / "data", delete=True)
     yield PostgresServer(server.url(), server.url)
     server.close()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
