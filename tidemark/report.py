@@ -22,6 +22,8 @@ class Report:
     @property
     def state(self) -> str:
         p = self.progress
+        if p.unwound is not None:
+            return "unwound"  # terminal: nothing runs the task forward again
         if p.stop is not None:
             return "stopped"
         if p.finished:
@@ -45,6 +47,7 @@ class Report:
                  "provably_not_attempted": n > p.last_step}
                 for n, a, status in self.irreversible],
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
+            "unwound": _jsonable(p.unwound),
         }
 
     def text(self) -> str:
@@ -82,6 +85,9 @@ class Report:
             lines.append(f"  stop state     stopped by {p.stop['set_by']}: {p.stop['reason']}")
         if p.undo_rows:
             lines.append(f"  unwind rows    {p.undo_rows}")
+        if p.unwound:
+            lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
+                         f"{p.unwound['unwound_at']}; the task does not run again")
         return "\n".join(lines)
 
 
