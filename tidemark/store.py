@@ -546,8 +546,10 @@ class StepSession:
             constraint = e.diag.constraint_name
             if constraint == "journal_one_in_doubt":
                 raise InvariantViolation(
-                    f"task {task_id!r} already has a step in doubt; step {step} may not start"
-                ) from e
+                    f"task {task_id!r} already has a step in doubt ({self._open_row(task_id)});"
+                    f" step {step} ({phase}) may not start until it is settled: resume the "
+                    f"task, or record what happened with `tidemark resolve {task_id} --step N "
+                    "--as done` (or `--as never` for a stopped task)") from e
             raise JournalMismatch(
                 f"task {task_id!r} step {step}: the journal already holds a different "
                 f"entry ({constraint})") from e
@@ -572,6 +574,13 @@ class StepSession:
         if r is None:
             self._refusal(task_id, phase)
             raise InvariantViolation(f"no open intent with key {key} to act on")
+
+    def _open_row(self, task_id: str) -> str:
+        """Names the task's row in doubt, for an error message."""
+        with _translated():
+            r = self.conn.execute("SELECT step, phase, action FROM tidemark.journal"
+                                  " WHERE task_id = %s AND outcome IS NULL", (task_id,)).fetchone()
+        return f"step {r['step']} {r['action']} ({r['phase']})" if r else "settled meanwhile"
 
     def _refusal(self, task_id: str, phase: str) -> None:
         """Raises why the task may not act now, if it is its stop or unwound state."""

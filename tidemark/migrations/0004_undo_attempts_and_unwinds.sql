@@ -35,3 +35,9 @@ CREATE TRIGGER unwinds_no_truncate BEFORE TRUNCATE ON tidemark.unwinds
 ALTER TABLE tidemark.events DROP CONSTRAINT events_kind_check;
 ALTER TABLE tidemark.events ADD CONSTRAINT events_kind_check CHECK (kind IN (
     'plan', 'probe', 'precondition', 'error', 'decision', 'stop', 'release', 'run', 'unwound'));
+
+COMMENT ON COLUMN tidemark.journal.lease_until IS
+    'Until when the attempt acting on this open intent may still be acting or its request still '
+    'land: written before the call to cover the action''s deadline plus the target''s horizon, '
+    'extended (never shortened) by renewals while it acts, held for the horizon after an '
+    'ambiguous failure. NULL: started_at plus the lease (rows written before this column)';
