@@ -19,7 +19,13 @@ from tidemark import commands
 from tidemark.actions import ProbeResult, Registry, StepContext
 from tidemark.cli import main
 from tidemark.commands import DecisionError
-from tidemark.errors import InvariantViolation, StepBusy, StepFailed, TaskStopped
+from tidemark.errors import (
+    InvariantViolation,
+    StepBusy,
+    StepFailed,
+    TaskStopped,
+    TaskUnwound,
+)
 from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -173,3 +179,20 @@ def test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_proceeds(
     again = run_step(store, REGISTRY, task, 2)  # nothing executes the step ever after
     assert (again.status, again.skipped) == ("failed", True)
     assert ledger_lines(tmp_path / "ledger") == []
+
+
+# -- 3. unwound is terminal, down to the intent's statement -----------------------------------
+
+def test_no_intent_is_written_for_an_unwound_task_even_once_released(
+        store: JournalStore, tmp_path: Path) -> None:
+    task = persist(store, SPECS, [rename(tmp_path, 0), ledger_step(tmp_path, "mail")],
+                   "unwound-1")
+    run_step(store, REGISTRY, task, 1)
+    store.set_control(task, "stopped", "undo", "ops")
+    assert unwind_step(store, REGISTRY, task, 1).status == "undone"
+    assert store.record_unwound(task, "ops", {}) == []
+    commands.release(store.conninfo, task, "go on", "ops")
+    with pytest.raises(TaskUnwound):
+        run_step(store, REGISTRY, task, 2)
+    assert store.step_row(task, 2) is None and ledger_lines(tmp_path / "ledger") == []
+    assert commands.status(store.conninfo, task).state == "unwound"

@@ -20,7 +20,7 @@ from helpers.wait import assert_eventually
 from tidemark.actions import Registry, StepContext
 from tidemark.errors import Refused, StepBusy, StepFailed, TargetUnavailable
 from tidemark.run_step import StepResult, run_step
-from tidemark.store import LEASE_S, POOL_MAX, JournalStore
+from tidemark.store import LEASE_RENEW_S, LEASE_S, POOL_MAX, JournalStore
 
 SPECS = spec_registry(LedgerRecord)
 
@@ -149,20 +149,24 @@ def test_a_definite_refusal_still_closes_the_row_at_once(store: JournalStore,
     assert (again.status, again.skipped) == ("failed", True)
 
 
-def test_the_lease_is_written_with_the_intent_to_cover_the_call(store: JournalStore,
-                                                                tmp_path: Path) -> None:
+def test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it(
+        store: JournalStore, tmp_path: Path) -> None:
+    seen: list[float] = []
+
     class Watched(LedgerRecord):
         deadline_s = 40.0
         horizon_s = 20.0
-        seen: float | None = None
 
         def execute(self, ctx: StepContext) -> dict[str, Any]:
             with psycopg.connect(store.conninfo, autocommit=True) as conn:
-                Watched.seen = conn.execute(
-                    "SELECT extract(epoch FROM lease_until - clock_timestamp())::float8"
-                    " FROM tidemark.journal WHERE idem_key = %s", (ctx.key,)).fetchone()[0]
+                for _ in range(2):  # at the call's start, and after a few renewals
+                    seen.append(conn.execute(
+                        "SELECT extract(epoch FROM lease_until - clock_timestamp())::float8"
+                        " FROM tidemark.journal WHERE idem_key = %s", (ctx.key,)).fetchone()[0])
+                    time.sleep(3 * LEASE_RENEW_S)
             return super().execute(ctx)
 
     task = persist(store, SPECS, [ledger_step(tmp_path)])
     run_step(store, Registry([Watched()]), task, 1)
-    assert Watched.seen is not None and 55 < Watched.seen <= 60
+    assert seen[0] is not None and 55 < seen[0] <= 60  # deadline + horizon, before the call
+    assert 50 < seen[1] < seen[0]  # renewals (to LEASE_S + horizon) did not cut it short
