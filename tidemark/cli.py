@@ -69,7 +69,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     print(f"{'step':>5} {'phase':<5} {'action':<22} {'status':<8} {'by':<9} "
           f"{'intent':<20} {'key'}")
     for r in data["rows"]:
-        print(f"{r['step']:>5} {r['phase']:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
+        phase = r["phase"] + (f"#{r['attempt']}" if r.get("attempt", 1) > 1 else "")
+        print(f"{r['step']:>5} {phase:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
               f"{r['resolved_by'] or '-':<9} {r['started_at'][:19]:<20} {r['idem_key']}")
     for e in data["events"]:
         step = f"step {e['step']} " if e["step"] else ""
