@@ -32,6 +32,10 @@ class FsRename(Action):
         "path": Arg(str, check=_absolute),
         "name": Arg(str, check=_file_name),
     }
+    # A local rename is one system call in this process: it cannot outlive its attempt by more
+    # than a moment, and nothing applies it later.
+    deadline_s = 2.0
+    horizon_s = 0.0
 
     def __init__(self) -> None:
         self.reader = FsRenameProbe()

@@ -19,7 +19,7 @@ from typing import Any
 
 from tidemark import commands
 from tidemark.database import database_url
-from tidemark.errors import TidemarkError
+from tidemark.errors import TaskUnwound, TidemarkError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -69,7 +69,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     print(f"{'step':>5} {'phase':<5} {'action':<22} {'status':<8} {'by':<9} "
           f"{'intent':<20} {'key'}")
     for r in data["rows"]:
-        print(f"{r['step']:>5} {r['phase']:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
+        phase = r["phase"] + (f"#{r['attempt']}" if r.get("attempt", 1) > 1 else "")
+        print(f"{r['step']:>5} {phase:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
               f"{r['resolved_by'] or '-':<9} {r['started_at'][:19]:<20} {r['idem_key']}")
     for e in data["events"]:
         step = f"step {e['step']} " if e["step"] else ""
@@ -104,6 +105,8 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
     url = database_url()
     report = commands.status(url, a.task)
+    if report.progress.unwound is not None:
+        raise TaskUnwound(a.task)  # before releasing anything: an unwound task stays put
     if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
     result = asyncio.run(resume_task(a.address, a.namespace, a.task, wait=a.wait,
@@ -261,9 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("resolve", help="record a person's decision on the step in doubt")
     rs.add_argument("task")
     rs.add_argument("--step", type=int, required=True)
-    rs.add_argument("--as", dest="as_", choices=["done", "absent"], required=True,
+    rs.add_argument("--as", dest="as_", choices=["done", "absent", "never"], required=True,
                     help="done: it happened; absent: it did not (a resumed run executes it "
-                         "if its probe still cannot tell)")
+                         "if its probe still cannot tell); never: it did not happen and must "
+                         "not happen (stopped tasks only: the step is closed as failed, "
+                         "nothing executes it, an unwind can proceed)")
     rs.add_argument("--note", default="", help="what you looked at")
     rs.add_argument("--by", default=user)
     rs.add_argument("--yes", action="store_true")

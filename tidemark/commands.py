@@ -73,9 +73,12 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
     ``done``: the step's outcome is recorded as done (resolved_by=operator) and a resumed run
     goes on after it. ``absent``: the decision is recorded; a resumed run still probes first,
     and only if the probe still cannot tell does it take the person's word and execute.
+    ``never``: it did not happen and must not happen. Only for a stopped task: the row is
+    closed as failed (resolved_by=operator) without executing anything, so the task never runs
+    that step and an unwind can proceed past it.
     """
-    if as_ not in ("done", "absent"):
-        raise DecisionError(f"--as must be done or absent, not {as_!r}")
+    if as_ not in DECISIONS:
+        raise DecisionError(f"--as must be one of {', '.join(DECISIONS)}, not {as_!r}")
     with open_store(url) as store:
         doubt = store.progress(task_id).in_doubt
         if doubt is None or doubt.step != step or doubt.phase != "do":
@@ -83,10 +86,24 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
             raise DecisionError(f"task {task_id!r}: step {step} is not in doubt ({where} is)")
         detail = {"as": as_, "note": note, "key": doubt.idem_key}
         with store.execution(task_id, step) as s:
+            if as_ == "never":
+                if s.stopped is None:
+                    raise DecisionError(
+                        f"task {task_id!r} is not stopped; stop it first (`tidemark stop "
+                        f"{task_id}`) so that no run acts on step {step} meanwhile")
+                if s.lease_left is not None and s.lease_left > 0:
+                    raise DecisionError(
+                        f"task {task_id!r}: an attempt on step {step} may still be acting for "
+                        f"{s.lease_left:.1f}s; decide once that has passed")
             s.event(task_id, "decision", detail, step, by)
             if as_ == "done":
                 s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
                            status="done", resolved_by="operator")
+            elif as_ == "never":
+                s.complete(key=doubt.idem_key,
+                           outcome={"operator": by, "note": note, "never": True,
+                                    "decision": "it did not happen and must not happen"},
+                           status="failed", resolved_by="operator")
     return {"task_id": task_id, "step": step, **detail, "by": by}
 
 
@@ -121,6 +138,7 @@ def decide_approval(url: str, task_id: str, decision: str, by: str,
         store.record_approval(task_id, decision, by, note)
     return {"task_id": task_id, "decision": decision, "by": by, "note": note,
             "irreversible": irreversible_lines(plan)}
+DECISIONS = ("done", "absent", "never")
 
 
 class DecisionError(TidemarkError):
