@@ -90,6 +90,13 @@ def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | N
         missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
         raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
                           "a write credential for actions and a read-only one for probes")
+    if url is None and staging and (write, read) != (t.staging_write, t.staging_read):
+        # Real credentials and no URL of their own: the staging URL would receive them.
+        raise ConfigError(
+            f"{target}: {p}_WRITE_TOKEN and {p}_READ_TOKEN are set but {p}_URL is not, while "
+            f"{STAGING_URL} is: the {target} credentials would be sent to the staging servers "
+            f"at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
+            f"{STAGING_URL}")
     return url or staging or t.default_url, write, read
 
 
