@@ -148,7 +148,9 @@ async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
     assert [p for p in ports if listening(p)] == []
 
 
-async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path) -> None:
+async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEMARK_FS_ROOTS", str(tmp_path))  # the worker's fs.rename reaches it
     draft = tmp_path / "draft.txt"
     draft.write_text("x")
     plan = {"task_id": "restart-1", "steps": [

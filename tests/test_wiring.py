@@ -3,11 +3,16 @@ belong, and fs.rename reaches only the roots it was given."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from activities.wiring import STAGING_URL, bound_actions, credentials
+from activities.fs import FsRename
+from activities.wiring import STAGING_URL, bound_actions, credentials, worker_registry
+from probes.fs import ROOTS_ENV
 from staging import gmail as staging_gmail
-from tidemark.errors import ConfigError
+from tidemark.errors import ActionNotConfigured, ConfigError
 
 STAGING = "http://127.0.0.1:8900"
 
@@ -40,3 +45,20 @@ def test_tokens_with_their_own_url_or_the_staging_tokens_are_accepted() -> None:
     # Without a staging URL, real tokens go to the real service.
     env = {"TIDEMARK_GMAIL_WRITE_TOKEN": "w", "TIDEMARK_GMAIL_READ_TOKEN": "r"}
     assert credentials(env, "gmail") == ("https://gmail.googleapis.com", "w", "r")
+
+
+def test_fs_rename_is_bound_only_with_roots(tmp_path: Path) -> None:
+    with pytest.raises(ActionNotConfigured, match=r"'fs\.rename' is not configured"):
+        worker_registry({}).bound("fs.rename")
+    with pytest.raises(ActionNotConfigured):
+        worker_registry({ROOTS_ENV: ""}).bound("fs.rename")
+    other = tmp_path / "b"
+    other.mkdir()
+    (tmp_path / "link").symlink_to(other)
+    action = worker_registry({ROOTS_ENV: os.pathsep.join([str(tmp_path / "link"), ""])}
+                             ).bound("fs.rename")
+    assert isinstance(action, FsRename)
+    assert action.roots.paths == (os.path.realpath(other),)  # resolved once, at start
+    with pytest.raises(ConfigError, match="not a directory"):
+        worker_registry({ROOTS_ENV: str(tmp_path / "missing")})
+

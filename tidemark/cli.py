@@ -185,6 +185,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
+              f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()
     return 0

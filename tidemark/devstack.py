@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probes.fs import ROOTS_ENV
 from staging.core import StagingServer
 from staging.targets import build_staging
 from tidemark.database import ENV_URL, database_url, tidemark_home
@@ -104,6 +105,9 @@ class DevStack:
     with_worker: bool = True
     home: Path = field(default_factory=tidemark_home)
     worker_env: dict[str, str] = field(default_factory=dict)
+    # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
+    # $TIDEMARK_HOME/files (made on start).
+    fs_roots: str = ""
     db_url: str = ""
     staging: StagingServer | None = None
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -124,6 +128,10 @@ class DevStack:
         ensure_port_free(self.port, "Temporal gRPC frontend", "--port")
         ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
         ensure_port_free(self.staging_port, "staging servers", "--staging-port")
+        if not self.fs_roots:
+            self.fs_roots = os.environ.get(ROOTS_ENV) or str(self.home / "files")
+            if self.fs_roots == str(self.home / "files"):
+                (self.home / "files").mkdir(mode=0o700, exist_ok=True)
         try:
             self.db_url = database_url()
             self._start_temporal()
@@ -154,7 +162,7 @@ class DevStack:
     def env(self) -> dict[str, str]:
         """The environment a worker (or the `temporal` CLI) needs to reach this stack."""
         env = {**os.environ, "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
-               **self.worker_env}
+               ROOTS_ENV: self.fs_roots, **self.worker_env}
         if self.staging is not None:
             env["TIDEMARK_STAGING_URL"] = self.staging.url
         return env

@@ -19,6 +19,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from probes.fs import ROOTS_ENV
 from tidemark.database import redacted
 from tidemark.devstack import DevStack
 from tidemark.errors import TidemarkError
@@ -113,6 +114,7 @@ async def _demo(stack: DevStack, files: int, kill_at: int, say: Callable[[str], 
     say(f"plan: {len(doc['steps'])} steps ({files} renames in {docs}, then 2 mails); "
         f"saved as {run_dir / 'plan.json'}")
 
+    stack.worker_env[ROOTS_ENV] = str(docs)  # the demo's renames reach its own folder only
     doomed = stack.start_worker(**{CRASH_ENV: f"after_execute:{kill_at}"})
     client = await Client.connect(stack.address)
     handle = await start_plan(client, doc, task_id)

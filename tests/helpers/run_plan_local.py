@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.wiring import worker_registry
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -19,7 +20,8 @@ from tidemark.store import JournalStore
 
 def main() -> int:
     url, task_id, staging_url = sys.argv[1:4]
-    registry = worker_registry({"TIDEMARK_STAGING_URL": staging_url})
+    registry = worker_registry({"TIDEMARK_STAGING_URL": staging_url,
+                                "TIDEMARK_FS_ROOTS": FS_ROOTS})
     registry.register(LedgerRecord())
     with JournalStore(url) as store:
         for step in range(1, store.progress(task_id).step_count + 1):
