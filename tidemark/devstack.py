@@ -23,10 +23,13 @@ from pathlib import Path
 from probes.fs import ROOTS_ENV
 from staging.core import StagingServer
 from staging.targets import build_staging
-from tidemark.database import ENV_URL, database_url, tidemark_home
+from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
 from tidemark.errors import TidemarkError
 
 SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword"}
+# What the dev server and the worker create (temporal.db and its journal files, the demo's
+# files) is readable by its owner only.
+PRIVATE_UMASK = 0o077
 STARTUP_TIMEOUT_S = 30.0  # the dev server is up in well under a second here; CI may be slower
 
 
@@ -145,16 +148,18 @@ class DevStack:
 
     def _start_temporal(self) -> None:
         log = self.home / "temporal.log"
+        for db in self.home.glob("temporal.db*"):  # the history: plans, recipients, amounts
+            db.chmod(0o600)
         cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
                "--port", str(self.port), "--ui-port", str(self.ui_port),
                "--db-filename", str(self.home / "temporal.db"), "--log-level", "warn",
                "--ui-disable-news-fetch"]
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
-        out = log.open("ab")
+        out = private_file(log)
         with interrupts_held():
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, umask=PRIVATE_UMASK)
             self._procs.append(proc)
         wait_for_port(self.port, proc, "Temporal dev server", log)
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
@@ -169,11 +174,12 @@ class DevStack:
 
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         """Starts ``python -m worker`` against this stack (again, after a kill)."""
-        log = (self.home / "worker.log").open("ab")
+        log = private_file(self.home / "worker.log")
         with interrupts_held():
             self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
                                            env={**self.env(), **extra_env}, stdout=log,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                                           stderr=subprocess.STDOUT, start_new_session=True,
+                                           umask=PRIVATE_UMASK)
             self._procs.append(self.worker)
         return self.worker
 
