@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -283,9 +284,12 @@ def test_a_home_of_another_user_is_refused(tmp_path: Path,
 
 
 def test_the_embedded_postgres_home_is_closed_to_others(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
     """Run as root, pgserver opens the directories above its data to everyone; the home is
-    closed again, to all but the database's own user, and the database still answers."""
+    closed again, to all but the database's own processes, and the database still answers
+    and stops cleanly (pg_ctl stop must reach its data directory)."""
     home = tmp_path / "pghome"
     monkeypatch.setenv(ENV_HOME, str(home))
     server = EmbeddedPostgres(tidemark_home() / "pgdata", delete=True)
@@ -294,9 +298,12 @@ def test_the_embedded_postgres_home_is_closed_to_others(tmp_path: Path,
         data = (home / "pgdata").stat()
         if data.st_uid == os.geteuid():
             assert mode(home) == 0o700
-        else:  # root: the server runs as its own system user, reached through the group
-            assert (mode(home), home.stat().st_gid) == (0o710, data.st_gid)
+        else:  # root: the server runs as its own system user with our group
+            assert (mode(home), home.stat().st_gid) == (0o710, os.getegid())
         with psycopg.connect(server.url(), connect_timeout=10) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+        with caplog.at_level(logging.ERROR, logger="pgserver"):
+            server.close()  # pg_ctl stop, as the server's user
+        assert [r.getMessage()[:80] for r in caplog.records] == []
     finally:
         server.close()

@@ -23,9 +23,10 @@ def tidemark_home() -> Path:
 
     It holds the journal's database, Temporal's history (plans, recipients, amounts) and the
     logs, so it is created 0700 and an existing one with a looser mode is tightened. Run as
-    root, the embedded Postgres runs as the system user ``pgserver``, which must traverse it
-    to its data directory: then it is 0710 with that user's group, nobody else's. A home that
-    belongs to another user is refused: we could not keep it private.
+    root, the embedded Postgres runs as the system user ``pgserver`` but keeps our group
+    (pgserver switches only the user), and must traverse the home to its data directory: then
+    the home is 0710 with our own group, closed to everyone else. A home that belongs to
+    another user is refused: we could not keep it private.
     """
     home = os.environ.get(ENV_HOME)
     path = Path(home) if home else Path.home() / ".local" / "share" / "tidemark"
@@ -47,7 +48,7 @@ def secure_home(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         owner = pgdata.stat()
         if owner.st_uid != st.st_uid:  # a database server running as another user
-            mode, gid = 0o710, owner.st_gid
+            mode, gid = 0o710, os.getegid()
     if gid != st.st_gid:
         os.chown(path, -1, gid)
     if stat.S_IMODE(st.st_mode) != mode:
