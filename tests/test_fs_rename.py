@@ -129,6 +129,16 @@ async def test_an_os_error_ends_the_run_instead_of_retrying(
     assert "ENOTDIR" in result.error["message"]
     assert store.rows("enotdir-1") == []
 
+    # What the plan alone shows is refused before the plan is stored.
+    doc = {"task_id": "toolong-1", "steps": [rename(str(tmp_path / "file.txt"), "n" * 256)]}
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", doc, id="tidemark-toolong-1", task_queue=task_queue, result_type=RunResult)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert (result.state, result.error["type"]) == ("failed", "PlanError")
+    assert "steps[0].args.name" in result.error["message"]
+    with pytest.raises(UnknownTask):
+        store.progress("toolong-1")
+
 
 # -- confined to the roots --------------------------------------------------------------------
 
@@ -295,3 +305,70 @@ def test_a_file_created_between_check_and_rename_is_never_replaced(tmp_path: Pat
     lost = [i for i in range(rounds) if f"ours {i}" not in kept]
     assert lost == [], f"{len(lost)} of {renamed} renamed files were lost ({refused} refused)"
     assert renamed > 0
+
+
+UNPRIVILEGED = textwrap.dedent("""
+    import json, sys
+    from activities.fs import FsRename
+    from tidemark.actions import GateRefused, StepContext
+    from tidemark.errors import ActionError
+
+    root, path, name = sys.argv[1:4]
+    action = FsRename([root])
+    ctx = StepContext(task_id="t", step=1, action="fs.rename",
+                      args={"path": path, "name": name}, key="k")
+    out = {}
+    try:
+        action.preconditions(ctx)
+        out["gate"] = "passed"
+    except GateRefused as e:
+        out["gate"] = "GateRefused: " + str(e)
+    if out["gate"] == "passed":
+        try:
+            action.execute(ctx)
+            out["execute"] = "renamed"
+        except ActionError as e:
+            out["execute"] = f"{type(e).__name__} retryable={e.retryable}: {e}"
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture
+def shared_dir() -> Any:
+    """A directory every user may traverse (pytest's own are private to root)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="tidemark-fs-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def run_as_nobody(*args: str) -> dict[str, str]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a check as another user")
+    proc = subprocess.run([sys.executable, "-c", UNPRIVILEGED, *args], user=65534, group=65534,
+                          extra_groups=[], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout))
+
+
+def test_an_unreadable_directory_is_a_gate_refusal(shared_dir: Path) -> None:
+    locked = shared_dir / "locked"
+    locked.mkdir(mode=0o700)  # root's; the worker here runs as nobody
+    (locked / "a.txt").write_text("a")
+    out = run_as_nobody(str(shared_dir), str(locked / "a.txt"), "b.txt")
+    assert out["gate"].startswith("GateRefused: cannot look at") and "[EACCES]" in out["gate"]
+
+
+def test_an_unwritable_directory_is_a_refusal_of_the_rename(shared_dir: Path) -> None:
+    readonly = shared_dir / "readonly"
+    readonly.mkdir(mode=0o755)  # nobody may look, not write
+    (readonly / "a.txt").write_text("a")
+    out = run_as_nobody(str(shared_dir), str(readonly / "a.txt"), "b.txt")
+    assert out["gate"] == "passed"
+    assert out["execute"].startswith("Refused retryable=False: cannot rename")
+    assert "[EACCES]" in out["execute"]
+    assert sorted(p.name for p in readonly.iterdir()) == ["a.txt"]
