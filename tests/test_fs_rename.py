@@ -77,6 +77,23 @@ def test_plan_check_refuses_a_too_long_name_in_one_line(tmp_path: Path,
     assert err.count("\n") == 1
 
 
+def test_plan_check_applies_the_roots_set_in_its_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"steps": [rename(str(root / "a.txt"), "b.txt"),
+                                          rename(str(Path.home() / ".ssh" / "id_rsa"), "x")]}))
+    assert main(["plan", "check", str(plan)]) == 0  # no roots here: a worker decides
+    capsys.readouterr()
+    monkeypatch.setenv("TIDEMARK_FS_ROOTS", str(root))
+    assert main(["plan", "check", str(plan)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tidemark: PlanError: steps[1].args.path: step 2 (")
+    assert "is outside the directories fs.rename may touch" in err
+
+
 # -- operating-system errors end in a named state -------------------------------------------
 
 PERMANENT = [errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,

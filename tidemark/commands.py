@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from activities.catalog import spec_registry
-from tidemark.errors import TidemarkError
+from activities.fs import FsRename
+from probes.fs import ROOTS_ENV, parse_roots
+from tidemark.actions import GateRefused
+from tidemark.errors import PlanError, TidemarkError
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -30,8 +33,22 @@ def db_migrate(url: str) -> list[str]:
 
 
 def plan_check(path: str | Path, *, sort: bool = False) -> Plan:
-    """Validates a plan file against every known action; with ``sort``, reorders it."""
-    return load_plan_file(path, spec_registry(), sort=sort)
+    """Validates a plan file against every known action; with ``sort``, reorders it.
+
+    With ``TIDEMARK_FS_ROOTS`` set here too, every ``fs.rename`` path is checked against those
+    roots as a worker with the same setting would before the first step.
+    """
+    plan = load_plan_file(path, spec_registry(), sort=sort)
+    roots = parse_roots(os.environ.get(ROOTS_ENV))
+    if roots:
+        fs = FsRename(roots)
+        for step in plan.steps:
+            if step.action == fs.name:
+                try:
+                    fs.plan_gate(plan.task_id, [(step.number, step.args)])
+                except GateRefused as e:
+                    raise PlanError(f"steps[{step.number - 1}].args.path", str(e)) from None
+    return plan
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
