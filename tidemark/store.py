@@ -537,6 +537,16 @@ class JournalStore:
             StepSession(conn).event(scope, "stop" if state == "stopped" else "release",
                                     {"reason": reason}, None, set_by)
 
+    def task_known(self, task_id: str) -> bool:
+        """Whether a plan is stored under ``task_id`` or a control row names it (a task
+        stopped before its plan arrived)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM tidemark.plans WHERE task_id = %s)"
+                " OR EXISTS (SELECT 1 FROM tidemark.controls WHERE scope = %s) AS known",
+                (task_id, task_id)).fetchone()
+        return bool(row and row["known"])
+
     def stop_state(self, task_id: str) -> dict[str, Any] | None:
         """The stop that applies to a task (its own or the global one), or None."""
         with self._conn() as conn:

@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.wiring import worker_registry
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
 from tidemark.actions import Registry
 from tidemark.errors import ActionNotConfigured
@@ -38,7 +39,8 @@ def short_deadlines(registry: Registry) -> Registry:
 
 def main() -> int:
     url, task_id, staging_url = sys.argv[1:4]
-    registry = worker_registry({"TIDEMARK_STAGING_URL": staging_url})
+    registry = worker_registry({"TIDEMARK_STAGING_URL": staging_url,
+                                "TIDEMARK_FS_ROOTS": FS_ROOTS})
     registry.register(LedgerRecord())
     short_deadlines(registry)
     with JournalStore(url) as store:
