@@ -13,6 +13,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import persist, run_one, wait_unlocked
 from tidemark import commands
@@ -32,7 +33,7 @@ from tidemark.store import JournalStore
 from tidemark.unwind import undo_key, unwind_step
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def rename(tmp_path: Path, i: int) -> dict[str, Any]:
