@@ -17,10 +17,21 @@ from typing import Any, ClassVar
 
 from googleapiclient.discovery import Resource
 
-from probes.drive import STAMP, DriveRenameProbe
-from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error, google_service
+from probes.drive import STAMP, DriveRenameProbe, drive_error
+from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_service
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
-from tidemark.errors import Refused
+from tidemark.errors import ActionError, ConfigError, Refused
+
+CREDENTIALS = "TIDEMARK_DRIVE_WRITE_TOKEN and TIDEMARK_DRIVE_READ_TOKEN"
+
+
+# Drive has no idempotency key, and nothing in its documentation bounds how long a request that
+# our client gave up on may still be applied. A rename that lands late is the same end state,
+# but a probe that says *absent* before it lands lets the step rename again: two writes, and a
+# rename back by a third party in between would be overwritten. So after an ambiguous failure
+# the step waits this long before it trusts *absent* (TIDEMARK_DRIVE_HORIZON_S): a minute,
+# a judgment (Google publishes no bound), to be raised where a deployment sees slower commits.
+DEFAULT_HORIZON_S = 60.0
 
 
 def drive_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> Resource:
@@ -46,9 +57,55 @@ class DriveRename(Action):
         "name": Arg(str, check=nonempty_str),
     }
 
-    def __init__(self, writer: Any, reader: Any) -> None:
+    def __init__(self, writer: Any, reader: Any, *, timeout: float = DEFAULT_TIMEOUT_S,
+                 horizon_s: float = DEFAULT_HORIZON_S) -> None:
+        """
+        Args:
+            timeout: the clients' timeout per request, in seconds; the step's deadline (the
+                lease written before the call) is derived from it.
+            horizon_s: how long after a request left us Drive may still apply it; after an
+                ambiguous failure the probe's *absent* is not trusted before it has passed.
+        """
         self.writer = writer
+        self.reader = reader
         self.reads = DriveRenameProbe(reader)
+        # Connecting and the answer can each take the full timeout; a margin for the rest.
+        self.deadline_s = 2 * timeout + 5.0
+        self.horizon_s = horizon_s
+
+    def check_identity(self) -> dict[str, Any]:
+        """Proves that both tokens act as the same Drive user (``about.get``: the user's
+        ``permissionId``, and its ``emailAddress``), so that the probe reads the Drive the
+        action writes.
+
+        Returns:
+            ``{"user": <email>, "permission_id": <id>}``.
+
+        Raises:
+            ConfigError: a token is rejected, or the two name different users.
+        """
+        write, read = self._whoami(self.writer, "write"), self._whoami(self.reader, "read")
+        if (write.get("permissionId"), write.get("emailAddress")) != (
+                read.get("permissionId"), read.get("emailAddress")):
+            raise ConfigError(
+                f"drive: the write token acts as {_who(write)} but the read token reads as "
+                f"{_who(read)}; the probe would read another user's Drive and find nothing of "
+                f"ours. Issue both tokens for the same Google account ({CREDENTIALS})")
+        return {"user": write.get("emailAddress"), "permission_id": write.get("permissionId")}
+
+    @staticmethod
+    def _whoami(client: Any, which: str) -> dict[str, Any]:
+        try:
+            about = client.about().get(fields="user(permissionId,emailAddress)").execute(
+                num_retries=0)
+        except CLIENT_ERRORS as e:
+            failure: ActionError = drive_error(e, "drive about.get")
+            raise ConfigError(f"drive: cannot tell whose Drive the {which} token reaches: "
+                              f"{failure}") from None
+        user = about.get("user") or {}
+        if not user.get("permissionId"):
+            raise ConfigError(f"drive: about.get with the {which} token names no user")
+        return user
 
     @classmethod
     def describe(cls, args: dict[str, Any]) -> str:
@@ -102,4 +159,8 @@ class DriveRename(Action):
             return self.writer.files().update(
                 fileId=file_id, body=body, fields="id,name,appProperties").execute(num_retries=0)
         except CLIENT_ERRORS as e:
-            raise google_error(e, f"drive files.update {file_id}") from e
+            raise drive_error(e, f"drive files.update {file_id}") from e
+
+
+def _who(user: dict[str, Any]) -> str:
+    return f"{user.get('emailAddress') or '(no address)'} (permissionId {user.get('permissionId')})"

@@ -15,7 +15,18 @@ from typing import Any, ClassVar
 import stripe
 
 from probes.stripe import STAMP, PaymentIntentProbe, observed, stripe_failure
-from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext, nonempty_str
+from tidemark.actions import (
+    Action,
+    Arg,
+    GateRefused,
+    ProbeResult,
+    ProbeStatus,
+    StepContext,
+    nonempty_str,
+)
+from tidemark.errors import ConfigError, Refused, TargetUnavailable
+
+CREDENTIALS = "TIDEMARK_STRIPE_WRITE_TOKEN and TIDEMARK_STRIPE_READ_TOKEN"
 
 DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 30 s only
 #                         ever cuts off an answer that is lost, not one that is slow
@@ -33,6 +44,13 @@ def stripe_client(base_url: str, api_key: str, *,
     return stripe.StripeClient(api_key, base_addresses={"api": base_url.rstrip("/")},
                                max_network_retries=0,
                                http_client=stripe.RequestsClient(timeout=timeout))
+
+
+def key_mode(key: str) -> str | None:
+    """``live`` or ``test`` for a secret (``sk_``) or restricted (``rk_``) key, as its prefix
+    says; None for a key of another shape."""
+    m = re.match(r"(?:sk|rk)_(live|test)_", key)
+    return m.group(1) if m else None
 
 
 def _positive(value: int) -> int:
@@ -57,6 +75,8 @@ class StripePaymentIntent(Action):
             anything above it.
         max_task_amount: The largest total one task may ask for, per currency (minor units);
             the plan-level gate refuses a plan whose payments add up to more. None: no limit.
+        modes: The mode (``key_mode``) of the write key and of the read key, for
+            ``check_identity``; the clients do not say which keys they hold.
     """
 
     name = "stripe.payment_intent"
@@ -69,10 +89,61 @@ class StripePaymentIntent(Action):
     }
 
     def __init__(self, writer: stripe.StripeClient, reader: stripe.StripeClient, *,
-                 max_amount: int, max_task_amount: int | None = None) -> None:
+                 max_amount: int, max_task_amount: int | None = None,
+                 modes: tuple[str | None, str | None] = (None, None),
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
         self.writer = writer
+        self.reader = reader
         self.reads = PaymentIntentProbe(reader, max_amount=max_amount)
+        # Connecting and the answer can each take the client's full timeout, then the listing
+        # after a replayed 5xx does the same; a margin for the rest. The horizon stays 0: the
+        # Idempotency-Key fences a late request (a second one gets 409 or the saved answer).
+        self.deadline_s = 4 * timeout + 5.0
         self.max_task_amount = max_task_amount
+        self.modes = modes
+
+    def check_identity(self) -> dict[str, Any]:
+        """Proves that both keys reach the same Stripe account (``GET /v1/account``) in the
+        same mode (the key prefixes: ``sk_test_``/``rk_test_`` against ``sk_live_``/
+        ``rk_live_``), so that the probe lists the PaymentIntents the action creates. Test and
+        live data are apart on Stripe: a test read key never sees a live payment.
+
+        The restricted read key needs read access to the account for this (Stripe's 403 names
+        the permission, ``rak_accounts_kyc_basic_read``), besides PaymentIntents read.
+
+        Returns:
+            ``{"account": <acct id>, "mode": "test" | "live"}``.
+
+        Raises:
+            ConfigError: a key is rejected or cannot read the account, a mode cannot be told,
+                or the two keys differ in account or mode.
+        """
+        write_mode, read_mode = self.modes
+        for which, mode in (("write", write_mode), ("read", read_mode)):
+            if mode is None:
+                raise ConfigError(f"stripe: cannot tell whether the {which} key is a test or a "
+                                  "live key; use a key as Stripe issues it (sk_test_, sk_live_, "
+                                  f"rk_test_ or rk_live_) in {CREDENTIALS}")
+        write, read = self._account(self.writer, "write"), self._account(self.reader, "read")
+        if (write, write_mode) != (read, read_mode):
+            raise ConfigError(
+                f"stripe: the write key creates in account {write} ({write_mode} mode) but the "
+                f"read key reads account {read} ({read_mode} mode); the probe would list "
+                "another account's or mode's payments and find nothing of ours. Use a write "
+                f"key and a restricted read key of the same account and mode ({CREDENTIALS})")
+        return {"account": write, "mode": write_mode}
+
+    @staticmethod
+    def _account(client: stripe.StripeClient, which: str) -> str:
+        try:
+            return str(client.v1.accounts.retrieve_current().id)
+        except stripe.StripeError as e:
+            failure = stripe_failure(e, "stripe GET /v1/account")
+            hint = (" (a restricted read key needs the Account read permission, "
+                    "rak_accounts_kyc_basic_read, besides PaymentIntents read)"
+                    if e.http_status == 403 else "")
+            raise ConfigError(f"stripe: cannot tell which account the {which} key reaches: "
+                              f"{failure}{hint}") from None
 
     @classmethod
     def describe(cls, args: dict[str, Any]) -> str:
@@ -123,7 +194,38 @@ class StripePaymentIntent(Action):
             pi = self.writer.v1.payment_intents.create(params=params,
                                                        options={"idempotency_key": ctx.key})
         except stripe.StripeError as e:
+            if (e.http_status or 0) >= 500 and (e.headers or {}).get(
+                    "Idempotent-Replayed") == "true":
+                return self._after_saved_failure(ctx, e)
             raise stripe_failure(e, "stripe payment_intents.create") from e
         replayed = pi.last_response is not None and (
             pi.last_response.headers.get("Idempotent-Replayed") == "true")
         return {**observed(pi.to_dict()), "idempotent_replayed": replayed}
+
+    def _after_saved_failure(self, ctx: StepContext, e: stripe.StripeError) -> dict[str, Any]:
+        """Settles a step whose Idempotency-Key Stripe answers with a saved 5xx.
+
+        Stripe saves the first answer under a key once the endpoint began executing, 500s
+        included, and replays it for every later request with that key (for at least 24
+        hours): retrying with this key can never succeed, and retrying with a new key is a new
+        payment. A replay (not a 409) also says the first request has finished, so a listing
+        taken now is final for it: a PaymentIntent carrying our key -> done; none -> the step
+        failed, and it is recorded so (Refused), never tried again under another key.
+
+        Raises:
+            Refused: nothing carries our key; the saved failure is the step's result.
+            TargetUnavailable: the listing could not tell; the next attempt probes again.
+        """
+        status = e.http_status
+        probed = self.reads.probe(ctx)
+        if probed.status is ProbeStatus.DONE:
+            return {**probed.observed, "idempotent_replayed": True}
+        what = (f"stripe payment_intents.create: Stripe saved a {status} under this step's "
+                f"Idempotency-Key and replays it (Idempotent-Replayed: true)")
+        if probed.status is ProbeStatus.ABSENT:
+            raise Refused(f"{what}, and no PaymentIntent carries the key now that the request "
+                          "has finished: the payment did not happen, and this key can never "
+                          "make it happen. If it is still wanted, check the Dashboard and "
+                          "submit it as a new task")
+        raise TargetUnavailable(f"{what}; listing PaymentIntents could not tell whether it "
+                                f"happened: {probed.reason}")

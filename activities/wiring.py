@@ -7,7 +7,8 @@ its first step. Each target takes a base URL and two credentials: one that may w
 
 A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
 never journaled. ``TIDEMARK_STAGING_URL`` points every target that is not configured otherwise
-at the staging servers with their documented default credentials.
+at the staging servers with their documented default credentials. ``fs.rename`` is bound only
+with ``TIDEMARK_FS_ROOTS``, the directories it may touch.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from activities.catalog import ACTION_CLASSES
-from activities.drive import DriveRename, drive_client
+from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
-from activities.stripe import StripePaymentIntent, stripe_client
-from probes.gmail import gmail_client
+from activities.stripe import StripePaymentIntent, key_mode, stripe_client
+from probes.fs import ROOTS_ENV, parse_roots
 from probes.google_http import DEFAULT_TIMEOUT_S
 from probes.graph import graph_client
 from staging import drive as staging_drive
@@ -31,8 +32,10 @@ from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
+from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
+DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
 # otherwise, in minor units (500.00 in a two-decimal currency): a gate, not a business rule.
 DEFAULT_STRIPE_MAX_AMOUNT = 50_000
@@ -54,7 +57,7 @@ class Target:
 TARGETS = {
     "drive": Target("DRIVE", "https://www.googleapis.com", staging_drive.DEFAULT_WRITE_TOKEN,
                     staging_drive.DEFAULT_READ_TOKEN),
-    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.SEND_TOKEN,
+    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.COMPOSE_TOKEN,
                     staging_gmail.READ_TOKEN),
     "graph": Target("GRAPH", "https://graph.microsoft.com", staging_graph.SEND_TOKEN,
                     staging_graph.READ_TOKEN),
@@ -72,6 +75,8 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
         return None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
+    except PermissionError as e:
+        raise ConfigError(unreadable(f"{name}_FILE", path, e)) from None
     except OSError as e:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
 
@@ -91,6 +96,13 @@ def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | N
         missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
         raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
                           "a write credential for actions and a read-only one for probes")
+    if url is None and staging and (write, read) != (t.staging_write, t.staging_read):
+        # Real credentials and no URL of their own: the staging URL would receive them.
+        raise ConfigError(
+            f"{target}: {p}_WRITE_TOKEN and {p}_READ_TOKEN are set but {p}_URL is not, while "
+            f"{STAGING_URL} is: the {target} credentials would be sent to the staging servers "
+            f"at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
+            f"{STAGING_URL}")
     return url or staging or t.default_url, write, read
 
 
@@ -107,26 +119,32 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
 def timeout_s(env: Mapping[str, str], target: str) -> float:
     """The client timeout of ``target`` in seconds: ``TIDEMARK_<T>_TIMEOUT_S``, else the
     client module's default (30 s)."""
-    name = f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S"
+    value = seconds(env, f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S", DEFAULT_TIMEOUT_S)
+    if value == 0:
+        raise ConfigError(f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S must be more than 0")
+    return value
+
+
+def seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """``env[name]`` as seconds from 0 to 600, else ``default``."""
     raw = env.get(name)
     if raw is None:
-        return DEFAULT_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not 0 < value <= 600:
-        raise ConfigError(f"{name} must be more than 0 and at most 600 seconds, got {raw!r}")
+    if not 0 <= value <= 600:
+        raise ConfigError(f"{name} must be from 0 to 600 seconds, got {raw!r}")
     return value
 
 
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "drive": lambda env, url, w, r: DriveRename(
         drive_client(url, w, timeout=timeout_s(env, "drive")),
-        drive_client(url, r, timeout=timeout_s(env, "drive"))),
-    "gmail": lambda env, url, w, r: GmailSend(
-        gmail_client(url, w, timeout=timeout_s(env, "gmail")),
-        gmail_client(url, r, timeout=timeout_s(env, "gmail"))),
+        drive_client(url, r, timeout=timeout_s(env, "drive")),
+        timeout=timeout_s(env, "drive"), horizon_s=seconds(env, DRIVE_HORIZON, DEFAULT_HORIZON_S)),
+    "gmail": GmailSend.from_env,
     "graph": lambda env, url, w, r: GraphSendMail(
         graph_client(url, w, timeout=timeout_s(env, "graph")),
         graph_client(url, r, timeout=timeout_s(env, "graph"))),
@@ -135,13 +153,17 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
         stripe_client(url, r, timeout=timeout_s(env, "stripe")),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
-                                DEFAULT_STRIPE_MAX_TASK_AMOUNT)),
+                                DEFAULT_STRIPE_MAX_TASK_AMOUNT),
+        modes=(key_mode(w), key_mode(r)), timeout=timeout_s(env, "stripe")),
 }
 
 
 def bound_actions(env: Mapping[str, str]) -> list[Action]:
     """Instances of every action whose configuration is present in ``env``."""
-    actions: list[Action] = [FsRename()]
+    actions: list[Action] = []
+    roots = parse_roots(env.get(ROOTS_ENV))
+    if roots:  # without roots fs.rename is not bound: it would reach the whole disk
+        actions.append(FsRename(roots))
     for target, build in BUILDERS.items():
         creds = credentials(env, target)
         if creds is not None:

@@ -8,16 +8,49 @@ that changed the name. Everything here runs with a read-only client
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from googleapiclient.errors import HttpError
 
 from probes.google_http import CLIENT_ERRORS, google_error
 from tidemark.actions import GateRefused, ProbeResult, StepContext
-from tidemark.errors import Refused, TargetUnavailable
+from tidemark.errors import ActionError, Refused, TargetUnavailable
 
 STAMP = "tidemark_key"  # the appProperties key that carries a step's idempotency key
 READ_FIELDS = "id,name,appProperties,trashed"
+
+# Drive's 403 reasons that speak of one file, not of the credential: the user's role on the file
+# does not allow the change (insufficientFilePermissions), a drive.file app was never granted
+# the file (appNotAuthorizedToFile), or the file itself cannot be changed (cannotModifyFile).
+# The same token still works on every other file, so the step is refused (it fails; the task
+# ends failed there) instead of stopping the task as a revoked grant would. Every other 403
+# (insufficientPermissions: a scope the token lacks; domainPolicy; …) is about the credential.
+FILE_REFUSALS = frozenset({"insufficientFilePermissions", "appNotAuthorizedToFile",
+                           "cannotModifyFile"})
+
+
+def drive_error(e: BaseException, what: str) -> ActionError:
+    """``google_error``, except that a 403 whose every reason is in ``FILE_REFUSALS`` is
+    ``Refused``: Drive changed nothing, and another attempt with this credential cannot pass.
+    A 401, and a 403 naming anything else (a missing scope, a revoked grant), stay
+    ``Unauthorized``."""
+    if isinstance(e, HttpError) and e.status_code == 403:
+        reasons = error_reasons(e)
+        if reasons and reasons <= FILE_REFUSALS:
+            return Refused(f"{what}: HTTP 403 ({', '.join(sorted(reasons))}): Drive refuses "
+                           "this change to this file for this user; share the file with the "
+                           "user as an editor (or grant the app the file) and run a new task")
+    return google_error(e, what)
+
+
+def error_reasons(e: HttpError) -> set[str]:
+    """The ``reason`` of each entry in a Google error body's ``error.errors`` list."""
+    try:
+        items = json.loads(e.content)["error"]["errors"]
+        return {str(i.get("reason")) for i in items if isinstance(i, dict)}
+    except (ValueError, KeyError, TypeError):
+        return set()
 
 
 class DriveRenameProbe:
@@ -43,13 +76,16 @@ class DriveRenameProbe:
         except HttpError as e:
             if e.status_code == 404:
                 return None
-            raise google_error(e, f"drive files.get {file_id}") from e
+            raise drive_error(e, f"drive files.get {file_id}") from e
         except CLIENT_ERRORS as e:
-            raise google_error(e, f"drive files.get {file_id}") from e
+            raise drive_error(e, f"drive files.get {file_id}") from e
 
     def preconditions(self, ctx: StepContext) -> None:
         file_id = ctx.args["file_id"]
-        f = self.read(file_id)
+        try:
+            f = self.read(file_id)
+        except Refused as e:  # a 403 about this file: refused before any intent
+            raise GateRefused(str(e)) from e
         if f is None:
             raise GateRefused(f"Drive file {file_id} does not exist (or is not visible to us)")
         if f.get("trashed"):
@@ -64,8 +100,10 @@ class DriveRenameProbe:
                 "app_properties": dict(f.get("appProperties") or {})}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` only for the target name with our stamp; ``absent`` when the file is still
-        as before_state recorded; ``unknown`` (with what was seen) otherwise.
+        """``done`` only for the target name with our stamp; ``absent`` only when both the name
+        and the stamp are still those before_state recorded; ``unknown`` (with what was seen)
+        otherwise: the old name under another writer's stamp may be a rename back made after
+        ours landed, and acting again would overwrite it.
 
         Raises:
             Unauthorized: the read credential was rejected; a person must restore it.
@@ -83,6 +121,7 @@ class DriveRenameProbe:
         observed = {"file_id": file_id, "name": name, "tidemark_key": stamp,
                     "trashed": bool(f.get("trashed"))}
         before = ctx.before_state or {}
+        before_stamp = (before.get("app_properties") or {}).get(STAMP)
         ours = stamp == ctx.key
         if ours and name == target:
             return ProbeResult.done(observed, "named as intended and stamped with our key")
@@ -90,9 +129,17 @@ class DriveRenameProbe:
             return ProbeResult.unknown(
                 f"our rename to {target!r} was applied, but the file is now named {name!r}: "
                 "renamed by someone else since", observed)
-        if "name" in before and name == before["name"]:
-            return ProbeResult.absent(f"still named {name!r} as before, without our stamp",
+        if "name" in before and name == before["name"] and stamp == before_stamp:
+            return ProbeResult.absent(f"still named {name!r} and stamped {stamp!r} as before",
                                       observed)
+        if "name" in before and name == before["name"]:
+            # The old name under another stamp: someone renamed it back under their own key
+            # (perhaps after our rename landed), or changed the stamp. Acting would overwrite
+            # their change; whether ours ever landed cannot be told from here.
+            return ProbeResult.unknown(
+                f"named {name!r} as before, but stamped {stamp!r} where before_state has "
+                f"{before_stamp!r}: another writer changed it since (perhaps renamed it back "
+                "after our rename)", observed)
         if name == target:
             return ProbeResult.unknown(
                 f"named {target!r} but not by us (stamp {stamp!r}, ours {ctx.key}): "

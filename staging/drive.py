@@ -9,7 +9,16 @@ Routes (the Drive client reaches them with ``api_endpoint = <base>/drive/v3/``):
   ``appProperties has { key='k' and value='v' }``; ``pageSize`` / ``pageToken``; trashed files
   are listed unless the query excludes them, as on Drive;
 * ``PATCH /drive/v3/files/{fileId}`` — ``name``, ``description``, ``trashed`` and
-  ``appProperties`` (merged key by key; a null value deletes the key).
+  ``appProperties`` (merged key by key; a null value deletes the key);
+* ``GET   /drive/v3/about?fields=user`` — the token's user (``permissionId``,
+  ``emailAddress``, ``displayName``); ``fields`` is required, as on Drive.
+
+Users: every token acts as the Drive user of its ``account`` (``staging.core.Token``). A file
+lives in its owner's Drive and is shared with other accounts by role; a user sees (get, list)
+only files it has a role on, and anything else is Drive's 404 ``notFound``. An update by a user
+whose role cannot edit is Drive's 403 ``insufficientFilePermissions``; by a ``drive.file``-only
+token whose app was never granted the file, 403 ``appNotAuthorizedToFile``. Both are answers
+about that one file: the credential is fine.
 
 ``appProperties`` are private to the requesting app, as on Drive: each file keeps them per OAuth
 client (the token's ``client``), and get, list, ``appProperties has`` and update see and change
@@ -25,8 +34,14 @@ them): ``staging-drive-write`` (``auth/drive``) and ``staging-drive-read``
 
 Control endpoints:
 
-* ``POST /_staging/drive/files`` ``{"id"?, "name", "trashed"?, "appProperties"?, "mimeType"?}``
-  seeds a file and answers it in full;
+* ``POST /_staging/drive/files`` ``{"id"?, "name", "trashed"?, "appProperties"?, "mimeType"?,
+  "owner"?, "shared"?: {account: role}}`` seeds a file (in the default account's Drive unless
+  ``owner`` says otherwise) and answers it in full;
+* ``POST /_staging/drive/files/{id}/share`` ``{"account", "role"}`` gives an account a role on
+  a file (``reader``, ``commenter``, ``writer`` …; null takes it away);
+* ``POST /_staging/drive/users`` ``{"account", "emailAddress"?, "displayName"?,
+  "permissionId"?}`` sets what ``about.get`` shows for an account (derived from its name
+  otherwise: ``<account>@drive.staging.example``);
 * ``POST /_staging/drive/files/{id}/third_party_rename`` ``{"name"}`` renames a file the way
   another user would: the name changes, our appProperties stamp does not.
 
@@ -37,6 +52,7 @@ Every ``files.update`` is recorded as an effect with the ``tidemark_key`` its bo
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import secrets
@@ -47,7 +63,7 @@ from typing import Any
 
 from aiohttp import web
 
-from staging.core import DEFAULT_CLIENT, Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, DEFAULT_CLIENT, Reply, Target, Token
 
 SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
 SCOPE_DRIVE_FILE = "https://www.googleapis.com/auth/drive.file"
@@ -66,6 +82,9 @@ DEFAULT_FIELDS = ("kind", "id", "name", "mimeType")  # what Drive v3 answers wit
 DEFAULT_PAGE_SIZE = 100  # Drive's default pageSize for files.list
 MAX_PAGE_SIZE = 1000  # Drive's documented maximum pageSize
 WRITABLE = frozenset({"name", "description", "trashed", "appProperties"})
+ROLES = ("owner", "organizer", "fileOrganizer", "writer", "commenter", "reader")
+EDIT_ROLES = frozenset({"owner", "organizer", "fileOrganizer", "writer"})
+EMAIL_DOMAIN = "drive.staging.example"  # where a staging Drive user's address lives
 
 
 @dataclass
@@ -80,6 +99,15 @@ class DriveFile:
     version: int = 1
     created: str = field(default_factory=lambda: _now())
     modified: str = field(default_factory=lambda: _now())
+    # Who may see and change it: the owner, and the accounts it is shared with, by role.
+    owner: str = DEFAULT_ACCOUNT
+    shared: dict[str, str] = field(default_factory=dict)
+    # The OAuth clients a user opened or created it with: all a ``drive.file`` token may touch.
+    apps: set[str] = field(default_factory=lambda: {DEFAULT_CLIENT})
+
+    def role_of(self, account: str) -> str | None:
+        """The Drive role ``account`` has on this file; None if it is not shared with it."""
+        return "owner" if account == self.owner else self.shared.get(account)
 
     def app_properties_of(self, client: str) -> dict[str, str]:
         """The appProperties ``client`` set on this file (a live dict, empty if none)."""
@@ -121,16 +149,30 @@ class DriveTarget(Target):
     def __init__(self) -> None:
         super().__init__()
         self.files: dict[str, DriveFile] = {}
+        self.users: dict[str, dict[str, Any]] = {}
 
     def reset(self) -> None:
         self.files = {}
+        self.users = {}
+
+    def user(self, account: str) -> dict[str, Any]:
+        """The Drive ``User`` of ``account``, as ``about.get`` shows it to that user: set over
+        ``/_staging/drive/users``, or derived from the account's name."""
+        digest = hashlib.sha256(account.encode()).hexdigest()
+        derived = {"kind": "drive#user", "displayName": account, "me": True,
+                   "permissionId": str(int(digest, 16))[:20],
+                   "emailAddress": f"{account}@{EMAIL_DOMAIN}"}
+        return {**derived, **self.users.get(account, {})}
 
     def routes(self) -> Iterable[web.RouteDef]:
         return (
+            web.get("/drive/v3/about", self._h_about),
             web.get("/drive/v3/files", self._h_list),
             web.get("/drive/v3/files/{file_id}", self._h_get),
             web.patch("/drive/v3/files/{file_id}", self._h_update),
             web.post("/_staging/drive/files", self._h_seed),
+            web.post("/_staging/drive/users", self._h_add_user),
+            web.post("/_staging/drive/files/{file_id}/share", self._h_share),
             web.post("/_staging/drive/files/{file_id}/third_party_rename",
                      self._h_third_party_rename),
         )
@@ -169,6 +211,27 @@ class DriveTarget(Target):
         return Reply(_google_error(404, message, reason="notFound",
                                    location=("parameter", "fileId")))
 
+    def _visible(self, file_id: str, tok: Token) -> DriveFile:
+        """The file, if the token's user can see it; Drive's 404 otherwise (Drive does not
+        tell a file you may not see from one that does not exist)."""
+        f = self.files.get(file_id)
+        if f is None or f.role_of(tok.account) is None:
+            raise self._not_found(file_id)
+        return f
+
+    def _may_edit(self, f: DriveFile, tok: Token) -> None:
+        """Drive's 403 answers about one file: the user's role on it does not allow editing
+        (``insufficientFilePermissions``), or a ``drive.file`` token's app was never granted
+        this file (``appNotAuthorizedToFile``). The credential itself is fine."""
+        if f.role_of(tok.account) not in EDIT_ROLES:
+            message = f"The user does not have sufficient permissions for file {f.id}."
+            raise Reply(_google_error(403, message, reason="insufficientFilePermissions"))
+        if SCOPE_DRIVE not in tok.scopes and tok.client not in f.apps:
+            message = (f"The user has not granted the app {tok.client} write access to the "
+                       f"file {f.id}.")
+            raise Reply(_google_error(403, message, reason="appNotAuthorizedToFile",
+                                      location=("header", "Authorization")))
+
     def _invalid(self, location: str, message: str = "Invalid Value") -> Reply:
         return Reply(_google_error(400, message, reason="invalid",
                                    location=("parameter", location)))
@@ -178,11 +241,18 @@ class DriveTarget(Target):
     async def _h_get(self, request: web.Request) -> web.Response:
         tok = self.authorize(request, *READ_SCOPES)
         await self.before_write(request, "files.get")
-        f = self.files.get(request.match_info["file_id"])
-        if f is None:
-            raise self._not_found(request.match_info["file_id"])
+        f = self._visible(request.match_info["file_id"], tok)
         return web.json_response(_select(f.resource(tok.client), request.query.get("fields"),
                                          DEFAULT_FIELDS))
+
+    async def _h_about(self, request: web.Request) -> web.Response:
+        tok = self.authorize(request, *READ_SCOPES)
+        fields = request.query.get("fields")
+        if not fields:
+            raise Reply(_google_error(400, "The 'fields' parameter is required for this method.",
+                                      reason="required", location=("parameter", "fields")))
+        about = {"kind": "drive#about", "user": self.user(tok.account)}
+        return web.json_response(_select(about, fields, ()))
 
     async def _h_list(self, request: web.Request) -> web.Response:
         tok = self.authorize(request, *READ_SCOPES)
@@ -198,7 +268,8 @@ class DriveTarget(Target):
             raise self._invalid("pageSize") from None
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise self._invalid("pageSize")
-        hits = [f for f in self.files.values() if match(f)]
+        hits = [f for f in self.files.values()
+                if f.role_of(tok.account) is not None and match(f)]
         page = hits[start:start + size]
         body: dict[str, Any] = {"kind": "drive#fileList", "incompleteSearch": False,
                                 "files": [f.resource(tok.client) for f in page]}
@@ -228,10 +299,9 @@ class DriveTarget(Target):
         if props is not None and not (isinstance(props, dict) and all(
                 v is None or isinstance(v, str | int | float | bool) for v in props.values())):
             raise self._invalid("appProperties")
+        self._may_edit(self._visible(file_id, tok), tok)
         fault = await self.before_write(request, "files.update")
-        f = self.files.get(file_id)
-        if f is None:
-            raise self._not_found(file_id)
+        f = self._visible(file_id, tok)
         old_name = f.name
         if "name" in patch:
             f.name = str(patch["name"])
@@ -263,8 +333,36 @@ class DriveTarget(Target):
             return web.json_response({"error": "a file needs a string 'name'"}, status=400)
         f = self.seed(body["name"], file_id=body.get("id"), trashed=bool(body.get("trashed")),
                       app_properties=body.get("appProperties"),
-                      mime_type=body.get("mimeType", "application/octet-stream"))
+                      mime_type=body.get("mimeType", "application/octet-stream"),
+                      owner=str(body.get("owner", DEFAULT_ACCOUNT)),
+                      shared=body.get("shared"))
         return web.json_response(f.resource())
+
+    async def _h_add_user(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("account"), str):
+            return web.json_response({"error": "a user needs a string 'account'"}, status=400)
+        known = {k: str(body[k]) for k in ("displayName", "permissionId", "emailAddress")
+                 if k in body}
+        with self.staging.lock:
+            self.users[body["account"]] = known
+        return web.json_response(self.user(body["account"]))
+
+    async def _h_share(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        f = self.files.get(request.match_info["file_id"])
+        if f is None:
+            return web.json_response({"error": "no such file"}, status=404)
+        role = body.get("role")
+        if role is not None and role not in ROLES:
+            return web.json_response({"error": f"role must be one of {ROLES} or null"},
+                                     status=400)
+        with self.staging.lock:
+            if role is None:
+                f.shared.pop(str(body["account"]), None)
+            else:
+                f.shared[str(body["account"])] = role
+        return web.json_response({"id": f.id, "owner": f.owner, "shared": f.shared})
 
     async def _h_third_party_rename(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -281,10 +379,12 @@ class DriveTarget(Target):
 
     def seed(self, name: str, *, file_id: str | None = None, trashed: bool = False,
              app_properties: dict[str, str] | None = None,
-             mime_type: str = "application/octet-stream") -> DriveFile:
-        """Adds a file (replacing one with the same id) and returns it."""
+             mime_type: str = "application/octet-stream", owner: str = DEFAULT_ACCOUNT,
+             shared: dict[str, str] | None = None) -> DriveFile:
+        """Adds a file (replacing one with the same id) and returns it. ``owner`` is the
+        account whose Drive it is in; ``shared`` gives other accounts a role on it."""
         f = DriveFile(id=file_id or _new_file_id(), name=name, mime_type=mime_type,
-                      trashed=trashed)
+                      trashed=trashed, owner=owner, shared=dict(shared or {}))
         f.app_properties = {k: _prop_str(v) for k, v in (app_properties or {}).items()}
         with self.staging.lock:
             self.files[f.id] = f

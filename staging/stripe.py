@@ -14,7 +14,15 @@ Routes (stripe-python reaches them with ``base_addresses={"api": <base>}``):
   ``metadata['k']:'v'``, ``status:'…'``, ``currency:'…'``, ``customer:'…'``,
   ``amount>100`` (``:``, ``<``, ``>``, ``<=``, ``>=``; also ``created``); ``limit``, ``page``.
   Eventually consistent, like Stripe's: an object becomes searchable only ``search_lag``
-  seconds after its creation.
+  seconds after its creation;
+* ``GET /v1/account`` — the key's own account (``id``, ``object: "account"``, …); a restricted
+  key needs ``rak_accounts_kyc_basic_read`` for it, the permission Stripe's 403 names.
+
+Accounts and modes: a key belongs to the account of its token (``staging.core.Token.account``:
+:data:`ACCOUNT` for the default one, else the token's account as given, e.g. ``acct_other``)
+and to a mode by its prefix (``sk_live_``/``rk_live_`` live, anything else test). Each account
+keeps its test and live data apart (PaymentIntents, customers, idempotency keys), as on
+Stripe; objects carry ``livemode``. A key sees only its own account's data in its own mode.
 
 Idempotency, as Stripe documents it for v1: a POST's ``Idempotency-Key`` is remembered with the
 endpoint, the parameters and the response once execution begins (24 hours). The same key with the
@@ -23,12 +31,16 @@ with other parameters or another endpoint it is a 400 ``idempotency_error``; whi
 request is still executing a twin gets 409 ``idempotency_key_in_use``. Requests that fail
 validation (unknown or malformed parameters) or never reach execution (an armed
 ``fail_before_commit``, like an outage in front of the API) are not remembered, so a retry runs.
+An error during execution is remembered and replayed like any other answer: arm one with
+``POST /_staging/stripe/execution_errors`` ``{"status": 500, "commit"?: false, "times"?: 1}``
+(``commit``: the PaymentIntent was created before the error).
 
 Auth, as Stripe: ``Authorization: Bearer <key>``. Default keys (``/_staging/reset`` keeps them):
 ``sk_test_tidemark_staging`` (a secret key: everything) and ``rk_test_tidemark_staging_read``
-(a restricted key with read permission on PaymentIntents, which gets Stripe's 403 on create).
-Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read`` and/or
-``rak_payment_intent_write`` as scopes.
+(a restricted key with read permission on PaymentIntents and on the account, which gets
+Stripe's 403 on create).
+Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read``,
+``rak_payment_intent_write`` and ``rak_accounts_kyc_basic_read`` as scopes.
 
 Control endpoints:
 
@@ -49,18 +61,20 @@ import secrets
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from staging.core import Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
 
 PERM_READ = "rak_payment_intent_read"
 PERM_WRITE = "rak_payment_intent_write"
+# What Stripe's 403 names for GET /v1/account with a restricted key lacking it.
+PERM_ACCOUNT_READ = "rak_accounts_kyc_basic_read"
 DEFAULT_SECRET_KEY = "sk_test_tidemark_staging"
 DEFAULT_READ_KEY = "rk_test_tidemark_staging_read"
-ACCOUNT = "acct_1TidemarkStaging"
+ACCOUNT = "acct_1TidemarkStaging"  # the Stripe account of tokens bound to the default account
 
 DEFAULT_SEARCH_LAG = 5.0  # seconds; Stripe's search trails writes by up to about a minute.
 #                           A few seconds makes the lag visible in a rehearsal without
@@ -104,28 +118,66 @@ class _Intent:
 
 @dataclass
 class _State:
+    """One account's data in one mode (test and live data are apart, as on Stripe)."""
+
     intents: dict[str, _Intent] = field(default_factory=dict)
     customers: dict[str, dict[str, Any]] = field(default_factory=dict)
     keys: dict[str, _Remembered] = field(default_factory=dict)
-    search_lag: float = DEFAULT_SEARCH_LAG
     seq: int = 0
 
 
+@dataclass
+class ExecutionError:
+    """An error the create endpoint meets after execution began (so Stripe saves it under the
+    Idempotency-Key and replays it); ``commit``: the PaymentIntent was created before it."""
+
+    status: int = 500
+    commit: bool = False
+    times: int = 1
+
+
+def account_id(tok: Token) -> str:
+    """The Stripe account a key belongs to: ``ACCOUNT`` for the default account, else the
+    token's account as given (``acct_…``)."""
+    return ACCOUNT if tok.account == DEFAULT_ACCOUNT else tok.account
+
+
+def livemode(key: str) -> bool:
+    """Whether a key is a live-mode key (``sk_live_``, ``rk_live_``); anything else is test."""
+    return bool(re.match(r"(?:sk|rk|pk)_live_", key))
+
+
 class StripeTarget(Target):
-    """One Stripe account in test mode, in memory."""
+    """Stripe accounts in memory, each with its test-mode and live-mode data apart. A key
+    reaches the data of its token's account in its own mode (``livemode``)."""
 
     name = "stripe"
     default_tokens = (
-        Token(DEFAULT_SECRET_KEY, "stripe", [PERM_READ, PERM_WRITE]),
-        Token(DEFAULT_READ_KEY, "stripe", [PERM_READ]),
+        Token(DEFAULT_SECRET_KEY, "stripe", [PERM_READ, PERM_WRITE, PERM_ACCOUNT_READ]),
+        Token(DEFAULT_READ_KEY, "stripe", [PERM_READ, PERM_ACCOUNT_READ]),
     )
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = _State()
+        self.states: dict[tuple[str, bool], _State] = {}
+        self.search_lag = DEFAULT_SEARCH_LAG
+        self.execution_errors: list[ExecutionError] = []
 
     def reset(self) -> None:
-        self.state = _State()
+        self.states = {}
+        self.search_lag = DEFAULT_SEARCH_LAG
+        self.execution_errors = []
+
+    @property
+    def state(self) -> _State:
+        """The default account's test-mode data."""
+        return self.state_of(ACCOUNT, False)
+
+    def state_of(self, account: str, live: bool) -> _State:
+        return self.states.setdefault((account, live), _State())
+
+    def _state_for(self, request: web.Request, tok: Token) -> _State:
+        return self.state_of(account_id(tok), livemode(_key_of(request)))
 
     def routes(self) -> Iterable[web.RouteDef]:
         return (
@@ -134,6 +186,8 @@ class StripeTarget(Target):
             # Registered before the {id} route, which would otherwise take "search" for an id.
             web.get("/v1/payment_intents/search", self._h_search),
             web.get("/v1/payment_intents/{intent}", self._h_retrieve),
+            web.get("/v1/account", self._h_account),
+            web.post("/_staging/stripe/execution_errors", self._h_execution_error),
             web.get("/_staging/stripe/search_lag", self._h_get_lag),
             web.post("/_staging/stripe/search_lag", self._h_set_lag),
             web.post("/_staging/stripe/customers", self._h_add_customer),
@@ -156,14 +210,16 @@ class StripeTarget(Target):
 
     def _auth_error(self, request: web.Request, status: int,
                     scopes: tuple[str, ...]) -> web.Response:
-        header = request.headers.get("Authorization", "")
-        key = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        key = _key_of(request)
         basic = {"WWW-Authenticate": 'Basic realm="Stripe"'}
         if status == 403:
+            with self.staging.lock:
+                tok = self.staging.tokens.get(key)
+            acct = account_id(tok) if tok is not None else ACCOUNT
             return stripe_error(
                 403, "invalid_request_error",
                 f"The provided key '{mask_key(key)}' does not have the required permissions "
-                f"for this endpoint on account '{ACCOUNT}'. Having the '{scopes[-1]}' "
+                f"for this endpoint on account '{acct}'. Having the '{scopes[-1]}' "
                 "permission would allow this request to continue.",
                 code="more_permissions_required")
         if not key:
@@ -185,30 +241,45 @@ class StripeTarget(Target):
     # PaymentIntents ---------------------------------------------------------------------------
 
     async def _h_create(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request, PERM_WRITE)
+        tok = self.authorize(request, PERM_WRITE)
+        state = self._state_for(request, tok)
         params = decode_params((await request.post()).items())
         key = request.headers.get("Idempotency-Key")
         fingerprint = json.dumps(["POST", request.path, params], sort_keys=True)
         if key is not None:
-            replay = self._remembered(key, fingerprint)
+            replay = self._remembered(state, key, fingerprint)
             if replay is not None:
                 return replay
         create = self._validate_create(params)  # a validation error is not remembered
         if key is not None:
             with self.staging.lock:
-                self.state.keys[key] = _Remembered(fingerprint, time.time())
+                state.keys[key] = _Remembered(fingerprint, time.time())
         try:
             fault = await self.before_write(request, "payment_intents.create")
         except BaseException:
-            self._forget(key)  # failed in front of the endpoint: nothing to remember
+            self._forget(state, key)  # failed in front of the endpoint: nothing to remember
             raise
-        try:
-            response = self._create(create, key)
-        except Reply as r:
-            response = r.response  # an error of the execution itself: remembered and replayed
-        self._remember(key, response)
+        failure = self._take_execution_error()
+        if failure is None or failure.commit:
+            try:
+                response = self._create(state, create, key, live=livemode(_key_of(request)))
+            except Reply as r:
+                response = r.response  # an error of the execution itself: saved and replayed
+        if failure is not None:  # failed during execution (after creating, if ``commit``)
+            response = stripe_error(failure.status, "api_error", "An unknown error occurred")
+        self._remember(state, key, response)
         self.after_commit(request, fault)
         return response
+
+    def _take_execution_error(self) -> ExecutionError | None:
+        with self.staging.lock:
+            if not self.execution_errors:
+                return None
+            failure = self.execution_errors[0]
+            failure.times -= 1
+            if failure.times <= 0:
+                self.execution_errors.pop(0)
+            return failure
 
     def _validate_create(self, params: dict[str, Any]) -> dict[str, Any]:
         _no_unknown(params, CREATE_PARAMS)
@@ -240,7 +311,8 @@ class StripeTarget(Target):
         return {**params, "amount": amount, "currency": currency,
                 "metadata": {k: v for k, v in metadata.items() if v != ""}}
 
-    def _create(self, p: dict[str, Any], key: str | None) -> web.Response:
+    def _create(self, state: _State, p: dict[str, Any], key: str | None, *,
+                live: bool) -> web.Response:
         amount, currency = p["amount"], p["currency"]
         minimum = MIN_AMOUNT.get(currency, 1)
         if amount < minimum:
@@ -253,31 +325,31 @@ class StripeTarget(Target):
                                      f"Amount must be no more than {MAX_AMOUNT}",
                                      code="amount_too_large", param="amount"))
         customer = p.get("customer")
-        if customer is not None and customer not in self.state.customers:
+        if customer is not None and customer not in state.customers:
             raise Reply(stripe_error(400, "invalid_request_error",
                                      f"No such customer: '{customer}'",
                                      code="resource_missing", param="customer"))
         now = time.time()
         pi_id = "pi_" + _random_id(24)
-        obj = payment_intent_object(pi_id, p, created=int(now))
+        obj = payment_intent_object(pi_id, p, created=int(now), livemode=live)
         with self.staging.lock:
-            self.state.seq += 1
-            self.state.intents[pi_id] = _Intent(obj, now, self.state.seq)
+            state.seq += 1
+            state.intents[pi_id] = _Intent(obj, now, state.seq)
         self.record("payment_intents.create", key, id=pi_id, amount=amount, currency=currency,
                     customer=customer, metadata=dict(obj["metadata"]))
         return _json(obj)
 
     async def _h_retrieve(self, request: web.Request) -> web.Response:
-        self.authorize(request, PERM_READ, PERM_WRITE)
+        state = self._state_for(request, self.authorize(request, PERM_READ, PERM_WRITE))
         await self.before_write(request, "payment_intents.retrieve")
         _no_unknown(decode_params(request.query.items()), {"client_secret", "expand"})
-        intent = self.state.intents.get(request.match_info["intent"])
+        intent = state.intents.get(request.match_info["intent"])
         if intent is None:
             raise Reply(_no_such(request.match_info["intent"], "intent", 404))
         return _json(intent.obj)
 
     async def _h_list(self, request: web.Request) -> web.Response:
-        self.authorize(request, PERM_READ, PERM_WRITE)
+        state = self._state_for(request, self.authorize(request, PERM_READ, PERM_WRITE))
         await self.before_write(request, "payment_intents.list")
         params = decode_params(request.query.items())
         _no_unknown(params, LIST_PARAMS)
@@ -285,7 +357,7 @@ class StripeTarget(Target):
         created = _created_filter(params.get("created"))
         customer = params.get("customer")
         with self.staging.lock:
-            ordered = sorted(self.state.intents.values(), key=lambda i: (-i.obj["created"],
+            ordered = sorted(state.intents.values(), key=lambda i: (-i.obj["created"],
                                                                          -i.seq))
         ids = [i.obj["id"] for i in ordered]
         if "starting_after" in params or "ending_before" in params:
@@ -305,7 +377,7 @@ class StripeTarget(Target):
                       "url": "/v1/payment_intents"})
 
     async def _h_search(self, request: web.Request) -> web.Response:
-        self.authorize(request, PERM_READ, PERM_WRITE)
+        state = self._state_for(request, self.authorize(request, PERM_READ, PERM_WRITE))
         await self.before_write(request, "payment_intents.search")
         params = decode_params(request.query.items())
         _no_unknown(params, SEARCH_PARAMS)
@@ -327,8 +399,7 @@ class StripeTarget(Target):
                                      param="page")) from None
         now = time.time()
         with self.staging.lock:
-            visible = [i for i in self.state.intents.values()
-                       if now - i.at >= self.state.search_lag]
+            visible = [i for i in state.intents.values() if now - i.at >= self.search_lag]
         visible.sort(key=lambda i: (-i.obj["created"], -i.seq))
         hits = [i.obj for i in visible if match(i.obj)]
         page = hits[start:start + limit]
@@ -340,7 +411,7 @@ class StripeTarget(Target):
 
     # idempotency -------------------------------------------------------------------------------
 
-    def _remembered(self, key: str, fingerprint: str) -> web.Response | None:
+    def _remembered(self, state: _State, key: str, fingerprint: str) -> web.Response | None:
         """The answer for a key seen before: a replay, a 400 for other parameters, or a 409
         while the first request runs. None for a new (or pruned) key."""
         if len(key) > MAX_IDEMPOTENCY_KEY:
@@ -348,9 +419,9 @@ class StripeTarget(Target):
                                      f"Keys for idempotent requests can be no longer than "
                                      f"{MAX_IDEMPOTENCY_KEY} characters."))
         with self.staging.lock:
-            seen = self.state.keys.get(key)
+            seen = state.keys.get(key)
             if seen is not None and time.time() - seen.at > IDEMPOTENCY_TTL:
-                del self.state.keys[key]
+                del state.keys[key]
                 seen = None
         if seen is None:
             return None
@@ -372,26 +443,37 @@ class StripeTarget(Target):
                                      "Original-Request": seen.request_id,
                                      "Request-Id": _request_id()})
 
-    def _remember(self, key: str | None, response: web.Response) -> None:
+    def _remember(self, state: _State, key: str | None, response: web.Response) -> None:
         if key is None:
             return
         response.headers["Idempotency-Key"] = key
         body = response.body if isinstance(response.body, bytes) else b""
         with self.staging.lock:
-            seen = self.state.keys.get(key)
+            seen = state.keys.get(key)
             if seen is not None:
                 seen.status, seen.body = response.status, body
                 seen.request_id = response.headers.get("Request-Id", "")
 
-    def _forget(self, key: str | None) -> None:
+    def _forget(self, state: _State, key: str | None) -> None:
         if key is not None:
             with self.staging.lock:
-                self.state.keys.pop(key, None)
+                state.keys.pop(key, None)
+
+    # the account ------------------------------------------------------------------------------
+
+    async def _h_account(self, request: web.Request) -> web.Response:
+        tok = self.authorize(request, PERM_ACCOUNT_READ)
+        acct = account_id(tok)
+        return _json({"id": acct, "object": "account", "type": "standard", "country": "US",
+                      "default_currency": "usd", "email": f"{acct}@stripe.staging.example",
+                      "charges_enabled": True, "payouts_enabled": True,
+                      "details_submitted": True,
+                      "settings": {"dashboard": {"display_name": acct}}})
 
     # control ---------------------------------------------------------------------------------
 
     async def _h_get_lag(self, request: web.Request) -> web.Response:
-        return web.json_response({"seconds": self.state.search_lag})
+        return web.json_response({"seconds": self.search_lag})
 
     async def _h_set_lag(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -399,8 +481,18 @@ class StripeTarget(Target):
             seconds = float(body["seconds"])
         except (KeyError, TypeError, ValueError):
             return web.json_response({"error": "give {\"seconds\": <number>}"}, status=400)
-        self.state.search_lag = seconds
+        self.search_lag = seconds
         return web.json_response({"seconds": seconds})
+
+    async def _h_execution_error(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else {}
+        try:
+            failure = ExecutionError(**body)
+        except TypeError as e:
+            return web.json_response({"error": str(e)}, status=400)
+        with self.staging.lock:
+            self.execution_errors.append(failure)
+        return web.json_response({"armed": asdict(failure)})
 
     async def _h_add_customer(self, request: web.Request) -> web.Response:
         body = await request.json() if request.can_read_body else {}
@@ -419,7 +511,8 @@ class StripeTarget(Target):
 
 # -- objects and errors -----------------------------------------------------------------------
 
-def payment_intent_object(pi_id: str, p: Mapping[str, Any], *, created: int) -> dict[str, Any]:
+def payment_intent_object(pi_id: str, p: Mapping[str, Any], *, created: int,
+                          livemode: bool = False) -> dict[str, Any]:
     """A PaymentIntent as the API returns it, fresh from create."""
     types = _as_list(p.get("payment_method_types")) or ["card"]
     return {
@@ -432,7 +525,7 @@ def payment_intent_object(pi_id: str, p: Mapping[str, Any], *, created: int) -> 
         "client_secret": f"{pi_id}_secret_{_random_id(24)}", "confirmation_method": "automatic",
         "created": created, "currency": p["currency"], "customer": p.get("customer"),
         "description": p.get("description"), "last_payment_error": None,
-        "latest_charge": None, "livemode": False, "metadata": dict(p.get("metadata") or {}),
+        "latest_charge": None, "livemode": livemode, "metadata": dict(p.get("metadata") or {}),
         "next_action": None, "on_behalf_of": None, "payment_method": None,
         "payment_method_options": {}, "payment_method_types": types, "processing": None,
         "receipt_email": p.get("receipt_email"), "review": None, "setup_future_usage": None,
@@ -461,6 +554,11 @@ def mask_key(key: str) -> str:
     prefix = m.group(0) if m else ""
     rest = key[len(prefix):]
     return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
+
+
+def _key_of(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    return header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -47,7 +47,9 @@ import pytest
 
 from activities.drive import drive_client
 from activities.wiring import TARGETS, worker_registry
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
+from helpers.run_plan_local import STAGING_DEFAULTS
 from helpers.staging_fixtures import post
 from staging.core import Fault, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
@@ -65,8 +67,8 @@ RANDOM_ROUNDS = 8
 RUNNER = str(Path(__file__).parent / "helpers" / "run_plan_local.py")
 SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", time.time_ns() % 2**32))
 # The staging target and write op of each remote action, where a slow provider is staged.
-WRITE_OPS = {"drive.rename": ("drive", "files.update"), "gmail.send": ("gmail", "messages.send"),
-             "graph.send_mail": ("graph", "sendMail"),
+WRITE_OPS = {"drive.rename": ("drive", "files.update"), "gmail.send": ("gmail", "drafts.send"),
+             "graph.send_mail": ("graph", "message.send"),
              "stripe.payment_intent": ("stripe", "payment_intents.create")}
 SLOW_CLIENT_TIMEOUT_S = 1.5  # the runner's clients only; the resume uses the defaults
 SLOW_DELAY_S = 3.5  # the provider commits this long after the request arrived
@@ -169,6 +171,10 @@ class Chaos:
             staging.arm(Fault(target, op, "delay", seconds=delay))
             timeout = SLOW_CLIENT_TIMEOUT_S if r.phase == "slow" else LOCKS_LOST_TIMEOUT_S
             env[f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S"] = str(timeout)
+            if r.phase == "slow":
+                # Drive has no key and no fence: its horizon (how long it may still apply a
+                # request we gave up on) is what keeps the probe from answering too early.
+                env["TIDEMARK_DRIVE_HORIZON_S"] = str(SLOW_DELAY_S + 1.0)
             if r.phase == "locks_lost":
                 args[2] = psycopg.conninfo.make_conninfo(self.db_url,
                                                          application_name="chaos-runner")
@@ -304,7 +310,8 @@ def violations(r: Round, got: Observed, base: Observed) -> list[str]:
 @pytest.fixture
 def chaos(server: StagingServer, store: JournalStore, db_url: str, tmp_path: Path) -> Chaos:
     print(f"chaos seed {SEED} (TIDEMARK_CHAOS_SEED={SEED} replays it)")
-    registry: Registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    registry: Registry = worker_registry({"TIDEMARK_STAGING_URL": server.url,
+                                          "TIDEMARK_FS_ROOTS": FS_ROOTS, **STAGING_DEFAULTS})
     registry.register(LedgerRecord())
     return Chaos(server, store, db_url, tmp_path, registry)
 
@@ -370,7 +377,8 @@ def test_the_oracle_fails_a_probe_that_always_answers_absent(chaos: Chaos) -> No
     rng = random.Random(SEED)
     caught: dict[str, list[str]] = {}
     for a in ACTIONS:
-        wrong = worker_registry({"TIDEMARK_STAGING_URL": chaos.server.url})
+        wrong = worker_registry({"TIDEMARK_STAGING_URL": chaos.server.url,
+                                 "TIDEMARK_FS_ROOTS": FS_ROOTS, **STAGING_DEFAULTS})
         wrong.register(LedgerRecord())
         wrong.register(blind(wrong.bound(a)))
         r = Round(f"chaos-blind-{a.replace('.', '-')}", a, rng.choice(step_numbers(a)),

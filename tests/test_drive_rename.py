@@ -21,6 +21,8 @@ from tidemark.errors import (
     PlanError,
     PreconditionFailed,
     Refused,
+    StepBusy,
+    StepFailed,
     TargetUnavailable,
     Unauthorized,
 )
@@ -39,9 +41,13 @@ def drive(drive: DriveTarget) -> DriveTarget:
     return drive
 
 
-def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S) -> DriveRename:
+def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
+                horizon_s: float = 0.0) -> DriveRename:
+    """The action on staging, whose writes land within their request unless a test arms a
+    delay fault: no horizon unless the test gives one."""
     return DriveRename(writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=timeout),
-                       reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=timeout))
+                       reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=timeout),
+                       timeout=timeout, horizon_s=horizon_s)
 
 
 @pytest.fixture
@@ -151,6 +157,33 @@ def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(server: Stag
     assert action.probe(ctx).status is ProbeStatus.ABSENT  # not committed yet
     assert_eventually(lambda: action.probe(ctx).status is ProbeStatus.DONE)
     assert len(staging.effects_of("drive", "files.update")) == 1
+
+
+def test_a_commit_later_than_the_client_is_waited_out_not_renamed_again(
+        server: StagingServer, store: JournalStore, drive: DriveTarget,
+        staging: Staging) -> None:
+    """Drive has no idempotency key: after an ambiguous failure the step does not trust
+    *absent* until the horizon has passed, so a rename Drive applies after our client gave up
+    is found by the probe instead of being made a second time."""
+    delay = SHORT_TIMEOUT * 6
+    action = make_action(server, timeout=SHORT_TIMEOUT, horizon_s=delay + 1.0)
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "delay", seconds=delay))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    with pytest.raises(StepBusy):  # the late commit may still land: no probe, no rename
+        run_step(store, Registry([action]), task, 1)
+    assert len(staging.effects_of("drive", "files.update")) == 0  # it has not landed yet
+
+    def settled() -> bool:
+        try:
+            return run_step(store, Registry([action]), task, 1).resolved_by == "probe"
+        except StepBusy:
+            return False
+
+    assert_eventually(settled, timeout=delay + 10)
+    assert len(staging.effects_of("drive", "files.update")) == 1
+    assert drive.files["f1"].app_properties.get("tidemark_key") is not None
 
 
 def test_a_503_is_target_unavailable_and_changes_nothing(action: DriveRename,
@@ -322,3 +355,85 @@ def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingSe
     row = store.step_row(task, 1)
     assert row is not None and row.in_doubt
     assert drive.files["f1"].name == "report.pdf"
+
+
+# -- the stamp decides, not the name alone ----------------------------------------------------
+
+def other_writer_renames_back(server: StagingServer, name: str, key: str) -> None:
+    """Another writer of the same app (another task, another Tidemark) renames f1 under its
+    own key, through the real client."""
+    other = drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=CLIENT_TIMEOUT_S)
+    other.files().update(fileId="f1", body={"name": name, "appProperties": {"tidemark_key": key}},
+                         fields="id").execute(num_retries=0)
+
+
+def test_the_old_name_under_another_key_is_unknown_not_absent(server: StagingServer,
+                                                              action: DriveRename,
+                                                              drive: DriveTarget) -> None:
+    ctx = intent(action)
+    action.execute(ctx)
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN
+    assert probed.observed == {"file_id": "f1", "name": "report.pdf",
+                               "tidemark_key": "someone-elses-key", "trashed": False}
+
+
+def test_the_old_name_without_the_old_stamp_is_unknown(action: DriveRename,
+                                                       drive: DriveTarget) -> None:
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}
+    ctx = intent(action)
+    drive.files["f1"].app_properties = {}  # someone removed the earlier stamp since
+    assert action.probe(ctx).status is ProbeStatus.UNKNOWN
+    drive.files["f1"].app_properties = {"tidemark_key": "earlier"}  # as before_state has it
+    assert action.probe(ctx).status is ProbeStatus.ABSENT
+
+
+def test_run_step_does_not_overwrite_a_rename_back_under_another_key(
+        server: StagingServer, store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    task = persist(store)
+    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)  # applied; the answer was lost
+    other_writer_renames_back(server, "report.pdf", "someone-elses-key")
+    with pytest.raises(NeedsDecision, match="someone-elses-key"):
+        run_step(store, Registry([action]), task, 1)
+    assert drive.files["f1"].name == "report.pdf"
+    assert drive.files["f1"].app_properties == {"tidemark_key": "someone-elses-key"}
+    assert len(staging.effects_of("drive", "files.update")) == 2  # ours, theirs; no third
+
+
+# -- a 403 about one file is a refusal of the step, not a revoked credential -------------------
+
+def test_a_file_shared_read_only_refuses_the_step_and_the_task_fails_there(
+        store: JournalStore, action: DriveRename, drive: DriveTarget,
+        staging: Staging) -> None:
+    drive.seed("theirs.pdf", file_id="f1", owner="carol", shared={"default": "reader"})
+    task = persist(store)
+    with pytest.raises(StepFailed, match="insufficientFilePermissions"):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
+    assert drive.files["f1"].name == "theirs.pdf"
+    assert staging.effects_of("drive", "files.update") == []
+
+
+def test_a_drive_file_token_never_granted_the_file_is_refused(server: StagingServer,
+                                                             drive: DriveTarget) -> None:
+    post(server, "/_staging/tokens", {"token": "narrow", "target": "drive", "client": "narrow-app",
+                                      "scopes": ["https://www.googleapis.com/auth/drive.file"]})
+    narrow = DriveRename(
+        writer=drive_client(server.url, "narrow", timeout=CLIENT_TIMEOUT_S),
+        reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=CLIENT_TIMEOUT_S))
+    with pytest.raises(Refused, match="appNotAuthorizedToFile"):
+        narrow.execute(context(before={"name": "report.pdf"}))
+    assert drive.files["f1"].name == "report.pdf"
+
+
+def test_a_scope_the_token_lacks_still_stops_the_task_as_unauthorized(
+        server: StagingServer, drive: DriveTarget) -> None:
+    # insufficientPermissions is about the credential (its scopes), not about one file.
+    reader = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=CLIENT_TIMEOUT_S)
+    with pytest.raises(Unauthorized, match="insufficientPermissions"):
+        DriveRename(writer=reader, reader=reader).execute(context(before={"name": "x"}))

@@ -268,3 +268,53 @@ def test_probe_reading_as_another_client_is_unknown_for_a_landed_rename(
     assert probed.status is ProbeStatus.UNKNOWN
     assert probed.observed["name"] == "final.pdf" and probed.observed["tidemark_key"] is None
     assert DriveRenameProbe(reader).probe(ctx).status is ProbeStatus.DONE  # our own client
+
+
+# -- users, sharing and the answers about one file ----------------------------------------------
+
+def bobs_client(server: StagingServer, scopes: list[str] | None = None) -> Any:
+    post(server, "/_staging/tokens", {"token": "bob", "target": "drive", "account": "bob",
+                                      "scopes": scopes or ["https://www.googleapis.com/auth/drive"]})
+    return drive_client(server.url, "bob", timeout=5)
+
+
+def test_about_names_the_tokens_user_and_requires_fields(server: StagingServer, writer: Any,
+                                                         reader: Any) -> None:
+    ours = writer.about().get(fields="user(permissionId,emailAddress)").execute(num_retries=0)
+    assert ours == reader.about().get(fields="user(permissionId,emailAddress)").execute(
+        num_retries=0)
+    assert ours["user"]["emailAddress"] == "default@drive.staging.example"
+    post(server, "/_staging/drive/users", {"account": "bob", "emailAddress": "bob@example.com"})
+    bob = bobs_client(server).about().get(fields="user").execute(num_retries=0)["user"]
+    assert bob["emailAddress"] == "bob@example.com" and bob["me"] is True
+    assert bob["permissionId"] != ours["user"]["permissionId"]
+    status, body = http_error(writer.about().get())
+    assert status == 400 and body["error"]["errors"][0]["reason"] == "required"
+
+
+def test_a_user_sees_only_files_it_has_a_role_on(server: StagingServer, drive: DriveTarget,
+                                                 writer: Any) -> None:
+    drive.seed("ours.txt", file_id="f1")
+    drive.seed("bobs.txt", file_id="f2", owner="bob")
+    bob = bobs_client(server)
+    assert [f["id"] for f in bob.files().list().execute(num_retries=0)["files"]] == ["f2"]
+    status, body = http_error(bob.files().get(fileId="f1"))
+    assert status == 404 and body["error"]["errors"][0]["reason"] == "notFound"
+    status, _ = http_error(writer.files().update(fileId="f2", body={"name": "x"}))
+    assert status == 404  # Drive does not tell "not yours" from "no such file"
+    post(server, "/_staging/drive/files/f2/share", {"account": "default", "role": "writer"})
+    assert writer.files().update(fileId="f2", body={"name": "x"}).execute(
+        num_retries=0)["name"] == "x"
+
+
+def test_a_role_that_cannot_edit_gets_a_403_about_that_file(server: StagingServer,
+                                                            drive: DriveTarget,
+                                                            writer: Any,
+                                                            staging: Staging) -> None:
+    drive.seed("bobs.txt", file_id="f2", owner="bob", shared={"default": "commenter"})
+    assert writer.files().get(fileId="f2").execute(num_retries=0)["name"] == "bobs.txt"
+    status, body = http_error(writer.files().update(fileId="f2", body={"name": "x"}))
+    assert status == 403
+    assert body["error"]["errors"][0]["reason"] == "insufficientFilePermissions"
+    assert "f2" in body["error"]["message"]
+    assert drive.files["f2"].name == "bobs.txt" and staging.effects_of("drive") == []

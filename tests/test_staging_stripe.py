@@ -240,3 +240,75 @@ def test_missing_unknown_and_revoked_keys_get_stripes_401(server: StagingServer,
 def test_mask_key_keeps_prefix_and_last_four() -> None:
     assert mask_key("sk_test_abcdefgh1234") == "sk_test_********1234"
     assert mask_key("rk_live_xy") == "rk_live_xy"
+
+
+# -- a failure during execution is saved under the key and replayed ---------------------------
+
+def test_a_500_during_execution_is_saved_and_replayed(server: StagingServer,
+                                                      sk: stripe.StripeClient,
+                                                      staging: Staging) -> None:
+    post(server, "/_staging/stripe/execution_errors", {"status": 500})
+    with pytest.raises(stripe.APIError) as first:
+        create(sk, "k1")
+    assert first.value.http_status == 500
+    assert (first.value.headers or {}).get("Idempotent-Replayed") is None
+    for _ in range(2):  # every later request with the key gets the saved answer back
+        with pytest.raises(stripe.APIError) as again:
+            create(sk, "k1")
+        assert again.value.http_status == 500
+        assert again.value.headers["Idempotent-Replayed"] == "true"
+        assert again.value.json_body == first.value.json_body
+    with pytest.raises(stripe.IdempotencyError):  # other parameters: still a 400
+        create(sk, "k1", amount=2600)
+    assert staging.effects_of("stripe") == []  # nothing was created
+    assert create(sk, "k2").amount == 2500  # a new key is a new request
+
+
+def test_a_500_after_the_create_committed_is_saved_too(server: StagingServer,
+                                                       sk: stripe.StripeClient,
+                                                       rk: stripe.StripeClient,
+                                                       staging: Staging) -> None:
+    post(server, "/_staging/stripe/execution_errors", {"status": 500, "commit": True})
+    with pytest.raises(stripe.APIError):
+        create(sk, "k1", metadata={"tidemark_key": "k1"})
+    with pytest.raises(stripe.APIError) as again:
+        create(sk, "k1", metadata={"tidemark_key": "k1"})
+    assert again.value.headers["Idempotent-Replayed"] == "true"
+    [pi] = rk.v1.payment_intents.list().data  # it exists all the same
+    assert pi.metadata["tidemark_key"] == "k1"
+
+
+# -- accounts and modes -----------------------------------------------------------------------
+
+def test_each_account_and_mode_sees_only_its_own_data(server: StagingServer,
+                                                      sk: stripe.StripeClient,
+                                                      rk: stripe.StripeClient) -> None:
+    post(server, "/_staging/tokens", {"token": "sk_test_other", "target": "stripe",
+                                      "account": "acct_other",
+                                      "scopes": ["rak_payment_intent_read",
+                                                 "rak_payment_intent_write",
+                                                 "rak_accounts_kyc_basic_read"]})
+    post(server, "/_staging/tokens", {"token": "sk_live_same", "target": "stripe",
+                                      "scopes": ["rak_payment_intent_read",
+                                                 "rak_payment_intent_write",
+                                                 "rak_accounts_kyc_basic_read"]})
+    other = stripe_client(server.url, "sk_test_other", timeout=5)
+    live = stripe_client(server.url, "sk_live_same", timeout=5)
+    mine = create(sk, "k1")
+    theirs = create(other, "k1")  # the same key in another account is another request
+    in_live = create(live, "k1")
+    assert not mine.livemode and not theirs.livemode and in_live.livemode
+    assert [p.id for p in rk.v1.payment_intents.list().data] == [mine.id]
+    assert [p.id for p in other.v1.payment_intents.list().data] == [theirs.id]
+    assert [p.id for p in live.v1.payment_intents.list().data] == [in_live.id]
+    assert sk.v1.accounts.retrieve_current().id == rk.v1.accounts.retrieve_current().id
+    assert other.v1.accounts.retrieve_current().id == "acct_other"
+
+
+def test_a_restricted_key_needs_the_account_permission_to_read_the_account(
+        server: StagingServer) -> None:
+    post(server, "/_staging/tokens", {"token": "rk_test_narrow", "target": "stripe",
+                                      "scopes": ["rak_payment_intent_read"]})
+    with pytest.raises(stripe.PermissionError) as info:
+        stripe_client(server.url, "rk_test_narrow", timeout=5).v1.accounts.retrieve_current()
+    assert "rak_accounts_kyc_basic_read" in info.value.json_body["error"]["message"]

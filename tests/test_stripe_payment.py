@@ -290,3 +290,53 @@ def test_run_step_with_a_revoked_key_stops_with_unauthorized(server: StagingServ
     assert not info.value.retryable
     row = store.step_row(task, 1)
     assert row is not None and row.in_doubt and staging.effects_of("stripe") == []
+
+
+# -- a 500 that Stripe saved under our key ----------------------------------------------------
+
+def arm_execution_error(server: StagingServer, commit: bool = False) -> None:
+    post(server, "/_staging/stripe/execution_errors", {"status": 500, "commit": commit})
+
+
+def test_run_step_after_a_saved_500_ends_failed_instead_of_retrying_forever(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging) -> None:
+    task = persist(store)
+    arm_execution_error(server)
+    with pytest.raises(TargetUnavailable, match="500"):  # fresh 500: in doubt, retry
+        run_step(store, Registry([action]), task, 1)
+    # The retry probes (absent), executes with the same key and gets the saved 500 back:
+    # the key can never succeed, and nothing carries it after the request finished.
+    with pytest.raises(StepFailed, match="saved"):
+        run_step(store, Registry([action]), task, 1)
+    row = store.step_row(task, 1)
+    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
+    assert "Idempotent-Replayed" in row.outcome["error"]
+    assert staging.effects_of("stripe") == []
+    assert run_step(store, Registry([action]), task, 1).skipped  # the end state holds
+
+
+def test_a_saved_500_after_the_create_committed_is_done_by_probe(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging) -> None:
+    task = persist(store)
+    arm_execution_error(server, commit=True)
+    with pytest.raises(TargetUnavailable, match="500"):
+        run_step(store, Registry([action]), task, 1)
+    resumed = run_step(store, Registry([action]), task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    assert len(staging.effects_of("stripe")) == 1
+
+
+def test_a_replayed_500_with_our_payment_listed_is_done(server: StagingServer,
+                                                        action: StripePaymentIntent,
+                                                        staging: Staging) -> None:
+    # Executed again without a probe in between: the replay says "finished, failed", but the
+    # listing taken after it shows the payment, so it happened.
+    ctx = context()
+    arm_execution_error(server, commit=True)
+    with pytest.raises(TargetUnavailable):
+        action.execute(ctx)
+    outcome = action.execute(ctx)
+    [effect] = staging.effects_of("stripe")
+    assert outcome["id"] == effect.detail["id"] and outcome["idempotent_replayed"] is True

@@ -42,6 +42,10 @@ class LedgerRecord(Action):
         "probe_raises_while": Arg(str, required=False),  # the probe itself fails (OSError)
         "unavailable_while": Arg(str, required=False),  # execute fails before writing
     }
+    # Short, so that a test waiting out a killed attempt's lease stays fast; a hold longer than
+    # this is covered by the lease keeper's renewals.
+    deadline_s = 1.0
+    horizon_s = 0.0
 
     def preconditions(self, ctx: StepContext) -> None:
         gate = ctx.args.get("gate_file")
