@@ -66,6 +66,7 @@ and ``sendMail`` (a mail submitted; ``stalled`` true in the detail when it staye
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import secrets
 import threading
@@ -181,7 +182,9 @@ class Mailbox:
 
     def __post_init__(self) -> None:
         for name, display in WELL_KNOWN.items():
-            f = Folder(_new_id("AQMkAD"), name, display)
+            # A mailbox's well-known folders keep their ids for its life, as Exchange's do
+            # (a worker reads them once); derived from the account, they survive a reset too.
+            f = Folder(_stable_id("AQMkAD", f"{self.account}/{name}"), name, display)
             self.folders[f.id] = f
 
     def folder(self, name_or_id: str) -> Folder | None:
@@ -981,6 +984,11 @@ def _ci(d: dict[str, Any]) -> dict[str, Any]:
 
 def _new_id(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(48)).decode()
+
+
+def _stable_id(prefix: str, seed: str) -> str:
+    digest = hashlib.sha384(seed.encode()).digest()  # 48 bytes, like _new_id's
+    return prefix + base64.urlsafe_b64encode(digest).decode()
 
 
 def _iso(t: float) -> str:
