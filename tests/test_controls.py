@@ -48,13 +48,15 @@ def names(tmp_path: Path) -> list[str]:
 
 # -- 1. a stop committed before the intent prevents it --------------------------------------
 
+@pytest.mark.parametrize("scope", ["task", "global"])
 def test_a_stop_committed_during_the_snapshot_prevents_the_intent(
-        store: JournalStore, tmp_path: Path) -> None:
+        store: JournalStore, tmp_path: Path, scope: str) -> None:
     task = persist(store, SPECS, [ledger_step(tmp_path)], "stop-snap")
 
     class StoppedMeanwhile(LedgerRecord):
         def snapshot(self, ctx: StepContext) -> dict[str, Any]:  # a person stops it now
-            store.set_control(ctx.task_id, "stopped", "wrong recipient", "ops")
+            store.set_control(ctx.task_id if scope == "task" else "*", "stopped",
+                              "wrong recipient", "ops")
             return super().snapshot(ctx)
 
     with pytest.raises(TaskStopped, match="wrong recipient"):

@@ -9,6 +9,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import crash_at, persist
 from tidemark.actions import Registry
@@ -17,7 +18,7 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def fs_step(tmp_path: Path) -> dict[str, object]:

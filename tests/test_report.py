@@ -6,6 +6,7 @@ from pathlib import Path
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.steps import crash_at, persist
 from tidemark.actions import Registry
@@ -14,7 +15,7 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def test_each_irreversible_step_gets_the_verdict_its_rows_prove(

@@ -9,6 +9,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import persist
 from tidemark.actions import Registry
@@ -19,7 +20,7 @@ from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def test_a_stopped_task_acts_on_nothing_until_released(store: JournalStore,
