@@ -22,8 +22,10 @@ from tidemark.cli import main
 from tidemark.commands import DecisionError
 from tidemark.errors import (
     InvariantViolation,
+    NotStopped,
     StepBusy,
     StepFailed,
+    TargetUnavailable,
     TaskStopped,
     TaskUnwound,
 )
@@ -118,6 +120,33 @@ def test_an_unwind_lists_a_step_whose_attempt_was_at_its_gates_when_the_stop_cam
     assert final == [1]
     assert [type(e) for e in failure] == [TaskStopped]  # the stop prevented the intent
     assert names(tmp_path) == ["draft-1.txt", "final-0.txt"]
+
+
+def test_a_release_committed_while_an_unwind_probes_prevents_the_compensation(
+        store: JournalStore, tmp_path: Path) -> None:
+    task = persist(store, SPECS, [rename(tmp_path, 0)], "release-probe")
+
+    class AnswerLost(FsRename):
+        def execute(self, ctx: StepContext) -> dict[str, Any]:  # renamed; the answer is lost
+            super().execute(ctx)
+            raise TargetUnavailable("the answer was lost")
+
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([AnswerLost([FS_ROOTS])]), task, 1)
+    assert names(tmp_path) == ["final-0.txt"]
+    store.set_control(task, "stopped", "undo", "ops")
+
+    class ReleasedWhileProbing(FsRename):
+        def probe(self, ctx: StepContext) -> ProbeResult:  # a slow probe; a release lands
+            store.set_control(ctx.task_id, "released", "keep it after all", "ops")
+            return super().probe(ctx)
+
+    with pytest.raises(NotStopped):
+        unwind_step(store, Registry([ReleasedWhileProbing([FS_ROOTS])]), task, 1)
+    assert names(tmp_path) == ["final-0.txt"]  # not compensated
+    row = store.step_row(task, 1)
+    assert row is not None and (row.status, row.resolved_by) == ("done", "probe")
+    assert [r.phase for r in store.rows(task)] == ["do"]  # no undo intent
 
 
 # -- 4. a refused compensation is not "already undone", and can be tried again ---------------

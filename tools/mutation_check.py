@@ -30,6 +30,13 @@ How it runs, and why it fits in ten minutes on two cores:
   wall time at little CPU cost. Measured on the shared 2-core machine: 46 mutants, baseline
   included, in 4 min 53 s wall, 2 min 24 s of CPU.
 
+Where a rule is checked twice on purpose, the mutant breaks the check that enforces it. The stop
+and unwound states are read when a step's lock is taken (run_step, unwind_step) and checked
+again by the statement that writes the intent or claims it (StepSession.begin/claim); the early
+read only saves work, so dropping it alone changes nothing a test could see. Those mutants edit
+the statement, and the tests that kill them commit the stop (or the release) after the lock was
+taken, during the snapshot or the probe.
+
 A mutant is killed when its tests fail (or time out); it survives when they pass. The exit code
 is 0 only when every mutant was killed and there were no errors. ``--json`` prints
 ``{"mutants": N, "killed": K, "survived": [...], "errors": [...]}``.
@@ -66,6 +73,9 @@ T_RE = "tests/test_report.py"
 T_SS = "tests/test_stop_state.py"
 T_PR = "tests/test_probe_rules.py"
 T_LZ = "tests/test_leases.py"
+# The intent's statement: a 'do' intent needs the task not stopped, an 'undo' one needs it stopped.
+INTENT_STOP = ("AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}\n"
+               "                    RETURNING")
 T_CT = "tests/test_controls.py"
 T_GF = "tests/test_graph_fence.py"
 T_MF = "tests/test_gmail_fence.py"
@@ -104,9 +114,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "            return",
            (f"{T_RS}::test_fs_rename_happy_path_then_skip",)),
     Mutant("a stopped task still acts", ST,
-           "AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}\n                    RETURNING",
-           "AND (%(phase)s = 'undo') <= {_STOPPED} AND NOT {_UNWOUND}\n"
-           "                    RETURNING",
+           INTENT_STOP, INTENT_STOP.replace(") = {", ") <= {"),
            (f"{T_CT}::test_a_stop_committed_during_the_snapshot_prevents_the_intent[task]",)),
     Mutant("a step in doubt acts after a stop committed while it was probed", ST,
            "f\"  AND (%(phase)s = 'undo') = {_STOPPED}",
@@ -300,16 +308,33 @@ MUTANTS: tuple[Mutant, ...] = (
            'if decided and approvers is None and decided["actor"] not in approvers:',
            ("tests/test_boundary.py::test_a_decision_by_somebody_not_among_the_approvers_does_"
             "not_count",)),
-    # -- stop and release name a task that exists -----------------------------------------------
+    Mutant("stripe: a replayed 500 is retried for ever instead of settled by a listing",
+           "activities/stripe.py",
+           "if (e.http_status or 0) >= 500 and (e.headers or {}).get(",
+           "if (e.http_status or 0) >= 600 and (e.headers or {}).get(",
+           ("tests/test_stripe_payment.py::test_run_step_after_a_saved_500_ends_failed_instead_"
+            "of_retrying_forever",)),
+    Mutant("stripe: a replayed 500 with our payment listed is not done", "activities/stripe.py",
+           "if probed.status is ProbeStatus.DONE:",
+           "if probed.status is not ProbeStatus.DONE:",
+           ("tests/test_stripe_payment.py::test_a_replayed_500_with_our_payment_listed_is_done",
+            )),
+    # -- stop, release and resolve ----------------------------------------------------------------
+    Mutant("resolve --as never closes a step of a task that is not stopped",
+           "tidemark/commands.py",
+           "if s.stopped is None:\n                    raise DecisionError(",
+           "if s.stopped is None and False:\n                    raise DecisionError(",
+           (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
+            "proceeds",)),
     Mutant("stop accepts a task id that names no task", "tidemark/commands.py",
            "if task_id == ALL_TASKS or store.task_known(task_id):",
            "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
     # -- unwind ---------------------------------------------------------------------------------
-    Mutant("unwind runs on a task that is not stopped", "tidemark/unwind.py",
-           "if s.stopped is None:\n            raise NotStopped(task_id)",
-           "if s.stopped is None and False:\n            raise NotStopped(task_id)",
-           (f"{T_SS}::test_unwind_refuses_a_task_that_is_not_stopped",)),
+    Mutant("unwind runs on a task that is not stopped", ST,
+           INTENT_STOP, INTENT_STOP.replace(") = {", ") >= {"),
+           (f"{T_CT}::test_a_release_committed_while_an_unwind_probes_prevents_the_"
+            "compensation",)),
     Mutant("unwind compensates an irreversible step", "tidemark/unwind.py",
            "if spec.irreversible:\n            raise Refused(",
            "if spec.irreversible and False:\n            raise Refused(",
@@ -418,6 +443,13 @@ def pytest(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, st
     return p.returncode, (p.stdout + p.stderr)[-3000:]
 
 
+def failure_line(out: str) -> str:
+    """The first ``FAILED``/``ERROR`` line of pytest's summary (what killed the mutant)."""
+    lines = out.strip().splitlines()
+    hits = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    return (hits or lines or [""])[0][:300]
+
+
 def run_mutant(base: Path, mutant: Mutant) -> Result:
     started = time.monotonic()
     error = anchor_errors(base, mutant)
@@ -437,7 +469,7 @@ def run_mutant(base: Path, mutant: Mutant) -> Result:
         code, out = pytest(copy, list(mutant.tests), PER_MUTANT_TIMEOUT_S)
     took = time.monotonic() - started
     if code is None or code == 1:
-        return Result(mutant.name, "killed", took, out.strip().splitlines()[-1] if out else "")
+        return Result(mutant.name, "killed", took, failure_line(out))
     if code == 0:
         return Result(mutant.name, "survived", took)
     return Result(mutant.name, "error", took, f"pytest exit {code}: {out}")
@@ -480,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
                 for r in pool.map(lambda m: run_mutant(base, m), mutants):
                     say(f"{r.outcome:8} {r.seconds:6.1f}s  {r.name}"
-                        + (f"\n         {r.detail}" if r.outcome == "error" else ""))
+                        + (f"\n         {r.detail}" if r.detail else ""))
                     results.append(r)
     killed = [r.name for r in results if r.outcome == "killed"]
     survived = [r.name for r in results if r.outcome == "survived"]
