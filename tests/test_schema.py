@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tidemark.migrate import migrate, migration_files
+from tidemark.migrate import MIGRATION_LOCK_ID, migrate, migration_files
 from tidemark.store import JournalStore
 
 
@@ -127,3 +127,34 @@ def test_two_processes_migrating_at_once_both_succeed(db_url: str, tmp_path: Pat
         versions = [r[0] for r in conn.execute(
             "SELECT version FROM tidemark.schema_migrations ORDER BY version")]
     assert versions == [v for v, _, _ in migration_files()]
+
+
+def test_a_migration_waits_while_another_process_holds_the_migration_lock(db_url: str) -> None:
+    """Deterministic counterpart of the race above: while the lock is held, a migrator applies
+    nothing (it waits on the lock, as Postgres shows), and it applies everything once the lock
+    is let go."""
+    code = ("import sys, json, psycopg; from tidemark.migrate import migrate;"
+            "print(json.dumps(migrate(psycopg.connect(sys.argv[1], autocommit=True))))")
+    waiting_sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                   " AND database = (SELECT oid FROM pg_database"
+                   "                 WHERE datname = current_database())")
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
+        proc = subprocess.Popen([sys.executable, "-c", code, db_url], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        waiting = False
+        deadline = time.monotonic() + 30
+        while not waiting and proc.poll() is None and time.monotonic() < deadline:
+            row = holder.execute(waiting_sql).fetchone()
+            waiting = row is not None and row[0] == 1
+            if not waiting:
+                time.sleep(0.02)
+        try:
+            assert waiting, f"the migrator never waited for the lock: {proc.poll()=}"
+            gone = holder.execute("SELECT to_regclass('tidemark.schema_migrations')").fetchone()
+            assert gone is not None and gone[0] is None  # nothing applied meanwhile
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == [name for _, name, _ in migration_files()]

@@ -19,8 +19,8 @@ How it runs, and why it fits in ten minutes on two cores:
   subprocess that ``tidemark``, ``activities``, ``probes``, ``workflows`` and ``staging`` are
   imported from the copy, and stops with an error otherwise.
 * each mutant names only the tests that should notice it (node ids), run with
-  ``-x -q -p no:cacheprovider``: most mutants need one to four tests of a few seconds; only
-  RunPlan's mutants start a Temporal dev server.
+  ``-x -q -p no:cacheprovider``: most mutants need one test of a few seconds; only RunPlan's
+  mutants and the approval mutant start a Temporal dev server.
 * a baseline run of the union of those tests on the unmutated copy comes first: a test that
   fails without a mutant would "kill" every mutant it is named for, so a red baseline is an
   error, not a result.
@@ -37,8 +37,10 @@ read only saves work, so dropping it alone changes nothing a test could see. Tho
 the statement, and the tests that kill them commit the stop (or the release) after the lock was
 taken, during the snapshot or the probe.
 
-A mutant is killed when its tests fail (or time out); it survives when they pass. The exit code
-is 0 only when every mutant was killed and there were no errors. ``--json`` prints
+A mutant is killed when one of its tests fails (or they time out); it survives when they pass.
+A mutant that only makes the tests' set-up fail (pytest ``ERROR``, no ``FAILED``: e.g. a
+migration that no longer runs) is an error, not a kill: no test showed the rule broken. The exit
+code is 0 only when every mutant was killed and there were no errors. ``--json`` prints
 ``{"mutants": N, "killed": K, "survived": [...], "errors": [...]}``.
 """
 
@@ -180,8 +182,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "FOR EACH ROW WHEN (OLD.outcome IS NULL AND false) EXECUTE",
            (f"{T_SC}::test_rows_are_never_deleted_and_outcomes_never_rewritten",)),
     Mutant("journal rows can be deleted", M1,
-           "CREATE TRIGGER journal_no_delete BEFORE DELETE ON",
-           "CREATE TRIGGER journal_no_delete BEFORE TRUNCATE ON",
+           "CREATE TRIGGER journal_no_delete BEFORE DELETE ON tidemark.journal\n"
+           "    FOR EACH ROW EXECUTE FUNCTION tidemark.refuse_change();",
+           "-- (no trigger refuses a DELETE of journal rows)",
            (f"{T_SC}::test_rows_are_never_deleted_and_outcomes_never_rewritten",)),
     Mutant("an outcome may lack its resolver", M1,
            "AND (outcome IS NULL) = (resolved_by IS NULL))",
@@ -190,7 +193,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("concurrent migrations race", "tidemark/migrate.py",
            'conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))',
            'conn.execute("SELECT %s", (MIGRATION_LOCK_ID,))',
-           (f"{T_SC}::test_two_processes_migrating_at_once_both_succeed",)),
+           (f"{T_SC}::test_a_migration_waits_while_another_process_holds_the_migration_lock",)),
     Mutant("a person's absent decision licenses every later execution", ST,
            "AND kind = 'decision' AND at >= %s\"\n                \" ORDER BY id DESC LIMIT 1\"",
            "AND kind = 'decision' AND at >= %s\"\n                \" ORDER BY id LIMIT 1\"",
@@ -468,6 +471,11 @@ def run_mutant(base: Path, mutant: Mutant) -> Result:
                 return Result(mutant.name, "error", 0.0, f"mutant does not compile: {e}")
         code, out = pytest(copy, list(mutant.tests), PER_MUTANT_TIMEOUT_S)
     took = time.monotonic() - started
+    if code == 1 and "\nFAILED " not in out and "\nERROR " in out:
+        # Only set-up or collection errors: the mutant broke the tests' machinery (e.g. SQL
+        # that no longer migrates), so no test showed the rule broken.
+        return Result(mutant.name, "error", took,
+                      f"no test failed, the tests' set-up did: {failure_line(out)}")
     if code is None or code == 1:
         return Result(mutant.name, "killed", took, failure_line(out))
     if code == 0:
