@@ -202,6 +202,19 @@ def test_two_threads_racing_one_step_execute_it_once(store: JournalStore,
     assert len(ledger_lines(tmp_path / "ledger")) == 1
 
 
+def test_a_step_whose_lock_another_session_holds_is_busy_and_nothing_runs(
+        store: JournalStore, tmp_path: Path) -> None:
+    # The holder has the lock but no intent yet (at its gates or snapshot), so no lease
+    # stands in for the lock: only the lock keeps the second attempt out.
+    task = persist(store, [ledger_step(tmp_path)])
+    with store.execution(task, 1), pytest.raises(StepBusy):
+        run_step(store, REGISTRY, task, 1)
+    assert store.step_row(task, 1) is None
+    assert ledger_lines(tmp_path / "ledger") == []
+    assert run_step(store, REGISTRY, task, 1).status == "done"  # once let go, it runs
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
 def test_two_processes_racing_one_step_execute_it_once(store: JournalStore, db_url: str,
                                                        tmp_path: Path) -> None:
     task = persist(store, [ledger_step(tmp_path, hold_s=1.0)])

@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("a twin attempt takes a held step", ST,
            "if not got:\n                    if r is None:",
            "if not got and False:\n                    if r is None:",
-           (f"{T_RS}::test_two_threads_racing_one_step_execute_it_once",)),
+           (f"{T_RS}::test_a_step_whose_lock_another_session_holds_is_busy_and_nothing_runs",)),
     Mutant("an intent without a renewal has no lease", ST,
            "clock_timestamp() + make_interval(secs => %(lease)s)\n                    WHERE (",
            "clock_timestamp()\n                    WHERE (",
