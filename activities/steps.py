@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.granted import acting_for
+from tidemark import series
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
+from tidemark.grants import GrantBroker
 from tidemark.plan import Step, load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
@@ -44,9 +47,11 @@ def _as_application_error(e: TidemarkError) -> ApplicationError:
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
-    def __init__(self, store: JournalStore, registry: Registry) -> None:
+    def __init__(self, store: JournalStore, registry: Registry,
+                 grants: GrantBroker | None = None) -> None:
         self.store = store
         self.registry = registry
+        self.grants = grants  # per-task credentials (activities/granted.py)
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
@@ -57,6 +62,8 @@ class StepActivities:
                 plan = load_plan(doc, self.registry)
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
+                if plan.series is not None and inp.check_gates:
+                    series.admit(self.store, plan.task_id, plan.series)  # before anything acts
                 self.store.persist_plan(plan)
                 task_id = plan.task_id
             else:
@@ -65,6 +72,9 @@ class StepActivities:
                     raise ApplicationError("input must be a plan {task_id?, steps} or "
                                            "{task_id} of a stored plan", type="PlanError",
                                            non_retryable=True)
+                named = self.store.series_of(task_id)
+                if named is not None and inp.check_gates:
+                    series.admit(self.store, task_id, named)
             progress = self.store.progress(task_id)
             if inp.check_gates and progress.next_step is not None:  # again on every start
                 check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
@@ -89,7 +99,7 @@ class StepActivities:
     @activity.defn(name="run_step")
     def run_step(self, inp: StepInput) -> StepOutput:
         """One step through the two-phase journal, heartbeating while it runs."""
-        with _heartbeating():
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 result = run_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:
@@ -124,7 +134,7 @@ class StepActivities:
     @activity.defn(name="unwind_step")
     def unwind_step(self, inp: StepInput) -> UndoOutput:
         """One compensation through the journal (phase undo), heartbeating while it runs."""
-        with _heartbeating():
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:

@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from activities.catalog import ACTION_CLASSES
 from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
+from activities.granted import granted_google
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.gmail import gmail_client
@@ -30,6 +32,7 @@ from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
+from tidemark.grants import LocalMinter, Minter, StagingMinter
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
@@ -103,9 +106,25 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _minter(env: Mapping[str, str], url: str) -> Minter:
+    """Per-task grants: minted and revoked per token at the staging servers; the worker's own
+    credential, refused by the broker once revoked, at a real provider (tidemark.grants)."""
+    staging = env.get(STAGING_URL)
+    return StagingMinter(url) if staging and url.rstrip("/") == staging.rstrip("/") \
+        else LocalMinter(url)
+
+
+def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str) -> Any:
+    return granted_google(client, target, scope, _minter(env, url))
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
-    "drive": lambda env, url, w, r: DriveRename(drive_client(url, w), drive_client(url, r)),
-    "gmail": lambda env, url, w, r: GmailSend(gmail_client(url, w), gmail_client(url, r)),
+    "drive": lambda env, url, w, r: DriveRename(
+        _google(env, "drive", drive_client(url, w), "write", url),
+        _google(env, "drive", drive_client(url, r), "read", url)),
+    "gmail": lambda env, url, w, r: GmailSend(
+        _google(env, "gmail", gmail_client(url, w), "write", url),
+        _google(env, "gmail", gmail_client(url, r), "read", url)),
     "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
         stripe_client(url, w), stripe_client(url, r),

@@ -41,13 +41,17 @@ class Step:
 class Plan:
     task_id: str
     steps: tuple[Step, ...]
+    series: str | None = None  # runs of one series are ordered (tidemark.series)
 
     @property
     def plan_hash(self) -> str:
-        return plan_hash([s.as_json() for s in self.steps])
+        return _hash_of(self.series, self.steps)
 
     def canonical(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "steps": [s.as_json() for s in self.steps]}
+        doc: dict[str, Any] = {"task_id": self.task_id}
+        if self.series is not None:
+            doc["series"] = self.series
+        return {**doc, "steps": [s.as_json() for s in self.steps]}
 
     def step(self, number: int) -> Step:
         if not 1 <= number <= len(self.steps):
@@ -56,7 +60,14 @@ class Plan:
         return self.steps[number - 1]
 
 
-def plan_hash(steps: list[dict[str, Any]]) -> str:
+def _hash_of(series: str | None, steps: tuple[Step, ...]) -> str:
+    """The plan hash: over the steps alone, or over series and steps when a series is named
+    (so a plan without a series keeps the hash it always had)."""
+    listed = [s.as_json() for s in steps]
+    return plan_hash(listed if series is None else {"series": series, "steps": listed})
+
+
+def plan_hash(steps: list[dict[str, Any]] | dict[str, Any]) -> str:
     """sha256 over the canonical JSON of the steps (sorted keys, no spaces)."""
     text = json.dumps(steps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -90,9 +101,14 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
     """
     if not isinstance(data, dict):
         raise PlanError("plan", f"must be a JSON object, got {type(data).__name__}")
-    extra = sorted(set(data) - {"task_id", "steps"})
+    extra = sorted(set(data) - {"task_id", "series", "steps"})
     if extra:
-        raise PlanError(extra[0], "unknown top-level field (a plan has task_id and steps)")
+        raise PlanError(extra[0], "unknown top-level field (a plan has task_id, series and "
+                                  "steps)")
+    series = data.get("series")
+    if series is not None and (not isinstance(series, str) or not TASK_ID_RE.fullmatch(series)):
+        raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
+                                  "starting with a letter or digit")
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
         raise PlanError("steps", "must be a list of steps")
@@ -109,11 +125,11 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
                   enumerate(parsed, start=1))
     task_id = data.get("task_id")
     if task_id is None:
-        task_id = "plan-" + plan_hash([s.as_json() for s in steps])[:16]
+        task_id = "plan-" + _hash_of(series, steps)[:16]
     elif not isinstance(task_id, str) or not TASK_ID_RE.fullmatch(task_id):
         raise PlanError("task_id", "must be 1-128 characters of letters, digits and . _ : -, "
                                    "starting with a letter or digit")
-    return Plan(task_id, steps)
+    return Plan(task_id, steps, series)
 
 
 def _check_text(value: Any, where: str) -> None:

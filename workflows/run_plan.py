@@ -20,7 +20,9 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.outcome import ended
     from workflows.types import (
+        BLOCKED,
         COMPLETED,
         FAILED,
         HALTED,
@@ -71,6 +73,7 @@ END_STATES = {
     "Refused": FAILED,
     "ActionNotConfigured": FAILED,
     "NotStopped": STOPPED,
+    "SeriesBlocked": BLOCKED,
 }
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -114,6 +117,12 @@ class RunPlan:
 
     @workflow.run
     async def run(self, document: dict[str, Any]) -> RunResult:
+        """Completes only when every step is done; every other end state fails the workflow
+        with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
+        tells the runs that need a person from the finished ones."""
+        return ended(await self._run(document))
+
+    async def _run(self, document: dict[str, Any]) -> RunResult:
         # Only a continue-as-new hop carries counts and skips the plan gates; an input that
         # merely says "continued" is a new start like any other.
         hop = workflow.info().continued_run_id is not None

@@ -25,6 +25,7 @@ from tidemark.errors import TidemarkError
 from tidemark.faults import CRASH_ENV
 from tidemark.report import build_report
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult, UnwindResult
 
 DEMO_FILES = 40
@@ -70,7 +71,7 @@ async def resume_task(address: str, namespace: str, task_id: str, *, wait: bool,
     client = await connect(address, namespace)
     handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
                           RunResult)
-    return await handle.result() if wait else None
+    return await run_result(handle) if wait else None
 
 
 async def unwind_task(address: str, namespace: str, task_id: str, *, wait: bool,
@@ -129,7 +130,7 @@ async def _demo(stack: DevStack, files: int, kill_at: int, say: Callable[[str], 
         stack.start_worker()
         say("a new worker started; Temporal retries step "
             f"{kill_at}, whose probe finds the file renamed by our inode")
-        result = await handle.result()
+        result = await run_result(handle)
         say(f"workflow ended: {result.state}, {result.confirmed}/{result.steps} confirmed, "
             f"{result.resolved_by_probe} resolved by probe, {time.monotonic() - killed_at:.1f}s "
             "after the kill")

@@ -17,6 +17,7 @@ NEEDS_DECISION = "needs_decision"
 PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
 UNWOUND = "unwound"
+BLOCKED = "blocked"  # a run of a series refused to start (tidemark.series); nothing acted
 
 
 @dataclass
@@ -106,3 +107,14 @@ class UnwindResult:
     nothing_to_undo: list[int] = field(default_factory=list)
     irreversible_done: list[str] = field(default_factory=list)
     error: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PlannerInput:
+    """What ScheduledRun asks the planner for: tonight's plan of ``series``."""
+
+    series: str
+    planner: str  # "module:function"
+    args: dict[str, Any]
+    scheduled: str  # ISO 8601, the schedule's time for this run (UTC)
+    task_id: str  # derived from series and scheduled time

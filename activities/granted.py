@@ -1,0 +1,59 @@
+"""Per-task credentials on the wire: while an activity acts for a task (``acting_for``), every
+request of a granted client presents that task's grant from the broker (tidemark.grants)
+instead of the worker's own credential.
+
+Outside ``acting_for`` (binding a worker, identity checks) a client presents its base
+credential. Wired for the Google clients (Drive, Gmail), whose credential is asked for on every
+request; the Graph client (its own event-loop thread) and the Stripe client still present the
+worker's credential (README, "Kill").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+from google.oauth2.credentials import Credentials
+
+from tidemark.grants import GrantBroker, Minter
+
+_ACTING: contextvars.ContextVar[tuple[GrantBroker, str] | None] = contextvars.ContextVar(
+    "tidemark_acting_for", default=None)
+
+
+@contextlib.contextmanager
+def acting_for(broker: GrantBroker | None, task_id: str) -> Iterator[None]:
+    """Every granted call made in this block (this thread) presents ``task_id``'s grant."""
+    if broker is None:
+        yield
+        return
+    reset = _ACTING.set((broker, task_id))
+    try:
+        yield
+    finally:
+        _ACTING.reset(reset)
+
+
+class GrantedCredentials(Credentials):  # type: ignore[misc]
+    """google-auth credentials that ask the broker for the acting task's token per request."""
+
+    def __init__(self, base: str, target: str, scope: str, minter: Minter) -> None:
+        super().__init__(base)
+        self._target, self._scope, self._minter = target, scope, minter
+
+    def apply(self, headers: dict[str, str], token: str | None = None) -> None:
+        acting = _ACTING.get()
+        if acting is not None and token is None:
+            broker, task_id = acting
+            token = broker.token(task_id, self._target, self._scope, self.token, self._minter)
+        super().apply(headers, token)
+
+
+def granted_google(service: Any, target: str, scope: str, minter: Minter) -> Any:
+    """Makes a google_service Resource present per-task grants (its base token stays the
+    worker's)."""
+    http = service._http  # google_auth_httplib2.AuthorizedHttp
+    http.credentials = GrantedCredentials(http.credentials.token, target, scope, minter)
+    return service
