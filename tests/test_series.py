@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,25 @@ def _effects(server: StagingServer, target: str) -> list[dict[str, Any]]:
                                 timeout=5) as r:
         return json.loads(r.read())
 
+
+
+def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_a_mail(
+        server: StagingServer, drive: DriveTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    from examples.supplier_sync_planner import plan as supplier_plan
+
+    monkeypatch.setenv("TIDEMARK_STAGING_URL", server.url)
+    for k in ("TIDEMARK_DRIVE_URL", "TIDEMARK_DRIVE_WRITE_TOKEN", "TIDEMARK_DRIVE_READ_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    inbox = [drive.seed(f"scan-{i:03d}.pdf") for i in range(1, 131)]  # two pages and more
+    drive.seed("scan-999.pdf", trashed=True)
+    drive.seed("notes scan-1.txt")
+    drive.seed("theirs-scan-5.pdf", owner="carol")  # not visible to our account
+    when = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+    doc = supplier_plan({"prefix": "scan-", "to": ["ap@supplier.example"]}, when)
+    checked = load_plan({**doc, "task_id": "supplier-sync-x", "series": "supplier-sync"},
+                        worker_registry({"TIDEMARK_STAGING_URL": server.url}))
+    renames = [s for s in checked.steps if s.action == "drive.rename"]
+    assert sorted(s.args["file_id"] for s in renames) == sorted(f.id for f in inbox)
+    assert renames[0].args["name"] == "2026-11-30 supplier 001.pdf"
+    assert [s.action for s in checked.steps[len(renames):]] == ["gmail.send"]
+    assert "130 files" in checked.steps[-1].args["body"]
