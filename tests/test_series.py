@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.drive import drive_client
 from activities.granted import acting_for
 from activities.wiring import worker_registry
-from helpers.ledger import ledger_lines
+from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
 from helpers.staging_fixtures import arm
 from helpers.wait import assert_eventually
@@ -290,3 +290,49 @@ def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_
     assert renames[0].args["name"] == "2026-11-30 supplier 001.pdf"
     assert [s.action for s in checked.steps[len(renames):]] == ["gmail.send"]
     assert "130 files" in checked.steps[-1].args["body"]
+
+
+async def test_cli_series_stop_release_status_schedule_and_kill(
+        temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tidemark.cli import main
+
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    registry = worker_registry({})
+    registry.register(LedgerRecord())
+    plan = load_plan({"task_id": "cli-1", "series": "cli",
+                      "steps": ledger_steps(Path("/nonexistent/ledger"), "c", 1)}, registry)
+    series.admit(store, plan.task_id, "cli")
+    store.persist_plan(plan)
+
+    def cli(*args: str) -> tuple[int, str]:
+        code = main(list(args))
+        return code, capsys.readouterr().out
+
+    assert (await asyncio.to_thread(cli, "stop", "--series", "cli", "--reason", "audit"))[0] == 0
+    code, out = await asyncio.to_thread(cli, "status", "--series", "cli", "--json")
+    data = json.loads(out)
+    assert data["stopped"]["state"] == "stopped" and data["runs"][0]["task_id"] == "cli-1"
+    assert data["runs"][0]["state"] == "not_finished"
+    assert (await asyncio.to_thread(cli, "release", "--series", "cli"))[0] == 0
+    assert json.loads((await asyncio.to_thread(cli, "status", "--series", "cli", "--json"))[1]
+                      )["stopped"] is None
+    assert (await asyncio.to_thread(main, ["stop", "cli-1", "--series", "cli"])) == 1
+
+    code, out = await asyncio.to_thread(
+        cli, "schedule", "create", "cli", "--cron", "0 3 * * *", "--planner",
+        "helpers.planners:nightly", "--args", '{"n": 1}')
+    assert code == 0 and "tidemark-series-cli" in out
+    listed = json.loads((await asyncio.to_thread(cli, "schedule", "list"))[1])
+    assert [(s["series"], s["paused"], s["planner"], s["args"]) for s in listed] == [
+        ("cli", False, "helpers.planners:nightly", {"n": 1})]
+    assert (await asyncio.to_thread(main, ["kill", "--all"])) == 2  # needs --yes
+    code, out = await asyncio.to_thread(cli, "kill", "--series", "cli", "--reason", "drill",
+                                        "--by", "ops", "--json")
+    layers = json.loads(out)
+    assert code == 0 and [x["layer"] for x in layers] == [1, 2, 3, 4]
+    assert layers[1]["detail"] == {"cli": "paused"}
+    assert store.stop_state("cli-1")["state"] == "killed"
+    assert (await asyncio.to_thread(cli, "schedule", "delete", "cli"))[0] == 0
