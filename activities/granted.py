@@ -3,9 +3,10 @@ request of a granted client presents that task's grant from the broker (tidemark
 instead of the worker's own credential.
 
 Outside ``acting_for`` (binding a worker, identity checks) a client presents its base
-credential. Wired for the Google clients (Drive, Gmail), whose credential is asked for on every
-request; the Graph client (its own event-loop thread) and the Stripe client still present the
-worker's credential (README, "Kill").
+credential. Wired for the Google clients (Drive, Gmail: their credentials object is asked on
+every request) and the Stripe client (its HTTP client's ``request`` sets the header); the Graph
+client runs its requests on its own event-loop thread, which does not see ``acting_for``, and
+still presents the worker's credential (README, "Kill").
 """
 
 from __future__ import annotations
@@ -57,3 +58,23 @@ def granted_google(service: Any, target: str, scope: str, minter: Minter) -> Any
     http = service._http  # google_auth_httplib2.AuthorizedHttp
     http.credentials = GrantedCredentials(http.credentials.token, target, scope, minter)
     return service
+
+
+def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
+    """Makes a stripe.StripeClient present per-task grants: every request's bearer key is the
+    acting task's grant (the key the client was built with stays the worker's base)."""
+    http = client._requestor._client  # the stripe.RequestsClient every request goes through
+    send = http.request
+
+    def request(method: str, url: str, headers: Any, post_data: Any = None) -> Any:
+        acting = _ACTING.get()
+        if acting is not None:
+            broker, task_id = acting
+            headers = dict(headers or {})
+            base = str(headers.get("Authorization", "")).removeprefix("Bearer ").strip()
+            headers["Authorization"] = "Bearer " + broker.token(task_id, target, scope, base,
+                                                                minter)
+        return send(method, url, headers, post_data)
+
+    http.request = request
+    return client

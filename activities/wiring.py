@@ -21,7 +21,7 @@ from activities.catalog import ACTION_CLASSES
 from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
-from activities.granted import granted_google
+from activities.granted import granted_google, granted_stripe
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.gmail import gmail_client
@@ -127,7 +127,8 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
         _google(env, "gmail", gmail_client(url, r), "read", url)),
     "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
-        stripe_client(url, w), stripe_client(url, r),
+        granted_stripe(stripe_client(url, w), "stripe", "write", _minter(env, url)),
+        granted_stripe(stripe_client(url, r), "stripe", "read", _minter(env, url)),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
                                 DEFAULT_STRIPE_MAX_TASK_AMOUNT),

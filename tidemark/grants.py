@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import secrets
 import threading
 import urllib.error
@@ -80,7 +81,9 @@ class StagingMinter:
     kind: str = "staging"
 
     def new_handle(self, base: str) -> tuple[str, str]:
-        token = "grant-" + secrets.token_urlsafe(24)
+        # A Stripe key's prefix is its kind and mode (sk_test_, rk_live_ ...): keep it.
+        kind = re.match(r"(?:sk|rk)_(?:live|test)_", base)
+        token = (kind.group(0) if kind else "") + "grant-" + secrets.token_urlsafe(24)
         return token, token
 
     def mint(self, token: str, base: str, ttl_s: float) -> None:
@@ -130,7 +133,9 @@ class GrantBroker:
             state = self.store.grant_state(held[0])
             if state is not None and state["live"]:
                 return held[1]
-            if state is not None and state["revoked"] is not None:
+            if state is not None and state["revoked"] is not None and \
+                    self.store.stop_state(task_id) is not None:
+                # Once released (a person settled it), the task gets a fresh grant below.
                 self._refused(task_id, target, scope, f"grant {held[0]} revoked at "
                               f"{state['revoked']:%Y-%m-%d %H:%M:%S%z} by {state['revoked_by']}")
         return self._issue(key, base, minter)

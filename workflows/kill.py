@@ -100,7 +100,11 @@ async def _terminate(client: Client, workflow_id: str, reason: str) -> str:
             return f"not running ({desc.status.name.lower() if desc.status else '?'})"
         await h.terminate(reason=reason)
     except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+        try:  # it ended between the two calls, or never existed
+            desc = await h.describe()
+        except RPCError:
             return "no such workflow"
-        raise
+        return f"not running ({desc.status.name.lower() if desc.status else '?'}): {e.message}"
     return "terminated"
