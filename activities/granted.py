@@ -4,13 +4,14 @@ instead of the worker's own credential.
 
 Outside ``acting_for`` (binding a worker, identity checks) a client presents its base
 credential. Wired for the Google clients (Drive, Gmail: their credentials object is asked on
-every request) and the Stripe client (its HTTP client's ``request`` sets the header); the Graph
-client runs its requests on its own event-loop thread, which does not see ``acting_for``, and
-still presents the worker's credential (README, "Kill").
+every request), the Stripe client (its HTTP client's ``request`` sets the header) and the Graph
+client (its token provider; the coroutine submitted to the client's loop thread carries the
+submitting thread's context, ``acting_for`` included).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 from collections.abc import Iterator
@@ -77,4 +78,34 @@ def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
         return send(method, url, headers, post_data)
 
     http.request = request
+    return client
+
+
+class GrantedTokenProvider:
+    """A kiota AccessTokenProvider that hands out the acting task's grant, for the hosts the
+    wrapped provider would serve."""
+
+    def __init__(self, inner: Any, target: str, scope: str, minter: Minter) -> None:
+        self._inner, self._target, self._scope, self._minter = inner, target, scope, minter
+
+    async def get_authorization_token(self, uri: str,
+                                      additional_authentication_context: dict[str, Any] | None
+                                      = None) -> str:
+        base = await self._inner.get_authorization_token(uri, additional_authentication_context)
+        acting = _ACTING.get()
+        if not base or acting is None:
+            return str(base)
+        broker, task_id = acting
+        return await asyncio.to_thread(broker.token, task_id, self._target, self._scope, base,
+                                       self._minter)
+
+    def get_allowed_hosts_validator(self) -> Any:
+        return self._inner.get_allowed_hosts_validator()
+
+
+def granted_graph(client: Any, target: str, scope: str, minter: Minter) -> Any:
+    """Makes a probes.graph.GraphClient present per-task grants."""
+    auth = client.service.request_adapter._authentication_provider
+    auth.access_token_provider = GrantedTokenProvider(auth.access_token_provider, target, scope,
+                                                      minter)
     return client

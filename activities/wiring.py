@@ -21,7 +21,7 @@ from activities.catalog import ACTION_CLASSES
 from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
-from activities.granted import granted_google, granted_stripe
+from activities.granted import granted_google, granted_graph, granted_stripe
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.gmail import gmail_client
@@ -125,7 +125,9 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "gmail": lambda env, url, w, r: GmailSend(
         _google(env, "gmail", gmail_client(url, w), "write", url),
         _google(env, "gmail", gmail_client(url, r), "read", url)),
-    "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
+    "graph": lambda env, url, w, r: GraphSendMail(
+        granted_graph(graph_client(url, w), "graph", "write", _minter(env, url)),
+        granted_graph(graph_client(url, r), "graph", "read", _minter(env, url))),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
         granted_stripe(stripe_client(url, w), "stripe", "write", _minter(env, url)),
         granted_stripe(stripe_client(url, r), "stripe", "read", _minter(env, url)),

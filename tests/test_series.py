@@ -351,16 +351,18 @@ def test_stripe_and_gmail_calls_present_per_task_grants_that_a_kill_revokes(
     doc = {"task_id": "pay-1", "steps": [
         {"action": "gmail.send", "args": {"to": ["ap@supplier.example"], "subject": "s",
                                           "body": "b"}},
+        {"action": "graph.send_mail", "args": {"to": ["ap@supplier.example"], "subject": "s",
+                                               "body": "b"}},
         {"action": "stripe.payment_intent", "args": {"amount": 1200, "currency": "usd"}},
         {"action": "stripe.payment_intent", "args": {"amount": 1300, "currency": "usd"}}]}
     store.persist_plan(load_plan(doc, registry))
     broker = GrantBroker(store)
     with acting_for(broker, "pay-1"):
-        run_step(store, registry, "pay-1", 1)
-        run_step(store, registry, "pay-1", 2)
+        for step in (1, 2, 3):
+            run_step(store, registry, "pay-1", step)
     grants = store.grants("pay-1")
-    assert sorted({(g["target"], g["scope"]) for g in grants}) == [
-        ("gmail", "write"), ("stripe", "write")]  # one per target and scope, reused
+    assert sorted((g["target"], g["scope"]) for g in grants) == [
+        ("gmail", "write"), ("graph", "write"), ("stripe", "write")]  # each one issued once
     minted = {t.token: t for t in server.staging.tokens.values() if "grant-" in t.token}
     assert len(minted) == len(grants)
     assert sum(t.startswith("sk_test_grant-") for t in minted) == 1  # the mode is kept
@@ -370,12 +372,12 @@ def test_stripe_and_gmail_calls_present_per_task_grants_that_a_kill_revokes(
     assert all(t.revoked for t in minted.values())
     with acting_for(broker, "pay-1"), pytest.raises(Unauthorized, match="revoked"):
         registry.bound("stripe.payment_intent").execute(StepContext(
-            task_id="pay-1", step=3, action="stripe.payment_intent",
+            task_id="pay-1", step=4, action="stripe.payment_intent",
             args={"amount": 1300, "currency": "usd"}, key="1" * 32))  # a wedged worker's call
     assert len(_effects(server, "stripe")) == 1  # it created nothing
 
     # Released by a person, the task gets fresh grants and goes on.
     commands.release(store.conninfo, "pay-1", "settled", "ops")
     with acting_for(broker, "pay-1"):
-        assert run_step(store, registry, "pay-1", 3).status == "done"
-    assert len(store.grants("pay-1")) == 3 and len(_effects(server, "stripe")) == 2
+        assert run_step(store, registry, "pay-1", 4).status == "done"
+    assert len(store.grants("pay-1")) == 4 and len(_effects(server, "stripe")) == 2
