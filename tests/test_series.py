@@ -381,3 +381,27 @@ def test_stripe_and_gmail_calls_present_per_task_grants_that_a_kill_revokes(
     with acting_for(broker, "pay-1"):
         assert run_step(store, registry, "pay-1", 4).status == "done"
     assert len(store.grants("pay-1")) == 4 and len(_effects(server, "stripe")) == 2
+
+
+async def test_a_scheduled_supplier_sync_plans_from_the_drive_inbox_and_runs_it(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        drive: DriveTarget, workers, task_queue: str) -> None:
+    client = temporal_env.client
+    inbox = [drive.seed(f"scan-{i:03d}.pdf") for i in (1, 2, 3)]
+    other = drive.seed("contract.pdf")
+    root = str(Path(__file__).resolve().parent.parent)  # the worker imports examples.*
+    workers.start(TIDEMARK_STAGING_URL=server.url, PYTHONPATH=root)
+    await schedules.create(client, "supplier-sync", "0 3 * * *",
+                           "examples.supplier_sync_planner:plan",
+                           {"prefix": "scan-", "to": ["ap@supplier.example"]}, task_queue)
+    result = await triggered_run(client, workers.env["TEMPORAL_ADDRESS"], "supplier-sync", set())
+    assert (result.state, result.confirmed, result.executed) == ("completed", 4, 4)
+    assert result.task_id.startswith("supplier-sync-2")
+    names = sorted(drive.files[f.id].name for f in inbox)
+    assert all(n.endswith((" supplier 001.pdf", " supplier 002.pdf", " supplier 003.pdf"))
+               for n in names) and drive.files[other.id].name == "contract.pdf"
+    assert len(_effects(server, "gmail")) == 1
+    assert [r["task_id"] for r in series.listing(store, "supplier-sync")["runs"]] == [
+        result.task_id]
+    assert {g["target"] for g in store.grants(result.task_id)} == {"drive", "gmail"}
+    await schedules.delete(client, "supplier-sync")
