@@ -405,3 +405,35 @@ async def test_a_scheduled_supplier_sync_plans_from_the_drive_inbox_and_runs_it(
         result.task_id]
     assert {g["target"] for g in store.grants(result.task_id)} == {"drive", "gmail"}
     await schedules.delete(client, "supplier-sync")
+
+
+async def test_kill_all_stops_everything_pauses_every_schedule_and_revokes_every_grant(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        drive: DriveTarget) -> None:
+    client = temporal_env.client
+    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    f = drive.seed("scan-1.pdf")
+    for task in ("all-1", "all-2"):
+        store.persist_plan(load_plan({"task_id": task, "steps": [
+            {"action": "drive.rename", "args": {"file_id": f.id, "name": f"{task}.pdf"}}]},
+            registry))
+        with acting_for(GrantBroker(store), task):
+            registry.bound("drive.rename").snapshot(StepContext(
+                task_id=task, step=1, action="drive.rename",
+                args={"file_id": f.id, "name": "x.pdf"}, key="2" * 32))
+    await schedules.create(client, "all-a", "0 3 * * *", "helpers.planners:nightly", {}, "tq-x")
+    await schedules.create(client, "all-b", "0 4 * * *", "helpers.planners:nightly", {}, "tq-x")
+    wedged = await client.start_workflow("RunPlan", {"task_id": "all-1"}, id="tidemark-all-1",
+                                         task_queue="tq-nobody")
+    layers = await kill(client, store, everything=True, reason="incident", by="ops")
+    assert all(x["done"] for x in layers), layers
+    assert layers[0]["detail"]["scope"] == "*"
+    assert {"all-a": "paused", "all-b": "paused"}.items() <= layers[1]["detail"].items()
+    assert sorted(g["task_id"] for g in layers[2]["detail"]) == ["all-1", "all-2"]
+    assert layers[3]["detail"]["tidemark-all-1"] == "terminated"
+    assert (await wedged.describe()).status == WorkflowExecutionStatus.TERMINATED
+    assert store.stop_state("all-2")["state"] == "killed"
+    assert all(t.revoked for t in server.staging.tokens.values() if "grant-" in t.token)
+    for s in ("all-a", "all-b"):
+        assert (await schedules.describe(client, s))["paused"] is True
+        await schedules.delete(client, s)
