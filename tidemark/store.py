@@ -10,7 +10,7 @@ All SQL of the project lives here and in ``migrations/``; values are always para
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -417,8 +417,10 @@ class JournalStore:
                 ORDER BY r.position
                 """, {"series": series, "before": before}).fetchall()
 
-    def admit_to_series(self, task_id: str, series: str,
-                        unsettled: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def admit_to_series(
+            self, task_id: str, series: str,
+            unsettled: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """Admits a run to its series unless something blocks it, atomically with the check.
 
         ``unsettled(rows)`` picks the blocking runs from ``series_runs`` rows. Returns
