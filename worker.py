@@ -1,9 +1,12 @@
 """The Tidemark worker: ``python worker.py``.
 
 Connects to TEMPORAL_ADDRESS (default localhost:7233) in TEMPORAL_NAMESPACE (default
-"default"), applies the journal's migrations to DATABASE_URL (or the embedded Postgres),
-registers RunPlan and the step activities on task queue "tidemark", and shuts down cleanly on
-SIGTERM or SIGINT: running steps get GRACEFUL_SHUTDOWN to finish.
+"default"), over TLS when the Temporal CLI's own variables ask for it (TEMPORAL_TLS,
+TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH and _KEY_PATH for mutual TLS,
+TEMPORAL_TLS_SERVER_NAME; read by the SDK's envconfig), applies the journal's migrations to
+DATABASE_URL (or the embedded Postgres), registers RunPlan and the step activities on task
+queue "tidemark", and shuts down cleanly on SIGTERM or SIGINT: running steps get
+GRACEFUL_SHUTDOWN to finish.
 """
 
 from __future__ import annotations
@@ -12,19 +15,25 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
 from temporalio.worker import Worker
 
+from activities.boundary import BoundaryActivities
 from activities.planner import PlannerActivities
 from activities.steps import StepActivities
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
 from tidemark.database import database_url
+from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
+from tidemark.secret_files import unreadable
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
@@ -42,37 +51,57 @@ STICKY_TO_START = timedelta(seconds=2)
 # On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
 # journal's probe on the next attempt). Steps normally take well under a second.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
+# Exit status for a configuration the worker cannot start with (sysexits' EX_CONFIG).
+EXIT_CONFIG = 78
 
 
 def build_worker(client: Client, store: JournalStore, registry: Registry,
                  executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE) -> Worker:
     """The worker with every workflow and activity; tests build it the same way."""
     activities = StepActivities(store, registry, GrantBroker(store))
+    boundary = BoundaryActivities(store, registry)
     planning = PlannerActivities(store, registry)
     return Worker(
         client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun],
-        activities=activities.all() + planning.all(),
+        activities=[*activities.all(), *boundary.all(), *planning.all()],
         activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)
 
 
+def temporal_connect_config(env: Mapping[str, str]) -> dict[str, Any]:
+    """``Client.connect`` arguments from the environment: address, namespace and the TLS (and
+    API key) settings, named as the ``temporal`` CLI names them. Certificate and key files are
+    read here; one that cannot be read is a ConfigError saying which variable and what to fix."""
+    try:
+        config: dict[str, Any] = dict(ClientConfig.load_client_connect_config(
+            disable_file=True, override_env_vars=dict(env)))
+    except OSError as e:
+        variable = next((k for k, v in env.items() if v == e.filename), "a TEMPORAL_TLS_* file")
+        raise ConfigError(unreadable(variable, str(e.filename), e)) from None
+    config.setdefault("target_host", "localhost:7233")
+    config.setdefault("namespace", "default")
+    return config
+
+
 async def serve(env: Mapping[str, str], stop: asyncio.Event,
                 registry: Registry | None = None) -> None:
     """Runs the worker until ``stop`` is set. ``registry`` defaults to the configured one."""
-    address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
-    namespace = env.get("TEMPORAL_NAMESPACE", "default")
+    connect = temporal_connect_config(env)
+    address, namespace = connect["target_host"], connect["namespace"]
     task_queue = env.get("TIDEMARK_TASK_QUEUE", TASK_QUEUE)
+    # Credentials first: a file that cannot be read is reported before anything connects.
+    registry = registry or worker_registry(env)
     store = JournalStore(database_url()).open()
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
-    registry = registry or worker_registry(env)
-    client = await Client.connect(address, namespace=namespace)
+    client = await Client.connect(**connect)
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
         worker = build_worker(client, store, registry, executor, task_queue)
-        log.info("worker on %s namespace %s task queue %s; actions: %s", address, namespace,
-                 task_queue, ", ".join(registry.names()))
+        log.info("worker on %s namespace %s task queue %s (%s); actions: %s", address, namespace,
+                 task_queue, "TLS" if connect.get("tls") else "no TLS",
+                 ", ".join(registry.names()))
         async with worker:
             await stop.wait()
             log.info("shutting down: letting running steps finish")
@@ -90,7 +119,13 @@ def main(registry: Registry | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         await serve(os.environ, stop, registry)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except ConfigError as e:
+        # The message says what to fix (a file the worker's uid cannot read, a missing
+        # credential); a traceback would only bury it.
+        log.error("cannot start: %s", e)
+        sys.exit(EXIT_CONFIG)
 
 
 # The guard matters: Temporal's workflow sandbox re-imports modules, and must not start a worker.

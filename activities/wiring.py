@@ -7,7 +7,8 @@ its first step. Each target takes a base URL and two credentials: one that may w
 
 A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
 never journaled. ``TIDEMARK_STAGING_URL`` points every target that is not configured otherwise
-at the staging servers with their documented default credentials.
+at the staging servers with their documented default credentials. ``fs.rename`` is bound only
+with ``TIDEMARK_FS_ROOTS``, the directories it may touch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from activities.gmail import GmailSend
 from activities.granted import granted_google, granted_graph, granted_stripe
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
-from probes.gmail import gmail_client
+from probes.fs import ROOTS_ENV, parse_roots
 from probes.graph import graph_client
 from staging import drive as staging_drive
 from staging import gmail as staging_gmail
@@ -33,6 +34,7 @@ from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
+from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 # The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
@@ -56,7 +58,7 @@ class Target:
 TARGETS = {
     "drive": Target("DRIVE", "https://www.googleapis.com", staging_drive.DEFAULT_WRITE_TOKEN,
                     staging_drive.DEFAULT_READ_TOKEN),
-    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.SEND_TOKEN,
+    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.COMPOSE_TOKEN,
                     staging_gmail.READ_TOKEN),
     "graph": Target("GRAPH", "https://graph.microsoft.com", staging_graph.SEND_TOKEN,
                     staging_graph.READ_TOKEN),
@@ -74,6 +76,8 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
         return None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
+    except PermissionError as e:
+        raise ConfigError(unreadable(f"{name}_FILE", path, e)) from None
     except OSError as e:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
 
@@ -93,6 +97,13 @@ def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | N
         missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
         raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
                           "a write credential for actions and a read-only one for probes")
+    if url is None and staging and (write, read) != (t.staging_write, t.staging_read):
+        # Real credentials and no URL of their own: the staging URL would receive them.
+        raise ConfigError(
+            f"{target}: {p}_WRITE_TOKEN and {p}_READ_TOKEN are set but {p}_URL is not, while "
+            f"{STAGING_URL} is: the {target} credentials would be sent to the staging servers "
+            f"at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
+            f"{STAGING_URL}")
     return url or staging or t.default_url, write, read
 
 
@@ -118,13 +129,18 @@ def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: s
     return granted_google(client, target, scope, _minter(env, url))
 
 
+def _gmail(env: Mapping[str, str], url: str, w: str, r: str) -> GmailSend:
+    action = GmailSend.from_env(env, url, w, r)
+    _google(env, "gmail", action.writer, "write", url)
+    _google(env, "gmail", action.reader.reader, "read", url)
+    return action
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "drive": lambda env, url, w, r: DriveRename(
         _google(env, "drive", drive_client(url, w), "write", url),
         _google(env, "drive", drive_client(url, r), "read", url)),
-    "gmail": lambda env, url, w, r: GmailSend(
-        _google(env, "gmail", gmail_client(url, w), "write", url),
-        _google(env, "gmail", gmail_client(url, r), "read", url)),
+    "gmail": lambda env, url, w, r: _gmail(env, url, w, r),
     "graph": lambda env, url, w, r: GraphSendMail(
         granted_graph(graph_client(url, w), "graph", "write", _minter(env, url)),
         granted_graph(graph_client(url, r), "graph", "read", _minter(env, url))),
@@ -140,9 +156,14 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
 
 def bound_actions(env: Mapping[str, str]) -> list[Action]:
     """Instances of every action whose configuration is present in ``env``."""
-    actions: list[Action] = [FsRename()]
+    actions: list[Action] = []
+    roots = parse_roots(env.get(ROOTS_ENV))
+    if roots:  # without roots fs.rename is not bound: it would reach the whole disk
+        actions.append(FsRename(roots))
+    # Every target's configuration is checked before any client is built or called.
+    configured = {target: credentials(env, target) for target in BUILDERS}
     for target, build in BUILDERS.items():
-        creds = credentials(env, target)
+        creds = configured[target]
         if creds is not None:
             action = build(env, *creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing

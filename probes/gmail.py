@@ -1,21 +1,34 @@
-"""Read-only side of ``gmail.send``: the Gmail client and the probe that finds our message.
+"""Read-only side of ``gmail.send``: the Gmail client, the mailbox snapshot and the probe.
 
 The key travels in the message as an ``X-Tidemark-Key`` header, next to a Message-ID derived
-from it. Gmail replaces that Message-ID with its own on send, so the derived id is only a fast
-path; the probe's answer rests on the header: it lists the newest sent messages (by label, which
-Gmail's lagging search index cannot hide) and what search finds sent since the intent's start,
-fetches the metadata headers of each candidate, and matches our key.
+from it. ``gmail.send`` fences at the provider: it creates a draft carrying the key, the draft's
+id is journaled, and only then is that draft sent by id (``drafts.send`` consumes the draft, so
+a second send of it has nothing to send).
+
+The probe counts only our own sent copy: a message carrying our key *and* the SENT label (a
+message mailed to the mailbox can carry any header and Message-ID; keys are predictable). It
+looks in two places, neither of which depends on a clock or on Gmail's lagging search index:
+
+* the fast path, a search by our Message-ID (``rfc822msgid:``): positive answers only, since the
+  index trails the mailbox and Gmail replaces the Message-ID of what it sends;
+* the mailbox's history since the ``historyId`` recorded in before_state (``history.list``,
+  messages added with the SENT label, chronological), read in full up to MAX_CANDIDATES.
+
+Then the draft decides what the history cannot: our draft still in Drafts means it was never
+sent (sending it again is safe), our draft gone with no sent copy means somebody deleted the
+draft or the sent copy: a person decides.
 
 The probe needs a ``gmail.readonly`` token (``gmail.metadata`` cannot search: Gmail refuses
-``q`` for any token carrying it).
+``q`` for any token carrying it; nor can it read drafts).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from googleapiclient.discovery import Resource
+from googleapiclient.errors import HttpError
 
 from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error, google_service
 from tidemark.actions import ProbeResult, StepContext
@@ -23,16 +36,11 @@ from tidemark.actions import ProbeResult, StepContext
 KEY_HEADER = "X-Tidemark-Key"
 MESSAGE_ID_DOMAIN = "tidemark.invalid"  # reserved TLD: the id must never look like a real host
 
-# Seconds to search before the intent's start: Gmail stamps internalDate by Google's clock, not
-# ours, and a few minutes comfortably covers NTP-synchronised hosts.
-CLOCK_SKEW_S = 300
-# More sent messages than this in the window and the probe stops and says it cannot tell,
+# More messages sent since the snapshot than this and the probe stops and says it cannot tell,
 # rather than reading a whole mailbox (each candidate costs one request).
 MAX_CANDIDATES = 500
-PAGE_SIZE = 100  # Gmail's default page; fewer round trips than smaller pages, small responses
-# Newest sent messages read by label on top of the search: Gmail's index trails by seconds to
-# minutes, and a mailbox rarely sends more than this many messages in that time.
-RECENT_SENT = 50
+HISTORY_PAGE = 500  # Gmail's largest page of history records: fewest round trips
+SENT = "SENT"
 
 
 def message_id_for(key: str) -> str:
@@ -47,6 +55,11 @@ def gmail_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_
     return google_service("gmail", "v1", base_url, token, endpoint="/", timeout=timeout)
 
 
+def profile(client: Resource, user_id: str = "me") -> dict[str, Any]:
+    """``users.getProfile``: the mailbox's ``emailAddress`` and current ``historyId``."""
+    return dict(client.users().getProfile(userId=user_id).execute(num_retries=0))
+
+
 def _header(message: dict[str, Any], name: str) -> str | None:
     for h in message.get("payload", {}).get("headers", []):
         if h.get("name", "").lower() == name.lower():
@@ -54,79 +67,173 @@ def _header(message: dict[str, Any], name: str) -> str | None:
     return None
 
 
+@dataclass
+class _Search:
+    """What the sent-copy search found: our copy, or nothing; ``doubt`` says why "nothing"
+    does not prove the mail unsent (too many candidates, a copy deleted for good …)."""
+
+    hit: dict[str, Any] | None = None
+    found_by: str = ""
+    doubt: str | None = None
+    checked: int = 0
+
+
 class GmailSendProbe:
-    """Finds the message a ``gmail.send`` step sent, by the key in its headers."""
+    """Finds the copy a ``gmail.send`` step sent, by the key in its headers and its SENT label."""
 
     def __init__(self, reader: Resource, user_id: str = "me") -> None:
         self.reader = reader
         self.user_id = user_id
 
+    def snapshot(self) -> dict[str, Any]:
+        """The before_state: the mailbox and its ``historyId`` now, before anything is sent.
+        The probe reads the mailbox's history from there on."""
+        p = profile(self.reader, self.user_id)
+        return {"mailbox": p["emailAddress"], "history_id": str(p["historyId"])}
+
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` with the message's id, threadId and labelIds when a message carrying our key
-        exists; ``absent`` when none was sent since the intent's start; ``unknown`` when Gmail
-        could not be read (the step is then never re-sent blindly)."""
-        if ctx.started_at is None:
-            return ProbeResult.unknown("the step has no recorded start; cannot bound the search")
-        since = _epoch(ctx.started_at) - CLOCK_SKEW_S
-        checked: set[str] = set()
-        searches = (
-            # Fast path: a Gmail that kept our Message-ID (or a copy imported elsewhere).
-            ("rfc822msgid", {"q": f"rfc822msgid:{message_id_for(ctx.key)}"}),
-            # The newest sent messages by label, not by search: Gmail's search index trails the
-            # mailbox, and a probe right after a lost response would otherwise miss the message.
-            ("recent sent", {"labelIds": ["SENT"], "maxResults": RECENT_SENT}),
-            ("sent since intent", {"q": f"in:sent after:{since}"}),
-        )
+        """``done`` with the sent copy's id, threadId and labelIds; ``absent`` when no copy was
+        sent (and, for a staged step, our draft is still unsent); ``unknown`` when Gmail could
+        not be read or cannot tell (the step is then never re-sent blindly)."""
+        draft_id = (ctx.staged or {}).get("draft_id")
         try:
-            for found_by, params in searches:
-                ids = self._list(params)
-                if ids is None:
-                    return ProbeResult.unknown(
-                        f"more than {MAX_CANDIDATES} messages sent since {since}; "
-                        "too many to check one by one")
-                for mid in ids:
-                    if mid in checked:
-                        continue
-                    checked.add(mid)
-                    hit = self._ours(mid, ctx.key)
-                    if hit is not None:
-                        return ProbeResult.done(
-                            {"id": hit["id"], "threadId": hit["threadId"],
-                             "labelIds": hit.get("labelIds", []),
-                             "message_id": _header(hit, "Message-ID"), "found_by": found_by},
-                            f"message {hit['id']} carries {KEY_HEADER} {ctx.key}")
+            search = self._search(ctx)
+            if search.hit is not None:
+                return self._found(ctx, search, draft_id)
+            if draft_id is None:
+                # No draft was journaled, so this step never sent one; a draft carrying our
+                # key left by a crash before the journal write is not a sent mail.
+                if search.doubt is not None:
+                    return ProbeResult.unknown(search.doubt, {"checked": search.checked})
+                return ProbeResult.absent(
+                    f"none of the {search.checked} messages sent since historyId "
+                    f"{_start(ctx)} carries {KEY_HEADER} {ctx.key}",
+                    {"checked": search.checked, "history_id": _start(ctx)})
+            if self._draft_exists(draft_id):
+                return ProbeResult.absent(
+                    f"draft {draft_id} is still in Drafts, unsent; sending it by id can "
+                    "happen only once", {"draft_id": draft_id, "checked": search.checked})
+            # The draft is gone: sent (perhaps just now, by a late earlier attempt) or deleted.
+            again = self._search(ctx)
+            if again.hit is not None:
+                return self._found(ctx, again, None)
+            why = (f"draft {draft_id} is gone and no sent copy carries {KEY_HEADER} "
+                   f"{ctx.key}: somebody deleted the draft, or the sent copy was deleted "
+                   "for good")
+            if again.doubt is not None:
+                why += f" ({again.doubt})"
+            return ProbeResult.unknown(why, {"draft_id": draft_id, "checked": again.checked})
         except CLIENT_ERRORS as e:
             return ProbeResult.unknown(
-                f"cannot search the mailbox: {google_error(e, 'gmail messages.list/get')}")
-        return ProbeResult.absent(
-            f"none of the {len(checked)} messages sent since {since} (epoch seconds) carries "
-            f"{KEY_HEADER} {ctx.key}", {"checked": len(checked), "since": since})
+                f"cannot read the mailbox: {google_error(e, 'gmail history/messages/drafts')}")
 
-    def _list(self, params: dict[str, Any]) -> list[str] | None:
-        """Ids that ``messages.list`` gives for ``params`` (trash and spam included: a sent
-        message that was deleted afterwards was still sent), or None when there are more than
-        MAX_CANDIDATES. Without ``q`` only the first page is read (the newest messages)."""
+    def _found(self, ctx: StepContext, search: _Search, draft_id: str | None) -> ProbeResult:
+        hit = search.hit
+        assert hit is not None
+        if draft_id is not None and self._draft_exists(draft_id):
+            # drafts.send consumes the draft: a sent copy next to our unsent draft was not sent
+            # by this step (imported with a SENT label, or sent by other means).
+            return ProbeResult.unknown(
+                f"message {hit['id']} carries {KEY_HEADER} {ctx.key} and the SENT label, but "
+                f"our draft {draft_id} is still unsent: that copy is not ours",
+                {"id": hit["id"], "draft_id": draft_id})
+        return ProbeResult.done(
+            {"id": hit["id"], "threadId": hit["threadId"], "labelIds": hit.get("labelIds", []),
+             "message_id": _header(hit, "Message-ID"), "found_by": search.found_by},
+            f"sent message {hit['id']} carries {KEY_HEADER} {ctx.key}")
+
+    def _search(self, ctx: StepContext) -> _Search:
+        """Our sent copy by the fast path, then through the history since the snapshot."""
+        checked: set[str] = set()
+        # Fast path: a Gmail that kept our Message-ID. The index may not show it yet, so
+        # finding nothing here proves nothing.
+        page = self.reader.users().messages().list(
+            userId=self.user_id, q=f"rfc822msgid:{message_id_for(ctx.key)}",
+            includeSpamTrash=True, maxResults=10).execute(num_retries=0)
+        for m in page.get("messages", []):
+            checked.add(m["id"])
+            hit = self._ours(m["id"], ctx.key)
+            if isinstance(hit, dict):
+                return _Search(hit, "rfc822msgid", checked=len(checked))
+        start = _start(ctx)
+        if start is None:
+            return _Search(doubt="before_state holds no historyId to read the mailbox's "
+                                 "history from", checked=len(checked))
+        ids, doubt = self._sent_since(start)
+        gone: list[str] = []
+        for mid in ids:
+            if mid in checked:
+                continue
+            checked.add(mid)
+            hit = self._ours(mid, ctx.key)
+            if hit is None:
+                gone.append(mid)
+            elif hit:
+                return _Search(hit, "history", checked=len(checked))
+        if gone and doubt is None:
+            doubt = (f"{len(gone)} message(s) sent since historyId {start} were deleted for "
+                     f"good (e.g. {gone[0]}); one may have been ours")
+        return _Search(doubt=doubt, checked=len(checked))
+
+    def _sent_since(self, start: str) -> tuple[list[str], str | None]:
+        """Ids of the messages that got the SENT label (added with it, labelled with it, or
+        deleted while they had it) after history id ``start``, oldest first; and why that list
+        is not the whole story, if so."""
         ids: list[str] = []
         token: str | None = None
         while True:
-            page = self.reader.users().messages().list(
-                userId=self.user_id, includeSpamTrash=True, pageToken=token,
-                **{"maxResults": PAGE_SIZE, **params}).execute(num_retries=0)
-            ids.extend(m["id"] for m in page.get("messages", []))
+            try:
+                page = self.reader.users().history().list(
+                    userId=self.user_id, startHistoryId=start, labelId=SENT,
+                    historyTypes=["messageAdded", "messageDeleted", "labelAdded"],
+                    maxResults=HISTORY_PAGE,
+                    pageToken=token).execute(num_retries=0)
+            except HttpError as e:
+                if e.status_code == 404:  # documented: history before startHistoryId is gone
+                    return ids, (f"the mailbox's history since historyId {start} is no longer "
+                                 "kept (Gmail keeps it for about a week)")
+                raise
+            for record in page.get("history", []):
+                # A message stored with SENT, one that had it when deleted, and one that got it
+                # later (should Gmail turn a draft into the sent message rather than add one).
+                changes = [*record.get("messagesAdded", []), *record.get("messagesDeleted", []),
+                           *(c for c in record.get("labelsAdded", [])
+                             if SENT in c.get("labelIds", []))]
+                for change in changes:
+                    mid = change.get("message", {}).get("id")
+                    if mid and mid not in ids:
+                        ids.append(mid)
             if len(ids) > MAX_CANDIDATES:
-                return None
+                return ids[:MAX_CANDIDATES], (f"more than {MAX_CANDIDATES} messages sent since "
+                                              f"historyId {start}; too many to check one by one")
             token = page.get("nextPageToken")
-            if not token or "q" not in params:
-                return ids
+            if not token:
+                return ids, None
 
-    def _ours(self, mid: str, key: str) -> dict[str, Any] | None:
-        # A candidate deleted between list and get raises a 404 here, and the probe answers
-        # unknown: that message may have been ours.
-        msg = self.reader.users().messages().get(
-            userId=self.user_id, id=mid, format="metadata",
-            metadataHeaders=[KEY_HEADER, "Message-ID"]).execute(num_retries=0)
-        return msg if _header(msg, KEY_HEADER) == key else None
+    def _ours(self, mid: str, key: str) -> dict[str, Any] | bool | None:
+        """The message if it is our sent copy; False if it is not; None if it is gone."""
+        try:
+            msg = self.reader.users().messages().get(
+                userId=self.user_id, id=mid, format="metadata",
+                metadataHeaders=[KEY_HEADER, "Message-ID"]).execute(num_retries=0)
+        except HttpError as e:
+            if e.status_code == 404:
+                return None
+            raise
+        ours = SENT in msg.get("labelIds", []) and _header(msg, KEY_HEADER) == key
+        return dict(msg) if ours else False
+
+    def _draft_exists(self, draft_id: str) -> bool:
+        try:
+            self.reader.users().drafts().get(userId=self.user_id, id=draft_id,
+                                             format="minimal").execute(num_retries=0)
+        except HttpError as e:
+            if e.status_code == 404:
+                return False
+            raise
+        return True
 
 
-def _epoch(t: datetime) -> int:
-    return int(t.timestamp())
+def _start(ctx: StepContext) -> str | None:
+    value = (ctx.before_state or {}).get("history_id")
+    return str(value) if value else None

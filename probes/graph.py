@@ -1,21 +1,29 @@
 """Read-only side of ``graph.send_mail``: the Graph client and the probe that finds our message.
 
-``sendMail`` answers 202: the message is accepted and queued, not yet sent. It waits in Drafts
-or the Outbox and later moves to Sent Items under a new id; a person, a rule or a retention
-policy may move the sent copy on to Deleted Items before a late resume probes. The key travels
-as a single-value extended property (which every copy keeps; Exchange drops internet headers
-from the Sent Items copy), so the probe filters each folder by that property. Finding the
-message anywhere means we submitted it, and that is what decides whether sending again would
-duplicate it.
+The step creates a draft stamped with its key, journals the draft's id and internetMessageId,
+then sends that draft by id (see activities/graph.py). Done means *submitted*: the message left
+Drafts. After the send it waits in the Outbox, reaches Sent Items under a new id, and from there
+a person, an inbox rule, the Archive button or a retention policy may move it anywhere, even
+into Recoverable Items once Deleted Items is emptied. The key travels as a single-value extended
+property (every copy keeps it; Exchange drops internet headers from the sent copy), so the probe
+filters ``/me/messages`` (every folder of the mailbox) by that property, then Recoverable Items
+(``recoverableitemsdeletions``), which ``/me/messages`` does not list.
 
-The probe needs a ``Mail.Read`` token. msgraph-sdk is async while actions are called from worker
-threads; every call runs on a private event loop in its own thread (:class:`EventLoopThread`), so
-it works whatever loop, if any, the calling thread or process runs.
+Only our own copy counts: keys are predictable from the plan, and anyone can mail the mailbox a
+message carrying our header and property. A copy is ours when it is submitted (out of Drafts,
+not a draft, or in the Outbox) and carries the internetMessageId of the draft we journaled,
+which Exchange assigned when the draft was created and nobody outside the mailbox could know
+before we sent it.
+
+The probe needs a token with ``Mail.Read`` and ``User.Read``. msgraph-sdk is async while actions
+are called from worker threads; every call runs on a private event loop in its own thread
+(:class:`EventLoopThread`), so it works whatever loop, if any, the calling thread or process runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -32,12 +40,17 @@ from kiota_abstractions.authentication import (
 from kiota_abstractions.base_request_configuration import RequestConfiguration
 from kiota_http.middleware.options import RetryHandlerOption, UrlReplaceHandlerOption
 from msgraph import GraphRequestAdapter, GraphServiceClient
+from msgraph.generated.models.message import Message
 from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
+    MessagesRequestBuilder as FolderMessagesRequestBuilder,
+)
+from msgraph.generated.users.item.messages.messages_request_builder import (
     MessagesRequestBuilder,
 )
 from msgraph_core import GraphClientFactory
 
 from tidemark.actions import ProbeResult, StepContext
+from tidemark.errors import ConfigError
 
 # The namespace of our named extended property. Fixed forever: a probe finds a key only in the
 # namespace it was written in, so a new GUID would orphan every key already stamped into
@@ -46,13 +59,16 @@ KEY_PROPERTY_GUID = "5b1f2c7e-8a43-4d0e-9f6b-2c71d3a9e804"
 KEY_PROPERTY_ID = f"String {{{KEY_PROPERTY_GUID}}} Name tidemark_key"
 KEY_HEADER = "x-tidemark-key"
 
-# Along the path a message takes, so that one moving on between two reads is read again in
-# the later folder: reading Sent Items first could miss a message that leaves the Outbox after
-# Sent Items was read and before the Outbox is. Deleted Items comes last: a sent copy can be
-# moved there, and a probe that did not look would answer "absent" and send the mail again.
-FOLDERS = ("drafts", "outbox", "sentitems", "deleteditems")
-SUBMITTED_FOLDERS = ("drafts", "outbox")
-PAGE_SIZE = 10  # a key matches one message; more than one is a duplicate already, 10 shows it
+# Well-known folders the probe names in what it observed; "drafts" and "outbox" also decide
+# whether a copy was submitted. A mailbox without an Archive folder simply has none of them.
+NAMED_FOLDERS = ("drafts", "outbox", "sentitems", "deleteditems", "inbox", "archive",
+                 "recoverableitemsdeletions")
+# Read after /me/messages: a copy only ever moves from Deleted Items into Recoverable Items, so
+# one that moves between the two reads is seen by the first or by the second.
+RECOVERABLE = "recoverableitemsdeletions"
+PAGE_SIZE = 100  # forged copies can be many; every page is read
+MAX_PAGES = 20  # beyond 2,000 messages with our key the probe gives up: unknown
+TIMEOUT_ENV = "TIDEMARK_GRAPH_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 30.0  # generous for one mail; Graph itself gives up on requests after ~100 s
 LOOP_MARGIN_S = 5.0  # beyond a call's own timeout, in case the loop thread itself is stuck
 
@@ -138,14 +154,31 @@ class GraphClient:
         self.loop.run(self.http.aclose(), self.timeout)
 
 
-def graph_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+def client_timeout(env: dict[str, str] | os._Environ[str] | None = None) -> float:
+    """The client timeout: ``TIDEMARK_GRAPH_TIMEOUT_S`` if set, else DEFAULT_TIMEOUT_S."""
+    raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ConfigError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def graph_client(base_url: str, token: str, *, timeout: float | None = None,
                  loop: EventLoopThread | None = None) -> GraphClient:
     """A Graph v1.0 client for ``base_url`` (``https://graph.microsoft.com`` or a staging URL).
+
+    ``timeout`` is the client's timeout per request, in seconds (default: ``client_timeout()``).
 
     The SDK's retry handler is switched off: it resends a POST after 429/503/504, waiting as
     long as ``Retry-After`` says, and a 503 or 504 can arrive after the mail was accepted. A
     resent ``sendMail`` is a second mail; the step's probe decides instead.
     """
+    timeout = client_timeout() if timeout is None else timeout
     base = base_url.rstrip("/")
     host = urllib.parse.urlsplit(base).hostname or ""
     options = {
@@ -173,48 +206,195 @@ def describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+READ_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One message of the mailbox carrying our key."""
+
+    id: str
+    folder_id: str
+    is_draft: bool
+    internet_message_id: str | None
+    sender: str | None
+
+    def submitted(self, drafts_id: str | None, outbox_id: str | None) -> bool:
+        """Out of Drafts by a send: waiting in the Outbox, or anywhere but Drafts and no longer a
+        draft (a draft a person merely moved elsewhere is still a draft)."""
+        if self.folder_id == outbox_id:
+            return True
+        return self.folder_id != drafts_id and not self.is_draft
+
+
+def me(client: GraphClient) -> dict[str, Any]:
+    """``GET /me`` of a client's token: ``{"id", "userPrincipalName", "mail"}``. Raises what the
+    SDK raises (a 403 when the token lacks ``User.Read``)."""
+    user = client.call(lambda g: g.me.get())
+    if user is None or not user.id:
+        raise ValueError("GET /me answered without an id")
+    return {"id": user.id, "userPrincipalName": user.user_principal_name, "mail": user.mail}
+
+
 class GraphSendMailProbe:
-    """Finds the message a ``graph.send_mail`` step submitted, by its extended property."""
+    """Finds the message a ``graph.send_mail`` step submitted, wherever it was moved."""
 
     def __init__(self, reader: GraphClient) -> None:
         self.reader = reader
+        self._folder_ids: dict[str, str] | None = None  # well-known name -> id, read once
+        self._address: str | None = None
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` with ``state`` ``submitted`` (still in Drafts or the Outbox) or ``sent``
-        (in Sent Items, or moved on to Deleted Items), the folder and the id; ``absent`` when
-        no folder holds it; ``unknown`` when any folder could not be read."""
-        for folder in FOLDERS:
-            try:
-                found = self._find(folder, ctx.key)
-            except (APIError, httpx.HTTPError, TimeoutError, OSError) as e:
-                return ProbeResult.unknown(f"cannot read {folder}: {describe_error(e)}")
-            if found:
-                first = found[0]
-                observed = {"state": "submitted" if folder in SUBMITTED_FOLDERS else "sent",
-                            "folder": folder, "id": first["id"],
-                            "internetMessageId": first.get("internetMessageId"),
-                            "copies": len(found)}
-                return ProbeResult.done(observed, f"message with our key is in {folder}")
-        return ProbeResult.absent(f"no message with {KEY_PROPERTY_ID} = {ctx.key} in "
-                                  f"{', '.join(FOLDERS)}")
+        """``done`` when our submitted copy exists anywhere in the mailbox (``state``
+        ``submitted`` while in the Outbox, else ``sent``, with its folder and id); ``absent``
+        when nothing was submitted and sending is safe; ``unknown`` when the mailbox cannot be
+        read, or the journaled draft is gone with no submitted copy to show for it."""
+        try:
+            names = self.folder_ids()
+            copies = self.copies(ctx.key)
+        except READ_ERRORS as e:
+            return ProbeResult.unknown(f"cannot read the mailbox: {describe_error(e)}")
+        except TooMany as e:
+            return ProbeResult.unknown(str(e))
+        drafts, outbox = names.get("drafts"), names.get("outbox")
+        submitted = [c for c in copies if c.submitted(drafts, outbox)]
+        staged = ctx.staged
+        if staged is not None:
+            imid = staged.get("internetMessageId")
+            ours = [c for c in submitted if imid and c.internet_message_id == imid]
+            others = len(submitted) - len(ours)
+            if ours:
+                return self._done(ours, names, others)
+            if any(c.id == staged.get("id") and c.folder_id == drafts and c.is_draft
+                   for c in copies):
+                return ProbeResult.absent(
+                    f"our draft {staged.get('id')} is still in Drafts and nothing was "
+                    f"submitted; sending that draft is safe (a draft is sent at most once)"
+                    + _ignored(others), {"draft": staged.get("id"), "ignored": others})
+            return ProbeResult.unknown(
+                f"our draft {staged.get('id')} is no longer in Drafts and no submitted message "
+                f"{imid} is in the mailbox or Recoverable Items: a person or a policy deleted it "
+                f"(sent or not) or moved it unsent; a person decides" + _ignored(others),
+                {"draft": staged.get("id"), "internetMessageId": imid, "ignored": others})
+        if (ctx.before_state or {}).get("fence") == "draft":
+            # No draft was journaled, so this step's execute never ran (it runs only after the
+            # draft's id is journaled): whatever carries our key was not sent by this step.
+            return ProbeResult.absent(
+                "no draft was journaled, so nothing was sent for this step" + _ignored(
+                    len(submitted)), {"ignored": len(submitted)})
+        # An intent written before steps were fenced by a draft (sent with sendMail): the best
+        # we can tell is a submitted copy sent from this mailbox.
+        try:
+            address = self.address()
+        except READ_ERRORS as e:
+            return ProbeResult.unknown(f"cannot read /me: {describe_error(e)}")
+        ours = [c for c in submitted if (c.sender or "").lower() == address.lower()]
+        if ours:
+            return self._done(ours, names, len(submitted) - len(ours))
+        return ProbeResult.absent(
+            f"no submitted message with {KEY_PROPERTY_ID} = {ctx.key} sent from {address}"
+            + _ignored(len(submitted)), {"ignored": len(submitted)})
 
-    def _find(self, folder: str, key: str) -> list[dict[str, Any]]:
+    def _done(self, ours: list[Copy], names: dict[str, str], others: int) -> ProbeResult:
+        first = ours[0]
+        by_id = {v: k for k, v in names.items()}
+        folder = by_id.get(first.folder_id) or self._folder_name(first.folder_id)
+        observed = {"state": "submitted" if by_id.get(first.folder_id) == "outbox" else "sent",
+                    "folder": folder, "id": first.id,
+                    "internetMessageId": first.internet_message_id, "copies": len(ours)}
+        if others:
+            observed["ignored"] = others
+        return ProbeResult.done(observed, f"our submitted message is in {folder}"
+                                + _ignored(others))
+
+    def _folder_name(self, folder_id: str) -> str:
+        try:
+            f = self.reader.call(lambda g: g.me.mail_folders.by_mail_folder_id(folder_id).get())
+        except READ_ERRORS:
+            return folder_id
+        return (f.display_name if f is not None and f.display_name else folder_id)
+
+    def folder_ids(self) -> dict[str, str]:
+        """The ids of the well-known folders (those the mailbox has), read once."""
+        if self._folder_ids is None:
+            ids: dict[str, str] = {}
+            for name in NAMED_FOLDERS:
+                try:
+                    f = self.reader.call(
+                        lambda g, n=name: g.me.mail_folders.by_mail_folder_id(n).get())
+                except APIError as e:
+                    if e.response_status_code == 404:
+                        continue  # this mailbox has no such folder
+                    raise
+                if f is not None and f.id:
+                    ids[name] = f.id
+            self._folder_ids = ids
+        return self._folder_ids
+
+    def address(self) -> str:
+        """The mailbox's address as the read token sees it (``GET /me``), read once."""
+        if self._address is None:
+            who = me(self.reader)
+            self._address = str(who.get("mail") or who.get("userPrincipalName") or "")
+        return self._address
+
+    def copies(self, key: str) -> list[Copy]:
+        """Every message with our key: the whole mailbox, then Recoverable Items."""
         escaped = key.replace("'", "''")
-        params = MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
-            filter=(f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' "
-                    f"and ep/value eq '{escaped}')"),
-            expand=[f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}')"],
-            select=["id", "subject", "internetMessageId", "sentDateTime", "parentFolderId"],
-            top=PAGE_SIZE)
-        config = RequestConfiguration(query_parameters=params)
-        page = self.reader.call(lambda g: g.me.mail_folders.by_mail_folder_id(folder)
-                                .messages.get(request_configuration=config))
-        found = []
-        for m in (page.value if page is not None and page.value else []):
-            # Check the value ourselves too: a service that ignored the filter must not make
-            # somebody else's message count as ours.
-            props = m.single_value_extended_properties or []
-            if any(p.value == key and (p.id or "").lower() == KEY_PROPERTY_ID.lower()
-                   for p in props):
-                found.append({"id": m.id, "internetMessageId": m.internet_message_id})
+        flt = (f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' "
+               f"and ep/value eq '{escaped}')")
+        expand = [f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}')"]
+        select = ["id", "internetMessageId", "isDraft", "parentFolderId", "from", "sentDateTime"]
+        everywhere = RequestConfiguration(query_parameters=(
+            MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
+                filter=flt, expand=expand, select=select, top=PAGE_SIZE)))
+        found = self._pages(key, lambda g: g.me.messages.get(request_configuration=everywhere),
+                            lambda g, url: g.me.messages.with_url(url).get())
+        recoverable = RequestConfiguration(query_parameters=(
+            FolderMessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
+                filter=flt, expand=expand, select=select, top=PAGE_SIZE)))
+        try:
+            found += self._pages(
+                key, lambda g: g.me.mail_folders.by_mail_folder_id(RECOVERABLE).messages.get(
+                    request_configuration=recoverable),
+                lambda g, url: g.me.mail_folders.by_mail_folder_id(RECOVERABLE).messages
+                .with_url(url).get())
+        except APIError as e:
+            if e.response_status_code != 404:  # a mailbox without Recoverable Items
+                raise
         return found
+
+    def _pages(self, key: str, first: Callable[[GraphServiceClient], Awaitable[Any]],
+               more: Callable[[GraphServiceClient, str], Awaitable[Any]]) -> list[Copy]:
+        found: list[Copy] = []
+        page = self.reader.call(first)
+        for _ in range(MAX_PAGES):
+            for m in (page.value if page is not None and page.value else []):
+                if _has_key(m, key):
+                    found.append(_copy(m))
+            link = page.odata_next_link if page is not None else None
+            if not link:
+                return found
+            page = self.reader.call(lambda g, u=link: more(g, u))
+        raise TooMany(f"more than {MAX_PAGES * PAGE_SIZE} messages carry {key}; a person looks")
+
+
+class TooMany(Exception):
+    """More messages with one key than a probe reads."""
+
+
+def _has_key(m: Message, key: str) -> bool:
+    # Check the value ourselves too: a service that ignored the filter must not make somebody
+    # else's message count as ours.
+    return any(p.value == key and (p.id or "").lower() == KEY_PROPERTY_ID.lower()
+               for p in (m.single_value_extended_properties or []))
+
+
+def _copy(m: Message) -> Copy:
+    sender = m.from_.email_address.address if m.from_ and m.from_.email_address else None
+    return Copy(id=str(m.id), folder_id=str(m.parent_folder_id or ""), is_draft=bool(m.is_draft),
+                internet_message_id=m.internet_message_id, sender=sender)
+
+
+def _ignored(n: int) -> str:
+    return f"; {n} other message(s) with our key ignored (not sent by this step)" if n else ""

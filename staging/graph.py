@@ -1,40 +1,66 @@
-"""Microsoft Graph v1.0 mail emulation: ``sendMail`` and the folder listings a probe reads.
+"""Microsoft Graph v1.0 mail emulation: drafts and their sending, ``sendMail``, folders, moves,
+the mailbox-wide message listing a probe reads, and ``/me``.
 
-Routes (as on ``https://graph.microsoft.com/v1.0``):
+Several mailboxes can exist; a token reaches the mailbox of its ``account`` (``Token.account``
+in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
+:data:`MAILBOX`). Routes (as on ``https://graph.microsoft.com/v1.0``):
 
-* ``POST /v1.0/me/sendMail`` — ``{"message": {...}, "saveToSentItems": true}``; property names
-  are matched without regard to case, as Graph does (msgraph-sdk sends ``Message`` and
-  ``SaveToSentItems``). Answers **202 with no body**: accepted, not sent;
-* ``GET /v1.0/me/mailFolders/{drafts|outbox|sentitems|deleteditems|inbox}/messages`` —
-  ``$filter`` (only ``singleValueExtendedProperties/any(ep: ep/id eq '…' and ep/value eq
-  '…')``), ``$expand`` (``singleValueExtendedProperties`` with an optional ``($filter=id eq
-  '…')``), ``$select``, ``$top``, ``$skip`` and ``@odata.nextLink``;
+* ``GET /v1.0/me`` (``User.Read``) — ``{id, userPrincipalName, mail, displayName}``;
+* ``POST /v1.0/me/messages`` (``Mail.ReadWrite``) — creates a draft in Drafts (``isDraft``
+  true, an ``internetMessageId`` already assigned) and answers 201 with it;
+* ``POST /v1.0/me/messages/{id}/send`` (``Mail.Send``) — sends a draft: 202 with no body; the
+  draft leaves Drafts for the Outbox under a NEW id and later reaches Sent Items under another
+  one, keeping its single-value extended properties. An id that is no longer a draft (sent
+  already, moved, deleted) answers 404 ``ErrorItemNotFound``, so a draft is sent at most once;
+* ``POST /v1.0/me/sendMail`` (``Mail.Send``) — ``{"message": {...}, "saveToSentItems": true}``
+  (property names matched without regard to case, as Graph does): 202, accepted not sent;
+* ``POST /v1.0/me/messages/{id}/move`` (``Mail.ReadWrite``) — ``{"destinationId": …}`` (a
+  folder id or a well-known name): 201 with the message under its new id;
+* ``GET/POST /v1.0/me/mailFolders`` and ``GET /v1.0/me/mailFolders/{id}`` — folders; a POST
+  ``{"displayName"}`` creates a user folder;
+* ``GET /v1.0/me/messages`` — every message of the mailbox's folder tree (Recoverable Items is
+  not part of it, as on Exchange), and ``GET /v1.0/me/mailFolders/{folder}/messages`` — one
+  folder; both with ``$filter`` (only ``singleValueExtendedProperties/any(ep: ep/id eq '…' and
+  ep/value eq '…')``), ``$expand`` (``singleValueExtendedProperties`` with an optional
+  ``($filter=id eq '…')``), ``$select``, ``$top``, ``$skip`` and ``@odata.nextLink``;
 * ``GET /v1.0/me/messages/{id}`` and ``GET /v1.0/me/mailFolders/{folder}/messages/{id}``.
 
-What the real service does and this one copies: an accepted message waits in the Outbox (or
-Drafts, see ``queue_folder``) and moves to Sent Items only later, and its ``id`` changes when it
-moves; with ``saveToSentItems`` false it disappears instead. ``internetMessageHeaders`` must be
-named ``x-…`` (else 400 ``InvalidInternetMessageHeader``) and at most five; they are returned
-only on ``$select`` and, as on Exchange Online, not for the copy in Sent Items — which is why a
-probe should look for the single-value extended property, which every copy keeps. Errors come
-in Graph's ``{"error": {"code", "message", "innerError"}}`` shape.
+Well-known folder names: drafts, outbox, sentitems, deleteditems, inbox, archive and
+recoverableitemsdeletions (where Deleted Items goes when it is emptied). What the real service
+does and this one copies: a message's ``id`` changes whenever it moves; with
+``saveToSentItems`` false it disappears once sent; ``internetMessageHeaders`` must be named
+``x-…`` and at most five, are returned only on ``$select`` and not for a sent copy (so a probe
+looks for the single-value extended property, which every copy keeps). Errors come in Graph's
+``{"error": {"code", "message", "innerError"}}`` shape.
 
-Control endpoints besides the core's (all JSON):
+Control endpoints besides the core's (all JSON; ``account`` picks the mailbox, default
+:data:`DEFAULT_ACCOUNT`):
 
-* ``POST /_staging/graph/settings`` — ``{"send_delay": 0.2, "queue_folder": "outbox"}``: seconds
-  an accepted message waits before it moves to Sent Items, and where it waits;
+* ``POST /_staging/graph/mailboxes`` — ``{"account", "address", "name"?}`` adds a mailbox;
+* ``POST /_staging/graph/settings`` — ``{"send_delay": 0.2, "queue_folder": "outbox",
+  "stall": 1, "sent_rule": "archive"}``: seconds a submitted message waits before it reaches
+  Sent Items and where ``sendMail`` queues it; ``stall`` makes the next N submissions answer
+  202 yet leave the message a draft in Drafts for good (as a submission that never reached the
+  transport: sendMail's own draft, or a sent draft that stayed); ``sent_rule`` moves every copy
+  that reaches Sent Items on to that folder, as an Outlook rule would (null: no rule);
 * ``POST /_staging/graph/deliver`` — moves every waiting message to Sent Items now;
 * ``POST /_staging/graph/send_reply`` — ``{"status": 202, "retry_after": 5, "times": 1}``: the
-  next sendMail commits and then answers with this status and a ``Retry-After`` header (a 202
-  keeps its empty body; 429/503/504 carry Graph's error body), to show that a client that
-  honours Retry-After on its own would send twice;
-* ``POST /_staging/graph/messages/{id}/move`` — ``{"folder": "deleteditems"}``: moves a message
-  to another well-known folder as a person, a rule or a retention policy would. As on the real
-  service the message gets a new ``id`` (answered as ``{"id": …}``) and keeps its single-value
-  extended properties; a message still waiting to be sent cannot be moved (409);
-* ``GET /_staging/graph/mailbox`` — every folder's messages, with their hidden properties.
+  next sendMail commits and then answers with this status and a ``Retry-After`` header;
+* ``POST /_staging/graph/messages/{id}/move`` — ``{"folder": …}`` (a name or id): moves a
+  message as a person, a rule or a retention policy would; answers ``{"id": new id}``; a
+  message still waiting to be sent cannot be moved (409);
+* ``POST /_staging/graph/folders`` — ``{"displayName"}`` creates a user folder;
+* ``POST /_staging/graph/empty_deleted`` — empties Deleted Items into Recoverable Items
+  (recoverableitemsdeletions), each message under a new id;
+* ``POST /_staging/graph/inbound`` — ``{"from", "subject"?, "internetMessageHeaders"?,
+  "singleValueExtendedProperties"?, "folder"?}`` delivers a message from outside into the
+  Inbox (or ``folder``), carrying whatever headers and properties the sender chose;
+* ``GET /_staging/graph/mailbox`` — every folder's messages, with their hidden properties, and
+  the sends refused because the id was no longer a draft (``refused_sends``).
 
-The core fault op for the write is ``sendMail``; reads are ``messages.list`` and ``messages.get``.
+Fault ops: ``messages.create``, ``message.send``, ``sendMail`` (writes), ``messages.list``,
+``messages.get``, ``me.get`` (reads). Effects: ``messages.create`` (a draft), ``message.send``
+and ``sendMail`` (a mail submitted; ``stalled`` true in the detail when it stayed a draft).
 """
 
 from __future__ import annotations
@@ -46,20 +72,24 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
-from staging.core import Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
 
 SEND_SCOPES = ("Mail.Send",)
 READ_SCOPES = ("Mail.Read", "Mail.ReadWrite")
+WRITE_SCOPES = ("Mail.ReadWrite",)  # creating a draft or moving a message
+PROFILE_SCOPES = ("User.Read",)
 
 MAILBOX = "agent@staging.example"
 MAILBOX_NAME = "Staging Agent"
 
+# The write token may create drafts (Mail.ReadWrite), send them (Mail.Send) and read its own
+# profile (User.Read); the read token reads mail and its profile.
 SEND_TOKEN = "staging-graph-send"
 READ_TOKEN = "staging-graph-read"
 
@@ -69,7 +99,11 @@ DEFAULT_PAGE_SIZE = 10  # Graph's default $top for messages
 MAX_PAGE_SIZE = 1000  # Graph's upper bound for $top on messages
 MAX_CUSTOM_HEADERS = 5  # Exchange Online refuses more internetMessageHeaders than this
 
-WELL_KNOWN = ("drafts", "outbox", "sentitems", "deleteditems", "inbox")
+WELL_KNOWN = {"drafts": "Drafts", "outbox": "Outbox", "sentitems": "Sent Items",
+              "deleteditems": "Deleted Items", "inbox": "Inbox", "archive": "Archive",
+              "recoverableitemsdeletions": "Deletions"}
+# Outside the folder tree /me/messages lists (Recoverable Items is, on Exchange, too).
+HIDDEN = ("recoverableitemsdeletions",)
 KEY_HEADER = "x-tidemark-key"  # recorded as the effect's key when present
 KEY_PROPERTY_NAME = "tidemark_key"  # ... or a named extended property of that name
 
@@ -115,115 +149,281 @@ class GraphMessage:
     properties: list[dict[str, str]]
     save_to_sent: bool = True
     deliver_at: float | None = None  # set while it waits to be sent
-    seq: int = 0  # order of acceptance: timestamps have one-second resolution
+    seq: int = 0  # order of arrival: timestamps have one-second resolution
 
     @property
     def id(self) -> str:
         return str(self.fields["id"])
 
 
+@dataclass
+class Folder:
+    id: str
+    name: str  # the well-known name, or the display name of a user folder
+    display_name: str
+    messages: dict[str, GraphMessage] = field(default_factory=dict)
+
+
+@dataclass
+class Mailbox:
+    """One user's mailbox: its profile, folders and send behaviour."""
+
+    account: str
+    address: str
+    display_name: str
+    user_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    folders: dict[str, Folder] = field(default_factory=dict)  # by folder id
+    send_delay: float = DEFAULT_SEND_DELAY
+    queue_folder: str = "outbox"
+    stall: int = 0
+    sent_rule: str | None = None  # folder id
+    refused_sends: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name, display in WELL_KNOWN.items():
+            f = Folder(_new_id("AQMkAD"), name, display)
+            self.folders[f.id] = f
+
+    def folder(self, name_or_id: str) -> Folder | None:
+        key = name_or_id.strip("'")
+        if key in self.folders:
+            return self.folders[key]
+        return next((f for f in self.folders.values()
+                     if f.name.lower() == key.lower() and f.name in WELL_KNOWN), None)
+
+    def lookup(self, name_or_id: str) -> Folder | None:
+        """Like ``folder``, and also a user folder by its display name (for control calls)."""
+        return self.folder(name_or_id) or next(
+            (f for f in self.folders.values()
+             if f.name not in WELL_KNOWN and f.display_name == name_or_id), None)
+
+    def well_known(self, name: str) -> Folder:
+        found = self.folder(name)
+        assert found is not None, name
+        return found
+
+    def find(self, message_id: str) -> tuple[Folder, GraphMessage] | None:
+        for f in self.folders.values():
+            if message_id in f.messages:
+                return f, f.messages[message_id]
+        return None
+
+    def me(self) -> dict[str, Any]:
+        return {"id": self.user_id, "userPrincipalName": self.address, "mail": self.address,
+                "displayName": self.display_name}
+
+
 class GraphTarget(Target):
-    """The emulated Microsoft Graph v1.0 mail API of one mailbox (:data:`MAILBOX`)."""
+    """The emulated Microsoft Graph v1.0 mail API of one or more mailboxes."""
 
     name = "graph"
     default_tokens = (
-        Token(SEND_TOKEN, "graph", list(SEND_SCOPES)),
-        Token(READ_TOKEN, "graph", ["Mail.Read"]),
+        Token(SEND_TOKEN, "graph", ["Mail.Send", "Mail.ReadWrite", "User.Read"]),
+        Token(READ_TOKEN, "graph", ["Mail.Read", "User.Read"]),
     )
 
     def __init__(self, address: str = MAILBOX) -> None:
         super().__init__()
         self.address = address
         self._lock = threading.Lock()
-        self._folders: dict[str, dict[str, GraphMessage]] = {}
-        self._folder_ids: dict[str, str] = {}
-        self.send_delay = DEFAULT_SEND_DELAY
-        self.queue_folder = "outbox"
+        self._boxes: dict[str, Mailbox] = {}
         self._replies: list[dict[str, Any]] = []
         self._seq = 0
 
     def reset(self) -> None:
         with self._lock:
-            self._folders = {name: {} for name in WELL_KNOWN}
-            self._folder_ids = {name: _new_id("AQMkAD") for name in WELL_KNOWN}
-            self.send_delay = DEFAULT_SEND_DELAY
-            self.queue_folder = "outbox"
+            self._boxes = {DEFAULT_ACCOUNT: Mailbox(DEFAULT_ACCOUNT, self.address, MAILBOX_NAME)}
             self._replies = []
 
     # -- inspection and control from tests and the CLI ------------------------------------------
 
-    def configure(self, send_delay: float | None = None, queue_folder: str | None = None) -> None:
-        """Sets how long accepted messages wait and in which folder (outbox or drafts)."""
+    def add_mailbox(self, account: str, address: str, name: str | None = None) -> Mailbox:
+        with self._lock:
+            box = Mailbox(account, address, name or address)
+            self._boxes[account] = box
+            return box
+
+    def box(self, account: str = DEFAULT_ACCOUNT) -> Mailbox:
+        with self._lock:
+            try:
+                return self._boxes[account]
+            except KeyError:
+                raise KeyError(f"no mailbox for account {account!r}") from None
+
+    def configure(self, send_delay: float | None = None, queue_folder: str | None = None, *,
+                  stall: int | None = None, sent_rule: str | None = None,
+                  clear_rule: bool = False, account: str = DEFAULT_ACCOUNT) -> None:
+        """Sets how long submitted messages wait, where sendMail queues them (outbox or
+        drafts), how many next submissions stall in Drafts, and a rule for sent copies."""
         if queue_folder is not None and queue_folder not in ("outbox", "drafts"):
             raise ValueError("queue_folder must be 'outbox' or 'drafts'")
         if send_delay is not None and send_delay < 0:
             raise ValueError("send_delay must not be negative")
+        if stall is not None and (not isinstance(stall, int) or stall < 0):
+            raise ValueError("stall must be a non-negative integer")
+        box = self.box(account)
         with self._lock:
+            if sent_rule is not None:
+                target = box.lookup(sent_rule)
+                if target is None:
+                    raise ValueError(f"no folder {sent_rule!r}")
+                box.sent_rule = target.id
+            if clear_rule:
+                box.sent_rule = None
             if send_delay is not None:
-                self.send_delay = float(send_delay)
+                box.send_delay = float(send_delay)
             if queue_folder is not None:
-                self.queue_folder = queue_folder
+                box.queue_folder = queue_folder
+            if stall is not None:
+                box.stall = stall
 
-    def deliver(self) -> int:
+    def create_folder(self, display_name: str, account: str = DEFAULT_ACCOUNT) -> Folder:
+        box = self.box(account)
+        with self._lock:
+            if any(f.display_name.lower() == display_name.lower()
+                   for f in box.folders.values()):
+                raise ValueError(f"a folder named {display_name!r} exists")
+            f = Folder(_new_id("AAMkAD"), display_name, display_name)
+            box.folders[f.id] = f
+            return f
+
+    def deliver(self, account: str = DEFAULT_ACCOUNT) -> int:
         """Moves every waiting message on now; returns how many moved."""
-        return self._settle(force=True)
+        return self._settle(self.box(account), force=True)
 
-    def move(self, message_id: str, folder: str) -> str:
-        """Moves a message to the well-known ``folder`` as a person would and returns its new
+    def move(self, message_id: str, folder: str, account: str = DEFAULT_ACCOUNT) -> str:
+        """Moves a message to ``folder`` (a name or id) as a person would and returns its new
         id (Exchange gives a moved item a new id; its extended properties go with it).
 
         Raises:
-            KeyError: no folder holds ``message_id``.
-            ValueError: the message still waits to be sent; moving it would cancel the send,
-                which no test needs and the real service does not promise.
+            KeyError: no folder holds ``message_id``, or there is no such folder.
+            ValueError: the message still waits to be sent.
         """
-        self._settle()
+        box = self.box(account)
+        self._settle(box)
         with self._lock:
-            source = next((f for f in WELL_KNOWN if message_id in self._folders[f]), None)
-            if source is None:
-                raise KeyError(message_id)
-            m = self._folders[source][message_id]
-            if m.deliver_at is not None:
+            hit = box.find(message_id)
+            target = box.lookup(folder)
+            if hit is None or target is None:
+                raise KeyError(message_id if hit is None else folder)
+            if hit[1].deliver_at is not None:
                 raise ValueError("the message is still waiting to be sent; deliver it first")
-            del self._folders[source][message_id]
-            m.fields.update(id=_new_id("AAMkAD"), parentFolderId=self._folder_ids[folder],
-                            lastModifiedDateTime=_iso(time.time()),
-                            changeKey=_new_id("CQAAAB"))
-            self._folders[folder][m.id] = m
-            return m.id
+            return self._move(box, hit[0], hit[1], target)
 
-    def messages_in(self, folder: str) -> list[GraphMessage]:
-        """The messages of a well-known folder, newest first, as a client would see them now."""
-        self._settle()
+    def empty_deleted(self, account: str = DEFAULT_ACCOUNT) -> int:
+        """Empties Deleted Items into Recoverable Items, as a person or a retention policy
+        would; returns how many messages moved."""
+        box = self.box(account)
+        self._settle(box)
         with self._lock:
-            return _newest_first(self._folders[folder].values())
+            source = box.well_known("deleteditems")
+            target = box.well_known("recoverableitemsdeletions")
+            moved = list(source.messages.values())
+            for m in moved:
+                self._move(box, source, m, target)
+            return len(moved)
 
-    def all_messages(self) -> list[tuple[str, GraphMessage]]:
-        self._settle()
+    def inbound(self, sender: str, subject: str, headers: list[dict[str, str]],
+                properties: list[dict[str, str]], folder: str = "inbox",
+                account: str = DEFAULT_ACCOUNT) -> str:
+        """Delivers a message from outside (anyone can mail the mailbox, with any headers)."""
+        box = self.box(account)
+        raw = {"subject": subject, "body": {"contentType": "text", "content": "inbound"},
+               "toRecipients": [{"emailAddress": {"address": box.address}}],
+               "internetMessageHeaders": headers or None,
+               "singleValueExtendedProperties": properties}
+        m = self._parse_message(raw, box, save_to_sent=False, need_recipients=True)
+        who = {"emailAddress": {"name": sender, "address": sender}}
         with self._lock:
-            return [(f, m) for f in WELL_KNOWN for m in _newest_first(self._folders[f].values())]
+            target = box.lookup(folder)
+            if target is None:
+                raise KeyError(folder)
+            m.fields.update(sender=who, isDraft=False, isRead=False, parentFolderId=target.id,
+                            sentDateTime=m.fields["createdDateTime"], **{"from": who})
+            self._add(target, m)
+        return m.id
 
-    def _settle(self, force: bool = False) -> int:
+    def messages_in(self, folder: str, account: str = DEFAULT_ACCOUNT) -> list[GraphMessage]:
+        """The messages of a folder (name or id), newest first, as a client would see them."""
+        box = self.box(account)
+        self._settle(box)
+        with self._lock:
+            found = box.lookup(folder)
+            if found is None:
+                raise KeyError(folder)
+            return _newest_first(found.messages.values())
+
+    def all_messages(self, account: str = DEFAULT_ACCOUNT) -> list[tuple[str, GraphMessage]]:
+        box = self.box(account)
+        self._settle(box)
+        with self._lock:
+            return [(f.name, m) for f in box.folders.values()
+                    for m in _newest_first(f.messages.values())]
+
+    # -- mailbox mechanics (callers hold no lock unless said) -------------------------------------
+
+    def _add(self, folder: Folder, m: GraphMessage) -> None:
+        """Files ``m`` in ``folder`` (lock held)."""
+        self._seq += 1
+        m.seq = self._seq
+        m.fields["parentFolderId"] = folder.id
+        folder.messages[m.id] = m
+
+    def _move(self, box: Mailbox, source: Folder, m: GraphMessage, target: Folder) -> str:
+        """Moves ``m`` under a new id (lock held); returns the new id."""
+        del source.messages[m.id]
+        m.fields.update(id=_new_id("AAMkAD"), parentFolderId=target.id,
+                        lastModifiedDateTime=_iso(time.time()), changeKey=_new_id("CQAAAB"))
+        target.messages[m.id] = m
+        return m.id
+
+    def _settle(self, box: Mailbox, force: bool = False) -> int:
         """Moves the messages whose delay is over to Sent Items, each under a new id (as
-        Exchange does), or drops them when the sender asked not to keep a copy."""
+        Exchange does), or drops them when the sender asked not to keep a copy; then applies
+        the mailbox's rule for sent copies."""
         now = time.time()
         moved = 0
         with self._lock:
-            for folder in ("drafts", "outbox"):
-                for mid, m in list(self._folders[folder].items()):
+            sent = box.well_known("sentitems")
+            for name in ("drafts", "outbox"):
+                folder = box.well_known(name)
+                for m in list(folder.messages.values()):
                     if m.deliver_at is None or (m.deliver_at > now and not force):
                         continue
-                    del self._folders[folder][mid]
+                    del folder.messages[m.id]
                     moved += 1
                     if not m.save_to_sent:
                         continue
                     stamp = _iso(now)
                     m.deliver_at = None
-                    m.fields.update(id=_new_id("AAMkAD"), parentFolderId=self._folder_ids[
-                        "sentitems"], sentDateTime=stamp, lastModifiedDateTime=stamp,
-                        changeKey=_new_id("CQAAAB"), isDraft=False)
-                    self._folders["sentitems"][m.id] = m
+                    m.fields.update(id=_new_id("AAMkAD"), sentDateTime=stamp,
+                                    lastModifiedDateTime=stamp, changeKey=_new_id("CQAAAB"),
+                                    isDraft=False)
+                    sent.messages[m.id] = m
+                    m.fields["parentFolderId"] = sent.id
+                    rule = box.folders.get(box.sent_rule or "")
+                    if rule is not None and rule is not sent:
+                        self._move(box, sent, m, rule)
         return moved
+
+    def _submit(self, box: Mailbox, m: GraphMessage, source: Folder | None) -> bool:
+        """Submits ``m`` (lock held): it leaves ``source`` (Drafts) for the queue folder under
+        a new id and waits there ``send_delay``. Returns False when a stall fault keeps it a
+        draft in Drafts instead."""
+        if box.stall > 0:
+            box.stall -= 1
+            if source is None:  # sendMail saves a draft first; here it stays one
+                m.fields["isDraft"] = True
+                self._add(box.well_known("drafts"), m)
+            return False
+        if source is not None:
+            del source.messages[m.id]
+            m.fields.update(id=_new_id("AAMkAD"), changeKey=_new_id("CQAAAB"))
+        queue = box.well_known(box.queue_folder if source is None else "outbox")
+        m.fields["isDraft"] = queue.name == "drafts"
+        m.deliver_at = time.time() + box.send_delay
+        self._add(queue, m)
+        return True
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -247,23 +447,57 @@ class GraphTarget(Target):
             "request-id": str(uuid.uuid4()), "client-request-id": str(uuid.uuid4())}}}
         return web.json_response(body, status=status, headers=headers)
 
+    def _not_found(self) -> Reply:
+        return Reply(self.error(404, "ErrorItemNotFound",
+                                "The specified object was not found in the store."))
+
+    def _caller(self, request: web.Request, *scopes: str) -> Mailbox:
+        """The mailbox of the caller's token, once the token is checked for ``scopes``."""
+        tok = self.authorize(request, *scopes)
+        with self._lock:
+            box = self._boxes.get(tok.account)
+        if box is None:
+            raise Reply(self.error(404, "MailboxNotEnabledForRESTAPI",
+                                   "The mailbox is either inactive, soft-deleted, or is hosted "
+                                   "on-premise."))
+        return box
+
     # -- routes -------------------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.RouteDef]:
         return [
-            web.post("/v1.0/me/sendMail", self._h_send),
+            web.get("/v1.0/me", self._h_me),
+            web.post("/v1.0/me/sendMail", self._h_send_mail),
+            web.post("/v1.0/me/messages", self._h_create),
+            web.get("/v1.0/me/messages", self._h_list),
+            web.get("/v1.0/me/messages/{id}", self._h_get),
+            web.post("/v1.0/me/messages/{id}/send", self._h_send),
+            web.post("/v1.0/me/messages/{id}/move", self._h_api_move),
+            web.get("/v1.0/me/mailFolders", self._h_folders),
+            web.post("/v1.0/me/mailFolders", self._h_create_folder),
+            web.get("/v1.0/me/mailFolders/{folder}", self._h_folder),
             web.get("/v1.0/me/mailFolders/{folder}/messages", self._h_list),
             web.get("/v1.0/me/mailFolders/{folder}/messages/{id}", self._h_get),
-            web.get("/v1.0/me/messages/{id}", self._h_get),
+            web.post("/_staging/graph/mailboxes", self._h_add_mailbox),
             web.post("/_staging/graph/settings", self._h_settings),
             web.post("/_staging/graph/deliver", self._h_deliver),
             web.post("/_staging/graph/send_reply", self._h_send_reply),
             web.post("/_staging/graph/messages/{id}/move", self._h_move),
+            web.post("/_staging/graph/folders", self._h_control_folder),
+            web.post("/_staging/graph/empty_deleted", self._h_empty_deleted),
+            web.post("/_staging/graph/inbound", self._h_inbound),
             web.get("/_staging/graph/mailbox", self._h_mailbox),
         ]
 
-    async def _h_send(self, request: web.Request) -> web.Response:
-        self.authorize(request, *SEND_SCOPES)
+    async def _h_me(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *PROFILE_SCOPES)
+        fault = await self.before_write(request, "me.get")
+        out = {"@odata.context": "https://graph.microsoft.com/v1.0/$metadata#users/$entity",
+               **box.me()}
+        self.after_commit(request, fault)
+        return web.json_response(out)
+
+    async def _json_body(self, request: web.Request) -> dict[str, Any]:
         try:
             body = await request.json()
         except ValueError:
@@ -272,23 +506,66 @@ class GraphTarget(Target):
                                    "valid JSON format.")) from None
         if not isinstance(body, dict):
             raise Reply(self.error(400, "BadRequest", "Empty Payload. JSON content expected."))
+        return body
+
+    async def _h_create(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *WRITE_SCOPES)
+        message = self._parse_message(await self._json_body(request), box, save_to_sent=True,
+                                      need_recipients=False)
+        fault = await self.before_write(request, "messages.create")
+        with self._lock:
+            message.fields["isDraft"] = True
+            self._add(box.well_known("drafts"), message)
+            out = self._view(message, None, (True, None))
+        self.record("messages.create", _effect_key(message), id=message.id,
+                    account=box.account, subject=message.fields["subject"])
+        self.after_commit(request, fault)
+        return web.json_response(out, status=201)
+
+    async def _h_send(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *SEND_SCOPES)
+        draft_id = request.match_info["id"]
+        # The fault's delay comes before the lookup: a late request finds what the mailbox
+        # holds when it is finally worked on, as on the real service.
+        fault = await self.before_write(request, "message.send")
+        with self._lock:
+            hit = box.find(draft_id)
+            if hit is None or not hit[1].fields.get("isDraft"):
+                # Sent already (the draft left Drafts under a new id), moved or deleted.
+                box.refused_sends.append(draft_id)
+                raise self._not_found()
+            source, m = hit
+            if not (m.fields["toRecipients"] or m.fields["ccRecipients"]
+                    or m.fields["bccRecipients"]):
+                raise Reply(self.error(400, "ErrorInvalidRecipients", "At least one recipient "
+                                       "isn't valid., A message can't be sent because it "
+                                       "contains no recipients."))
+            submitted = self._submit(box, m, source)
+            detail = {"id": m.id, "draft": draft_id, "folder": "outbox" if submitted
+                      else "drafts", "account": box.account, "stalled": not submitted,
+                      "internetMessageId": m.fields["internetMessageId"],
+                      "to": [r["emailAddress"]["address"] for r in m.fields["toRecipients"]],
+                      "subject": m.fields["subject"]}
+        self.record("message.send", _effect_key(m), **detail)
+        self.after_commit(request, fault)
+        return web.Response(status=202)
+
+    async def _h_send_mail(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *SEND_SCOPES)
+        body = await self._json_body(request)
         raw = _ci(body).get("message")
         if not isinstance(raw, dict):
             raise Reply(self.error(400, "ErrorInvalidParameter",
                                    "The value of the parameter 'Message' is empty."))
         save = _ci(body).get("savetosentitems", True)
-        message = self._parse_message(raw, save is not False)
+        message = self._parse_message(raw, box, save is not False, need_recipients=True)
         fault = await self.before_write(request, "sendMail")
         with self._lock:
-            folder = self.queue_folder
-            message.fields["parentFolderId"] = self._folder_ids[folder]
-            message.fields["isDraft"] = folder == "drafts"
-            message.deliver_at = time.time() + self.send_delay
-            self._seq += 1
-            message.seq = self._seq
-            self._folders[folder][message.id] = message
+            submitted = self._submit(box, message, None)
             reply = self._take_reply()
+            folder = box.folders[message.fields["parentFolderId"]].name
         self.record("sendMail", _effect_key(message), id=message.id, folder=folder,
+                    account=box.account, stalled=not submitted,
                     to=[r["emailAddress"]["address"] for r in message.fields["toRecipients"]],
                     subject=message.fields["subject"])
         self.after_commit(request, fault)
@@ -312,12 +589,64 @@ class GraphTarget(Target):
             self._replies.pop(0)
         return reply
 
-    def _parse_message(self, raw: dict[str, Any], save_to_sent: bool) -> GraphMessage:
+    async def _h_api_move(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *WRITE_SCOPES)
+        body = await self._json_body(request)
+        destination = _ci(body).get("destinationid")
+        if not isinstance(destination, str) or box.folder(destination) is None:
+            raise Reply(self.error(400, "ErrorInvalidIdMalformed", "Id is malformed."))
+        try:
+            new_id = self.move(request.match_info["id"], destination, box.account)
+        except KeyError:
+            raise self._not_found() from None
+        except ValueError:
+            raise Reply(self.error(400, "ErrorMoveCopyFailed",
+                                   "The item cannot be moved while it is being sent.")) from None
+        with self._lock:
+            hit = box.find(new_id)
+            assert hit is not None
+            out = self._view(hit[1], None, (False, None))
+        return web.json_response(out, status=201)
+
+    def _folder_view(self, f: Folder) -> dict[str, Any]:
+        return {"id": f.id, "displayName": f.display_name, "parentFolderId": None,
+                "childFolderCount": 0, "unreadItemCount": 0,
+                "totalItemCount": len(f.messages), "isHidden": f.name in HIDDEN}
+
+    async def _h_folders(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *READ_SCOPES)
+        with self._lock:
+            value = [self._folder_view(f) for f in box.folders.values() if f.name not in HIDDEN]
+        return web.json_response({"value": value})
+
+    async def _h_folder(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *READ_SCOPES)
+        with self._lock:
+            f = box.folder(request.match_info["folder"])
+            if f is None:
+                raise Reply(self.error(404, "ErrorFolderNotFound",
+                                       "The specified folder could not be found in the store."))
+            return web.json_response(self._folder_view(f))
+
+    async def _h_create_folder(self, request: web.Request) -> web.Response:
+        box = self._caller(request, *WRITE_SCOPES)
+        name = _ci(await self._json_body(request)).get("displayname")
+        if not isinstance(name, str) or not name.strip():
+            raise Reply(self.error(400, "ErrorInvalidRequest", "displayName is required."))
+        try:
+            f = self.create_folder(name, box.account)
+        except ValueError:
+            raise Reply(self.error(409, "ErrorFolderExists",
+                                   "A folder with the specified name already exists.")) from None
+        return web.json_response(self._folder_view(f), status=201)
+
+    def _parse_message(self, raw: dict[str, Any], box: Mailbox, save_to_sent: bool, *,
+                       need_recipients: bool) -> GraphMessage:
         m = _ci(raw)
         to = self._recipients(m.get("torecipients"))
         cc = self._recipients(m.get("ccrecipients"))
         bcc = self._recipients(m.get("bccrecipients"))
-        if not (to or cc or bcc):
+        if need_recipients and not (to or cc or bcc):
             raise Reply(self.error(400, "ErrorInvalidRecipients",
                                    "At least one recipient isn't valid., A message can't be sent "
                                    "because it contains no recipients."))
@@ -330,7 +659,7 @@ class GraphTarget(Target):
                                    f"The value '{content_type}' is not valid for BodyType."))
         content = str(body.get("content") or "")
         now = _iso(time.time())
-        me = {"emailAddress": {"name": MAILBOX_NAME, "address": self.address}}
+        me = {"emailAddress": {"name": box.display_name, "address": box.address}}
         fields: dict[str, Any] = {
             "id": _new_id("AAMkAD"), "createdDateTime": now, "lastModifiedDateTime": now,
             "changeKey": _new_id("CQAAAB"), "categories": [], "receivedDateTime": now,
@@ -392,8 +721,9 @@ class GraphTarget(Target):
         return out
 
     async def _h_list(self, request: web.Request) -> web.Response:
-        self.authorize(request, *READ_SCOPES)
-        folder = self._folder(request.match_info["folder"])
+        box = self._caller(request, *READ_SCOPES)
+        wanted = request.match_info.get("folder")
+        folder = self._folder_of(box, wanted) if wanted else None
         q = request.query
         keep = _parse_filter(self, q.get("$filter"))
         expand = _parse_expand(self, q.get("$expand"))
@@ -401,12 +731,19 @@ class GraphTarget(Target):
         top = _int_option(self, q, "$top", DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         skip = _int_option(self, q, "$skip", 0, 1 << 31)
         fault = await self.before_write(request, "messages.list")
-        found = [m for m in self.messages_in(folder) if keep(m)]
-        page = found[skip:skip + top]
+        self._settle(box)
+        with self._lock:
+            folders = [folder] if folder is not None else [
+                f for f in box.folders.values() if f.name not in HIDDEN]
+            found = [m for m in _newest_first(m for f in folders for m in f.messages.values())
+                     if keep(m)]
+            page = found[skip:skip + top]
+            value = [self._view(m, select, expand) for m in page]
+        where = f"/mailFolders('{wanted}')" if wanted else ""
         out: dict[str, Any] = {
-            "@odata.context": f"https://graph.microsoft.com/v1.0/$metadata#users('{self.address}')"
-                              f"/mailFolders('{folder}')/messages",
-            "value": [self._view(m, folder, select, expand) for m in page]}
+            "@odata.context": f"https://graph.microsoft.com/v1.0/$metadata#users('{box.address}')"
+                              f"{where}/messages",
+            "value": value}
         if skip + top < len(found):
             nxt = request.url.update_query({"$skip": str(skip + top)})
             out["@odata.nextLink"] = str(nxt)
@@ -414,33 +751,28 @@ class GraphTarget(Target):
         return web.json_response(out)
 
     async def _h_get(self, request: web.Request) -> web.Response:
-        self.authorize(request, *READ_SCOPES)
+        box = self._caller(request, *READ_SCOPES)
         wanted = request.match_info.get("folder")
-        folders = (self._folder(wanted),) if wanted else WELL_KNOWN
+        folder = self._folder_of(box, wanted) if wanted else None
         select = _parse_select(self, request.query.get("$select"))
         expand = _parse_expand(self, request.query.get("$expand"))
         fault = await self.before_write(request, "messages.get")
-        self._settle()
+        self._settle(box)
         with self._lock:
-            hit = next(((f, self._folders[f][request.match_info["id"]]) for f in folders
-                        if request.match_info["id"] in self._folders[f]), None)
-        if hit is None:
-            raise Reply(self.error(404, "ErrorItemNotFound",
-                                   "The specified object was not found in the store."))
-        out = self._view(hit[1], hit[0], select, expand)
+            hit = box.find(request.match_info["id"])
+            if hit is None or (folder is not None and hit[0] is not folder):
+                raise self._not_found()
+            out = self._view(hit[1], select, expand)
         self.after_commit(request, fault)
         return web.json_response(out)
 
-    def _folder(self, name: str) -> str:
-        key = name.strip("'").lower()
-        if key in self._folder_ids:
-            return key
-        for folder, fid in self._folder_ids.items():
-            if fid == name:
-                return folder
-        raise Reply(self.error(400, "ErrorInvalidIdMalformed", "Id is malformed."))
+    def _folder_of(self, box: Mailbox, name: str) -> Folder:
+        f = box.folder(name)
+        if f is None:
+            raise Reply(self.error(400, "ErrorInvalidIdMalformed", "Id is malformed."))
+        return f
 
-    def _view(self, m: GraphMessage, folder: str, select: list[str] | None,
+    def _view(self, m: GraphMessage, select: list[str] | None,
               expand: tuple[bool, str | None]) -> dict[str, Any]:
         out: dict[str, Any] = {"@odata.etag": f'W/"{m.fields["changeKey"]}"'}
         names = MESSAGE_PROPERTIES if select is None else ["id", *select]
@@ -461,17 +793,39 @@ class GraphTarget(Target):
 
     # -- control ----------------------------------------------------------------------------------
 
-    async def _h_settings(self, request: web.Request) -> web.Response:
-        body = await request.json()
+    @staticmethod
+    async def _control_body(request: web.Request) -> dict[str, Any]:
         try:
-            self.configure(body.get("send_delay"), body.get("queue_folder"))
-        except (TypeError, ValueError) as e:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        return body if isinstance(body, dict) else {}
+
+    async def _h_add_mailbox(self, request: web.Request) -> web.Response:
+        body = await self._control_body(request)
+        if not isinstance(body.get("account"), str) or not isinstance(body.get("address"), str):
+            return web.json_response({"error": "account and address are required"}, status=400)
+        box = self.add_mailbox(body["account"], body["address"], body.get("name"))
+        return web.json_response(box.me())
+
+    async def _h_settings(self, request: web.Request) -> web.Response:
+        body = await self._control_body(request)
+        account = body.get("account", DEFAULT_ACCOUNT)
+        try:
+            self.configure(body.get("send_delay"), body.get("queue_folder"),
+                           stall=body.get("stall"), sent_rule=body.get("sent_rule"),
+                           clear_rule="sent_rule" in body and body["sent_rule"] is None,
+                           account=account)
+            box = self.box(account)
+        except (TypeError, ValueError, KeyError) as e:
             return web.json_response({"error": str(e)}, status=400)
-        return web.json_response({"send_delay": self.send_delay,
-                                  "queue_folder": self.queue_folder})
+        return web.json_response({"send_delay": box.send_delay, "queue_folder": box.queue_folder,
+                                  "stall": box.stall, "sent_rule": box.sent_rule})
 
     async def _h_deliver(self, request: web.Request) -> web.Response:
-        return web.json_response({"delivered": self.deliver()})
+        body = await self._control_body(request)
+        return web.json_response({"delivered": self.deliver(
+            body.get("account", DEFAULT_ACCOUNT))})
 
     async def _h_send_reply(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -487,25 +841,62 @@ class GraphTarget(Target):
         return web.json_response({"armed": body})
 
     async def _h_move(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        wanted = body.get("folder") if isinstance(body, dict) else None
-        if wanted not in WELL_KNOWN:
-            return web.json_response({"error": f"folder must be one of {', '.join(WELL_KNOWN)}"},
+        body = await self._control_body(request)
+        wanted = body.get("folder")
+        if not isinstance(wanted, str):
+            return web.json_response({"error": "folder (a name or an id) is required"},
                                      status=400)
         try:
-            new_id = self.move(request.match_info["id"], wanted)
-        except KeyError:
-            return web.json_response({"error": "no such message"}, status=404)
+            new_id = self.move(request.match_info["id"], wanted,
+                               body.get("account", DEFAULT_ACCOUNT))
+        except KeyError as e:
+            return web.json_response({"error": f"no such message or folder: {e}"}, status=404)
         except ValueError as e:
             return web.json_response({"error": str(e)}, status=409)
         return web.json_response({"id": new_id, "folder": wanted})
 
+    async def _h_control_folder(self, request: web.Request) -> web.Response:
+        body = await self._control_body(request)
+        try:
+            f = self.create_folder(str(body.get("displayName") or ""),
+                                   body.get("account", DEFAULT_ACCOUNT))
+        except (ValueError, KeyError) as e:
+            return web.json_response({"error": str(e)}, status=400)
+        return web.json_response(self._folder_view(f))
+
+    async def _h_empty_deleted(self, request: web.Request) -> web.Response:
+        body = await self._control_body(request)
+        return web.json_response({"moved": self.empty_deleted(
+            body.get("account", DEFAULT_ACCOUNT))})
+
+    async def _h_inbound(self, request: web.Request) -> web.Response:
+        body = await self._control_body(request)
+        if not isinstance(body.get("from"), str):
+            return web.json_response({"error": "from is required"}, status=400)
+        try:
+            new_id = self.inbound(body["from"], str(body.get("subject") or ""),
+                                  body.get("internetMessageHeaders") or [],
+                                  body.get("singleValueExtendedProperties") or [],
+                                  str(body.get("folder") or "inbox"),
+                                  body.get("account", DEFAULT_ACCOUNT))
+        except Reply as r:
+            return r.response
+        except KeyError as e:
+            return web.json_response({"error": f"no such folder or mailbox: {e}"}, status=400)
+        return web.json_response({"id": new_id})
+
     async def _h_mailbox(self, request: web.Request) -> web.Response:
-        return web.json_response({folder: [{"fields": m.fields, "internetMessageHeaders":
-                                            m.headers, "singleValueExtendedProperties":
-                                            m.properties, "deliver_at": m.deliver_at}
-                                           for m in self.messages_in(folder)]
-                                  for folder in WELL_KNOWN})
+        account = request.query.get("account", DEFAULT_ACCOUNT)
+        box = self.box(account)
+        self._settle(box)
+        with self._lock:
+            return web.json_response({
+                "folders": {f.name: [{"fields": m.fields, "internetMessageHeaders": m.headers,
+                                      "singleValueExtendedProperties": m.properties,
+                                      "deliver_at": m.deliver_at}
+                                     for m in _newest_first(f.messages.values())]
+                            for f in box.folders.values()},
+                "refused_sends": list(box.refused_sends)})
 
 
 # -- query options -----------------------------------------------------------------------------

@@ -4,9 +4,11 @@ test, and a migrated JournalStore on it."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ import psycopg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.devstack import temporal_binary
@@ -41,7 +44,7 @@ class PostgresServer:
 
 
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+def pg() -> Iterator[PostgresServer]:
     external = os.environ.get(ENV_URL)
     if external:
         base = psycopg.conninfo.conninfo_to_dict(external)
@@ -51,9 +54,14 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
 
         yield PostgresServer(external, url_for)
         return
-    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("pg")) / "data", delete=True)
+    # Outside pytest's temporary root: as root, pgserver runs Postgres as another user, and any
+    # other pytest that starts meanwhile on the machine makes that root 0700 again, cutting the
+    # server off from its own data directory.
+    base = Path(tempfile.mkdtemp(prefix="tidemark-pg-"))
+    server = EmbeddedPostgres(base / "data", delete=True)
     yield PostgresServer(server.url(), server.url)
     server.close()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -71,7 +79,7 @@ def store(db_url: str) -> Iterator[JournalStore]:
 
 @pytest.fixture
 def registry_for() -> Callable[..., Registry]:
-    """Builds a registry of bound action instances: ``registry_for(FsRename(), ...)``."""
+    """Builds a registry of bound action instances: ``registry_for(FsRename(roots), ...)``."""
 
     def build(*actions: Action) -> Registry:
         return Registry(actions)
@@ -127,6 +135,7 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
     address = temporal_env.client.service_client.config.target_host
     wp = WorkerProcesses({**os.environ, "TEMPORAL_ADDRESS": address, ENV_URL: db_url,
-                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING"})
+                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
+                          "TIDEMARK_FS_ROOTS": FS_ROOTS})
     yield wp
     wp.stop_all()

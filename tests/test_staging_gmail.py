@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.error
 import urllib.request
 from email.message import EmailMessage
 
@@ -17,11 +18,16 @@ from googleapiclient.errors import HttpError
 
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, add_token, arm, effects, post, revoke
 from probes.gmail import gmail_client
-from staging.core import StagingServer
+from staging.core import StagingServer, Token
 from staging.gmail import (
+    COMPOSE_SCOPE,
+    COMPOSE_TOKEN,
+    FULL_SCOPE,
+    INSERT_SCOPE,
     MAILBOX,
     METADATA_SCOPE,
     METADATA_TOKEN,
+    MODIFY_SCOPE,
     READ_TOKEN,
     READONLY_SCOPE,
     SEND_TOKEN,
@@ -261,3 +267,189 @@ def test_search_lags_behind_listing_by_label(mail: StagingServer) -> None:
     assert list_ids(mail, labelIds=["SENT"]) == [sent["id"]]
     post(mail, "/_staging/gmail/settings", {"search_lag": 0})
     assert list_ids(mail, q="in:sent") == [sent["id"]]
+
+
+# -- drafts ------------------------------------------------------------------------------------
+
+def create_draft(server: StagingServer, token: str = COMPOSE_TOKEN, **kw: str) -> dict:
+    return client(server, token).users().drafts().create(
+        userId="me", body={"message": {"raw": raw_message(**kw)}}).execute(num_retries=0)
+
+
+def send_draft(server: StagingServer, draft_id: str, *, timeout: float = CLIENT_TIMEOUT_S) -> dict:
+    return gmail_client(server.url, COMPOSE_TOKEN, timeout=timeout).users().drafts().send(
+        userId="me", body={"id": draft_id}).execute(num_retries=0)
+
+
+def test_a_draft_is_sent_once_under_a_new_id_and_then_is_gone(mail: StagingServer) -> None:
+    draft = create_draft(mail, X_Tidemark_Key="d" * 32, Message_ID="<d@tidemark.invalid>")
+    assert draft["message"]["labelIds"] == ["DRAFT"]
+    got = client(mail, READ_TOKEN).users().drafts().get(userId="me", id=draft["id"]).execute()
+    assert got["message"]["id"] == draft["message"]["id"]
+    listed = client(mail, COMPOSE_TOKEN).users().drafts().list(userId="me").execute()
+    assert [d["id"] for d in listed["drafts"]] == [draft["id"]]
+    sent = send_draft(mail, draft["id"])
+    assert sent["id"] != draft["message"]["id"] and sent["labelIds"] == ["SENT"]
+    assert headers_of(mail, sent["id"], "X-Tidemark-Key")["X-Tidemark-Key"] == "d" * 32
+    assert list_ids(mail) == [sent["id"]]  # the draft's message went with the draft
+    for call in (lambda: send_draft(mail, draft["id"]),
+                 lambda: client(mail, READ_TOKEN).users().drafts().get(
+                     userId="me", id=draft["id"]).execute()):
+        with pytest.raises(HttpError) as e:
+            call()
+        assert e.value.resp.status == 404 and error_of(e.value)["status"] == "NOT_FOUND"
+    [effect] = effects(mail, "gmail", "drafts.send")
+    assert effect["key"] == "d" * 32 and effect["detail"]["draft_id"] == draft["id"]
+
+
+def test_a_draft_can_be_sent_under_its_own_message_id(mail: StagingServer) -> None:
+    post(mail, "/_staging/gmail/settings", {"draft_send": "relabel"})
+    start = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()["historyId"]
+    draft = create_draft(mail)
+    sent = send_draft(mail, draft["id"])
+    assert sent["id"] == draft["message"]["id"] and sent["labelIds"] == ["SENT"]
+    assert list_ids(mail) == [sent["id"]]
+    records = history(mail, start, labelId="SENT")["history"]
+    assert [(k, r[k][0]["labelIds"]) for r in records for k in ("labelsAdded", "labelsRemoved")
+            if k in r] == [("labelsRemoved", ["DRAFT"]), ("labelsAdded", ["SENT"])]
+    with pytest.raises(HttpError) as e:
+        send_draft(mail, draft["id"])
+    assert e.value.resp.status == 404
+
+
+def test_a_late_send_finds_the_draft_consumed(mail: StagingServer) -> None:
+    draft = create_draft(mail)
+    arm(mail, "gmail", "drafts.send", "delay", seconds=0.8)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        send_draft(mail, draft["id"], timeout=0.2)  # the client gives up; Gmail goes on
+    sent = send_draft(mail, draft["id"])
+    time.sleep(max(0.0, started + 1.2 - time.monotonic()))
+    assert [e["detail"]["id"] for e in effects(mail, "gmail", "drafts.send")] == [sent["id"]]
+    assert list_ids(mail) == [sent["id"]]
+
+
+def test_drafts_need_compose_not_send(mail: StagingServer) -> None:
+    for token in (SEND_TOKEN, READ_TOKEN):
+        with pytest.raises(HttpError) as e:
+            create_draft(mail, token)
+        assert e.value.resp.status == 403
+    draft = create_draft(mail)
+    client(mail, COMPOSE_TOKEN).users().drafts().delete(userId="me", id=draft["id"]).execute()
+    assert list_ids(mail) == []
+
+
+# -- profile and history -----------------------------------------------------------------------
+
+def history(server: StagingServer, start: str, token: str = READ_TOKEN, **params: object) -> dict:
+    return client(server, token).users().history().list(
+        userId="me", startHistoryId=start, **params).execute(num_retries=0)
+
+
+def test_history_since_a_profiles_history_id_is_chronological(mail: StagingServer) -> None:
+    start = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()
+    assert start["emailAddress"] == MAILBOX
+    first = send(mail, subject="one")["id"]
+    draft = create_draft(mail)
+    second = send_draft(mail, draft["id"])["id"]
+    everything = history(mail, start["historyId"])
+    ids = [int(r["id"]) for r in everything["history"]]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) > 3
+    assert int(everything["historyId"]) == ids[-1]
+    sent = history(mail, start["historyId"], labelId="SENT", historyTypes=["messageAdded"])
+    assert [r["messagesAdded"][0]["message"]["id"] for r in sent["history"]] == [first, second]
+    deleted = history(mail, start["historyId"], historyTypes=["messageDeleted"])
+    assert [r["messagesDeleted"][0]["message"]["id"] for r in deleted["history"]] == [
+        draft["message"]["id"]]  # drafts.send consumed the draft's message
+    paged = history(mail, start["historyId"], maxResults=1)
+    assert len(paged["history"]) == 1 and paged["nextPageToken"]
+    assert history(mail, everything["historyId"]) == {"historyId": everything["historyId"]}
+
+
+def test_expired_or_missing_start_history_id(mail: StagingServer) -> None:
+    start = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()["historyId"]
+    send(mail)
+    post(mail, "/_staging/gmail/settings", {"expire_history": True})
+    with pytest.raises(HttpError) as e:
+        history(mail, start)
+    assert e.value.resp.status == 404
+    now = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()["historyId"]
+    assert history(mail, now) == {"historyId": now}
+    with pytest.raises(HttpError) as e:
+        client(mail, READ_TOKEN).users().history().list(userId="me").execute()
+    assert e.value.resp.status == 400
+
+
+# -- inbound mail and permanent delete ------------------------------------------------------------
+
+def test_inserted_mail_keeps_its_message_id_and_labels(mail: StagingServer) -> None:
+    add_token(mail, "inbound", "gmail", [INSERT_SCOPE])
+    body = {"raw": raw_message(to=MAILBOX, Message_ID="<forged@tidemark.invalid>"),
+            "labelIds": ["INBOX", "UNREAD"]}
+    with pytest.raises(HttpError) as e:
+        client(mail, COMPOSE_TOKEN).users().messages().insert(userId="me", body=body).execute()
+    assert e.value.resp.status == 403
+    got = client(mail, "inbound").users().messages().insert(userId="me", body=body).execute()
+    assert set(got["labelIds"]) == {"INBOX", "UNREAD"}
+    assert list_ids(mail, q="rfc822msgid:forged@tidemark.invalid") == [got["id"]]
+    assert list_ids(mail, labelIds=["SENT"]) == []
+
+
+def test_permanent_delete_needs_full_access_and_leaves_a_history_record(
+        mail: StagingServer) -> None:
+    start = client(mail, READ_TOKEN).users().getProfile(userId="me").execute()["historyId"]
+    sent = send(mail)
+    add_token(mail, "modify", "gmail", [MODIFY_SCOPE])
+    add_token(mail, "full", "gmail", [FULL_SCOPE])
+    with pytest.raises(HttpError) as e:
+        client(mail, "modify").users().messages().delete(userId="me", id=sent["id"]).execute()
+    assert e.value.resp.status == 403
+    client(mail, "full").users().messages().delete(userId="me", id=sent["id"]).execute()
+    with pytest.raises(HttpError) as e:
+        headers_of(mail, sent["id"], "Subject")
+    assert e.value.resp.status == 404
+    assert list_ids(mail, includeSpamTrash=True) == []
+    kinds = [(next(k for k in r if k.startswith("messages") and k != "messages"),
+              r["messages"][0]["id"]) for r in history(mail, start, labelId="SENT")["history"]]
+    assert kinds == [("messagesAdded", sent["id"]), ("messagesDeleted", sent["id"])]
+
+
+# -- several mailboxes ---------------------------------------------------------------------------
+
+def test_tokens_see_only_their_own_mailbox(mail: StagingServer) -> None:
+    mail.staging.add_token(Token("b-compose", "gmail", [COMPOSE_SCOPE], account="bob"))
+    mail.staging.add_token(Token("b-read", "gmail", [READONLY_SCOPE], account="bob"))
+    ours = send(mail)
+    theirs = create_draft(mail, "b-compose")
+    sent = client(mail, "b-compose").users().drafts().send(
+        userId="me", body={"id": theirs["id"]}).execute()
+    bob = client(mail, "b-read").users()
+    assert bob.getProfile(userId="me").execute()["emailAddress"] == "bob@staging.example"
+    assert [m["id"] for m in bob.messages().list(userId="me").execute()["messages"]] == [
+        sent["id"]]
+    assert list_ids(mail) == [ours["id"]]
+    with pytest.raises(HttpError) as e:
+        bob.messages().get(userId="me", id=ours["id"]).execute()
+    assert e.value.resp.status == 404
+    with pytest.raises(HttpError) as e:
+        bob.messages().list(userId=MAILBOX).execute()
+    assert e.value.resp.status == 403 and "Delegation denied" in error_of(e.value)["message"]
+
+
+# -- list order and Google's clock ---------------------------------------------------------------
+
+def test_list_order_and_clock_offset_are_settings(mail: StagingServer) -> None:
+    first, second = send(mail, subject="1")["id"], send(mail, subject="2")["id"]
+    post(mail, "/_staging/gmail/settings", {"list_order": "oldest_first"})
+    assert list_ids(mail, labelIds=["SENT"]) == [first, second]
+    post(mail, "/_staging/gmail/settings", {"clock_offset": -3600})
+    late = send(mail, subject="3")["id"]
+    internal = client(mail, READ_TOKEN).users().messages().get(
+        userId="me", id=late, format="minimal").execute()["internalDate"]
+    assert int(internal) / 1000 < time.time() - 3500
+    assert late not in list_ids(mail, q=f"in:sent after:{int(time.time()) - 60}")
+    for bad in ({"list_order": "random"}, {"clock_offset": "x"}, {"search_lag": -1},
+                {"draft_send": "twice"}, {"nonsense": 1}):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            post(mail, "/_staging/gmail/settings", bad)
+        assert err.value.code == 400

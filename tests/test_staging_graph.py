@@ -12,21 +12,29 @@ import pytest
 from kiota_abstractions.authentication import BaseBearerTokenAuthenticationProvider
 from kiota_abstractions.base_request_configuration import RequestConfiguration
 from msgraph import GraphRequestAdapter, GraphServiceClient
+from msgraph.generated.models.mail_folder import MailFolder
 from msgraph.generated.models.o_data_errors.o_data_error import ODataError
 from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
     MessagesRequestBuilder,
 )
+from msgraph.generated.users.item.messages.item.move.move_post_request_body import (
+    MovePostRequestBody,
+)
+from msgraph.generated.users.item.messages.messages_request_builder import (
+    MessagesRequestBuilder as AllMessagesRequestBuilder,
+)
 
-from activities.graph import build_request
+from activities.graph import build_message, build_request
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, add_token, arm, effects, get, post, revoke
 from helpers.wait import assert_eventually
 from probes.graph import KEY_PROPERTY_ID, GraphClient, StaticTokenProvider, graph_client
 from staging.core import StagingServer
-from staging.graph import READ_TOKEN, SEND_TOKEN
+from staging.graph import MAILBOX, READ_TOKEN, SEND_TOKEN
 
 OTHER_PROPERTY = "String {00020386-0000-0000-c000-000000000046} Name x-other"
 
 Query = MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters
+AllQuery = AllMessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters
 
 
 def writer(server: StagingServer, token: str = SEND_TOKEN) -> GraphClient:
@@ -191,8 +199,9 @@ def test_scopes_and_revocation_in_graphs_error_shape(mail: StagingServer) -> Non
     with pytest.raises(ODataError) as e:
         send(mail, "k5", token=READ_TOKEN)
     assert e.value.response_status_code == 403 and e.value.error.code == "ErrorAccessDenied"
+    add_token(mail, "send-only", "graph", ["Mail.Send"])
     with pytest.raises(ODataError) as e:
-        folder(mail, "outbox", token=SEND_TOKEN)
+        folder(mail, "outbox", token="send-only")
     assert e.value.response_status_code == 403
     revoke(mail, SEND_TOKEN)
     with pytest.raises(ODataError) as e:
@@ -227,3 +236,136 @@ def test_send_reply_with_retry_after_and_the_sdks_default_retry(mail: StagingSer
     asyncio.run(default_client_send())
     assert [e["key"] for e in effects(mail, "graph", "sendMail")] == ["twice", "twice"]
     assert get(mail, "/_staging/faults") == []
+
+
+# -- drafts, folders, moves, mailboxes ----------------------------------------------------------
+
+def create_draft(server: StagingServer, key: str, token: str = SEND_TOKEN) -> Any:
+    message = build_message({"to": ["bob@example.com"], "subject": "draft", "body": "b"}, key)
+    return writer(server, token).call(lambda g: g.me.messages.post(message))
+
+
+def send_draft(server: StagingServer, draft_id: str, token: str = SEND_TOKEN) -> None:
+    writer(server, token).call(lambda g: g.me.messages.by_message_id(draft_id).send.post())
+
+
+def everywhere(server: StagingServer, key: str, token: str = READ_TOKEN) -> list[Any]:
+    config = RequestConfiguration(query_parameters=AllQuery(
+        filter=by_key(key), select=["id", "parentFolderId", "isDraft", "internetMessageId"]))
+    page = reader(server, token).call(lambda g: g.me.messages.get(request_configuration=config))
+    return list(page.value)
+
+
+def folder_id(server: StagingServer, name: str) -> str:
+    return str(reader(server).call(lambda g: g.me.mail_folders.by_mail_folder_id(name).get()).id)
+
+
+def test_a_draft_is_created_in_drafts_and_sent_once(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 60})
+    draft = create_draft(mail, "d1")
+    assert draft.is_draft is True and draft.internet_message_id
+    assert draft.parent_folder_id == folder_id(mail, "drafts")
+    assert [e["key"] for e in effects(mail, "graph", "messages.create")] == ["d1"]
+    send_draft(mail, draft.id)  # 202, no body
+    [queued] = everywhere(mail, "d1")
+    assert queued.id != draft.id and queued.parent_folder_id == folder_id(mail, "outbox")
+    assert queued.internet_message_id == draft.internet_message_id
+    with pytest.raises(ODataError) as e:  # the draft is consumed: nothing left to send
+        send_draft(mail, draft.id)
+    assert e.value.response_status_code == 404 and e.value.error.code == "ErrorItemNotFound"
+    with pytest.raises(ODataError) as e:  # and a message that is not a draft is not sendable
+        send_draft(mail, queued.id)
+    assert e.value.response_status_code == 404
+    post(mail, "/_staging/graph/deliver")
+    [sent] = everywhere(mail, "d1")
+    assert sent.parent_folder_id == folder_id(mail, "sentitems") and sent.is_draft is False
+    assert [e["detail"]["draft"] for e in effects(mail, "graph", "message.send")] == [draft.id]
+    assert get(mail, "/_staging/graph/mailbox")["refused_sends"] == [draft.id, queued.id]
+
+
+def test_creating_a_draft_needs_mail_readwrite(mail: StagingServer) -> None:
+    add_token(mail, "send-only", "graph", ["Mail.Send"])
+    with pytest.raises(ODataError) as e:
+        create_draft(mail, "d2", token="send-only")
+    assert e.value.response_status_code == 403
+    draft = create_draft(mail, "d2")
+    send_draft(mail, draft.id, token="send-only")  # sending one needs only Mail.Send
+
+
+def test_stall_leaves_the_message_a_draft_in_drafts(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"stall": 2, "send_delay": 0})
+    draft = create_draft(mail, "s1")
+    send_draft(mail, draft.id)  # 202, yet it stays
+    send(mail, "s2")  # sendMail's own draft stays too
+    drafts = folder_id(mail, "drafts")
+    assert {(m.id == draft.id, m.parent_folder_id, m.is_draft) for m in everywhere(mail, "s1")} \
+        == {(True, drafts, True)}
+    [stuck] = everywhere(mail, "s2")
+    assert (stuck.parent_folder_id, stuck.is_draft) == (drafts, True)
+    assert [e["detail"]["stalled"] for e in effects(mail, "graph", "message.send")] == [True]
+    send_draft(mail, draft.id)  # the stall is used up: this one goes
+    assert_eventually(lambda: everywhere(mail, "s1")[0].parent_folder_id
+                      == folder_id(mail, "sentitems"), timeout=5)
+
+
+def test_me_messages_spans_every_folder_but_recoverable_items(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/settings", {"send_delay": 0})
+    send(mail, "m1")
+    post(mail, "/_staging/graph/deliver")
+    [sent] = everywhere(mail, "m1")
+    made = writer(mail).call(lambda g: g.me.mail_folders.post(MailFolder(display_name="Old")))
+    body = MovePostRequestBody(destination_id=made.id)
+    moved = writer(mail).call(lambda g: g.me.messages.by_message_id(sent.id).move.post(body))
+    assert moved.id != sent.id and moved.parent_folder_id == made.id
+    [found] = everywhere(mail, "m1")
+    assert found.id == moved.id
+    for destination in ("archive", "deleteditems"):
+        body = MovePostRequestBody(destination_id=destination)
+        moved = writer(mail).call(lambda g, b=body, i=found.id: g.me.messages.by_message_id(i)
+                                  .move.post(b))
+        [found] = everywhere(mail, "m1")
+        assert found.parent_folder_id == folder_id(mail, destination)
+    assert post(mail, "/_staging/graph/empty_deleted") == {"moved": 1}
+    assert everywhere(mail, "m1") == []  # /me/messages does not list Recoverable Items
+    [kept] = folder(mail, "recoverableitemsdeletions", filter=by_key("m1"),
+                    expand=["singleValueExtendedProperties"]).value
+    assert [p.value for p in kept.single_value_extended_properties] == ["m1"]
+
+
+def test_a_rule_files_sent_copies_elsewhere(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/folders", {"displayName": "Receipts"})
+    post(mail, "/_staging/graph/settings", {"send_delay": 0, "sent_rule": "Receipts"})
+    send(mail, "r1")
+    post(mail, "/_staging/graph/deliver")
+    assert folder(mail, "sentitems").value == []
+    [m] = everywhere(mail, "r1")
+    assert m.parent_folder_id != folder_id(mail, "sentitems") and m.is_draft is False
+
+
+def test_mailboxes_and_me_follow_the_tokens_account(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/mailboxes", {"account": "b", "address": "b@staging.example"})
+    post(mail, "/_staging/tokens", {"token": "rb", "target": "graph", "account": "b",
+                                    "scopes": ["Mail.Read", "User.Read"]})
+    a = reader(mail).call(lambda g: g.me.get())
+    b = reader(mail, "rb").call(lambda g: g.me.get())
+    assert a.user_principal_name == MAILBOX and b.user_principal_name == "b@staging.example"
+    assert a.id != b.id
+    send(mail, "only-a")
+    assert everywhere(mail, "only-a", token="rb") == []
+    post(mail, "/_staging/tokens", {"token": "nobox", "target": "graph", "account": "c",
+                                    "scopes": ["User.Read"]})
+    with pytest.raises(ODataError) as e:
+        reader(mail, "nobox").call(lambda g: g.me.get())
+    assert e.value.error.code == "MailboxNotEnabledForRESTAPI"
+    add_token(mail, "mail-only", "graph", ["Mail.Read"])
+    with pytest.raises(ODataError) as e:
+        reader(mail, "mail-only").call(lambda g: g.me.get())
+    assert e.value.response_status_code == 403
+
+
+def test_inbound_mail_carries_what_the_sender_chose(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/inbound", {
+        "from": MAILBOX, "singleValueExtendedProperties": [{"id": KEY_PROPERTY_ID,
+                                                            "value": "forged"}]})
+    [m] = everywhere(mail, "forged")
+    assert m.parent_folder_id == folder_id(mail, "inbox") and m.is_draft is False

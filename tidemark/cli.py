@@ -19,10 +19,14 @@ from typing import Any
 
 from tidemark import commands
 from tidemark.database import database_url
-from tidemark.errors import TidemarkError
+from tidemark.errors import TaskUnwound, TidemarkError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A command line that names nothing to act on, or two things at once."""
 
 
 def _print_json(data: Any) -> None:
@@ -74,7 +78,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     print(f"{'step':>5} {'phase':<5} {'action':<22} {'status':<8} {'by':<9} "
           f"{'intent':<20} {'key'}")
     for r in data["rows"]:
-        print(f"{r['step']:>5} {r['phase']:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
+        phase = r["phase"] + (f"#{r['attempt']}" if r.get("attempt", 1) > 1 else "")
+        print(f"{r['step']:>5} {phase:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
               f"{r['resolved_by'] or '-':<9} {r['started_at'][:19]:<20} {r['idem_key']}")
     for e in data["events"]:
         step = f"step {e['step']} " if e["step"] else ""
@@ -92,24 +97,45 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _scope(a: argparse.Namespace, verb: str) -> str:
+    """The control scope named on the command line: a task id, or ``*`` for ``--all``."""
+    if a.all and a.task is not None:
+        raise UsageError(f"{verb}: give a task id or --all, not both")
+    if a.all:
+        return commands.ALL_TASKS
+    if a.task is None:
+        raise UsageError(f"{verb}: give a task id, or --all for every task")
+    return str(a.task)
+
+
 def _cmd_stop(a: argparse.Namespace) -> int:
     if _series_scope(a):
-        commands.stop(database_url(), "series:" + a.series, a.reason, a.by)
+        commands.stop(database_url(), "series:" + a.series, a.reason, a.by, force_unknown=True)
         print(f"series {a.series} is stopped; no run of it starts until "
               f"`tidemark release --series {a.series}`")
         return 0
-    commands.stop(database_url(), a.task, a.reason, a.by)
-    print(f"task {a.task} is stopped; nothing will act on it until `tidemark release {a.task}`")
+    scope = _scope(a, "stop")
+    commands.stop(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    if scope == commands.ALL_TASKS:
+        print("every task is stopped; nothing will act until `tidemark release --all`")
+    else:
+        print(f"task {scope} is stopped; nothing will act on it until `tidemark release {scope}`")
     return 0
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
     if _series_scope(a):
-        commands.release(database_url(), "series:" + a.series, a.reason, a.by)
+        commands.release(database_url(), "series:" + a.series, a.reason, a.by,
+                         force_unknown=True)
         print(f"series {a.series} is released")
         return 0
-    commands.release(database_url(), a.task, a.reason, a.by)
-    print(f"task {a.task} is released; starting it again resumes from the journal")
+    scope = _scope(a, "release")
+    commands.release(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    if scope == commands.ALL_TASKS:
+        print("the stop of every task is released (a task stopped by its own id stays "
+              "stopped until released by name)")
+    else:
+        print(f"task {scope} is released; starting it again resumes from the journal")
     return 0
 
 
@@ -118,6 +144,14 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
     url = database_url()
     report = commands.status(url, a.task)
+    if report.progress.unwound is not None:
+        raise TaskUnwound(a.task)  # before releasing anything: an unwound task stays put
+    every = commands.global_stop(url)
+    if every is not None:
+        # Releasing the task alone would start a run that meets the global stop at once.
+        raise commands.GloballyStopped(
+            f"every task is stopped (by {every['set_by']}: {every['reason'] or 'no reason'}); "
+            f"nothing was released or started. `tidemark release --all` first, then resume")
     if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
     result = asyncio.run(resume_task(a.address, a.namespace, a.task, wait=a.wait,
@@ -128,6 +162,34 @@ def _cmd_resume(a: argparse.Namespace) -> int:
               f"`tidemark status {a.task}`")
     else:
         _print_json(dataclasses.asdict(result))
+    return 0
+
+
+def _cmd_decide(a: argparse.Namespace) -> int:
+    from workflows.starter import signal_approval
+
+    decision = "approve" if a.command == "approve" else "reject"
+    out = commands.decide_approval(database_url(), a.task, decision, a.by, a.reason)
+    try:
+        woke: bool | None = asyncio.run(signal_approval(a.address, a.namespace, a.task,
+                                                        {"decision": decision, "by": a.by}))
+    except TidemarkError as e:  # journaled all the same: the run reads it at the boundary
+        print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
+              "when the run next reaches the boundary", file=sys.stderr)
+        woke = None
+    if a.json:
+        _print_json({**out, "signalled": woke})
+        return 0
+    print(f"{decision} of task {a.task} by {a.by} is journaled; the irreversible steps:")
+    for line in out["irreversible"]:
+        print(f"  {line}")
+    if decision == "reject":
+        print(f"the task is stopped; nothing from its first irreversible step on will run. "
+              f"`tidemark unwind {a.task}` puts the reversible steps back")
+    if woke is not None:
+        print(f"the waiting run of tidemark-{a.task} was told" if woke else
+              f"no run of tidemark-{a.task} is open; the decision counts when it is next "
+              "started")
     return 0
 
 
@@ -169,6 +231,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
+              f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()
     return 0
@@ -187,12 +250,17 @@ def _cmd_staging(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from workflows.starter import run_demo
+    from workflows.demo import run_demo
 
-    ok = run_demo(files=a.files, kill_at=a.kill_at, keep=a.keep,
-                  say=lambda line: print(line, flush=True))
-    print("demo: every check held" if ok else "demo: a check FAILED", flush=True)
-    return 0 if ok else EXIT_ERROR
+    # With --json the narration goes to stderr and stdout holds only the JSON document.
+    out = sys.stderr if a.json else sys.stdout
+    outcome = run_demo(kill_at=a.kill_at, third_party=a.third_party, keep=a.keep,
+                       say=lambda line: print(line, file=out, flush=True))
+    if a.json:
+        _print_json(outcome.as_json())
+    print("demo: every check held" if outcome.ok else "demo: a check FAILED", file=out,
+          flush=True)
+    return 0 if outcome.ok else EXIT_ERROR
 
 
 def _interrupt_event() -> threading.Event:
@@ -243,9 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("resolve", help="record a person's decision on the step in doubt")
     rs.add_argument("task")
     rs.add_argument("--step", type=int, required=True)
-    rs.add_argument("--as", dest="as_", choices=["done", "absent"], required=True,
+    rs.add_argument("--as", dest="as_", choices=["done", "absent", "never"], required=True,
                     help="done: it happened; absent: it did not (a resumed run executes it "
-                         "if its probe still cannot tell)")
+                         "if its probe still cannot tell); never: it did not happen and must "
+                         "not happen (stopped tasks only: the step is closed as failed, "
+                         "nothing executes it, an unwind can proceed)")
     rs.add_argument("--note", default="", help="what you looked at")
     rs.add_argument("--by", default=user)
     rs.add_argument("--yes", action="store_true")
@@ -254,8 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, what in (("stop", _cmd_stop, "set the durable stop state of a task"),
                              ("release", _cmd_release, "allow a stopped task to run again")):
         c = sub.add_parser(name, help=what)
-        c.add_argument("task", nargs="?", help="a task id, or * for every task")
+        c.add_argument("task", nargs="?", help="a task id that has a plan (or a stop)")
         c.add_argument("--series", help="every run of this series instead of one task")
+        c.add_argument("--all", action="store_true",
+                       help="every task (the global stop; '*' quoted means the same)")
+        c.add_argument("--force-unknown", action="store_true",
+                       help="accept a task id that has no plan yet")
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
         c.set_defaults(func=func)
@@ -279,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     unw.add_argument("--yes", action="store_true", help="really do it (without: show the plan)")
     unw.set_defaults(func=_cmd_unwind)
 
+    for name, what in (("approve", "let a waiting task run its irreversible steps"),
+                       ("reject", "refuse a waiting task's irreversible steps; it stays "
+                                  "stopped, ready for unwind")):
+        c = sub.add_parser(name, parents=[user_args], help=what)
+        c.add_argument("--json", action="store_true")
+        c.set_defaults(func=_cmd_decide)
+
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
                                      "server + Web UI, Postgres, staging servers, a worker")
     dev.add_argument("--port", type=int, default=7233, help="Temporal gRPC port")
@@ -292,10 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--port", type=int, default=8900)
     stg.set_defaults(func=_cmd_staging)
 
-    demo = sub.add_parser("demo", help="the 42-step morning: crash at step 32, report, resume, "
-                                       "verify every effect happened once")
-    demo.add_argument("--files", type=int, default=40, help="how many files to rename")
-    demo.add_argument("--kill-at", type=int, default=32, help="the step whose worker dies")
+    demo = sub.add_parser("demo", help="the 42-step morning (Drive, mail, Stripe): crash at step "
+                                       "32, report, resume, gate, every effect once")
+    demo.add_argument("--kill-at", type=int, default=32, help="the rename whose worker dies")
+    demo.add_argument("--third-party", action="store_true",
+                      help="somebody renames an already-renamed file before the resume: the "
+                           "gate stops the task before any mail or payment")
+    demo.add_argument("--json", action="store_true",
+                      help='print {"interrupted", "final", "effects"}: the two status objects '
+                           "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
     demo.set_defaults(func=_cmd_demo)
     add_series_commands(sub, user)
@@ -305,8 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
 # -- series, kill, schedules ------------------------------------------------------------------
 
 def _series_scope(a: argparse.Namespace) -> bool:
-    if (a.task is None) == (a.series is None):
-        raise commands.DecisionError("name a task or --series S (one of them)")
+    """Whether the command names a series (``--series S``) rather than a task or --all."""
+    if a.series is not None and (a.task is not None or getattr(a, "all", False)):
+        raise UsageError("give a task id, --series S or --all: one of them")
     return a.series is not None
 
 
@@ -428,6 +515,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"tidemark: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except TidemarkError as e:
         if args.traceback:
             raise

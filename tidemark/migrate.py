@@ -1,8 +1,9 @@
 """Versioned SQL migrations, applied at start-up and by `tidemark db migrate`.
 
 Each file ``migrations/NNNN_name.sql`` runs once, in its own transaction, in order. A
-transaction-scoped advisory lock serialises processes that start at the same moment: the second
-waits, then finds the version recorded and skips it.
+session-level advisory lock, held across the whole run, serialises processes that start at the
+same moment: the second waits until the first has applied everything, then finds every version
+recorded and skips them (a lock per transaction would let the two take turns file by file).
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ def migration_files() -> list[tuple[int, str, str]]:
 def migrate(conn: psycopg.Connection) -> list[str]:
     """Applies the migrations this database lacks. Returns the names applied."""
     applied: list[str] = []
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
+    try:
+        _apply(conn, applied)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+    return applied
+
+
+def _apply(conn: psycopg.Connection, applied: list[str]) -> None:
     for version, name, sql in migration_files():
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
             conn.execute("CREATE SCHEMA IF NOT EXISTS tidemark")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS tidemark.schema_migrations ("
@@ -48,4 +57,3 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             conn.execute("INSERT INTO tidemark.schema_migrations (version, name) VALUES (%s, %s)",
                          (version, name))
             applied.append(name)
-    return applied

@@ -8,6 +8,10 @@ A plan file is JSON::
 
 ``task_id`` is optional; without it the task id is derived from the plan's hash, so the same plan
 file started twice is the same task. Steps are numbered from 1 and the number goes into the key.
+
+``approval`` is optional: ``{"required": true, "approvers": ["ana", "ben"]}`` makes a run wait
+at its first irreversible step until a person approves (``approvers`` limits who may; without
+it anybody may). It is part of the plan hash: asking for approval, or not, is a different plan.
 """
 
 from __future__ import annotations
@@ -41,17 +45,27 @@ class Step:
 class Plan:
     task_id: str
     steps: tuple[Step, ...]
+    # {"required": True, "approvers": [...]?} when a person must approve the irreversible
+    # steps; None otherwise (also for {"required": false}).
+    approval: dict[str, Any] | None = None
     series: str | None = None  # runs of one series are ordered (tidemark.series)
 
     @property
     def plan_hash(self) -> str:
-        return _hash_of(self.series, self.steps)
+        return plan_hash([s.as_json() for s in self.steps], self.approval, self.series)
 
     def canonical(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"task_id": self.task_id}
         if self.series is not None:
             doc["series"] = self.series
-        return {**doc, "steps": [s.as_json() for s in self.steps]}
+        doc["steps"] = [s.as_json() for s in self.steps]
+        if self.approval is not None:
+            doc["approval"] = self.approval
+        return doc
+
+    @property
+    def first_irreversible(self) -> int | None:
+        return next((s.number for s in self.steps if s.irreversible), None)
 
     def step(self, number: int) -> Step:
         if not 1 <= number <= len(self.steps):
@@ -60,16 +74,19 @@ class Plan:
         return self.steps[number - 1]
 
 
-def _hash_of(series: str | None, steps: tuple[Step, ...]) -> str:
-    """The plan hash: over the steps alone, or over series and steps when a series is named
-    (so a plan without a series keeps the hash it always had)."""
-    listed = [s.as_json() for s in steps]
-    return plan_hash(listed if series is None else {"series": series, "steps": listed})
-
-
-def plan_hash(steps: list[dict[str, Any]] | dict[str, Any]) -> str:
-    """sha256 over the canonical JSON of the steps (sorted keys, no spaces)."""
-    text = json.dumps(steps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def plan_hash(steps: list[dict[str, Any]], approval: dict[str, Any] | None = None,
+              series: str | None = None) -> str:
+    """sha256 over the canonical JSON of the steps (sorted keys, no spaces); with an approval
+    requirement or a series, over ``{"approval"?: ..., "series"?: ..., "steps": ...}`` (a plan
+    with neither keeps the hash it always had)."""
+    body: Any = steps
+    if approval is not None or series is not None:
+        body = {"steps": steps}
+        if approval is not None:
+            body["approval"] = approval
+        if series is not None:
+            body["series"] = series
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -101,14 +118,15 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
     """
     if not isinstance(data, dict):
         raise PlanError("plan", f"must be a JSON object, got {type(data).__name__}")
-    extra = sorted(set(data) - {"task_id", "series", "steps"})
+    extra = sorted(set(data) - {"task_id", "series", "steps", "approval"})
     if extra:
-        raise PlanError(extra[0], "unknown top-level field (a plan has task_id, series and "
-                                  "steps)")
+        raise PlanError(extra[0], "unknown top-level field (a plan has task_id, series, steps "
+                                  "and approval)")
     series = data.get("series")
     if series is not None and (not isinstance(series, str) or not TASK_ID_RE.fullmatch(series)):
         raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
                                   "starting with a letter or digit")
+    approval = load_approval(data.get("approval"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
         raise PlanError("steps", "must be a list of steps")
@@ -125,11 +143,44 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
                   enumerate(parsed, start=1))
     task_id = data.get("task_id")
     if task_id is None:
-        task_id = "plan-" + _hash_of(series, steps)[:16]
+        task_id = "plan-" + plan_hash([s.as_json() for s in steps], approval, series)[:16]
     elif not isinstance(task_id, str) or not TASK_ID_RE.fullmatch(task_id):
         raise PlanError("task_id", "must be 1-128 characters of letters, digits and . _ : -, "
                                    "starting with a letter or digit")
-    return Plan(task_id, steps, series)
+    return Plan(task_id, steps, approval=approval, series=series)
+
+
+def load_approval(raw: Any) -> dict[str, Any] | None:
+    """The normalised approval requirement: None, or ``{"required": True}`` plus a sorted,
+    de-duplicated ``approvers`` list when one is given."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise PlanError("approval", f"must be an object, got {type(raw).__name__}")
+    extra = sorted(set(raw) - {"required", "approvers"})
+    if extra:
+        raise PlanError(f"approval.{extra[0]}",
+                        "unknown field (approval has required and approvers)")
+    required = raw.get("required")
+    if not isinstance(required, bool):
+        raise PlanError("approval.required", "must be true or false")
+    approvers = raw.get("approvers")
+    if approvers is not None:
+        if not isinstance(approvers, list) or not approvers:
+            raise PlanError("approval.approvers", "must be a non-empty list of names")
+        for j, name in enumerate(approvers):
+            if not isinstance(name, str) or not name.strip() or len(name) > 200:
+                raise PlanError(f"approval.approvers[{j}]",
+                                "must be a name of 1-200 characters")
+            _check_text(name, f"approval.approvers[{j}]")
+    if not required:
+        if approvers is not None:
+            raise PlanError("approval.approvers", "names approvers but required is false")
+        return None
+    out: dict[str, Any] = {"required": True}
+    if approvers is not None:
+        out["approvers"] = sorted({a.strip() for a in approvers})
+    return out
 
 
 def _check_text(value: Any, where: str) -> None:

@@ -8,7 +8,7 @@ provably never attempted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.store import JournalStore, Progress
@@ -18,10 +18,13 @@ from tidemark.store import JournalStore, Progress
 class Report:
     progress: Progress
     irreversible: list[tuple[int, str, str | None]]
+    boundary: dict[str, Any] = field(default_factory=dict)  # store.boundary_state
 
     @property
     def state(self) -> str:
         p = self.progress
+        if p.unwound is not None:
+            return "unwound"  # terminal: nothing runs the task forward again
         if p.stop is not None:
             return "stopped"
         if p.finished:
@@ -30,7 +33,25 @@ class Report:
             return "failed"
         if p.in_doubt is not None:
             return "in_doubt"
+        verification = self.boundary.get("verification")
+        at_boundary = (p.first_irreversible is not None
+                       and p.last_step == p.first_irreversible - 1
+                       and verification is not None
+                       and verification.get("boundary") == p.first_irreversible)
+        if at_boundary and not verification["passed"]:
+            return "verification_failed"
+        if at_boundary and self.approval and not self.approval.get("decision"):
+            return "awaiting_approval"
         return "not_started" if p.rows == 0 else "partial"
+
+    @property
+    def approval(self) -> dict[str, Any] | None:
+        required = self.boundary.get("approval")
+        if not required:
+            return None
+        decided = self.boundary.get("decision") or {}
+        return {"approvers": required.get("approvers"), "decision": decided.get("decision"),
+                "by": decided.get("by"), "at": _jsonable(decided.get("at"))}
 
     def as_json(self) -> dict[str, Any]:
         p = self.progress
@@ -45,6 +66,9 @@ class Report:
                  "provably_not_attempted": n > p.last_step}
                 for n, a, status in self.irreversible],
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
+            "approval": self.approval,
+            "verification": _jsonable(self.boundary.get("verification")),
+            "unwound": _jsonable(p.unwound),
         }
 
     def text(self) -> str:
@@ -83,12 +107,28 @@ class Report:
                          f"{p.stop['reason']}")
         if p.undo_rows:
             lines.append(f"  unwind rows    {p.undo_rows}")
+        v = self.boundary.get("verification")
+        if v:
+            verdict = (f"passed, {v['verified']} step(s) verified" if v["passed"] else
+                       "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
+                                              f"{f.get('describe', '')}: {f['reason']}"
+                                              for f in v["failures"]))
+            lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
+        a = self.approval
+        if a:
+            who = ", ".join(a["approvers"]) if a["approvers"] else "anybody"
+            lines.append(f"  approval       {a['decision'] or 'awaited'}"
+                         + (f" by {a['by']}" if a["by"] else "") + f" (may decide: {who})")
+        if p.unwound:
+            lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
+                         f"{p.unwound['unwound_at']}; the task does not run again")
         return "\n".join(lines)
 
 
 def build_report(store: JournalStore, task_id: str) -> Report:
-    """Three queries, whatever the plan's length."""
-    return Report(store.progress(task_id), store.irreversible_steps(task_id))
+    """Four queries, whatever the plan's length."""
+    return Report(store.progress(task_id), store.irreversible_steps(task_id),
+                  store.boundary_state(task_id))
 
 
 def _jsonable(value: Any) -> Any:

@@ -6,8 +6,11 @@ Start it with the plan file itself as input::
         --workflow-id tidemark-<task> --input-file plan.json
 
 ``{"task_id": "<task>"}`` as input means "the stored plan of that task": that is how a stopped
-or crashed task is resumed, and how the workflow continues as new. Deterministic code only:
-every read and write of the world happens in activities (activities/steps.py).
+or crashed task is resumed, and how the workflow continues as new. The workflow id must be
+``tidemark-<task>``; a run under any other id, or with an input that is not an object, ends
+``failed`` with a PlanError and persists nothing. A task that was unwound ends ``unwound`` at
+once, whatever starts it. Deterministic code only: every read and write of the world happens
+in activities (activities/steps.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.outcome import ended
     from workflows.types import (
+        AWAITING_APPROVAL,
         BLOCKED,
         COMPLETED,
         FAILED,
@@ -30,6 +34,10 @@ with workflow.unsafe.imports_passed_through():
         PRECONDITION_FAILED,
         RUNNING,
         STOPPED,
+        UNWOUND,
+        VERIFICATION_FAILED,
+        BoundaryInput,
+        BoundaryOutcome,
         HaltInput,
         Prepared,
         PrepareInput,
@@ -55,6 +63,13 @@ STEP_START_TO_CLOSE = timedelta(minutes=5)
 STEP_HEARTBEAT = timedelta(seconds=5)
 # Bookkeeping activities (prepare, describe, halt) touch only Postgres.
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# The boundary's gate probes every earlier reversible step in one activity (heartbeating): it
+# gets the step's time plus this much per step it may verify, so that a long plan on a slow
+# provider is not cut off and retried forever (a probe costs 0.2-6 ms on the staging Drive).
+GATE_PER_STEP = timedelta(milliseconds=500)
+# The Web UI's current details list at most this many irreversible steps while a run awaits
+# approval (the details are metadata of every workflow task: kept small).
+DETAILS_LINES = 40
 
 # Errors that another attempt cannot fix: they end the run in a named state instead of looping.
 # Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
@@ -63,6 +78,7 @@ END_STATES = {
     "NeedsDecision": NEEDS_DECISION,
     "PreconditionFailed": PRECONDITION_FAILED,
     "TaskStopped": STOPPED,
+    "TaskUnwound": UNWOUND,
     "Unauthorized": STOPPED,
     "StepFailed": FAILED,
     "PlanChanged": FAILED,
@@ -100,6 +116,13 @@ class RunPlan:
         self._halt_recorded = False
         self._result = RunResult(task_id="", state=RUNNING, steps=0, confirmed=0)
         self._current: int | None = None
+        self._approval_news = False
+
+    @workflow.signal
+    def approval(self, decision: dict[str, Any] | None = None) -> None:
+        """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
+        the run wakes and reads the decision from the journal, which is what counts."""
+        self._approval_news = True
 
     @workflow.signal
     def halt(self, reason: str = "") -> None:
@@ -116,13 +139,24 @@ class RunPlan:
                 "halt_requested": self._halt_reason}
 
     @workflow.run
-    async def run(self, document: dict[str, Any]) -> RunResult:
+    async def run(self, document: Any) -> RunResult:
         """Completes only when every step is done; every other end state fails the workflow
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
         return ended(await self._run(document))
 
-    async def _run(self, document: dict[str, Any]) -> RunResult:
+    async def _run(self, document: Any) -> RunResult:
+        if not isinstance(document, dict):
+            # Typed as Any so that any JSON arrives here and ends the run readably, instead of
+            # failing every workflow task while the payload cannot be decoded.
+            wid = workflow.info().workflow_id
+            if wid.startswith("tidemark-"):
+                self._result.task_id = wid.removeprefix("tidemark-")
+                workflow.upsert_search_attributes([TASK_ID.value_set(self._result.task_id)])
+            return self._end(FAILED, {"type": "PlanError", "message":
+                                      "the input must be a plan object {task_id?, steps} or "
+                                      f"{{task_id}} of a stored plan, not "
+                                      f"{type(document).__name__}", "step": None})
         # Only a continue-as-new hop carries counts and skips the plan gates; an input that
         # merely says "continued" is a new start like any other.
         hop = workflow.info().continued_run_id is not None
@@ -131,7 +165,8 @@ class RunPlan:
         try:
             prep: Prepared = await workflow.execute_activity(
                 "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"},
-                                        check_gates=not hop),
+                                        check_gates=not hop,
+                                        workflow_id=workflow.info().workflow_id),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
@@ -143,6 +178,10 @@ class RunPlan:
         r.skipped = carried.get("skipped", 0)
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id),
                                            STATE.value_set(RUNNING)])
+        if prep.unwound:
+            return self._end(UNWOUND, {"type": "TaskUnwound", "message":
+                                       f"task {prep.task_id!r} was unwound; it does not run "
+                                       "again (a new plan needs a new task id)"})
         if prep.stopped is not None:
             return self._end(STOPPED, {"type": "TaskStopped", "message":
                                        f"task is stopped ({prep.stopped}); release it with "
@@ -160,6 +199,12 @@ class RunPlan:
         for step in range(first, last + 1):
             if self._halt_reason is not None:
                 return await self._halt(step)
+            # A history from before the boundary existed has no first_irreversible in its
+            # prepare result (None), so its replay schedules no boundary activity.
+            if step == prep.first_irreversible:
+                held = await self._boundary(prep.task_id, step, prep.step_count)
+                if held is not None:
+                    return held
             self._current = step
             workflow.set_current_details(
                 f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"
@@ -210,6 +255,64 @@ class RunPlan:
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
                 "skipped": r.skipped}})
         return self._end(COMPLETED)
+
+    async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
+        """The irreversible boundary (tidemark/boundary.py): the verification gate and the plan
+        gates, then a person's approval if the plan asks for one. Not a numbered step: keys
+        and step numbers do not move. Returns the run's end, or None to go on.
+
+        After a decision arrives the gate runs once more: the world may have changed while
+        the run waited, and a gate is never trusted from earlier."""
+        self._current = step
+        while True:
+            workflow.set_current_details(f"**verifying** the reversible steps before "
+                                         f"irreversible step {step}/{count}")
+            try:
+                out: BoundaryOutcome = await workflow.execute_activity(
+                    "reach_boundary", BoundaryInput(task_id, step), result_type=BoundaryOutcome,
+                    start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
+                    heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                    summary=f"boundary before step {step}/{count}: "
+                            + (f"verify steps 1-{step - 1}, " if step > 1 else "")
+                            + "plan gates, approval")
+            except ActivityError as e:
+                return self._end_on(e, step)
+            if not out.passed:
+                return self._end(VERIFICATION_FAILED, {
+                    "type": "VerificationFailed", "message": out.summary, "step": step,
+                    "failures": out.failures})
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            if out.decision == "reject":
+                self._result.stopped_at = step
+                return self._end(STOPPED, {
+                    "type": "Rejected", "step": step, "message":
+                    f"{out.decided_by} rejected the irreversible steps; nothing from step "
+                    f"{step} on was attempted. Unwind with `tidemark unwind {task_id}`"})
+            if out.stopped is not None:
+                return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
+                                           f"task is stopped ({out.stopped}); release it with "
+                                           f"`tidemark release {task_id}`"})
+            if not out.approval_required or out.decision == "approve":
+                if self._result.state != RUNNING:
+                    self._result.state = RUNNING
+                    workflow.upsert_search_attributes([STATE.value_set(RUNNING)])
+                return None
+            self._result.state = AWAITING_APPROVAL
+            who = ", ".join(out.approvers) if out.approvers else "anybody"
+            workflow.set_current_details(
+                f"**awaiting approval** before step {step}/{count} ({out.summary}); may "
+                f"approve: {who}.\n\n`tidemark approve {task_id} --by NAME` or "
+                f"`tidemark reject {task_id} --by NAME`. The irreversible steps will do:\n\n"
+                + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
+                + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
+                   if len(out.irreversible) > DETAILS_LINES else ""))
+            workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
+            await workflow.wait_condition(
+                lambda: self._approval_news or self._halt_reason is not None)
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            self._approval_news = False
 
     async def _halt(self, next_step: int) -> RunResult:
         if self._halt_unrecorded():

@@ -33,7 +33,12 @@ COMMENT ON COLUMN tidemark.controls.scope IS
 ALTER TABLE tidemark.events DROP CONSTRAINT events_kind_check;
 ALTER TABLE tidemark.events ADD CONSTRAINT events_kind_check CHECK (kind IN (
     'plan', 'probe', 'precondition', 'error', 'decision', 'stop', 'release', 'run',
-    'kill', 'blocked', 'grant'));
+    'verification', 'approval', 'unwound', 'kill', 'blocked', 'grant'));
+COMMENT ON CONSTRAINT events_kind_check ON tidemark.events IS
+    'Known event kinds; verification: the boundary gate re-probed the reversible steps; '
+    'approval: a person approved or rejected the irreversible steps; unwound: an unwind '
+    'compensated every reversible step that happened; kill: tidemark kill, layer by layer; '
+    'blocked: a run of a series refused to start; grant: a per-task credential refused';
 
 -- The stop that applies to a task: its own, its series', or the global one, killed first.
 CREATE FUNCTION tidemark.stop_of(task text) RETURNS jsonb LANGUAGE sql STABLE AS $$

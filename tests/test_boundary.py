@@ -1,0 +1,364 @@
+"""The irreversible boundary on a real Temporal dev server, real worker processes, real Postgres
+and the staging servers: the verification gate before the first irreversible step, and a
+person's approval there."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities.catalog import spec_registry
+from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
+from helpers.ledger import LedgerRecord, ledger_step
+from helpers.staging_fixtures import effects, post
+from staging.core import StagingServer
+from tidemark import commands
+from tidemark.actions import Registry
+from tidemark.boundary import ApprovalError, verify_reversible
+from tidemark.cli import main
+from tidemark.errors import PlanError
+from tidemark.keys import key_for
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from workflows.outcome import run_result
+from workflows.types import RunResult
+
+MAIL = {"to": ["ap@supplier.example"], "cc": ["books@ours.example"],
+        "subject": "Q3 invoices filed", "body": "All filed."}
+PAY = {"amount": 4200, "currency": "eur", "description": "Q3 supplier run"}
+
+
+def fs_steps(docs: Path, n: int) -> list[dict[str, Any]]:
+    docs.mkdir()
+    for i in range(1, n + 1):
+        (docs / f"scan-{i}.pdf").write_text(str(i))
+    return [{"action": "fs.rename", "args": {"path": str(docs / f"scan-{i}.pdf"),
+                                             "name": f"invoice {i}.pdf"}}
+            for i in range(1, n + 1)]
+
+
+def irreversible_steps() -> list[dict[str, Any]]:
+    return [{"action": "gmail.send", "args": MAIL},
+            {"action": "stripe.payment_intent", "args": PAY}]
+
+
+async def start(client: Client, doc: dict[str, Any], task_queue: str,
+                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
+    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task_id or doc['task_id']}",
+                                       task_queue=task_queue, result_type=RunResult)
+
+
+async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
+                     timeout: float = 60) -> dict[str, Any]:
+    for _ in range(int(timeout / 0.1)):
+        status = await handle.query("status")
+        if status["state"] == state:
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never reached {state}: {status}")
+
+
+def sent(server: StagingServer) -> tuple[int, int]:
+    """(mails sent, payments created) on the staging servers."""
+    return (len(effects(server, "gmail", "drafts.send")),
+            len(effects(server, "stripe", "payment_intents.create")))
+
+
+def verifications(store: JournalStore, task_id: str) -> list[dict[str, Any]]:
+    return [e["detail"] for e in store.events(task_id) if e["kind"] == "verification"]
+
+
+def journal_of(store: JournalStore, task_id: str) -> list[tuple[Any, ...]]:
+    return [(r.step, r.status, r.resolved_by, r.finished_at) for r in store.rows(task_id)]
+
+
+@pytest.fixture
+def staged_workers(workers, server: StagingServer):  # type: ignore[no-untyped-def]
+    workers.env["TIDEMARK_STAGING_URL"] = server.url
+    return workers
+
+
+# -- plan validation -------------------------------------------------------------------------
+
+def test_approval_is_validated_and_part_of_the_plan_hash(tmp_path: Path) -> None:
+    reg = spec_registry()
+    steps = [{"action": "gmail.send", "args": MAIL}]
+    plain = load_plan({"task_id": "a", "steps": steps}, reg)
+    asked = load_plan({"task_id": "a", "steps": steps,
+                       "approval": {"required": True, "approvers": ["ben", "ana", "ana"]}}, reg)
+    assert asked.approval == {"required": True, "approvers": ["ana", "ben"]}
+    assert asked.plan_hash != plain.plan_hash
+    # Not asking is the plan without the field: same hash as before the field existed.
+    off = load_plan({"task_id": "a", "steps": steps, "approval": {"required": False}}, reg)
+    assert off.approval is None and off.plan_hash == plain.plan_hash
+    for bad, where in (({"required": "yes"}, "approval.required"),
+                       ({"required": True, "approvers": []}, "approval.approvers"),
+                       ({"required": True, "approvers": [""]}, "approval.approvers[0]"),
+                       ({"required": True, "who": ["x"]}, "approval.who"),
+                       ([True], "approval")):
+        with pytest.raises(PlanError) as e:
+            load_plan({"task_id": "a", "steps": steps, "approval": bad}, reg)
+        assert e.value.field == where
+
+
+# -- the verification gate -------------------------------------------------------------------
+
+async def test_gate_passes_on_an_untouched_world_and_is_its_own_activity(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    doc = {"task_id": "gate-ok", "steps": fs_steps(tmp_path / "docs", 3) + irreversible_steps()}
+    handle = await start(temporal_env.client, doc, task_queue)
+    result = await run_result(handle)
+    assert (result.state, result.confirmed, result.executed) == ("completed", 5, 5)
+    [v] = verifications(store, "gate-ok")
+    assert (v["passed"], v["verified"], v["boundary"], v["failures"]) == (True, 3, 4, [])
+    summaries = []
+    async for event in handle.fetch_history_events():
+        if event.user_metadata.HasField("summary"):
+            summaries.append(event.user_metadata.summary.data.decode())
+    boundary = [s for s in summaries if "boundary before step 4/5" in s]
+    assert len(boundary) == 1 and "verify steps 1-3" in boundary[0]
+    # Not a numbered step: the journal holds exactly the plan's five steps.
+    assert [r.step for r in store.rows("gate-ok")] == [1, 2, 3, 4, 5]
+    assert sent(server) == (1, 1)
+
+
+async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_again_on_resume(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    docs = tmp_path / "docs"
+    doc = {"task_id": "gate-fs", "steps": fs_steps(docs, 3) + irreversible_steps(),
+           "approval": {"required": True}}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await wait_state(handle, "awaiting_approval")  # the gate passed once already
+    (docs / "invoice 2.pdf").rename(docs / "invoice 2 (supplier copy).pdf")  # a third party
+    before = journal_of(store, "gate-fs")
+    commands.decide_approval(store.conninfo, "gate-fs", "approve", "ana")
+    await handle.signal("approval", {"decision": "approve", "by": "ana"})
+    result = await run_result(handle)
+    assert result.state == "verification_failed"
+    assert [f["step"] for f in result.error["failures"]] == [2]
+    assert result.error["failures"][0]["describe"] == "scan-2.pdf -> invoice 2.pdf"
+    assert "scan-2.pdf is gone" in result.error["failures"][0]["reason"]  # what the probe saw
+    assert "step(s) 2 no longer hold: step 2 fs.rename scan-2.pdf -> invoice 2.pdf" in (
+        result.error["message"])
+    assert sent(server) == (0, 0)  # nothing irreversible was attempted
+    assert journal_of(store, "gate-fs") == before  # the gate re-executed and rewrote nothing
+    assert sorted(p.name for p in docs.iterdir()) == [
+        "invoice 1.pdf", "invoice 2 (supplier copy).pdf", "invoice 3.pdf"]
+    report = commands.status(store.conninfo, "gate-fs").as_json()
+    assert all(i["provably_not_attempted"] for i in report["irreversible"])
+    assert report["verification"]["passed"] is False and report["state"] == (
+        "verification_failed")
+    attrs = {k.name: v for k, v in (await handle.describe()).typed_search_attributes}
+    assert attrs["TidemarkState"] == "verification_failed"
+
+    # Resumed as it is: the gate runs again and stops again.
+    again = await run_result(await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue))
+    assert again.state == "verification_failed"
+    assert [v["passed"] for v in verifications(store, "gate-fs")] == [True, False, False]
+    # A person puts the file back; the resume passes the gate and, approved, completes.
+    (docs / "invoice 2 (supplier copy).pdf").rename(docs / "invoice 2.pdf")
+    done = await run_result(await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue))
+    assert (done.state, done.confirmed, done.executed) == ("completed", 5, 2)
+    assert sent(server) == (1, 1)
+
+
+async def test_gate_stops_on_a_drive_file_renamed_by_somebody_else(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        drive: Any, staged_workers, task_queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    staged_workers.start()
+    files = [drive.seed(f"scan-{i}.pdf") for i in range(1, 4)]
+    doc = {"task_id": "gate-drive", "approval": {"required": True, "approvers": ["ana"]},
+           "steps": [{"action": "drive.rename", "args": {"file_id": f.id,
+                                                         "name": f"invoice {i}.pdf"}}
+                     for i, f in enumerate(files, start=1)] + irreversible_steps()}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await wait_state(handle, "awaiting_approval")
+    post(server, f"/_staging/drive/files/{files[0].id}/third_party_rename",
+         {"name": "invoice 1 - supplier.pdf"})
+    assert await asyncio.to_thread(main, [
+        "approve", "gate-drive", "--by", "ana", "--address",
+        temporal_env.client.service_client.config.target_host]) == 0
+    result = await run_result(handle)
+    assert result.state == "verification_failed"
+    [failure] = result.error["failures"]
+    assert failure["step"] == 1 and failure["observed"]["name"] == "invoice 1 - supplier.pdf"
+    assert "renamed by someone else" in failure["reason"]
+    assert sent(server) == (0, 0)
+    assert len(effects(server, "drive", "files.update")) == 3  # no rename ran again
+
+
+# -- a person's approval ---------------------------------------------------------------------
+
+async def approval_task(temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path,
+                        task_id: str) -> WorkflowHandle[Any, RunResult]:
+    doc = {"task_id": task_id, "steps": fs_steps(tmp_path / "docs", 2) + irreversible_steps(),
+           "approval": {"required": True, "approvers": ["ana", "ben"]}}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await wait_state(handle, "awaiting_approval")
+    return handle
+
+
+async def test_the_run_waits_and_approve_runs_the_irreversible_steps_once(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-1")
+    desc = await handle.describe()
+    assert dict((k.name, v) for k, v in desc.typed_search_attributes)[
+        "TidemarkState"] == "awaiting_approval"
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    details = meta.current_details
+    for shown in ("awaiting approval", "ap@supplier.example", "books@ours.example",
+                  "'Q3 invoices filed'", "4200 EUR", "step 3 gmail.send",
+                  "step 4 stripe.payment_intent", "ana, ben"):
+        assert shown in details, shown
+    await asyncio.sleep(1.0)
+    assert sent(server) == (0, 0) and store.progress("appr-1").last_step == 2  # it waits
+    report = commands.status(store.conninfo, "appr-1")
+    assert report.state == "awaiting_approval" and report.approval == {
+        "approvers": ["ana", "ben"], "decision": None, "by": None, "at": None}
+
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    address = temporal_env.client.service_client.config.target_host
+    cli = ["approve", "appr-1", "--address", address, "--by"]
+    assert await asyncio.to_thread(main, [*cli, "mallory"]) == 1
+    assert "may not decide on this task; its plan names ana, ben" in capsys.readouterr().err
+    assert store.approval_decision("appr-1") is None
+    assert await asyncio.to_thread(main, [*cli, "ben"]) == 0
+    result = await run_result(handle)
+    assert (result.state, result.confirmed, result.executed) == ("completed", 4, 4)
+    assert sent(server) == (1, 1)
+    [decision] = [e for e in store.events("appr-1") if e["kind"] == "approval"]
+    assert (decision["detail"]["decision"], decision["actor"]) == ("approve", "ben")
+    with pytest.raises(ApprovalError, match="attempted already"):
+        commands.decide_approval(store.conninfo, "appr-1", "reject", "ana")
+
+
+async def test_reject_leaves_the_irreversible_steps_provably_not_attempted(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-rej")
+    commands.decide_approval(store.conninfo, "appr-rej", "reject", "ana", "wrong supplier")
+    await handle.signal("approval", {"decision": "reject", "by": "ana"})
+    result = await run_result(handle)
+    assert (result.state, result.error["type"], result.stopped_at) == ("stopped", "Rejected", 3)
+    assert sent(server) == (0, 0)
+    report = commands.status(store.conninfo, "appr-rej").as_json()
+    assert report["last_step"] == 2 and report["stop"]["set_by"] == "ana"
+    assert [i["provably_not_attempted"] for i in report["irreversible"]] == [True, True]
+    assert report["approval"]["decision"] == "reject"
+    assert commands.unwind_preview(store.conninfo, "appr-rej")["undo_steps"] == [2, 1]
+    # Starting it again by any means acts on nothing.
+    again = await run_result(await start(temporal_env.client, {"task_id": "appr-rej"}, task_queue))
+    assert again.state == "stopped" and sent(server) == (0, 0)
+
+
+async def test_a_halt_while_waiting_is_clean(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-halt")
+    await handle.signal("halt", "end of shift")
+    result = await run_result(handle)
+    assert (result.state, result.stopped_at) == ("halted", 3)
+    progress = store.progress("appr-halt")
+    assert progress.in_doubt is None and progress.last_step == 2
+    assert progress.stop is not None and progress.stop["reason"] == "end of shift"
+    assert sent(server) == (0, 0)
+
+
+async def test_an_approval_survives_a_worker_restart_and_lives_in_the_journal(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    first = staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-dur")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    # Journaled while no worker runs; the run is not woken (no signal): then it is ended from
+    # outside. Only the journal remembers the approval.
+    commands.decide_approval(store.conninfo, "appr-dur", "approve", "ana")
+    await handle.terminate("operator ended the run")
+    staged_workers.start()
+    resumed = await start(temporal_env.client, {"task_id": "appr-dur"}, task_queue)
+    result = await run_result(resumed)
+    assert (result.state, result.executed, result.confirmed) == ("completed", 2, 4)
+    assert sent(server) == (1, 1)
+    assert [v["passed"] for v in verifications(store, "appr-dur")] == [True, True]
+
+
+async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_next_worker(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-kill")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    address = temporal_env.client.service_client.config.target_host
+    assert await asyncio.to_thread(
+        main, ["approve", "appr-kill", "--by", "ana", "--address", address]) == 0
+    await asyncio.sleep(0.5)
+    assert sent(server) == (0, 0)  # nobody acts while no worker runs
+    staged_workers.start()
+    result = await run_result(handle)  # the same run, replayed by the new worker
+    assert (result.state, result.confirmed) == ("completed", 4)
+    assert sent(server) == (1, 1)
+    assert [(r.step, r.resolved_by) for r in store.rows("appr-kill")] == [
+        (1, "execute"), (2, "execute"), (3, "execute"), (4, "execute")]
+
+
+async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        staged_workers, task_queue: str, tmp_path: Path) -> None:
+    staged_workers.start()
+    handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-forged")
+    store.record_approval("appr-forged", "approve", "mallory")  # not through the CLI's check
+    await handle.signal("approval", {"decision": "approve", "by": "mallory"})
+    await asyncio.sleep(1.0)
+    status = await wait_state(handle, "awaiting_approval")
+    assert status["confirmed"] == 2 and sent(server) == (0, 0)
+    assert len(verifications(store, "appr-forged")) == 2  # woken, verified again, still waits
+    await handle.signal("halt", "forged approval")
+    assert (await run_result(handle)).state == "halted"
+    assert sent(server) == (0, 0)
+
+
+def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones_she_settled(
+        store: JournalStore, tmp_path: Path) -> None:
+    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
+    doc = {"task_id": "gate-unit",
+           "steps": [*fs_steps(tmp_path / "docs", 3), ledger_step(tmp_path)]}
+    plan = load_plan(doc, registry)
+    store.persist_plan(plan)
+    for n in (1, 2):
+        run_step(store, registry, "gate-unit", n)
+    s3 = plan.step(3)
+    with store.execution("gate-unit", 3) as s:  # an intent whose probe could not tell
+        s.begin(task_id="gate-unit", step=3, key=key_for("gate-unit", 3, s3.action, s3.args),
+                action=s3.action, args=s3.args, before_state={}, lease_s=0.0)
+    commands.resolve(store.conninfo, "gate-unit", 3, "done", "looked at the folder", "ana")
+    rows_before = store.rows("gate-unit")
+    checked = verify_reversible(store, registry, "gate-unit", 4)
+    assert (checked.passed, checked.verified, checked.on_word) == (True, 2, [3])
+    (tmp_path / "docs" / "invoice 1.pdf").unlink()  # gone since
+    checked = verify_reversible(store, registry, "gate-unit", 4)
+    assert [(f["step"], f["status"]) for f in checked.failures] == [(1, "unknown")]
+    assert store.rows("gate-unit") == rows_before  # the gate never writes a row
+    assert [e["detail"]["passed"] for e in store.events("gate-unit")
+            if e["kind"] == "verification"] == [True, False]

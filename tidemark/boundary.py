@@ -1,0 +1,159 @@
+"""The irreversible boundary: what happens before a run's first irreversible step.
+
+Irreversible work happens last, after the verification gates have passed. When a run reaches
+the first irreversible step of its plan it first
+
+1. re-probes every earlier reversible step whose outcome is done (the verification gate): each
+   action's own probe, against the journaled key, intent time, before_state and staged handle;
+   the step must still be *done*. A file somebody renamed since answers *unknown* (our stamp,
+   another name) and stops the task for a person, naming the step and what the probe saw;
+2. runs the plan-level gates again (the per-task payment limit);
+3. if the plan asks for it, waits for a person to approve or reject (``tidemark approve`` /
+   ``tidemark reject``), journaled as events.
+
+The gate never executes or records an outcome: it only reads the targets and logs one
+``verification`` event. It costs one probe per verified step. Steps a person settled as done
+(``tidemark resolve --as done``, resolved_by operator) are not re-probed: their probe could not
+tell when the person decided, and the person's word is what the journal holds; they are listed
+in the event as such.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemark.actions import ProbeResult, ProbeStatus, Registry, StepContext
+from tidemark.errors import TidemarkError, Unauthorized
+from tidemark.plan import Plan
+from tidemark.store import JournalRow, JournalStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Verification:
+    """What the gate found: ``failures`` lists the steps that no longer hold, with the probe's
+    status, reason and observation."""
+
+    boundary: int
+    verified: int = 0
+    on_word: list[int] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_json(self) -> dict[str, Any]:
+        return {"boundary": self.boundary, "passed": self.passed, "verified": self.verified,
+                "on_word": self.on_word, "failures": self.failures,
+                "elapsed_ms": round(self.elapsed_s * 1000, 1)}
+
+    def summary(self) -> str:
+        if self.passed:
+            return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
+                    "all hold")
+        steps = ", ".join(str(f["step"]) for f in self.failures)
+        named = "; ".join(f"step {f['step']} {f['action']} {f['describe']}: {f['reason']}"
+                          for f in self.failures[:5])
+        more = f"; and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
+        return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
+                f"step(s) {steps} no longer hold: {named}{more}")
+
+
+def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
+    """The action's probe of a done row, with the context its run journaled. A probe that
+    fails to run cannot confirm, so it answers unknown; a rejected credential stops the task."""
+    action = registry.bound(row.action)
+    ctx = StepContext(task_id=row.task_id, step=row.step, action=row.action, args=row.args,
+                      key=row.idem_key, started_at=row.started_at,
+                      before_state=row.before_state, staged=row.staged)
+    try:
+        return action.probe(ctx)
+    except Unauthorized:
+        raise
+    except Exception as e:  # a read-only probe that cannot run cannot confirm either
+        log.warning("verification probe of step %s %s failed: %r", row.step, row.action, e)
+        return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")
+
+
+def verify_reversible(store: JournalStore, registry: Registry, task_id: str, boundary: int,
+                      *, tick: Any = None) -> Verification:
+    """Re-probes every done reversible step before ``boundary`` and logs the result as one
+    ``verification`` event. Never executes anything and never changes the journal's rows.
+
+    ``tick`` (optional, no arguments) is called after each probe: the activity heartbeats.
+    """
+    started = time.perf_counter()
+    result = Verification(boundary=boundary)
+    for row in store.verifiable_rows(task_id, boundary):
+        if row.resolved_by == "operator":
+            result.on_word.append(row.step)
+            continue
+        probed = probe_row(registry, row)
+        result.verified += 1
+        if probed.status is not ProbeStatus.DONE:
+            spec = registry.spec(row.action)
+            result.failures.append({"step": row.step, "action": row.action,
+                                    "describe": spec.describe(row.args) if spec else "",
+                                    "args": row.args, "status": str(probed.status),
+                                    "reason": probed.reason, "observed": probed.observed})
+        if tick is not None:
+            tick()
+    result.elapsed_s = time.perf_counter() - started
+    store.record_event(task_id, "verification", result.as_json(), boundary)
+    return result
+
+
+# -- what the irreversible steps will do ----------------------------------------------------
+
+def _money(amount: Any, currency: Any) -> str:
+    cur = str(currency or "").upper()
+    if isinstance(amount, int) and not isinstance(amount, bool):
+        return f"{amount} {cur} (minor units; {amount / 100:,.2f} in a two-decimal currency)"
+    return f"{amount} {cur}"
+
+
+def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
+    """One line per irreversible step for the person who approves: recipients, subject,
+    amount and currency, whatever the action."""
+    parts = []
+    for k in ("to", "cc", "bcc"):
+        if args.get(k):
+            v = args[k]
+            parts.append(f"{k} {', '.join(v) if isinstance(v, list) else v}")
+    if "subject" in args:
+        parts.append(f"subject {args['subject']!r}")
+    if "amount" in args:
+        parts.append(_money(args["amount"], args.get("currency")))
+    for k in ("customer", "description"):
+        if args.get(k):
+            parts.append(f"{k} {args[k]!r}")
+    shown = {"to", "cc", "bcc", "subject", "amount", "currency", "customer", "description",
+             "body"}
+    parts += [f"{k} {args[k]!r}" for k in sorted(set(args) - shown)]
+    return f"step {number} {action}: " + "; ".join(parts)
+
+
+def irreversible_lines(plan: Plan) -> list[str]:
+    return [what_it_will_do(s.number, s.action, s.args) for s in plan.steps if s.irreversible]
+
+
+def check_approver(approval: dict[str, Any] | None, by: str) -> None:
+    """Raises ApprovalError unless the plan asks for approval and ``by`` may give it."""
+    if approval is None:
+        raise ApprovalError("this task's plan asks for no approval")
+    if not by.strip():
+        raise ApprovalError("--by must name the person who decides")
+    approvers = approval.get("approvers")
+    if approvers is not None and by not in approvers:
+        raise ApprovalError(f"{by!r} may not decide on this task; its plan names "
+                            f"{', '.join(approvers)}")
+
+
+class ApprovalError(TidemarkError):
+    """An approve or reject that the plan or the journal does not allow."""
