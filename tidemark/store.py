@@ -75,7 +75,7 @@ _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state,
 # The stop state of task %(task_id)s as a condition (its own, its series' or the global one,
 # stopped or killed), for statements
 # that must not act once a stop is committed.
-_STOPPED = "tidemark.stop_of(%(task_id)s) IS NOT NULL"
+_STOPPED = "(tidemark.stop_of(%(task_id)s) IS NOT NULL)"
 _UNWOUND = "EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = %(task_id)s)"
 
 
