@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from activities.catalog import ACTION_CLASSES
 from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
+from activities.granted import granted_google, granted_graph, granted_stripe
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.fs import ROOTS_ENV, parse_roots
@@ -32,6 +34,7 @@ from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
+from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
@@ -139,18 +142,43 @@ def seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _minter(env: Mapping[str, str], url: str) -> Minter:
+    """Per-task grants: minted and revoked per token at the staging servers; the worker's own
+    credential, refused by the broker once revoked, at a real provider (tidemark.grants)."""
+    staging = env.get(STAGING_URL)
+    return StagingMinter(url) if staging and url.rstrip("/") == staging.rstrip("/") \
+        else LocalMinter(url)
+
+
+def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str) -> Any:
+    return granted_google(client, target, scope, _minter(env, url))
+
+
+def _gmail(env: Mapping[str, str], url: str, w: str, r: str) -> GmailSend:
+    action = GmailSend.from_env(env, url, w, r)
+    _google(env, "gmail", action.writer, "write", url)
+    _google(env, "gmail", action.reader.reader, "read", url)
+    return action
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
     "drive": lambda env, url, w, r: DriveRename(
-        drive_client(url, w, timeout=timeout_s(env, "drive")),
-        drive_client(url, r, timeout=timeout_s(env, "drive")),
+        _google(env, "drive", drive_client(url, w, timeout=timeout_s(env, "drive")), "write",
+                url),
+        _google(env, "drive", drive_client(url, r, timeout=timeout_s(env, "drive")), "read",
+                url),
         timeout=timeout_s(env, "drive"), horizon_s=seconds(env, DRIVE_HORIZON, DEFAULT_HORIZON_S)),
-    "gmail": GmailSend.from_env,
+    "gmail": lambda env, url, w, r: _gmail(env, url, w, r),
     "graph": lambda env, url, w, r: GraphSendMail(
-        graph_client(url, w, timeout=timeout_s(env, "graph")),
-        graph_client(url, r, timeout=timeout_s(env, "graph"))),
+        granted_graph(graph_client(url, w, timeout=timeout_s(env, "graph")), "graph", "write",
+                      _minter(env, url)),
+        granted_graph(graph_client(url, r, timeout=timeout_s(env, "graph")), "graph", "read",
+                      _minter(env, url))),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
-        stripe_client(url, w, timeout=timeout_s(env, "stripe")),
-        stripe_client(url, r, timeout=timeout_s(env, "stripe")),
+        granted_stripe(stripe_client(url, w, timeout=timeout_s(env, "stripe")), "stripe",
+                       "write", _minter(env, url)),
+        granted_stripe(stripe_client(url, r, timeout=timeout_s(env, "stripe")), "stripe", "read",
+                       _minter(env, url)),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
                                 DEFAULT_STRIPE_MAX_TASK_AMOUNT),
@@ -164,8 +192,10 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
         actions.append(FsRename(roots))
+    # Every target's configuration is checked before any client is built or called.
+    configured = {target: credentials(env, target) for target in BUILDERS}
     for target, build in BUILDERS.items():
-        creds = credentials(env, target)
+        creds = configured[target]
         if creds is not None:
             action = build(env, *creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing
