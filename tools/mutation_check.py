@@ -66,6 +66,7 @@ PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "worker"
 RS = "tidemark/run_step.py"
 ST = "tidemark/store.py"
 M1 = "tidemark/migrations/0001_journal.sql"
+M_STOP = "tidemark/migrations/0006_series_grants.sql"  # tidemark.stop_of: every stop check
 T_RS = "tests/test_run_step.py"
 T_HZ = "tests/test_hazards.py"
 T_SC = "tests/test_schema.py"
@@ -157,17 +158,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "WHERE (%(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (",
            "WHERE (%(phase)s = 'undo' OR %(step)s >= 1 OR EXISTS (",
            (f"{T_RS}::test_steps_cannot_run_out_of_order",)),
-    Mutant("the global stop is ignored", ST,
-           "c.scope IN (%(task_id)s, '*')\"\n            \" AND c.state = 'stopped')",
-           "c.scope IN (%(task_id)s)\"\n            \" AND c.state = 'stopped')",
+    Mutant("the global stop is ignored", M_STOP,
+           "AND (c.scope IN (task, '*')", "AND (c.scope IN (task)",
            (f"{T_CT}::test_a_stop_committed_during_the_snapshot_prevents_the_intent[global]",)),
     Mutant("an unwound task starts again", ST,
            "WHERE w.task_id = %(task_id)s)\"",
            "WHERE w.task_id = %(task_id)s AND false)\"",
            (f"{T_CT}::test_no_intent_is_written_for_an_unwound_task_even_once_released",)),
-    Mutant("a released task still reads as stopped", ST,
-           "AND c.state = 'stopped'\n                     ORDER BY c.scope = '*' LIMIT 1) AS stop",
-           "\n                     ORDER BY c.scope = '*' LIMIT 1) AS stop",
+    Mutant("a released task still reads as stopped", M_STOP,
+           "WHERE c.state IN ('stopped', 'killed')",
+           "WHERE c.state IN ('stopped', 'killed', 'released')",
            (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
     Mutant("unwind compensates first steps first", ST,
            '" ORDER BY j.step DESC", (task_id,)',
@@ -331,8 +331,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
     Mutant("stop accepts a task id that names no task", "tidemark/commands.py",
-           "if task_id == ALL_TASKS or store.task_known(task_id):",
-           "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
+           "or task_id.startswith(\"series:\") or store.task_known(task_id):",
+           "or task_id.startswith(\"series:\") or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
     # -- unwind ---------------------------------------------------------------------------------
     Mutant("unwind runs on a task that is not stopped", ST,
