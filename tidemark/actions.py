@@ -140,6 +140,12 @@ class Action:
     # not trusted until this has passed. 0 for targets that fence (an idempotency key, a
     # draft that can be sent only once).
     horizon_s: float = 0.0
+    # The attributes of a bound instance that hold a client able to write. Only ``stage``,
+    # ``execute`` and ``compensate`` may use them; ``probe``, ``snapshot`` and
+    # ``preconditions`` read through the read-only client, and tidemark.testing enforces it by
+    # replacing these attributes with a client that raises while those run. Keep the write
+    # client in these attributes only (no helper object built around it).
+    write_attrs: ClassVar[tuple[str, ...]] = ("writer",)
 
     @classmethod
     def validate_args(cls, args: Any, where: str) -> dict[str, Any]:
