@@ -20,6 +20,7 @@ from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, stripe_client
+from helpers.wrong_ledger import ByReference
 from probes.gmail import gmail_client
 from probes.graph import graph_client
 from staging import drive as sd
@@ -66,19 +67,6 @@ class TestLedgerPostInvoice(ActionContract):
     @pytest.fixture
     def case(self, server: StagingServer) -> ContractCase:
         return ledger_case(server)
-
-
-class ByReference(PostInvoice):
-    """The essay's mistake: the probe matches an invoice on what it is called (customer and
-    reference), not on who made it."""
-
-    def probe(self, ctx: StepContext) -> ProbeResult:
-        found = [i for i in self.reader.invoices(customer=ctx.args["customer"],
-                                                 reference=ctx.args["reference"])
-                 if i["status"] == "posted"]
-        if found:
-            return ProbeResult.done({"id": found[0]["id"]}, "an invoice with our reference")
-        return ProbeResult.absent("no invoice with our reference")
 
 
 def test_the_kit_catches_a_probe_that_matches_on_the_name_alone(server: StagingServer) -> None:

@@ -103,6 +103,7 @@ class PostInvoice(Action):
         "reference": Arg(str, check=nonempty_str),
     }
     write_attrs = ("writer",)
+    timeout_env = "TIDEMARK_LEDGER_TIMEOUT_S"  # `tidemark chaos` cuts it short for slow runs
     horizon_s = 0.0  # the Idempotency-Key fences a late request: it replays, never posts twice
 
     def __init__(self, writer: LedgerClient, reader: LedgerClient) -> None:
