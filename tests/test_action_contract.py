@@ -195,7 +195,8 @@ class TestStripePaymentIntent(ActionContract):
 
 
 class TestFsRename(ActionContract):
-    not_applicable: ClassVar[tuple[str, ...]] = ("no_secrets",)  # a local rename holds none
+    # A local rename holds no credential and has no answer to lose.
+    not_applicable: ClassVar[tuple[str, ...]] = ("no_secrets", "lost_answer")
 
     @pytest.fixture
     def case(self, tmp_path: Path) -> ContractCase:

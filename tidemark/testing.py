@@ -19,8 +19,10 @@ base class:
   4. probe, snapshot and preconditions get only the read-only client: the kit hands them a
      copy of the action whose write clients (``Action.write_attrs``) raise and record any use,
      and checks that no other attribute reaches a write client;
-  5. compensate restores before_state (reversible actions);
-  6. no secret (``ContractCase.secrets``: the tokens and keys) appears in an outcome, a
+  5. a lost answer to the write (staging ``drop_after_commit``) leaves the step in doubt
+     (TargetUnavailable), applied as often as normally, and the probe then says done;
+  6. compensate restores before_state (reversible actions);
+  7. no secret (``ContractCase.secrets``: the tokens and keys) appears in an outcome, a
      before_state, a probe's answer or an error's text.
 
 The checks are also plain functions (``check_*``) for use outside pytest.
@@ -40,7 +42,7 @@ from typing import Any
 import pytest
 
 from tidemark.actions import Action, GateRefused, ProbeResult, ProbeStatus, StepContext
-from tidemark.errors import ActionError
+from tidemark.errors import ActionError, TargetUnavailable
 from tidemark.keys import key_for
 
 
@@ -273,6 +275,34 @@ def check_execute_twice_is_one_effect(case: ContractCase) -> None:
     assert twice == once, f"a second execute under one key applied again: {once} -> {twice}"
 
 
+def check_lost_answer_then_done(case: ContractCase) -> None:
+    """The target applies the last write and the answer is lost (staging
+    ``drop_after_commit``): execute raises TargetUnavailable (the step stays in doubt), the
+    write was applied as often as in a normal run, and the probe says done."""
+    action = case.build()
+    ctx, _ = _begin(case, action)
+    ctx, _ = act(action, ctx)
+    normal = case.count(ctx.key)
+    action = case.build()
+    ctx, _ = _begin(case, action)
+    staged = action.stage(ctx)  # journaled by run_step before execute; kept here
+    ctx = replace(ctx, staged=staged)
+    target, op = case.write_ops[-1]
+    staging_post(case.staging_url, "/_staging/faults",
+                 {"target": target, "op": op, "kind": "drop_after_commit"})
+    try:
+        action.execute(ctx)
+    except TargetUnavailable:
+        pass
+    else:
+        raise AssertionError(f"a lost answer to {target} {op} did not raise TargetUnavailable")
+    assert case.count(ctx.key) == normal, (
+        f"a lost answer changed how often the write applied: {case.count(ctx.key)}, "
+        f"normally {normal}")
+    probed, _ = read_parts(action, ctx, snapshot=False)
+    assert probed.status is ProbeStatus.DONE, f"after a lost answer the probe said {probed}"
+
+
 def check_read_only_parts(case: ContractCase) -> None:
     action = case.build()
     ctx, _ = _begin(case, action)  # gates and snapshot on the view
@@ -318,6 +348,7 @@ CHECKS: dict[str, Callable[[ContractCase], None]] = {
     "probe_absent_then_done": check_probe_absent_then_done,
     "third_party_is_never_done": check_third_party_is_never_done,
     "execute_twice_is_one_effect": check_execute_twice_is_one_effect,
+    "lost_answer_then_done": check_lost_answer_then_done,
     "read_only_parts": check_read_only_parts,
     "compensate_restores": check_compensate_restores,
     "no_secrets": check_no_secrets,
@@ -330,7 +361,8 @@ class ActionContract:
 
     reversible = True
     # Checks that cannot apply, with the reason in a comment where set: "no_secrets" for an
-    # action that holds no credential (a local rename).
+    # action that holds no credential, "lost_answer" for one with no remote answer to lose
+    # (both: a local rename).
     not_applicable: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
@@ -339,6 +371,8 @@ class ActionContract:
             cls.test_compensate_restores_before_state = None  # type: ignore[assignment]
         if "no_secrets" in cls.not_applicable:
             cls.test_no_secret_in_outcome_before_state_or_errors = None  # type: ignore
+        if "lost_answer" in cls.not_applicable:
+            cls.test_a_lost_answer_is_in_doubt_and_the_probe_finds_it_done = None  # type: ignore
 
     def test_probe_absent_before_execute_and_done_after(self, case: ContractCase) -> None:
         check_probe_absent_then_done(case)
@@ -348,6 +382,10 @@ class ActionContract:
 
     def test_execute_twice_under_one_key_is_one_effect(self, case: ContractCase) -> None:
         check_execute_twice_is_one_effect(case)
+
+    def test_a_lost_answer_is_in_doubt_and_the_probe_finds_it_done(self,
+                                                                   case: ContractCase) -> None:
+        check_lost_answer_then_done(case)
 
     def test_probe_snapshot_and_gates_use_only_the_read_client(self,
                                                               case: ContractCase) -> None:
