@@ -65,8 +65,8 @@ def ledger_case(server: StagingServer, cls: type[PostInvoice] = PostInvoice) -> 
 
 class TestLedgerPostInvoice(ActionContract):
     @pytest.fixture
-    def case(self, server: StagingServer) -> ContractCase:
-        return ledger_case(server)
+    def case(self, tidemark_target: StagingServer) -> ContractCase:  # the kit's own fixture
+        return ledger_case(tidemark_target)
 
 
 def test_the_kit_catches_a_probe_that_matches_on_the_name_alone(server: StagingServer) -> None:

@@ -68,3 +68,17 @@ def test_the_same_seed_gives_the_same_kills(server: StagingServer) -> None:
     assert "after_stage" not in phases  # the ledger action does not stage
     assert {"before_intent", "after_intent", "after_execute", "after_outcome",
             "lost_response", "slow_provider"} <= phases
+
+
+def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
+                                                                server: StagingServer,
+                                                                tmp_path: Path) -> None:
+    plan = tmp_path / "local.json"
+    plan.write_text(json.dumps({"task_id": "local", "steps": [
+        {"action": "fs.rename", "args": {"path": str(tmp_path / "a.txt"), "name": "b.txt"}}]}))
+    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "chaos", str(plan),
+                           "--staging-url", server.url, "--runs", "1"],
+                          env={**os.environ, "DATABASE_URL": db_url}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "fs.rename acts on this machine" in proc.stderr

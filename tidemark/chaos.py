@@ -65,6 +65,7 @@ TIMEOUT_ENVS = {"gmail.send": "TIDEMARK_GMAIL_TIMEOUT_S",
 # as duplicates. A plugin class may name its own in ``provisional_ops``.
 PROVISIONAL_OPS = {"gmail.send": ("drafts.create",), "graph.send_mail": ("messages.create",)}
 RESUME_PATIENCE_S = 60.0  # how long a resume retries a busy or unavailable step
+LOCAL_ACTIONS = frozenset({"fs.rename"})  # no staging server to reset
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,12 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
               progress: Callable[[int, int, str], None] | None = None) -> ChaosReport:
     """The whole experiment; see the module docstring."""
     registry = chaos_registry(staging_url, extra)
+    local = sorted({s["action"] for s in plan_doc.get("steps", [])
+                    if isinstance(s, dict) and s.get("action") in LOCAL_ACTIONS})
+    if local:
+        raise TidemarkError(f"chaos: {', '.join(local)} acts on this machine, which chaos cannot "
+                            "reset between runs; it runs plans whose targets have staging "
+                            "servers")
     base = f"{plan_doc.get('task_id') or 'plan'}-chaos-{uuid.uuid4().hex[:6]}"
     report = ChaosReport(seed)
     with JournalStore(db_url) as store:
