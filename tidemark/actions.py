@@ -9,6 +9,12 @@ An action turns one plan step into an effect on an outside system. It states its
 
 An action without a probe cannot be registered: a step whose completion cannot be established
 after the fact can never be resumed safely.
+
+This is the public action API: docs/writing-an-action.md builds one from nothing. An installed
+package registers its Action subclass in the entry point group ``tidemark.actions`` and binds it
+with a classmethod ``from_env(env) -> Action | None`` (see tidemark/plugins.py); the write
+client lives only in the attributes ``write_attrs`` names, and tidemark.testing checks that the
+read-only parts never reach it.
 """
 
 from __future__ import annotations
