@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tidemark.actions import Registry
-from tidemark.errors import TidemarkError
+from tidemark.errors import StepFailed, TidemarkError
 from tidemark.plan import Step, load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
@@ -27,6 +27,7 @@ from workflows.types import (
     StepOutput,
     UndoOutput,
     UnwindPlanned,
+    UnwoundInput,
     WindowInput,
 )
 
@@ -41,6 +42,18 @@ def _as_application_error(e: TidemarkError) -> ApplicationError:
                             non_retryable=not e.retryable)
 
 
+def _plan_error(message: str) -> ApplicationError:
+    return ApplicationError(message, type="PlanError", non_retryable=True)
+
+
+def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
+    """The run that acts on a task is ``tidemark-<task_id>``, so that halt, resume and the
+    runbook always address it; any other id is refused before anything is persisted."""
+    if workflow_id is not None and workflow_id != f"tidemark-{task_id}":
+        raise _plan_error(f"workflow id {workflow_id!r} does not match the task: start task "
+                          f"{task_id!r} as workflow id 'tidemark-{task_id}'")
+
+
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
@@ -53,20 +66,25 @@ class StepActivities:
         """Persists the plan (or finds the stored one) and reads where the task stands."""
         try:
             doc = inp.document
+            if not isinstance(doc, dict):
+                raise _plan_error("the input must be a plan object {task_id?, steps} or "
+                                  f"{{task_id}} of a stored plan, not {type(doc).__name__}")
             if "steps" in doc:
                 plan = load_plan(doc, self.registry)
+                task_id = plan.task_id
+                _check_workflow_id(inp.workflow_id, task_id)  # before anything is persisted
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
                 self.store.persist_plan(plan)
-                task_id = plan.task_id
             else:
                 task_id = doc.get("task_id")
                 if not isinstance(task_id, str):
-                    raise ApplicationError("input must be a plan {task_id?, steps} or "
-                                           "{task_id} of a stored plan", type="PlanError",
-                                           non_retryable=True)
+                    raise _plan_error("input must be a plan {task_id?, steps} or "
+                                      "{task_id} of a stored plan")
+                _check_workflow_id(inp.workflow_id, task_id)
             progress = self.store.progress(task_id)
-            if inp.check_gates and progress.next_step is not None:  # again on every start
+            if (inp.check_gates and progress.next_step is not None
+                    and progress.unwound is None):  # again on every start
                 check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
         except TidemarkError as e:
             raise _as_application_error(e) from e
@@ -75,7 +93,8 @@ class StepActivities:
                         next_step=progress.next_step, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
-                        first_irreversible=progress.first_irreversible)
+                        first_irreversible=progress.first_irreversible,
+                        unwound=progress.unwound is not None)
 
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
@@ -124,17 +143,30 @@ class StepActivities:
 
     @activity.defn(name="unwind_step")
     def unwind_step(self, inp: StepInput) -> UndoOutput:
-        """One compensation through the journal (phase undo), heartbeating while it runs."""
+        """One compensation through the journal (phase undo), heartbeating while it runs. A
+        refusal by the target is journaled as that attempt's outcome and reported as
+        ``refused``: the unwind goes on with the other steps and counts it apart."""
         with _heartbeating():
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
+            except StepFailed as e:
+                return UndoOutput(step=inp.step, status="refused", reason=e.reason)
             except TidemarkError as e:
                 raise _as_application_error(e) from e
         return UndoOutput(step=result.step, status=result.status)
 
+    @activity.defn(name="record_unwound")
+    def record_unwound(self, inp: UnwoundInput) -> list[int]:
+        """Marks the task unwound (terminal) if nothing is left to compensate; returns the
+        steps still to visit otherwise."""
+        try:
+            return self.store.record_unwound(inp.task_id, inp.by, inp.detail)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+
     def all(self) -> list[object]:
         return [self.prepare, self.describe_steps, self.run_step, self.record_halt,
-                self.plan_unwind, self.unwind_step]
+                self.plan_unwind, self.unwind_step, self.record_unwound]
 
 
 @contextlib.contextmanager

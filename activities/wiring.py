@@ -7,7 +7,8 @@ its first step. Each target takes a base URL and two credentials: one that may w
 
 A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
 never journaled. ``TIDEMARK_STAGING_URL`` points every target that is not configured otherwise
-at the staging servers with their documented default credentials.
+at the staging servers with their documented default credentials. ``fs.rename`` is bound only
+with ``TIDEMARK_FS_ROOTS``, the directories it may touch.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
+from probes.fs import ROOTS_ENV, parse_roots
 from probes.graph import graph_client
 from staging import drive as staging_drive
 from staging import gmail as staging_gmail
@@ -93,6 +95,13 @@ def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | N
         missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
         raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
                           "a write credential for actions and a read-only one for probes")
+    if url is None and staging and (write, read) != (t.staging_write, t.staging_read):
+        # Real credentials and no URL of their own: the staging URL would receive them.
+        raise ConfigError(
+            f"{target}: {p}_WRITE_TOKEN and {p}_READ_TOKEN are set but {p}_URL is not, while "
+            f"{STAGING_URL} is: the {target} credentials would be sent to the staging servers "
+            f"at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
+            f"{STAGING_URL}")
     return url or staging or t.default_url, write, read
 
 
@@ -121,9 +130,14 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
 
 def bound_actions(env: Mapping[str, str]) -> list[Action]:
     """Instances of every action whose configuration is present in ``env``."""
-    actions: list[Action] = [FsRename()]
+    actions: list[Action] = []
+    roots = parse_roots(env.get(ROOTS_ENV))
+    if roots:  # without roots fs.rename is not bound: it would reach the whole disk
+        actions.append(FsRename(roots))
+    # Every target's configuration is checked before any client is built or called.
+    configured = {target: credentials(env, target) for target in BUILDERS}
     for target, build in BUILDERS.items():
-        creds = credentials(env, target)
+        creds = configured[target]
         if creds is not None:
             action = build(env, *creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing

@@ -36,7 +36,7 @@ def fs_plan(n: int, task_id: str) -> tuple[Registry, dict]:
     docs = Path(tempfile.mkdtemp(prefix="tidemark-gate-"))
     for i in range(n):
         (docs / f"scan-{i}.pdf").write_text(str(i))
-    return Registry([FsRename()]), {"task_id": task_id, "steps": [
+    return Registry([FsRename([str(docs)])]), {"task_id": task_id, "steps": [
         {"action": "fs.rename", "args": {"path": str(docs / f"scan-{i}.pdf"),
                                          "name": f"invoice {i}.pdf"}} for i in range(n)]}
 

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.devstack import temporal_binary
@@ -78,7 +79,7 @@ def store(db_url: str) -> Iterator[JournalStore]:
 
 @pytest.fixture
 def registry_for() -> Callable[..., Registry]:
-    """Builds a registry of bound action instances: ``registry_for(FsRename(), ...)``."""
+    """Builds a registry of bound action instances: ``registry_for(FsRename(roots), ...)``."""
 
     def build(*actions: Action) -> Registry:
         return Registry(actions)
@@ -134,6 +135,7 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
     address = temporal_env.client.service_client.config.target_host
     wp = WorkerProcesses({**os.environ, "TEMPORAL_ADDRESS": address, ENV_URL: db_url,
-                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING"})
+                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
+                          "TIDEMARK_FS_ROOTS": FS_ROOTS})
     yield wp
     wp.stop_all()

@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
@@ -339,7 +340,7 @@ async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
 
 def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones_she_settled(
         store: JournalStore, tmp_path: Path) -> None:
-    registry = Registry([FsRename(), LedgerRecord()])
+    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
     doc = {"task_id": "gate-unit",
            "steps": [*fs_steps(tmp_path / "docs", 3), ledger_step(tmp_path)]}
     plan = load_plan(doc, registry)
@@ -349,7 +350,7 @@ def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones
     s3 = plan.step(3)
     with store.execution("gate-unit", 3) as s:  # an intent whose probe could not tell
         s.begin(task_id="gate-unit", step=3, key=key_for("gate-unit", 3, s3.action, s3.args),
-                action=s3.action, args=s3.args, before_state={})
+                action=s3.action, args=s3.args, before_state={}, lease_s=0.0)
     commands.resolve(store.conninfo, "gate-unit", 3, "done", "looked at the folder", "ana")
     rows_before = store.rows("gate-unit")
     checked = verify_reversible(store, registry, "gate-unit", 4)

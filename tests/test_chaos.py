@@ -23,7 +23,9 @@ from typing import Any
 
 from activities.drive import drive_client
 from activities.wiring import worker_registry
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
+from helpers.run_plan_local import short_deadlines
 from helpers.staging_fixtures import get, post
 from helpers.steps import wait_unlocked
 from staging.core import StagingServer
@@ -86,8 +88,10 @@ def test_sigkill_at_random_step_and_phase_then_resume(server: StagingServer, db_
                                                        store: JournalStore,
                                                        tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    registry: Registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    registry: Registry = worker_registry({"TIDEMARK_STAGING_URL": server.url,
+                                                "TIDEMARK_FS_ROOTS": FS_ROOTS})
     registry.register(LedgerRecord())
+    short_deadlines(registry)  # as the crashing runner has them
 
     def run_round(name: str, crash: str | None) -> dict[str, Any]:
         doc = make_plan(server, tmp_path / name, name)

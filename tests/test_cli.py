@@ -214,3 +214,80 @@ def test_resolve_done_records_the_operator_as_resolver(
     data = json.loads(capsys.readouterr().out)
     assert [r["resolved_by"] for r in data["rows"]] == ["operator"]
     assert [(e["kind"], e["actor"]) for e in data["events"]][-1] == ("decision", "dan")
+
+
+# -- stop and release name a task that exists, or --all -------------------------------------
+
+def test_stop_refuses_a_task_id_that_names_no_task(env: str, store: JournalStore,
+                                                   tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    store.persist_plan(load_plan(renames(tmp_path, 1, "sync-7"), spec_registry()))
+    assert main(["stop", "sync-l"]) == 1  # a typo of sync-7
+    err = capsys.readouterr().err
+    assert err.startswith("tidemark: UnknownStopTarget: no task 'sync-l' is known")
+    assert "--force-unknown" in err and err.count("\n") == 1
+    assert store.stop_state("sync-l") is None and store.stop_state("sync-7") is None
+    assert main(["release", "sync-l"]) == 1
+    assert "no task 'sync-l'" in capsys.readouterr().err
+
+
+def test_an_unquoted_star_expanded_by_the_shell_is_refused(
+        env: str, store: JournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store.persist_plan(load_plan(renames(tmp_path, 1, "sync-8"), spec_registry()))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    (work / "plan.json").write_text("{}")
+    monkeypatch.chdir(work)
+    assert main(["stop", "plan.json"]) == 1  # `tidemark stop *` in a folder with one file
+    err = capsys.readouterr().err
+    assert "'plan.json' is a file here: did the shell expand an unquoted *?" in err
+    assert "tidemark stop --all" in err
+    assert store.stop_state("plan.json") is None and store.stop_state("*") is None
+    with pytest.raises(SystemExit) as e:  # two files: argparse refuses the extra argument
+        main(["stop", "plan.json", "notes.txt"])
+    assert e.value.code == 2
+
+
+def test_stop_all_and_force_unknown(env: str, store: JournalStore, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    store.persist_plan(load_plan(renames(tmp_path, 1, "sync-9"), spec_registry()))
+    assert main(["stop"]) == 2  # neither a task nor --all
+    assert main(["stop", "sync-9", "--all"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["stop", "--all", "--reason", "incident 12"]) == 0
+    assert "every task is stopped" in capsys.readouterr().out
+    stop = store.stop_state("sync-9")
+    assert stop is not None and (stop["scope"], stop["reason"]) == ("*", "incident 12")
+    assert main(["release", "--all"]) == 0
+    assert store.stop_state("sync-9") is None
+    assert main(["stop", "*"]) == 0  # '*' quoted still means every task
+    assert store.stop_state("anything") is not None
+    assert main(["release", "*"]) == 0
+
+    # A task whose plan has not arrived yet can be stopped on purpose, then released by name.
+    assert main(["stop", "not-yet-1", "--force-unknown"]) == 0
+    assert store.stop_state("not-yet-1") is not None
+    assert main(["stop", "bad id!", "--force-unknown"]) == 1
+    assert "not a valid task id" in capsys.readouterr().err
+    assert main(["release", "not-yet-1"]) == 0
+    assert store.stop_state("not-yet-1") is None
+
+
+def test_resume_under_a_global_stop_refuses_and_releases_nothing(
+        env: str, store: JournalStore, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store.persist_plan(load_plan(renames(tmp_path, 1, "sync-10"), spec_registry()))
+    assert main(["stop", "sync-10", "--reason", "mine"]) == 0
+    assert main(["stop", "--all", "--reason", "incident 12", "--by", "erin"]) == 0
+    capsys.readouterr()
+    assert main(["resume", "sync-10", "--address", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tidemark: GloballyStopped: every task is stopped (by erin: "
+                          "incident 12); nothing was released or started")
+    assert "release --all" in err
+    own = [e for e in store.events("sync-10") if e["kind"] == "release"]
+    assert own == []  # the task's own stop was not released either
+    assert main(["release", "--all"]) == 0
+    stop = store.stop_state("sync-10")
+    assert stop is not None and stop["scope"] == "sync-10"

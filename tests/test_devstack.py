@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -25,8 +27,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from helpers.wait import assert_eventually
-from tidemark.database import ENV_HOME, ENV_URL
+from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.devstack import DevStack, DevStackError
+from tidemark.errors import ConfigError
 from workflows.types import TASK_QUEUE, RunResult
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
@@ -148,7 +151,9 @@ async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
     assert [p for p in ports if listening(p)] == []
 
 
-async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path) -> None:
+async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEMARK_FS_ROOTS", str(tmp_path))  # the worker's fs.rename reaches it
     draft = tmp_path / "draft.txt"
     draft.write_text("x")
     plan = {"task_id": "restart-1", "steps": [
@@ -237,3 +242,68 @@ def test_sigterm_during_start_up_leaves_no_process(home: Path) -> None:
             proc.wait()
     assert processes_of(home) == []
     assert [p for p in (port, ui_port, staging_port) if listening(p)] == []
+
+
+# -- TIDEMARK_HOME is private ---------------------------------------------------------------
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_the_home_and_what_the_stack_writes_there_are_private(home: Path) -> None:
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)  # as an earlier version left it, whatever the umask
+    (home / "temporal.log").write_bytes(b"an earlier run's log\n")
+    (home / "temporal.log").chmod(0o644)
+    old_umask = os.umask(0o022)  # a usual shell's: files 0644, directories 0755
+    try:
+        with DevStack(port=0, ui_port=0, staging_port=0) as stack:
+            assert stack.worker is not None
+            await wait_for_worker_poller(stack.address)
+            files = {p.name: mode(p) for p in home.iterdir() if p.is_file()}
+            fs_root = Path(stack.fs_roots)
+    finally:
+        os.umask(old_umask)
+    assert mode(home) == 0o700
+    assert {"temporal.db", "temporal.log", "worker.log"} <= set(files)
+    assert {name: m for name, m in files.items() if m & 0o077} == {}, files
+    assert fs_root == home / "files" and mode(fs_root) == 0o700
+
+
+def test_a_home_of_another_user_is_refused(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    other = tmp_path / "theirs"
+    other.mkdir(mode=0o755)
+    os.chown(other, 65534, 65534)
+    monkeypatch.setenv(ENV_HOME, str(other))
+    with pytest.raises(ConfigError, match=r"belongs to uid 65534, not to this user"):
+        tidemark_home()
+    assert mode(other) == 0o755  # left as it was
+
+
+def test_the_embedded_postgres_home_is_closed_to_others(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    """Run as root, pgserver opens the directories above its data to everyone; the home is
+    closed again, to all but the database's own processes, and the database still answers
+    and stops cleanly (pg_ctl stop must reach its data directory)."""
+    home = tmp_path / "pghome"
+    monkeypatch.setenv(ENV_HOME, str(home))
+    server = EmbeddedPostgres(tidemark_home() / "pgdata", delete=True)
+    try:
+        tidemark_home()
+        data = (home / "pgdata").stat()
+        if data.st_uid == os.geteuid():
+            assert mode(home) == 0o700
+        else:  # root: the server runs as its own system user with our group
+            assert (mode(home), home.stat().st_gid) == (0o710, os.getegid())
+        with psycopg.connect(server.url(), connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        with caplog.at_level(logging.ERROR, logger="pgserver"):
+            server.close()  # pg_ctl stop, as the server's user
+        assert [r.getMessage()[:80] for r in caplog.records] == []
+    finally:
+        server.close()

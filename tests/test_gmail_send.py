@@ -7,12 +7,14 @@ import base64
 import json
 from dataclasses import replace
 from email.message import EmailMessage
+from email.utils import parseaddr
 from typing import Any
 
 import httplib2
 import pytest
 from googleapiclient.errors import HttpError
 
+from activities.catalog import spec_registry
 from activities.gmail import GmailSend
 from helpers.staging_fixtures import (
     CLIENT_TIMEOUT_S,
@@ -36,7 +38,8 @@ from staging.gmail import (
     GmailTarget,
 )
 from tidemark.actions import ProbeStatus, Registry, StepContext
-from tidemark.errors import NeedsDecision, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import NeedsDecision, PlanError, Refused, TargetUnavailable, Unauthorized
+from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -263,6 +266,57 @@ def test_describe_and_args() -> None:
     args = GmailSend.validate_args(ARGS, "steps[0].args")
     assert args["cc"] == ["carol@example.com"]
     assert GmailSend.describe(args) == "'Q3 report' to bob@example.com (+1 cc)"
+
+
+# -- headers and addresses are checked when the plan is -------------------------------------
+
+@pytest.mark.parametrize("brk", list("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"))
+def test_a_subject_with_any_line_break_is_refused_at_plan_time(brk: str) -> None:
+    assert len(f"a{brk}b".splitlines()) == 2  # each is a line break to str.splitlines()
+    with pytest.raises(PlanError) as e:
+        load_plan({"steps": step({**ARGS, "subject": f"Q3{brk}Bcc: eve@evil.example"})},
+                  spec_registry())
+    assert e.value.field == "steps[0].args.subject" and "line break" in e.value.message
+
+
+@pytest.mark.parametrize(("address", "why"), [
+    ('a"b@example.com', "not a mail address"),
+    ('"a b"@example.com', "not one bare address"),
+    ('"a..b"@example.com', "would be sent as 'a..b@example.com'"),
+    ('"a@b"@example.com', "quoted local parts"),
+    ('"ab"@example.com', "would be sent as 'ab@example.com'"),
+    ("team:bob@example.com;", "not a mail address"),
+    ("Bob<bob@example.com>", "not a mail address"),
+    ("bob@example.com,eve@evil.example", "not a mail address"),
+    ("bob(eve@evil.example)@example.com", "would be sent as 'bob@example.com'"),
+    ("bob@bücher.example", "e.g. bob@xn--bcher-kva.example"),
+    ("bøb@example.com", "not a mail address"),
+    ("bob@[192.0.2.1]", "host name"),
+    ("bob@-example.com", "host name"),
+    ("bob@example.com\u2028", "not one bare address"),
+])
+def test_addresses_are_parsed_strictly_at_plan_time(address: str, why: str) -> None:
+    for field in ("to", "cc"):
+        with pytest.raises(PlanError) as e:
+            load_plan({"steps": step({**ARGS, field: [address]})}, spec_registry())
+        assert e.value.field == f"steps[0].args.{field}" and why in e.value.message
+
+
+SENT_AS_WRITTEN = ["o'brien+q3@mail.example.com", "A.B-C@Example.COM",
+                   "x_y@sub-1.xn--bcher-kva.example", "#!$%&*=?^`{|}~@example.org"]
+
+
+def test_what_is_sent_is_what_the_plan_says(mail: StagingServer) -> None:
+    args = load_plan({"steps": step({**ARGS, "to": SENT_AS_WRITTEN[:2],
+                                     "cc": SENT_AS_WRITTEN[2:]})},
+                     spec_registry()).steps[0].args
+    a = action(mail)
+    a.execute(staged(a, begun(a, args)))
+    [stored] = [m for m in gmail(mail).messages() if "SENT" in m.label_ids]
+    to = [parseaddr(part)[1] for part in stored.header("To").split(", ")]
+    cc = [parseaddr(part)[1] for part in stored.header("Cc").split(", ")]
+    assert (to, cc) == (SENT_AS_WRITTEN[:2], SENT_AS_WRITTEN[2:])
+    assert stored.header("To") == ", ".join(SENT_AS_WRITTEN[:2])  # byte for byte, no encoding
 
 
 # -- through run_step ----------------------------------------------------------------------

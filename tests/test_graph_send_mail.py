@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kiota_abstractions.api_error import APIError
 
+from activities.catalog import spec_registry
 from activities.graph import GraphSendMail, graph_error
 from helpers.staging_fixtures import (
     CLIENT_TIMEOUT_S,
@@ -28,7 +29,8 @@ from probes.graph import KEY_PROPERTY_ID, StaticTokenProvider, graph_client
 from staging.core import StagingServer
 from staging.graph import READ_TOKEN, SEND_TOKEN, GraphTarget
 from tidemark.actions import ProbeStatus, Registry, StepContext
-from tidemark.errors import NeedsDecision, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import NeedsDecision, PlanError, Refused, TargetUnavailable, Unauthorized
+from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -226,6 +228,28 @@ def test_describe_and_args() -> None:
     args = GraphSendMail.validate_args(ARGS, "steps[0].args")
     assert args["to"] == ["bob@example.com"]
     assert GraphSendMail.describe(args) == "'Invoice 42' to bob@example.com (+2 cc)"
+
+
+def test_what_is_sent_is_what_the_plan_says(mail: StagingServer) -> None:
+    sent_as_written = ["o'brien+q3@mail.example.com", "A.B-C@Example.COM",
+                       "x_y@sub-1.xn--bcher-kva.example"]
+    args = load_plan({"steps": step({**ARGS, "to": sent_as_written[:1],
+                                     "cc": sent_as_written[1:],
+                                     "subject": "Q3 \u00fcbersicht \t(tab kept)"})},
+                     spec_registry()).steps[0].args
+    hold_in_outbox(mail)
+    a = action(mail)
+    a.execute(staged(a, args))
+    [queued] = graph(mail).messages_in("outbox")
+    assert [r["emailAddress"]["address"] for r in queued.fields["toRecipients"]
+            + queued.fields["ccRecipients"]] == sent_as_written
+    assert queued.fields["subject"] == args["subject"]
+
+
+@pytest.mark.parametrize("subject", ["Q3\u2028Bcc: eve@evil.example", "Q3\x85x", "Q3\x0bx"])
+def test_a_subject_with_a_unicode_line_break_is_refused_at_plan_time(subject: str) -> None:
+    with pytest.raises(PlanError, match="line break"):
+        load_plan({"steps": step({**ARGS, "subject": subject})}, spec_registry())
 
 
 # -- through run_step ----------------------------------------------------------------------

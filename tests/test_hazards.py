@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from activities.gmail import GmailSend
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, effects
 from helpers.steps import run_one, wait_unlocked
@@ -39,7 +40,7 @@ from tidemark.store import JournalStore
 from workflows.types import RunResult
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def persist(store: JournalStore, steps: list[dict[str, Any]], task_id: str = "t") -> str:

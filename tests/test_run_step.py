@@ -12,6 +12,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import run_one, wait_unlocked
 from helpers.wait import assert_eventually
@@ -31,7 +32,7 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 SPECS = spec_registry(LedgerRecord)
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def persist(store: JournalStore, steps: list[dict], task_id: str = "t") -> str:
@@ -86,7 +87,7 @@ def test_refused_action_is_recorded_as_failed(store: JournalStore, tmp_path: Pat
             return state
 
     with pytest.raises(StepFailed, match="is gone"):
-        run_step(store, Registry([Vanishing()]), task, 1)
+        run_step(store, Registry([Vanishing([FS_ROOTS])]), task, 1)
     row = store.step_row(task, 1)
     assert row is not None and row.status == "failed" and row.resolved_by == "execute"
     assert store.progress(task).next_step is None

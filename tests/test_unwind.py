@@ -13,6 +13,7 @@ import pytest
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from activities.wiring import worker_registry
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.staging_fixtures import effects
 from helpers.steps import wait_unlocked
@@ -27,7 +28,7 @@ from tidemark.store import JournalStore
 from tidemark.unwind import undo_key, unwind_step
 
 RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
-REGISTRY = Registry([FsRename(), LedgerRecord()])
+REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
 
 
 def setup_task(store: JournalStore, tmp_path: Path, n: int = 3) -> str:
@@ -131,7 +132,8 @@ def test_a_file_changed_by_someone_else_is_not_put_back(store: JournalStore,
 def test_drive_rename_compensation_is_journaled_and_restores_the_name(
         store: JournalStore, server: StagingServer, drive: DriveTarget) -> None:
     f = drive.seed("scan-7.pdf")
-    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url,
+                                "TIDEMARK_FS_ROOTS": FS_ROOTS})
     plan = load_plan({"task_id": "uw-drive", "steps": [
         {"action": "drive.rename", "args": {"file_id": f.id, "name": "2026-Q3 invoice 7.pdf"}}]},
         registry)

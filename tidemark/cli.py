@@ -19,10 +19,14 @@ from typing import Any
 
 from tidemark import commands
 from tidemark.database import database_url
-from tidemark.errors import TidemarkError
+from tidemark.errors import TaskUnwound, TidemarkError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A command line that names nothing to act on, or two things at once."""
 
 
 def _print_json(data: Any) -> None:
@@ -69,7 +73,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     print(f"{'step':>5} {'phase':<5} {'action':<22} {'status':<8} {'by':<9} "
           f"{'intent':<20} {'key'}")
     for r in data["rows"]:
-        print(f"{r['step']:>5} {r['phase']:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
+        phase = r["phase"] + (f"#{r['attempt']}" if r.get("attempt", 1) > 1 else "")
+        print(f"{r['step']:>5} {phase:<5} {r['action']:<22} {r['status'] or 'IN DOUBT':<8} "
               f"{r['resolved_by'] or '-':<9} {r['started_at'][:19]:<20} {r['idem_key']}")
     for e in data["events"]:
         step = f"step {e['step']} " if e["step"] else ""
@@ -87,15 +92,35 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _scope(a: argparse.Namespace, verb: str) -> str:
+    """The control scope named on the command line: a task id, or ``*`` for ``--all``."""
+    if a.all and a.task is not None:
+        raise UsageError(f"{verb}: give a task id or --all, not both")
+    if a.all:
+        return commands.ALL_TASKS
+    if a.task is None:
+        raise UsageError(f"{verb}: give a task id, or --all for every task")
+    return str(a.task)
+
+
 def _cmd_stop(a: argparse.Namespace) -> int:
-    commands.stop(database_url(), a.task, a.reason, a.by)
-    print(f"task {a.task} is stopped; nothing will act on it until `tidemark release {a.task}`")
+    scope = _scope(a, "stop")
+    commands.stop(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    if scope == commands.ALL_TASKS:
+        print("every task is stopped; nothing will act until `tidemark release --all`")
+    else:
+        print(f"task {scope} is stopped; nothing will act on it until `tidemark release {scope}`")
     return 0
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
-    commands.release(database_url(), a.task, a.reason, a.by)
-    print(f"task {a.task} is released; starting it again resumes from the journal")
+    scope = _scope(a, "release")
+    commands.release(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    if scope == commands.ALL_TASKS:
+        print("the stop of every task is released (a task stopped by its own id stays "
+              "stopped until released by name)")
+    else:
+        print(f"task {scope} is released; starting it again resumes from the journal")
     return 0
 
 
@@ -104,6 +129,14 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
     url = database_url()
     report = commands.status(url, a.task)
+    if report.progress.unwound is not None:
+        raise TaskUnwound(a.task)  # before releasing anything: an unwound task stays put
+    every = commands.global_stop(url)
+    if every is not None:
+        # Releasing the task alone would start a run that meets the global stop at once.
+        raise commands.GloballyStopped(
+            f"every task is stopped (by {every['set_by']}: {every['reason'] or 'no reason'}); "
+            f"nothing was released or started. `tidemark release --all` first, then resume")
     if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
     result = asyncio.run(resume_task(a.address, a.namespace, a.task, wait=a.wait,
@@ -183,6 +216,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
+              f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()
     return 0
@@ -284,9 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("resolve", help="record a person's decision on the step in doubt")
     rs.add_argument("task")
     rs.add_argument("--step", type=int, required=True)
-    rs.add_argument("--as", dest="as_", choices=["done", "absent"], required=True,
+    rs.add_argument("--as", dest="as_", choices=["done", "absent", "never"], required=True,
                     help="done: it happened; absent: it did not (a resumed run executes it "
-                         "if its probe still cannot tell)")
+                         "if its probe still cannot tell); never: it did not happen and must "
+                         "not happen (stopped tasks only: the step is closed as failed, "
+                         "nothing executes it, an unwind can proceed)")
     rs.add_argument("--note", default="", help="what you looked at")
     rs.add_argument("--by", default=user)
     rs.add_argument("--yes", action="store_true")
@@ -295,7 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, what in (("stop", _cmd_stop, "set the durable stop state of a task"),
                              ("release", _cmd_release, "allow a stopped task to run again")):
         c = sub.add_parser(name, help=what)
-        c.add_argument("task", help="a task id, or * for every task")
+        c.add_argument("task", nargs="?", help="a task id that has a plan (or a stop)")
+        c.add_argument("--all", action="store_true",
+                       help="every task (the global stop; '*' quoted means the same)")
+        c.add_argument("--force-unknown", action="store_true",
+                       help="accept a task id that has no plan yet")
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
         c.set_defaults(func=func)
@@ -371,6 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"tidemark: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except TidemarkError as e:
         if args.traceback:
             raise

@@ -6,13 +6,17 @@ prints as one line.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from activities.catalog import spec_registry
+from activities.fs import FsRename
+from probes.fs import ROOTS_ENV, parse_roots
+from tidemark.actions import GateRefused
 from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
-from tidemark.errors import TidemarkError
-from tidemark.plan import Plan, load_plan_file
+from tidemark.errors import PlanError, TidemarkError
+from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
 
@@ -30,8 +34,22 @@ def db_migrate(url: str) -> list[str]:
 
 
 def plan_check(path: str | Path, *, sort: bool = False) -> Plan:
-    """Validates a plan file against every known action; with ``sort``, reorders it."""
-    return load_plan_file(path, spec_registry(), sort=sort)
+    """Validates a plan file against every known action; with ``sort``, reorders it.
+
+    With ``TIDEMARK_FS_ROOTS`` set here too, every ``fs.rename`` path is checked against those
+    roots as a worker with the same setting would before the first step.
+    """
+    plan = load_plan_file(path, spec_registry(), sort=sort)
+    roots = parse_roots(os.environ.get(ROOTS_ENV))
+    if roots:
+        fs = FsRename(roots)
+        for step in plan.steps:
+            if step.action == fs.name:
+                try:
+                    fs.plan_gate(plan.task_id, [(step.number, step.args)])
+                except GateRefused as e:
+                    raise PlanError(f"steps[{step.number - 1}].args.path", str(e)) from None
+    return plan
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -45,14 +63,49 @@ def status(url: str, task_id: str) -> Report:
         return build_report(store, task_id)
 
 
-def stop(url: str, task_id: str, reason: str, by: str) -> None:
+ALL_TASKS = "*"  # the control scope that stops every task
+
+
+def _check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
+    """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
+    to a file name, must not report "stopped" while the real task runs on."""
+    if task_id == ALL_TASKS or store.task_known(task_id):
+        return
+    if force_unknown and TASK_ID_RE.fullmatch(task_id):
+        return
+    hint = ""
+    if os.path.lexists(task_id):
+        hint = (f"; {task_id!r} is a file here: did the shell expand an unquoted *? "
+                f"`tidemark {verb} --all` means every task")
+    elif force_unknown:
+        hint = "; it is not a valid task id either"
+    else:
+        hint = (f"; check the id (`temporal workflow list`), or pass --force-unknown to {verb} "
+                "a task whose plan has not arrived yet")
+    raise UnknownStopTarget(f"no task {task_id!r} is known{hint}")
+
+
+def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = False) -> None:
+    """Sets the durable stop state of a task, or of every task (``*``). Refuses a task id
+    that names no task unless ``force_unknown`` (a task whose plan has not arrived yet)."""
     with open_store(url) as store:
+        _check_scope(store, task_id, "stop", force_unknown)
         store.set_control(task_id, "stopped", reason, by)
 
 
-def release(url: str, task_id: str, reason: str, by: str) -> None:
+def release(url: str, task_id: str, reason: str, by: str, *,
+            force_unknown: bool = False) -> None:
+    """Releases the stop state of a task, or the global stop (``*``); a task's own stop is
+    released only by naming the task."""
     with open_store(url) as store:
+        _check_scope(store, task_id, "release", force_unknown)
         store.set_control(task_id, "released", reason, by)
+
+
+def global_stop(url: str) -> dict[str, Any] | None:
+    """The stop of every task (``tidemark stop --all``), or None."""
+    with open_store(url) as store:
+        return store.stop_state(ALL_TASKS)
 
 
 def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
@@ -73,9 +126,12 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
     ``done``: the step's outcome is recorded as done (resolved_by=operator) and a resumed run
     goes on after it. ``absent``: the decision is recorded; a resumed run still probes first,
     and only if the probe still cannot tell does it take the person's word and execute.
+    ``never``: it did not happen and must not happen. Only for a stopped task: the row is
+    closed as failed (resolved_by=operator) without executing anything, so the task never runs
+    that step and an unwind can proceed past it.
     """
-    if as_ not in ("done", "absent"):
-        raise DecisionError(f"--as must be done or absent, not {as_!r}")
+    if as_ not in DECISIONS:
+        raise DecisionError(f"--as must be one of {', '.join(DECISIONS)}, not {as_!r}")
     with open_store(url) as store:
         doubt = store.progress(task_id).in_doubt
         if doubt is None or doubt.step != step or doubt.phase != "do":
@@ -83,10 +139,24 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
             raise DecisionError(f"task {task_id!r}: step {step} is not in doubt ({where} is)")
         detail = {"as": as_, "note": note, "key": doubt.idem_key}
         with store.execution(task_id, step) as s:
+            if as_ == "never":
+                if s.stopped is None:
+                    raise DecisionError(
+                        f"task {task_id!r} is not stopped; stop it first (`tidemark stop "
+                        f"{task_id}`) so that no run acts on step {step} meanwhile")
+                if s.lease_left is not None and s.lease_left > 0:
+                    raise DecisionError(
+                        f"task {task_id!r}: an attempt on step {step} may still be acting for "
+                        f"{s.lease_left:.1f}s; decide once that has passed")
             s.event(task_id, "decision", detail, step, by)
             if as_ == "done":
                 s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
                            status="done", resolved_by="operator")
+            elif as_ == "never":
+                s.complete(key=doubt.idem_key,
+                           outcome={"operator": by, "note": note, "never": True,
+                                    "decision": "it did not happen and must not happen"},
+                           status="failed", resolved_by="operator")
     return {"task_id": task_id, "step": step, **detail, "by": by}
 
 
@@ -121,7 +191,16 @@ def decide_approval(url: str, task_id: str, decision: str, by: str,
         store.record_approval(task_id, decision, by, note)
     return {"task_id": task_id, "decision": decision, "by": by, "note": note,
             "irreversible": irreversible_lines(plan)}
+DECISIONS = ("done", "absent", "never")
 
 
 class DecisionError(TidemarkError):
     """A decision that does not fit the journal's state."""
+
+
+class UnknownStopTarget(TidemarkError):
+    """``stop`` or ``release`` named a task id that no plan and no control row knows."""
+
+
+class GloballyStopped(TidemarkError):
+    """Every task is stopped (``tidemark stop --all``); resuming one would stop at once."""

@@ -11,9 +11,11 @@ never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tidemark.errors import ConfigError
 from tidemark.secret_files import read_secret_file
@@ -24,10 +26,47 @@ ENV_HOME = "TIDEMARK_HOME"
 
 
 def tidemark_home() -> Path:
+    """``$TIDEMARK_HOME`` (default ``~/.local/share/tidemark``), made private on every call.
+
+    It holds the journal's database, Temporal's history (plans, recipients, amounts) and the
+    logs, so it is created 0700 and an existing one with a looser mode is tightened. Run as
+    root, the embedded Postgres runs as the system user ``pgserver`` but keeps our group
+    (pgserver switches only the user), and must traverse the home to its data directory: then
+    the home is 0710 with our own group, closed to everyone else. A home that belongs to
+    another user is refused: we could not keep it private.
+    """
     home = os.environ.get(ENV_HOME)
     path = Path(home) if home else Path.home() / ".local" / "share" / "tidemark"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secure_home(path)
     return path
+
+
+def secure_home(path: Path) -> None:
+    st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{ENV_HOME} {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"{ENV_HOME} {path} belongs to uid {st.st_uid}, not to this user "
+                          f"(uid {os.geteuid()}); it must be private to the user who runs "
+                          f"Tidemark: choose another {ENV_HOME} or change its owner")
+    mode, gid = 0o700, st.st_gid
+    pgdata = path / "pgdata"
+    with contextlib.suppress(FileNotFoundError):
+        owner = pgdata.stat()
+        if owner.st_uid != st.st_uid:  # a database server running as another user
+            mode, gid = 0o710, os.getegid()
+    if gid != st.st_gid:
+        os.chown(path, -1, gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
+
+
+def private_file(path: Path) -> BinaryIO:
+    """Opens ``path`` for appending, created (or tightened to) 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 class EmbeddedPostgres:
@@ -90,4 +129,7 @@ def database_url() -> str:
     global _embedded
     if _embedded is None:
         _embedded = EmbeddedPostgres(tidemark_home() / "pgdata")
+        # Run as root, pgserver opens every directory above its data to everyone (o+rx) so
+        # that its own system user can reach it; take that back for our home.
+        tidemark_home()
     return _embedded.url()

@@ -20,12 +20,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probes.fs import ROOTS_ENV
 from staging.core import StagingServer
 from staging.targets import build_staging
-from tidemark.database import ENV_URL, database_url, tidemark_home
+from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
 from tidemark.errors import TidemarkError
 
 SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword"}
+# What the dev server and the worker create (temporal.db and its journal files, the demo's
+# files) is readable by its owner only.
+PRIVATE_UMASK = 0o077
 STARTUP_TIMEOUT_S = 30.0  # the dev server is up in well under a second here; CI may be slower
 
 
@@ -105,6 +109,9 @@ class DevStack:
     with_worker: bool = True
     home: Path = field(default_factory=tidemark_home)
     worker_env: dict[str, str] = field(default_factory=dict)
+    # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
+    # $TIDEMARK_HOME/files (made on start).
+    fs_roots: str = ""
     db_url: str = ""
     staging: StagingServer | None = None
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -125,6 +132,10 @@ class DevStack:
         ensure_port_free(self.port, "Temporal gRPC frontend", "--port")
         ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
         ensure_port_free(self.staging_port, "staging servers", "--staging-port")
+        if not self.fs_roots:
+            self.fs_roots = os.environ.get(ROOTS_ENV) or str(self.home / "files")
+            if self.fs_roots == str(self.home / "files"):
+                (self.home / "files").mkdir(mode=0o700, exist_ok=True)
         try:
             self.db_url = database_url()
             self._start_temporal()
@@ -138,16 +149,18 @@ class DevStack:
 
     def _start_temporal(self) -> None:
         log = self.home / "temporal.log"
+        for db in self.home.glob("temporal.db*"):  # the history: plans, recipients, amounts
+            db.chmod(0o600)
         cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
                "--port", str(self.port), "--ui-port", str(self.ui_port),
                "--db-filename", str(self.home / "temporal.db"), "--log-level", "warn",
                "--ui-disable-news-fetch"]
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
-        out = log.open("ab")
+        out = private_file(log)
         with interrupts_held():
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, umask=PRIVATE_UMASK)
             self._procs.append(proc)
         wait_for_port(self.port, proc, "Temporal dev server", log)
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
@@ -155,18 +168,19 @@ class DevStack:
     def env(self) -> dict[str, str]:
         """The environment a worker (or the `temporal` CLI) needs to reach this stack."""
         env = {**os.environ, "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
-               **self.worker_env}
+               ROOTS_ENV: self.fs_roots, **self.worker_env}
         if self.staging is not None:
             env["TIDEMARK_STAGING_URL"] = self.staging.url
         return env
 
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         """Starts ``python -m worker`` against this stack (again, after a kill)."""
-        log = (self.home / "worker.log").open("ab")
+        log = private_file(self.home / "worker.log")
         with interrupts_held():
             self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
                                            env={**self.env(), **extra_env}, stdout=log,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                                           stderr=subprocess.STDOUT, start_new_session=True,
+                                           umask=PRIVATE_UMASK)
             self._procs.append(self.worker)
         return self.worker
 

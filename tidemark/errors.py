@@ -126,6 +126,18 @@ class TaskStopped(TidemarkError):
         return {"task_id": self.task_id, "reason": self.reason}
 
 
+class TaskUnwound(TidemarkError):
+    """The task was unwound: a terminal state. Nothing runs it forward again."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} was unwound; it does not run again (a new plan "
+                         "needs a new task id)")
+        self.task_id = task_id
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id}
+
+
 class ActionError(TidemarkError):
     """Raised by an action. Subclasses say whether the target applied anything."""
 

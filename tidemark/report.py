@@ -23,6 +23,8 @@ class Report:
     @property
     def state(self) -> str:
         p = self.progress
+        if p.unwound is not None:
+            return "unwound"  # terminal: nothing runs the task forward again
         if p.stop is not None:
             return "stopped"
         if p.finished:
@@ -66,6 +68,7 @@ class Report:
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
             "approval": self.approval,
             "verification": _jsonable(self.boundary.get("verification")),
+            "unwound": _jsonable(p.unwound),
         }
 
     def text(self) -> str:
@@ -115,6 +118,9 @@ class Report:
             who = ", ".join(a["approvers"]) if a["approvers"] else "anybody"
             lines.append(f"  approval       {a['decision'] or 'awaited'}"
                          + (f" by {a['by']}" if a["by"] else "") + f" (may decide: {who})")
+        if p.unwound:
+            lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
+                         f"{p.unwound['unwound_at']}; the task does not run again")
         return "\n".join(lines)
 
 

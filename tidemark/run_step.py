@@ -2,28 +2,34 @@
 
 ::
 
-    lock the step (a live twin attempt -> StepBusy, retry later); stopped task -> TaskStopped
+    lock the step (a live twin attempt -> StepBusy, retry later), then read its row
+    stopped task -> TaskStopped; unwound task -> TaskUnwound
     row = journal[task, step]
     outcome recorded            -> return it; nothing acts
     intent without outcome      -> its last attempt's lease still fresh -> StepBusy; else
                                    probe the target (read-only):
                                      done    -> record it (resolved_by=probe), return
-                                     absent  -> gates again, then execute under that intent
+                                     absent  -> gates again, then claim the intent (the stop
+                                                state is checked once more in that statement)
+                                                and execute under it
                                      unknown -> NeedsDecision: a person decides, nothing acts
                                                 (unless a person already said "absent")
-    no row                      -> gates, snapshot, commit intent, execute, commit outcome
+    no row                      -> gates, snapshot, commit intent (refused if a stop was
+                                   committed meanwhile), execute, commit outcome
 
 Only the connection that holds the lock writes the intent and the outcome, so two live attempts
-of one step can never both act, and a crash leaves exactly one row in doubt. The lease covers
-what the lock cannot: an attempt whose connection (and so its lock) was lost mid-action.
+of one step can never both act, and a crash leaves exactly one row in doubt. The attempt lease
+(see tidemark.store.LEASE_S) covers what the lock cannot: an attempt whose database session (and
+so its lock) was lost while its call to the target may still be in flight. It is written before
+the call to cover the action's deadline plus its horizon, kept fresh by renewals that may fail
+without harm, and after an ambiguous failure held for the target's horizon: a request that left
+us may still be applied until then, so a probe's *absent* is not asked for before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,6 +42,7 @@ from tidemark.errors import (
     StepBusy,
     StepFailed,
     TaskStopped,
+    TaskUnwound,
     TidemarkError,
     Unauthorized,
 )
@@ -45,10 +52,6 @@ from tidemark.plan import Plan
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 
 log = logging.getLogger(__name__)
-
-# An attempt acting on an intent renews its lease (store.LEASE_S) this often, from a side
-# thread on a pooled connection.
-LEASE_RENEW_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,11 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
     """Runs step ``step`` of the stored plan of ``task_id`` at most once in the outside world.
 
     Raises:
-        StepBusy: another live attempt holds the step (retryable).
+        StepBusy: another live attempt holds the step, or the last one may still be acting
+            (its lease is fresh); retryable.
+        TaskStopped: the task is stopped, also when the stop was committed after the lock was
+            taken but before the intent (or, for a step in doubt, before acting again).
+        TaskUnwound: the task was unwound; it never runs forward again.
         StoreUnavailable: Postgres is unreachable (retryable; no action ran after it).
         PreconditionFailed: a gate refused; nothing ran.
         NeedsDecision: the step is in doubt and its probe cannot tell; nothing ran.
@@ -83,6 +90,8 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
         Unauthorized, TargetUnavailable: from the action; the step stays in doubt.
     """
     with store.execution(task_id, step) as s:
+        if s.unwound:
+            raise TaskUnwound(task_id)
         if s.stopped is not None:
             raise TaskStopped(task_id, s.stopped)
         spec, row = s.spec, s.row
@@ -105,13 +114,13 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
             if done is not None:
                 return StepResult.from_row(done, skipped=False)
             _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
-            s.renew_lease(key, LEASE_S)  # this attempt acts now
+            s.claim(task_id, key, call_lease(action))  # a stop since the lock was taken holds
         else:
             _gate(action, ctx, s)
             before = action.snapshot(ctx)
             crash_point("before_intent", step)
             row = s.begin(task_id=task_id, step=step, key=key, action=spec.action,
-                          args=spec.args, before_state=before)
+                          args=spec.args, before_state=before, lease_s=call_lease(action))
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
 
         crash_point("after_intent", step)
@@ -143,32 +152,23 @@ def check_lease(s: StepSession, ctx: StepContext) -> None:
                        f"on it for {s.lease_left:.1f}s")
 
 
-@contextlib.contextmanager
-def keep_lease(store: JournalStore, key: str) -> Iterator[None]:
-    """Renews the intent's attempt lease every LEASE_RENEW_S while the block runs; if the
-    block ends without an outcome (it raised), ends the lease: the attempt is over, and the
-    next one need not wait for it."""
-    stop = threading.Event()
+def call_lease(action: Action) -> float:
+    """Seconds the lease written before an action's call must cover: the call itself (its
+    deadline) and then the time the target may still apply the request (its horizon)."""
+    return float(action.deadline_s) + float(action.horizon_s)
 
-    def renew() -> None:
-        while not stop.wait(LEASE_RENEW_S):
-            try:
-                store.renew_lease(key, LEASE_S)
-            except TidemarkError as e:  # the database is away; the lock may be too
-                log.warning("cannot renew the attempt lease of %s: %s", key, e)
 
-    thread = threading.Thread(target=renew, daemon=True, name=f"lease-{key[:8]}")
-    thread.start()
-    try:
-        yield
-    except BaseException:
-        stop.set()
-        thread.join()
-        with contextlib.suppress(TidemarkError):
-            store.renew_lease(key, 0.0)
-        raise
-    stop.set()
-    thread.join()
+def renewal_lease(action: Action) -> float:
+    """Seconds each renewal extends the lease to while the action is still running."""
+    return LEASE_S + float(action.horizon_s)
+
+
+def end_attempt(s: StepSession, key: str, action: Action) -> None:
+    """After an ambiguous failure: the attempt is over, but its request may still be applied
+    for the target's horizon, so the lease is held that long (not cut to zero). If this write
+    fails, the lease written before the call still covers it."""
+    with contextlib.suppress(TidemarkError):
+        s.renew_lease(key, float(action.horizon_s))
 
 
 def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
@@ -222,11 +222,12 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
 def _execute(store: JournalStore, action: Action, ctx: StepContext,
              s: StepSession) -> StepResult:
     try:
-        with keep_lease(store, ctx.key):
+        with store.keep_lease(ctx.key, renewal_lease(action)):
             if ctx.staged is None:
                 staged = action.stage(ctx)
                 if staged is not None:
-                    s.stage(ctx.key, staged)  # journaled before anything consumes it
+                    # journaled before anything consumes it; the lease now covers the send
+                    s.stage(ctx.key, staged, call_lease(action))
                     ctx = replace(ctx, staged=staged)
                     crash_point("after_stage", ctx.step)
             outcome = action.execute(ctx)
@@ -237,7 +238,9 @@ def _execute(store: JournalStore, action: Action, ctx: StepContext,
         raise StepFailed(ctx.step, ctx.action, str(e)) from e
     except Exception as e:
         # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
-        # have applied, so the intent stays open and the next attempt probes.
+        # have applied, so the intent stays open and the next attempt probes it, once the
+        # target's horizon has passed.
+        end_attempt(s, ctx.key, action)
         note_error(s, ctx, e)
         raise
     crash_point("after_execute", ctx.step)

@@ -10,6 +10,8 @@ All SQL of the project lives here and in ``migrations/``; values are always para
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,31 +26,57 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from tidemark.errors import (
     InvariantViolation,
     JournalMismatch,
+    NotStopped,
     PlanChanged,
     StepBusy,
     StoreUnavailable,
+    TaskStopped,
+    TaskUnwound,
     UnknownTask,
 )
 from tidemark.keys import lock_id
 from tidemark.migrate import migrate
 from tidemark.plan import Plan, Step
 
+log = logging.getLogger(__name__)
+
 # A step waits this long for a pooled connection before its attempt fails as retryable; long
 # enough to ride out a burst, short enough that a dead database surfaces within one heartbeat.
 POOL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5  # libpq connect_timeout: a blackholed host fails fast, not after minutes
-POOL_MAX = 16
-# An attempt acting on an intent holds a lease on it for this long and renews it while it acts
-# (tidemark.run_step.keep_lease renews every half second: four renewals missed in a row). It
-# guards what the execution lock cannot: the acting attempt lost its database connection (a
-# restart, a failover, a blip), which frees the lock, while its call to the target is still in
-# flight. An attempt cut off from the database for longer than this while its call still lands
-# is not covered.
-LEASE_S = 2.0  # one connection per concurrent step plus a few for reports; steps are sequential
+POOL_MAX = 16  # one connection per concurrent step plus a few for reports
+# The attempt lease of an open intent says until when the attempt acting on it may still be
+# acting; a twin neither probes nor acts before it has passed. It guards what the execution lock
+# cannot: the acting attempt lost its database session (a restart, a failover, a terminated
+# backend), which frees the lock, while its call to the target is still in flight. The lease
+# does not depend on renewals succeeding:
+#
+# * before an action's call (stage or execute) the attempt writes
+#   lease_until = now + deadline_s + horizon_s, in the statement that writes the intent (or, on a
+#   resume, claims it): the call cannot outlive its deadline, and the target may still apply it
+#   up to horizon_s after that;
+# * while the attempt acts, a LeaseKeeper extends it every LEASE_RENEW_S on a connection of its
+#   own (never from the step pool, which is empty at full load) to at least now + LEASE_S +
+#   horizon_s, never shortening it; a failed renewal costs nothing but this extension;
+# * when the call fails ambiguously, the lease is set to now + horizon_s (the attempt is over,
+#   its request may still land); when it ends with an outcome, the lease no longer matters.
+#
+# LEASE_S is the margin a renewal adds (four renewals missed in a row), and the lease of a row
+# written before lease_until existed (started_at + LEASE_S).
+LEASE_S = 2.0
+LEASE_RENEW_S = 0.5
+# The lease keeper's statements give up after this long, so a hung database cannot hold up the
+# end of an attempt that waits for a renewal in flight.
+RENEW_TIMEOUT_MS = 2000
 
 # The one piece of SQL that is composed in Python: a constant column list, never a value.
 _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state, started_at, "
-                    "outcome, status, finished_at, resolved_by, lease_until, staged")
+                    "outcome, status, finished_at, resolved_by, lease_until, staged, attempt")
+# The stop state of task %(task_id)s as a condition (its own or the global one), for statements
+# that must not act once a stop is committed.
+_STOPPED = ("EXISTS (SELECT 1 FROM tidemark.controls c WHERE c.scope IN (%(task_id)s, '*')"
+            " AND c.state = 'stopped')")
+_UNWOUND = "EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = %(task_id)s)"
 
 
 @dataclass(frozen=True)
@@ -67,6 +95,7 @@ class JournalRow:
     resolved_by: str | None
     lease_until: datetime | None = None
     staged: dict[str, Any] | None = None
+    attempt: int = 1  # undo rows: which try of the compensation (a refused one is tried anew)
 
     @property
     def in_doubt(self) -> bool:
@@ -94,6 +123,7 @@ class Progress:
     first_irreversible: int | None
     stop: dict[str, Any] | None
     undo_rows: int
+    unwound: dict[str, Any] | None = None  # when and by whom the task was unwound (terminal)
 
     @property
     def next_step(self) -> int | None:
@@ -132,6 +162,7 @@ class JournalStore:
             conninfo, min_size=1, max_size=max_size, open=False, timeout=timeout,
             kwargs={"autocommit": True, "row_factory": dict_row,
                     "connect_timeout": CONNECT_TIMEOUT_S})
+        self.leases = LeaseKeeper(conninfo)
 
     def open(self, *, wait: bool = True) -> JournalStore:
         with _translated():
@@ -139,6 +170,7 @@ class JournalStore:
         return self
 
     def close(self) -> None:
+        self.leases.close()
         self._pool.close()
 
     def __enter__(self) -> JournalStore:
@@ -266,44 +298,54 @@ class JournalStore:
     def execution(self, task_id: str, step: int, phase: str = "do") -> Iterator[StepSession]:
         """Holds the step's execution lock on one live connection for the whole block.
 
-        Taking the lock, reading the plan step and reading its journal row is one round trip.
-        Raises StepBusy at once if another live attempt holds the lock, UnknownTask or
-        JournalMismatch if the plan has no such step. ``session.stopped`` carries the task's
-        stop reason, read in the same round trip. If this process dies, the server ends
-        the session and frees the lock; nothing else can free it.
+        The lock is taken in a statement of its own and only then are the plan step, its latest
+        journal row and the task's stop state read, so the read sees everything an earlier
+        holder committed before letting go (a statement reads the database as it was when the
+        statement began). Both go in one network round trip (pipeline mode). Raises StepBusy at
+        once if another live attempt holds the lock, UnknownTask or JournalMismatch if the plan
+        has no such step. If this process dies, the server ends the session and frees the lock;
+        nothing else can free it.
         """
         lock = lock_id(task_id, phase, step)
         with self._conn() as conn:
             with _translated():
-                r = conn.execute(
-                    f"""
-                    SELECT pg_try_advisory_lock(%(lock)s) AS got, p.step_count,
-                           s.action AS plan_action, s.args AS plan_args,
-                           s.irreversible AS plan_irreversible,
-                           (SELECT coalesce(nullif(c.reason, ''), 'stopped')
-                              FROM tidemark.controls c
-                              WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
-                              ORDER BY c.scope = '*' LIMIT 1) AS stopped,
-                           extract(epoch FROM coalesce(j.lease_until, j.started_at
-                                   + make_interval(secs => %(lease)s)) - clock_timestamp())::float8
-                             AS lease_left, j.*
-                    FROM tidemark.plans p
-                    LEFT JOIN tidemark.plan_steps s
-                      ON s.task_id = p.task_id AND s.step = %(step)s
-                    LEFT JOIN (SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal) j
-                      ON j.task_id = p.task_id AND j.phase = %(phase)s AND j.step = %(step)s
-                    WHERE p.task_id = %(task_id)s
-                    """, {"lock": lock, "task_id": task_id, "phase": phase, "step": step,
-                          "lease": LEASE_S},
-                ).fetchone()
-            if r is None:
-                raise UnknownTask(task_id)
-            if not r["got"]:
-                raise StepBusy(f"{task_id}/{phase}/{step}")
-            session = StepSession(conn)
-            session.stopped = r["stopped"]
-            session.lease_left = r["lease_left"]
+                with conn.pipeline():
+                    locked = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,))
+                    read = conn.execute(
+                        f"""
+                        SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
+                               s.irreversible AS plan_irreversible,
+                               (SELECT coalesce(nullif(c.reason, ''), 'stopped')
+                                  FROM tidemark.controls c
+                                  WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
+                                  ORDER BY c.scope = '*' LIMIT 1) AS stopped,
+                               {_UNWOUND} AS unwound,
+                               extract(epoch FROM coalesce(j.lease_until, j.started_at
+                                 + make_interval(secs => %(lease)s)) - clock_timestamp()
+                               )::float8 AS lease_left, j.*
+                        FROM tidemark.plans p
+                        LEFT JOIN tidemark.plan_steps s
+                          ON s.task_id = p.task_id AND s.step = %(step)s
+                        LEFT JOIN LATERAL (
+                          SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal
+                          WHERE task_id = p.task_id AND phase = %(phase)s AND step = %(step)s
+                          ORDER BY attempt DESC LIMIT 1) j ON true
+                        WHERE p.task_id = %(task_id)s
+                        """, {"task_id": task_id, "phase": phase, "step": step,
+                              "lease": LEASE_S})
+                got = bool((locked.fetchone() or {}).get("got"))
+                r = read.fetchone()
             try:
+                if not got:
+                    if r is None:
+                        raise UnknownTask(task_id)
+                    raise StepBusy(f"{task_id}/{phase}/{step}")
+                if r is None:
+                    raise UnknownTask(task_id)
+                session = StepSession(conn)
+                session.stopped = r["stopped"]
+                session.unwound = r["unwound"]
+                session.lease_left = r["lease_left"]
                 if r["plan_action"] is None:
                     raise JournalMismatch(
                         f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
@@ -313,10 +355,11 @@ class JournalStore:
                                          ) if r["idem_key"] else None
                 yield session
             finally:
-                try:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-                except psycopg.Error:
-                    conn.close()  # the pool discards it; closing the session frees the lock
+                if got:
+                    try:
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                    except psycopg.Error:
+                        conn.close()  # the pool discards it; closing the session frees the lock
 
     def load_window(self, task_id: str, first: int, last: int) -> list[Step]:
         """Steps first..last of a stored plan (a continue-as-new window)."""
@@ -342,11 +385,16 @@ class JournalStore:
             return conn.execute("SELECT id, step, kind, detail, actor, at FROM tidemark.events"
                                 " WHERE task_id = %s ORDER BY id", (task_id,)).fetchall()
 
-    def renew_lease(self, key: str, seconds: float) -> None:
-        """Renews the attempt lease of an open intent from any connection (the lease keeper's:
-        the step's own connection is busy, or gone)."""
-        with self._conn() as conn:
-            StepSession(conn).renew_lease(key, seconds)
+    @contextmanager
+    def keep_lease(self, key: str, seconds: float) -> Iterator[None]:
+        """While the block runs, the lease keeper extends the attempt lease of the open intent
+        ``key`` to at least ``seconds`` from each renewal (on its own connection); it stops
+        before the block's end is journaled."""
+        self.leases.hold(key, seconds)
+        try:
+            yield
+        finally:
+            self.leases.drop(key)
 
     def record_event(self, task_id: str, kind: str, detail: dict[str, Any],
                      step: int | None = None, actor: str = "tidemark") -> None:
@@ -377,7 +425,9 @@ class JournalStore:
                      WHERE s.task_id = p.task_id AND s.irreversible) AS first_irreversible,
                   (SELECT to_jsonb(c) FROM tidemark.controls c
                      WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
-                     ORDER BY c.scope = '*' LIMIT 1) AS stop
+                     ORDER BY c.scope = '*' LIMIT 1) AS stop,
+                  (SELECT to_jsonb(w) FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
+                     AS unwound
                 FROM tidemark.plans p WHERE p.task_id = %s
                 """, (task_id,)).fetchone()
             if r is None:
@@ -388,22 +438,79 @@ class JournalStore:
                         rows=r["rows"], confirmed=r["confirmed"], failed=r["failed"],
                         last_step=r["last_step"], undo_rows=r["undo_rows"],
                         in_doubt=JournalRow(**doubt) if doubt else None,
-                        first_irreversible=r["first_irreversible"], stop=r["stop"])
+                        first_irreversible=r["first_irreversible"], stop=r["stop"],
+                        unwound=r["unwound"])
 
     def undo_candidates(self, task_id: str) -> list[int]:
         """Steps an unwind must visit, last first: reversible 'do' steps that are done or in
-        doubt, whose compensation has no 'done' outcome yet."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                "SELECT j.step FROM tidemark.journal j"
-                " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
-                " LEFT JOIN tidemark.journal u"
-                "   ON u.task_id = j.task_id AND u.phase = 'undo' AND u.step = j.step"
-                " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
-                "   AND (j.status = 'done' OR j.outcome IS NULL)"
-                "   AND (u.status IS DISTINCT FROM 'done')"
-                " ORDER BY j.step DESC", (task_id,)).fetchall()
+        doubt, whose compensation has no 'done' outcome yet.
+
+        Complete once the task is stopped: the only step that could still get an intent is the
+        one after the last journaled step (an intent needs its predecessor done), and an attempt
+        on it writes its intent while holding that step's execution lock. So the list is read
+        while holding that lock (StepBusy while an attempt holds it): an intent whose statement
+        began before the stop was committed has landed by then and is listed, and any later one
+        is refused by the stop state its own statement checks.
+        """
+        with self._conn() as conn, _translated():
+            r = conn.execute(
+                "SELECT p.step_count, (SELECT coalesce(max(step), 0) FROM tidemark.journal j"
+                "   WHERE j.task_id = p.task_id AND j.phase = 'do') + 1 AS next"
+                " FROM tidemark.plans p WHERE p.task_id = %s", (task_id,)).fetchone()
+            if r is None:
+                raise UnknownTask(task_id)
+            lock = lock_id(task_id, "do", r["next"]) if r["next"] <= r["step_count"] else None
+            if lock is not None:
+                got = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,)).fetchone()
+                if not (got and got["got"]):
+                    raise StepBusy(f"{task_id}/do/{r['next']}: an attempt is at work on it")
+            try:
+                rows = conn.execute(
+                    "SELECT j.step FROM tidemark.journal j"
+                    " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
+                    " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
+                    "   AND (j.status = 'done' OR j.outcome IS NULL)"
+                    "   AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id ="
+                    "     j.task_id AND u.phase = 'undo' AND u.step = j.step"
+                    "     AND u.status = 'done')"
+                    " ORDER BY j.step DESC", (task_id,)).fetchall()
+            finally:
+                if lock is not None:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
         return [r["step"] for r in rows]
+
+    def record_unwound(self, task_id: str, by: str, detail: dict[str, Any]) -> list[int]:
+        """Marks a stopped task unwound (terminal), in the statement that checks that nothing
+        is left to compensate or in doubt. Returns the steps still to visit: empty when the
+        mark was written (or already there)."""
+        left = self.undo_candidates(task_id)
+        if left:
+            return left
+        with self._conn() as conn, _translated(), conn.transaction():
+            r = conn.execute(
+                f"""
+                INSERT INTO tidemark.unwinds (task_id, unwound_by, detail)
+                SELECT %(task_id)s, %(by)s, %(detail)s
+                WHERE {_STOPPED} AND NOT EXISTS (
+                    SELECT 1 FROM tidemark.journal j
+                    JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step
+                    WHERE j.task_id = %(task_id)s AND (j.outcome IS NULL OR (
+                      j.phase = 'do' AND j.status = 'done' AND NOT s.irreversible
+                      AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id =
+                        j.task_id AND u.phase = 'undo' AND u.step = j.step
+                        AND u.status = 'done'))))
+                ON CONFLICT (task_id) DO NOTHING RETURNING task_id
+                """, {"task_id": task_id, "by": by, "detail": Jsonb(detail)}).fetchone()
+            if r is not None:
+                StepSession(conn).event(task_id, "unwound", detail, None, by)
+                return []
+            if conn.execute(f"SELECT {_UNWOUND} AS u", {"task_id": task_id}).fetchone()["u"]:
+                return []
+        left = self.undo_candidates(task_id)
+        if not left:
+            raise InvariantViolation(f"task {task_id!r} cannot be marked unwound: it is not "
+                                     "stopped, or a step is in doubt")
+        return left
 
     def irreversible_steps(self, task_id: str) -> list[tuple[int, str, str | None]]:
         """(step, action, journal status) of every irreversible step of the plan; the status
@@ -430,6 +537,16 @@ class JournalStore:
             StepSession(conn).event(scope, "stop" if state == "stopped" else "release",
                                     {"reason": reason}, None, set_by)
 
+    def task_known(self, task_id: str) -> bool:
+        """Whether a plan is stored under ``task_id`` or a control row names it (a task
+        stopped before its plan arrived)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM tidemark.plans WHERE task_id = %s)"
+                " OR EXISTS (SELECT 1 FROM tidemark.controls WHERE scope = %s) AS known",
+                (task_id, task_id)).fetchone()
+        return bool(row and row["known"])
+
     def stop_state(self, task_id: str) -> dict[str, Any] | None:
         """The stop that applies to a task (its own or the global one), or None."""
         with self._conn() as conn:
@@ -452,53 +569,104 @@ class StepSession:
         self.spec: Step
         self.row: JournalRow | None = None
         self.stopped: str | None = None
+        self.unwound: bool = False
         self.lease_left: float | None = None  # seconds the row's last attempt may still act
 
     def get(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with _translated():
             r = self.conn.execute(
                 f"SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal"
-                " WHERE task_id = %s AND phase = %s AND step = %s",
-                (task_id, phase, step)).fetchone()
+                " WHERE task_id = %s AND phase = %s AND step = %s"
+                " ORDER BY attempt DESC LIMIT 1", (task_id, phase, step)).fetchone()
         return JournalRow(**r) if r else None
 
     def begin(self, *, task_id: str, step: int, key: str, action: str, args: dict[str, Any],
-              before_state: dict[str, Any], phase: str = "do") -> JournalRow:
-        """Commits the intent. Only when this returns may the action run.
+              before_state: dict[str, Any], lease_s: float, phase: str = "do",
+              attempt: int = 1) -> JournalRow:
+        """Commits the intent, with an attempt lease of ``lease_s`` seconds from now (the
+        action's deadline plus its horizon). Only when this returns may the action run.
 
-        The statement itself refuses a 'do' step whose predecessor has no 'done' outcome, and
-        the partial unique index refuses a second open intent in the task.
+        The statement itself refuses a 'do' step whose predecessor has no 'done' outcome, a
+        'do' step of a stopped task (TaskStopped: a stop committed before this statement began
+        prevents the intent), an 'undo' step of a task that is not stopped (NotStopped), and
+        any step of an unwound task (TaskUnwound); the partial unique index refuses a second
+        open intent in the task.
         """
         try:
             with _translated():
                 r = self.conn.execute(
                     f"""
-                    INSERT INTO tidemark.journal
-                      (task_id, phase, step, idem_key, action, args, before_state)
-                    SELECT %(task_id)s, %(phase)s, %(step)s, %(key)s, %(action)s, %(args)s,
-                           %(before)s
-                    WHERE %(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (
+                    INSERT INTO tidemark.journal (task_id, phase, step, attempt, idem_key,
+                                                  action, args, before_state, lease_until)
+                    SELECT %(task_id)s, %(phase)s, %(step)s, %(attempt)s, %(key)s, %(action)s,
+                           %(args)s, %(before)s,
+                           clock_timestamp() + make_interval(secs => %(lease)s)
+                    WHERE (%(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (
                       SELECT 1 FROM tidemark.journal
                       WHERE task_id = %(task_id)s AND phase = 'do' AND step = %(step)s - 1
-                        AND status = 'done')
+                        AND status = 'done'))
+                      AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}
                     RETURNING {_JOURNAL_COLUMNS}
                     """,
                     {"task_id": task_id, "phase": phase, "step": step, "key": key,
-                     "action": action, "args": Jsonb(args), "before": Jsonb(before_state)},
+                     "action": action, "args": Jsonb(args), "before": Jsonb(before_state),
+                     "lease": lease_s, "attempt": attempt},
                 ).fetchone()
         except psycopg.errors.UniqueViolation as e:
             constraint = e.diag.constraint_name
             if constraint == "journal_one_in_doubt":
                 raise InvariantViolation(
-                    f"task {task_id!r} already has a step in doubt; step {step} may not start"
-                ) from e
+                    f"task {task_id!r} already has a step in doubt ({self._open_row(task_id)});"
+                    f" step {step} ({phase}) may not start until it is settled: resume the "
+                    f"task, or record what happened with `tidemark resolve {task_id} --step N "
+                    "--as done` (or `--as never` for a stopped task)") from e
             raise JournalMismatch(
                 f"task {task_id!r} step {step}: the journal already holds a different "
                 f"entry ({constraint})") from e
         if r is None:
+            self._refusal(task_id, phase)
             raise InvariantViolation(
                 f"task {task_id!r}: step {step} may not start before step {step - 1} is done")
         return JournalRow(**r)
+
+    def claim(self, task_id: str, key: str, lease_s: float, phase: str = "do") -> None:
+        """This attempt acts now on the open intent ``key`` (found in doubt, probed absent):
+        sets its lease to ``lease_s`` from now, in the statement that checks once more that the
+        task may act (TaskStopped / NotStopped / TaskUnwound otherwise)."""
+        with _translated():
+            r = self.conn.execute(
+                "UPDATE tidemark.journal"
+                " SET lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
+                " WHERE idem_key = %(key)s AND outcome IS NULL"
+                f"  AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}"
+                " RETURNING step",
+                {"task_id": task_id, "key": key, "lease": lease_s, "phase": phase}).fetchone()
+        if r is None:
+            self._refusal(task_id, phase)
+            raise InvariantViolation(f"no open intent with key {key} to act on")
+
+    def _open_row(self, task_id: str) -> str:
+        """Names the task's row in doubt, for an error message."""
+        with _translated():
+            r = self.conn.execute("SELECT step, phase, action FROM tidemark.journal"
+                                  " WHERE task_id = %s AND outcome IS NULL", (task_id,)).fetchone()
+        return f"step {r['step']} {r['action']} ({r['phase']})" if r else "settled meanwhile"
+
+    def _refusal(self, task_id: str, phase: str) -> None:
+        """Raises why the task may not act now, if it is its stop or unwound state."""
+        with _translated():
+            r = self.conn.execute(
+                f"SELECT {_UNWOUND} AS unwound, (SELECT coalesce(nullif(c.reason, ''),"
+                " 'stopped') FROM tidemark.controls c WHERE c.scope IN (%(task_id)s, '*')"
+                " AND c.state = 'stopped' ORDER BY c.scope = '*' LIMIT 1) AS stopped",
+                {"task_id": task_id}).fetchone()
+        assert r is not None
+        if r["unwound"]:
+            raise TaskUnwound(task_id)
+        if phase == "do" and r["stopped"] is not None:
+            raise TaskStopped(task_id, r["stopped"])
+        if phase == "undo" and r["stopped"] is None:
+            raise NotStopped(task_id)
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
                  resolved_by: str) -> JournalRow:
@@ -518,22 +686,24 @@ class StepSession:
             raise InvariantViolation(f"no open intent with key {key} to complete")
         return JournalRow(**r)
 
-    def renew_lease(self, key: str, seconds: float = 0.0) -> None:
-        """Sets the attempt lease of the open intent ``key`` to end ``seconds`` from now
-        (LEASE_S by default; 0 ends it: the attempt is over)."""
+    def renew_lease(self, key: str, seconds: float) -> None:
+        """Sets the attempt lease of the open intent ``key`` to end ``seconds`` from now: after
+        an ambiguous failure, the target's horizon (its request may still land until then)."""
         with _translated():
             self.conn.execute(
                 "UPDATE tidemark.journal"
                 " SET lease_until = clock_timestamp() + make_interval(secs => %s)"
                 " WHERE idem_key = %s AND outcome IS NULL", (seconds, key))
 
-    def stage(self, key: str, staged: dict[str, Any]) -> None:
-        """Journals the handle an action staged for the open intent ``key`` (once)."""
+    def stage(self, key: str, staged: dict[str, Any], lease_s: float) -> None:
+        """Journals the handle an action staged for the open intent ``key`` (once), and extends
+        its lease to cover the call that consumes it (``lease_s`` from now, never shorter)."""
         with _translated():
             r = self.conn.execute(
-                "UPDATE tidemark.journal SET staged = %s"
+                "UPDATE tidemark.journal SET staged = %s, lease_until = greatest(lease_until,"
+                " clock_timestamp() + make_interval(secs => %s))"
                 " WHERE idem_key = %s AND outcome IS NULL AND staged IS NULL RETURNING step",
-                (Jsonb(staged), key)).fetchone()
+                (Jsonb(staged), lease_s, key)).fetchone()
         if r is None:
             raise InvariantViolation(f"no open, unstaged intent with key {key} to stage")
 
@@ -551,3 +721,73 @@ class StepSession:
             self.conn.execute(
                 "INSERT INTO tidemark.events (task_id, step, kind, detail, actor)"
                 " VALUES (%s, %s, %s, %s, %s)", (task_id, step, kind, Jsonb(detail), actor))
+
+
+class LeaseKeeper:
+    """Extends the attempt leases of the actions running in this process, all in one statement
+    every LEASE_RENEW_S, on a connection of its own (opened when first needed, opened again
+    after a failure). A renewal that fails is logged and changes nothing else: the lease written
+    before the call already covers the call's deadline."""
+
+    def __init__(self, conninfo: str, every: float = LEASE_RENEW_S) -> None:
+        self.conninfo = conninfo
+        self.every = every
+        self._leases: dict[str, float] = {}
+        self._mutex = threading.Lock()  # guards _leases and _thread
+        self._renewing = threading.Lock()  # held while a renewal is read and written
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def hold(self, key: str, seconds: float) -> None:
+        with self._mutex:
+            self._leases[key] = seconds
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tidemark-leases")
+                self._thread.start()
+
+    def drop(self, key: str) -> None:
+        """Stops renewing ``key``; when this returns, no renewal of it is still to come (unless
+        a renewal in flight hangs past RENEW_TIMEOUT_MS, which can only lengthen the lease)."""
+        with self._mutex:
+            self._leases.pop(key, None)
+        if self._renewing.acquire(timeout=RENEW_TIMEOUT_MS / 1000 + 1):
+            self._renewing.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=RENEW_TIMEOUT_MS / 1000 + 1)
+        with self._renewing:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with self._renewing:
+                with self._mutex:
+                    leases = dict(self._leases)
+                if leases:
+                    self._renew(leases)
+
+    def _renew(self, leases: dict[str, float]) -> None:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                    options=f"-c statement_timeout={RENEW_TIMEOUT_MS}")
+            self._conn.execute(
+                "UPDATE tidemark.journal j SET lease_until = greatest(j.lease_until,"
+                "   clock_timestamp() + make_interval(secs => v.secs))"
+                " FROM unnest(%s::text[], %s::float8[]) AS v(key, secs)"
+                " WHERE j.idem_key = v.key AND j.outcome IS NULL",
+                (list(leases), list(leases.values())))
+        except psycopg.Error as e:  # the database is away; the lock may be too
+            log.warning("cannot renew %d attempt lease(s): %s", len(leases), e)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

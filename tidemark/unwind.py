@@ -8,6 +8,10 @@ compensation found in doubt is simply applied again; the action checks the world
 A forward step still in doubt is settled by its probe first, never executed: done -> it is
 recorded and then compensated; absent -> it is closed as not done and there is nothing to
 undo; unknown -> NeedsDecision. Irreversible steps are never touched, only reported.
+
+A compensation the target refused (someone changed the file since) is journaled as failed and
+reported as refused, never as undone. Once a person has cleared the way, a new unwind tries it
+again under a new undo row (attempt 2, 3, ...), so no outcome is ever rewritten.
 """
 
 from __future__ import annotations
@@ -19,10 +23,19 @@ from tidemark.actions import Registry, StepContext
 from tidemark.errors import NotStopped, Refused, StepFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
-from tidemark.run_step import check_lease, keep_lease, note_error, resolve_in_doubt
-from tidemark.store import LEASE_S, JournalStore
+from tidemark.run_step import (
+    call_lease,
+    check_lease,
+    end_attempt,
+    note_error,
+    renewal_lease,
+    resolve_in_doubt,
+)
+from tidemark.store import JournalStore
 
-UNDO_SUFFIX = "#undo"  # the compensation's key: key_for(task, step, action + "#undo", args)
+# The compensation's key: key_for(task, step, action + "#undo", args) for its first attempt,
+# action + "#undo#<n>" for attempt n > 1.
+UNDO_SUFFIX = "#undo"
 
 
 @dataclass(frozen=True)
@@ -33,8 +46,10 @@ class UndoResult:
     outcome: dict[str, Any]
 
 
-def undo_key(task_id: str, step: int, action: str, args: dict[str, Any]) -> str:
-    return key_for(task_id, step, action + UNDO_SUFFIX, args)
+def undo_key(task_id: str, step: int, action: str, args: dict[str, Any],
+             attempt: int = 1) -> str:
+    suffix = UNDO_SUFFIX if attempt == 1 else f"{UNDO_SUFFIX}#{attempt}"
+    return key_for(task_id, step, action + suffix, args)
 
 
 def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int) -> UndoResult:
@@ -43,7 +58,8 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
     Raises:
         NotStopped: the task's stop state is not set.
         NeedsDecision: the forward step is in doubt and its probe cannot tell.
-        StepFailed: the compensation was refused (e.g. someone changed the file since).
+        StepFailed: the compensation was refused (e.g. someone changed the file since); the
+            refusal is its attempt's outcome, and a later unwind tries again under a new one.
         StepBusy, StoreUnavailable, TargetUnavailable, Unauthorized: retry or stop, as for
             a forward step; a compensation left in doubt is applied again next time.
     """
@@ -75,24 +91,29 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
         ctx = replace(ctx, outcome=row.outcome)
 
     with store.execution(task_id, step, "undo") as u:
-        ukey = undo_key(task_id, step, spec.action, spec.args)
-        if u.row is not None and u.row.outcome is not None:
-            return UndoResult(step, spec.action, "already_undone", u.row.outcome)
-        if u.row is None:
+        last = u.row
+        if last is not None and last.status == "done":
+            return UndoResult(step, spec.action, "already_undone", last.outcome or {})
+        if last is None or last.status == "failed":  # first try, or again after a refusal
+            attempt = 1 if last is None else last.attempt + 1
+            ukey = undo_key(task_id, step, spec.action, spec.args, attempt)
             u.begin(task_id=task_id, step=step, key=ukey, action=spec.action, args=spec.args,
-                    before_state=row.outcome or {}, phase="undo")
-        else:
+                    before_state=row.outcome or {}, lease_s=call_lease(action), phase="undo",
+                    attempt=attempt)
+        else:  # in doubt: a compensation states an end state, so it is applied again
+            ukey = last.idem_key
             check_lease(u, ctx)
-            u.renew_lease(ukey, LEASE_S)
+            u.claim(task_id, ukey, call_lease(action), phase="undo")
         crash_point("undo_after_intent", step)
         try:
-            with keep_lease(store, ukey):
+            with store.keep_lease(ukey, renewal_lease(action)):
                 outcome = action.compensate(ctx)
         except Refused as e:
             u.complete(key=ukey, outcome={"error": str(e), "type": type(e).__name__},
                        status="failed", resolved_by="execute")
             raise StepFailed(step, spec.action + UNDO_SUFFIX, str(e)) from e
         except Exception as e:
+            end_attempt(u, ukey, action)
             note_error(u, ctx, e)
             raise
         crash_point("undo_after_execute", step)

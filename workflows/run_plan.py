@@ -6,8 +6,11 @@ Start it with the plan file itself as input::
         --workflow-id tidemark-<task> --input-file plan.json
 
 ``{"task_id": "<task>"}`` as input means "the stored plan of that task": that is how a stopped
-or crashed task is resumed, and how the workflow continues as new. Deterministic code only:
-every read and write of the world happens in activities (activities/steps.py).
+or crashed task is resumed, and how the workflow continues as new. The workflow id must be
+``tidemark-<task>``; a run under any other id, or with an input that is not an object, ends
+``failed`` with a PlanError and persists nothing. A task that was unwound ends ``unwound`` at
+once, whatever starts it. Deterministic code only: every read and write of the world happens
+in activities (activities/steps.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         PRECONDITION_FAILED,
         RUNNING,
         STOPPED,
+        UNWOUND,
         VERIFICATION_FAILED,
         BoundaryInput,
         BoundaryOutcome,
@@ -72,6 +76,7 @@ END_STATES = {
     "NeedsDecision": NEEDS_DECISION,
     "PreconditionFailed": PRECONDITION_FAILED,
     "TaskStopped": STOPPED,
+    "TaskUnwound": UNWOUND,
     "Unauthorized": STOPPED,
     "StepFailed": FAILED,
     "PlanChanged": FAILED,
@@ -131,7 +136,18 @@ class RunPlan:
                 "halt_requested": self._halt_reason}
 
     @workflow.run
-    async def run(self, document: dict[str, Any]) -> RunResult:
+    async def run(self, document: Any) -> RunResult:
+        if not isinstance(document, dict):
+            # Typed as Any so that any JSON arrives here and ends the run readably, instead of
+            # failing every workflow task while the payload cannot be decoded.
+            wid = workflow.info().workflow_id
+            if wid.startswith("tidemark-"):
+                self._result.task_id = wid.removeprefix("tidemark-")
+                workflow.upsert_search_attributes([TASK_ID.value_set(self._result.task_id)])
+            return self._end(FAILED, {"type": "PlanError", "message":
+                                      "the input must be a plan object {task_id?, steps} or "
+                                      f"{{task_id}} of a stored plan, not "
+                                      f"{type(document).__name__}", "step": None})
         # Only a continue-as-new hop carries counts and skips the plan gates; an input that
         # merely says "continued" is a new start like any other.
         hop = workflow.info().continued_run_id is not None
@@ -140,7 +156,8 @@ class RunPlan:
         try:
             prep: Prepared = await workflow.execute_activity(
                 "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"},
-                                        check_gates=not hop),
+                                        check_gates=not hop,
+                                        workflow_id=workflow.info().workflow_id),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
@@ -152,6 +169,10 @@ class RunPlan:
         r.skipped = carried.get("skipped", 0)
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id),
                                            STATE.value_set(RUNNING)])
+        if prep.unwound:
+            return self._end(UNWOUND, {"type": "TaskUnwound", "message":
+                                       f"task {prep.task_id!r} was unwound; it does not run "
+                                       "again (a new plan needs a new task id)"})
         if prep.stopped is not None:
             return self._end(STOPPED, {"type": "TaskStopped", "message":
                                        f"task is stopped ({prep.stopped}); release it with "

@@ -16,7 +16,7 @@ STOPPED = "stopped"
 NEEDS_DECISION = "needs_decision"
 PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
-UNWOUND = "unwound"
+UNWOUND = "unwound"  # terminal: the unwind completed; every later start refuses the task
 
 
 @dataclass
@@ -27,6 +27,8 @@ class PrepareInput:
     # False for a continue-as-new hop: the same run going on, not a new start, so the plan-level
     # gates (which read the whole plan) are not run again every few hundred steps.
     check_gates: bool = True
+    # The id of the workflow that asks; it must be ``tidemark-<task_id>`` (None: not checked).
+    workflow_id: str | None = None
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Prepared:
     failed: int
     stopped: str | None  # the stop reason when the durable stop state is set
     first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
+    unwound: bool = False  # the task was unwound: it never runs forward again
 
 
 @dataclass
@@ -96,17 +99,28 @@ class UnwindPlanned:
 @dataclass
 class UndoOutput:
     step: int
-    status: str  # undone | nothing_to_undo | already_undone
+    status: str  # undone | nothing_to_undo | already_undone | refused
+    reason: str = ""  # why the target refused the compensation
 
 
 @dataclass
 class UnwindResult:
     task_id: str
     state: str
-    undone: list[int] = field(default_factory=list)
+    undone: list[int] = field(default_factory=list)  # restored by this unwind
     nothing_to_undo: list[int] = field(default_factory=list)
     irreversible_done: list[str] = field(default_factory=list)
     error: dict[str, Any] = field(default_factory=dict)
+    already_undone: list[int] = field(default_factory=list)  # restored by an earlier unwind
+    refused: list[int] = field(default_factory=list)  # the target refused; nothing restored
+    reasons: dict[str, str] = field(default_factory=dict)  # step -> why it was refused
+
+
+@dataclass
+class UnwoundInput:
+    task_id: str
+    by: str
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 # -- the irreversible boundary (tidemark/boundary.py) ---------------------------------------

@@ -32,6 +32,10 @@ class LedgerRecord(Action):
         "hold_while": Arg(str, required=False),  # execute waits while this file exists
         "blind_while": Arg(str, required=False),  # the probe cannot tell while this exists
     }
+    # Short, so that a test waiting out a killed attempt's lease stays fast; a hold longer than
+    # this is covered by the lease keeper's renewals.
+    deadline_s = 1.0
+    horizon_s = 0.0
 
     def preconditions(self, ctx: StepContext) -> None:
         gate = ctx.args.get("gate_file")

@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.fs import FsRename
+from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
@@ -23,7 +24,7 @@ from tidemark.unwind import unwind_step
 def main() -> int:
     url, task_id, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
     undo = sys.argv[4:] == ["undo"]
-    registry = Registry([FsRename(), LedgerRecord()])
+    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
     with JournalStore(url) as store:
         try:
             if undo:

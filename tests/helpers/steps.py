@@ -53,8 +53,10 @@ def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) ->
     attempt lease is fresh.
 
     A SIGKILLed holder's lock is freed when its backend notices the closed socket and exits:
-    milliseconds, but not before ``subprocess.run`` returns; its lease lapses after LEASE_S.
-    A resume started at once would get StepBusy (a real worker retries it later).
+    milliseconds, but not before ``subprocess.run`` returns. Its lease lapses once the action's
+    deadline_s + horizon_s (written before the call) or the last renewal's LEASE_S have passed,
+    whichever is later: about a second for ``ledger.record``, two for ``fs.rename``. A resume
+    started at once would get StepBusy (a real worker retries it later).
     """
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as conn:

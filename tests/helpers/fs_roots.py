@@ -1,0 +1,6 @@
+"""The directories fs.rename may touch in tests: the system's temporary directory, under which
+pytest makes every ``tmp_path``. Workers started by tests get it as TIDEMARK_FS_ROOTS."""
+
+import tempfile
+
+FS_ROOTS = tempfile.gettempdir()
