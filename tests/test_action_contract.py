@@ -214,8 +214,8 @@ class TestFsRename(ActionContract):
             return len(list(tmp_path.glob("d*/final.txt")))
 
         return ContractCase(
-            build=FsRename, args=args, staging_url="", write_ops=[], mimic=a_copy_at_the_name,
-            effects=renamed,
+            build=lambda: FsRename([str(tmp_path)]), args=args, staging_url="", write_ops=[],
+            mimic=a_copy_at_the_name, effects=renamed,
             # The local filesystem records no author: a rename of the same file by another
             # step is the same inode at the same name. The probe's identity is the inode.
             same_args_other_key=False)

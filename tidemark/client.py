@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
 from tidemark.plan import Plan, load_plan
+from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult
 
 
@@ -92,15 +93,16 @@ class Run:
     handle: WorkflowHandle[Any, RunResult]
 
     async def wait(self) -> RunResult:
-        """Waits for the run to end; its RunResult (state completed, halted, failed, ...)."""
-        return await self.handle.result()
+        """Waits for the run to end; its RunResult (state completed, halted, failed, ...): a run
+        that needs a person ends its workflow Failed, and carries its RunResult there."""
+        return await run_result(self.handle)
 
     async def status(self) -> dict[str, Any]:
         """Where the run stands: the workflow's ``status`` query while it runs (task_id, state,
         current_step, steps, confirmed, ...), its result's fields once it has ended."""
         desc = await self.handle.describe()
         if desc.status is not None and desc.status.name != "RUNNING":
-            result = await self.handle.result()
+            result = await run_result(self.handle)
             return {"task_id": result.task_id, "state": result.state, "steps": result.steps,
                     "confirmed": result.confirmed, "executed": result.executed,
                     "resolved_by_probe": result.resolved_by_probe,
