@@ -172,7 +172,13 @@ class StepActivities:
 @contextlib.contextmanager
 def _heartbeating() -> Iterator[None]:
     """Heartbeats from a side thread while the block runs, so that a worker that dies mid-step
-    is noticed within the heartbeat timeout while a slow but live step is not."""
+    is noticed within the heartbeat timeout while a slow but live step is not.
+
+    A local activity (RunPlan's fast path) has no heartbeat: the worker keeps its workflow task
+    alive instead, and a dead worker is noticed when that task times out."""
+    if activity.info().is_local:
+        yield
+        return
     stop = threading.Event()
     ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
 
