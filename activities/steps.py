@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
 from tidemark.plan import Step, load_plan
-from tidemark.run_step import check_plan_gates, run_step
+from tidemark.run_step import check_stored_plan_gates, run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from workflows.types import (
@@ -85,7 +85,7 @@ class StepActivities:
             progress = self.store.progress(task_id)
             if (inp.check_gates and progress.next_step is not None
                     and progress.unwound is None):  # again on every start
-                check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
+                check_stored_plan_gates(self.store, self.registry, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop = progress.stop
