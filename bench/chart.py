@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 WIDTH, HEIGHT = 560, 320
-LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 60
+LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 66
 
 
-def label(key: str) -> str:
+def label(key: str) -> tuple[str, str]:
+    """("16 tasks", "2 workers") for "16x2"; one worker unless the key says otherwise."""
     tasks, _, workers = key.partition("x")
-    return f"{tasks} task{'s' if tasks != '1' else ''}" + (f", {workers} workers" if workers
-                                                          else ", 1 worker")
+    return (f"{tasks} task{'s' if tasks != '1' else ''}",
+            f"{workers or 1} worker{'s' if workers not in ('', '1') else ''}")
 
 
 def svg(result: dict[str, Any]) -> str:
@@ -45,8 +46,9 @@ def svg(result: dict[str, Any]) -> str:
                    f'fill="#3b6ea8"/>')
         out.append(f'<text x="{x + slot * 0.3:.1f}" y="{y - 5:.1f}" text-anchor="middle">'
                    f'{v:.0f}</text>')
-        out.append(f'<text x="{x + slot * 0.3:.1f}" y="{TOP + plot_h + 18}" '
-                   f'text-anchor="middle">{escape(name)}</text>')
+        for line, text in enumerate(name):
+            out.append(f'<text x="{x + slot * 0.3:.1f}" y="{TOP + plot_h + 16 + 14 * line}" '
+                       f'text-anchor="middle">{escape(text)}</text>')
     out.append(f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" '
                f'y2="{TOP + plot_h}" stroke="black"/>')
     out.append(f'<text x="16" y="{TOP + plot_h / 2}" text-anchor="middle" '
