@@ -1,5 +1,6 @@
 """Draws steps per second against concurrency from run_all's JSON as a small SVG, by hand (no
-plotting library): ``python bench/chart.py result.json docs/steps_per_s.svg``."""
+plotting library), and prints the results table of docs/benchmarks.md in Markdown:
+``python bench/chart.py result.json docs/steps_per_s.svg``."""
 
 from __future__ import annotations
 
@@ -60,9 +61,52 @@ def svg(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def table(r: dict[str, Any]) -> str:
+    def ms(key: str) -> str:
+        v = r.get(key)
+        return "not measured (dbos not installed)" if v is None else f"{v:.2f} ms"
+
+    sps = r["steps_per_s"]
+    rss = r["worker_rss_mb"]
+    rows = [
+        ("`step_ms_bare_activity`", "a workflow of no-op activities, stack's dev server",
+         ms("step_ms_bare_activity")),
+        ("`step_ms_bare_activity_default_config`", "the same on a dev server without it",
+         ms("step_ms_bare_activity_default_config")),
+        ("`wft_schedule_to_start_ms`", "WorkflowTaskScheduled -> Started, median",
+         f"{r['wft_schedule_to_start_ms']['ours']:.1f} ms (without: "
+         f"{r['wft_schedule_to_start_ms']['default']:.1f} ms)"),
+        ("`step_ms_bare_local_activity`", "a workflow of no-op local activities",
+         ms("step_ms_bare_local_activity")),
+        ("`journal_p50_ms`", "run_step alone, in process (p99 in brackets)",
+         f"{r['journal_p50_ms']:.2f} ms ({r['journal_p99_ms']:.1f} ms)"),
+        ("`step_ms_activity`", "RunPlan, activity path", ms("step_ms_activity")),
+        ("`step_ms_fast`", "RunPlan, fast path",
+         f"{r['step_ms_fast']:.2f} ms ({r['fast_vs_activity']:.2f}x the activity path)"),
+        ("`step_ms_activity_default_config`", "RunPlan, activity path, server without it",
+         f"{r['step_ms_activity_default_config']:.2f} ms (fast path: "
+         f"{r['fast_vs_activity_default_config']:.2f}x)"),
+        ("`step_ms_dbos`", "a DBOS workflow of no-op steps, same Postgres", ms("step_ms_dbos")),
+        ("`resume_ratio_10k_vs_10`", "resume of a 10,000-step vs a 10-step task",
+         f"{r['resume_ratio_10k_vs_10']:.2f}x ({r['resume_ms_10k']:.0f} vs "
+         f"{r['resume_ms_10']:.0f} ms)"),
+        ("`probes_on_resume`", "probes per resume (most)", str(r["probes_on_resume"])),
+        ("`plan_10k_s`", "10,000 steps, fast path, through continue-as-new",
+         f"{r['plan_10k_s']:.0f} s"),
+        ("`worker_rss_mb`", "worker RSS at 10% / 50% / 99% of it",
+         " / ".join(f"{v:.0f}" for v in rss["by_progress"].values()) + " MB"),
+        ("`steps_per_s`", "fast path; 1, 4, 16 tasks on one worker; 16 on two",
+         ", ".join(f"{k}: {v:.0f}" for k, v in sps.items())),
+    ]
+    head = f"`{r['command']}`, {r['date']}\n\n| key | what | result |\n|---|---|---|\n"
+    return head + "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows) + "\n"
+
+
 def main() -> None:
     src, dst = sys.argv[1], sys.argv[2]
-    Path(dst).write_text(svg(json.loads(Path(src).read_text())))
+    result = json.loads(Path(src).read_text())
+    Path(dst).write_text(svg(result))
+    print(table(result), end="")
 
 
 if __name__ == "__main__":
