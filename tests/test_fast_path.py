@@ -120,6 +120,7 @@ async def test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_re
     assert 2 <= len(ran) < n and ran == [f"e{i}" for i in range(1, len(ran) + 1)]
     assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
 
+    assert (await handle.query("status"))["execution"] == "fast"
     again = await (await start(temporal_env.client,
                                {"task_id": "fast-halt", "execution": "fast"},
                                task_queue)).result()

@@ -156,7 +156,8 @@ class RunPlan:
         return {"task_id": r.task_id, "state": r.state, "current_step": self._current,
                 "steps": r.steps, "confirmed": r.confirmed, "executed": r.executed,
                 "resolved_by_probe": r.resolved_by_probe, "skipped": r.skipped,
-                "halt_requested": self._halt_reason}
+                "halt_requested": self._halt_reason,
+                "execution": "fast" if self._fast else "activity"}
 
     @workflow.run
     async def run(self, document: Any) -> RunResult:
