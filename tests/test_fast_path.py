@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -15,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.ledger import ledger_lines
 from helpers.wait import assert_eventually
 from tidemark import commands
+from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.store import JournalStore
 from workflows.run_plan import FAST_STEPS_PER_RUN
@@ -76,6 +78,8 @@ async def test_an_unknown_execution_mode_fails_readably_and_writes_nothing(
     assert (result.state, result.error["type"]) == ("failed", "PlanError")
     assert "execution must be one of activity, fast, not 'turbo'" in result.error["message"]
     assert entries(tmp_path) == []
+    with pytest.raises(UnknownTask):  # the plan was not stored
+        store.progress("fast-bad")
 
 
 async def test_a_worker_sigkilled_mid_step_on_the_fast_path_resumes_through_the_probe(
