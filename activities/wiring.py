@@ -133,8 +133,10 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
         actions.append(FsRename(roots))
+    # Every target's configuration is checked before any client is built or called.
+    configured = {target: credentials(env, target) for target in BUILDERS}
     for target, build in BUILDERS.items():
-        creds = credentials(env, target)
+        creds = configured[target]
         if creds is not None:
             action = build(env, *creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing

@@ -350,7 +350,7 @@ def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones
     s3 = plan.step(3)
     with store.execution("gate-unit", 3) as s:  # an intent whose probe could not tell
         s.begin(task_id="gate-unit", step=3, key=key_for("gate-unit", 3, s3.action, s3.args),
-                action=s3.action, args=s3.args, before_state={})
+                action=s3.action, args=s3.args, before_state={}, lease_s=0.0)
     commands.resolve(store.conninfo, "gate-unit", 3, "done", "looked at the folder", "ana")
     rows_before = store.rows("gate-unit")
     checked = verify_reversible(store, registry, "gate-unit", 4)

@@ -96,7 +96,7 @@ def test_an_unwind_lists_a_step_whose_attempt_was_at_its_gates_when_the_stop_cam
 
     def attempt() -> None:
         try:
-            run_step(store, Registry([SlowSnapshot()]), task, 2)
+            run_step(store, Registry([SlowSnapshot([FS_ROOTS])]), task, 2)
         except BaseException as e:  # recorded for the assertions
             failure.append(e)
 

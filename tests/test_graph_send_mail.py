@@ -238,7 +238,8 @@ def test_what_is_sent_is_what_the_plan_says(mail: StagingServer) -> None:
                                      "subject": "Q3 \u00fcbersicht \t(tab kept)"})},
                      spec_registry()).steps[0].args
     hold_in_outbox(mail)
-    action(mail).execute(step_context("graph.send_mail", args))
+    a = action(mail)
+    a.execute(staged(a, args))
     [queued] = graph(mail).messages_in("outbox")
     assert [r["emailAddress"]["address"] for r in queued.fields["toRecipients"]
             + queued.fields["ccRecipients"]] == sent_as_written

@@ -38,9 +38,9 @@ def test_tokens_with_their_own_url_or_the_staging_tokens_are_accepted() -> None:
     assert credentials(env, "gmail") == ("https://gmail.googleapis.com", "ya29.real-send",
                                          "ya29.real-read")
     # The staging servers' own tokens may go to the staging URL.
-    env = {STAGING_URL: STAGING, "TIDEMARK_GMAIL_WRITE_TOKEN": staging_gmail.SEND_TOKEN,
+    env = {STAGING_URL: STAGING, "TIDEMARK_GMAIL_WRITE_TOKEN": staging_gmail.COMPOSE_TOKEN,
            "TIDEMARK_GMAIL_READ_TOKEN": staging_gmail.READ_TOKEN}
-    assert credentials(env, "gmail") == (STAGING, staging_gmail.SEND_TOKEN,
+    assert credentials(env, "gmail") == (STAGING, staging_gmail.COMPOSE_TOKEN,
                                          staging_gmail.READ_TOKEN)
     # Without a staging URL, real tokens go to the real service.
     env = {"TIDEMARK_GMAIL_WRITE_TOKEN": "w", "TIDEMARK_GMAIL_READ_TOKEN": "r"}
