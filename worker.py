@@ -26,14 +26,17 @@ from temporalio.envconfig import ClientConfig
 from temporalio.worker import Worker
 
 from activities.boundary import BoundaryActivities
+from activities.planner import PlannerActivities
 from activities.steps import StepActivities
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
+from tidemark.grants import GrantBroker
 from tidemark.secret_files import unreadable
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
+from workflows.scheduled_run import ScheduledRun
 from workflows.types import TASK_QUEUE
 from workflows.unwind_plan import UnwindPlan
 
@@ -55,11 +58,12 @@ EXIT_CONFIG = 78
 def build_worker(client: Client, store: JournalStore, registry: Registry,
                  executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE) -> Worker:
     """The worker with every workflow and activity; tests build it the same way."""
-    activities = StepActivities(store, registry)
+    activities = StepActivities(store, registry, GrantBroker(store))
     boundary = BoundaryActivities(store, registry)
+    planning = PlannerActivities(store, registry)
     return Worker(
-        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan],
-        activities=[*activities.all(), *boundary.all()],
+        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun],
+        activities=[*activities.all(), *boundary.all(), *planning.all()],
         activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)

@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.granted import acting_for
+from tidemark import series
 from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
+from tidemark.grants import GrantBroker
 from tidemark.plan import Step, load_plan
 from tidemark.run_step import check_stored_plan_gates, run_step
 from tidemark.store import JournalStore
@@ -57,9 +60,11 @@ def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
-    def __init__(self, store: JournalStore, registry: Registry) -> None:
+    def __init__(self, store: JournalStore, registry: Registry,
+                 grants: GrantBroker | None = None) -> None:
         self.store = store
         self.registry = registry
+        self.grants = grants  # per-task credentials (activities/granted.py)
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
@@ -75,6 +80,8 @@ class StepActivities:
                 _check_workflow_id(inp.workflow_id, task_id)  # before anything is persisted
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
+                if plan.series is not None and inp.check_gates:
+                    series.admit(self.store, plan.task_id, plan.series)  # before anything acts
                 self.store.persist_plan(plan)
             else:
                 task_id = doc.get("task_id")
@@ -82,6 +89,9 @@ class StepActivities:
                     raise _plan_error("input must be a plan {task_id?, steps} or "
                                       "{task_id} of a stored plan")
                 _check_workflow_id(inp.workflow_id, task_id)
+                named = self.store.series_of(task_id)
+                if named is not None and inp.check_gates:
+                    series.admit(self.store, task_id, named)
             progress = self.store.progress(task_id)
             if (inp.check_gates and progress.next_step is not None
                     and progress.unwound is None):  # again on every start
@@ -109,7 +119,7 @@ class StepActivities:
     @activity.defn(name="run_step")
     def run_step(self, inp: StepInput) -> StepOutput:
         """One step through the two-phase journal, heartbeating while it runs."""
-        with _heartbeating():
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 result = run_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:
@@ -146,7 +156,7 @@ class StepActivities:
         """One compensation through the journal (phase undo), heartbeating while it runs. A
         refusal by the target is journaled as that attempt's outcome and reported as
         ``refused``: the unwind goes on with the other steps and counts it apart."""
-        with _heartbeating():
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
             except StepFailed as e:

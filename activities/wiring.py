@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from activities.catalog import ACTION_CLASSES
 from activities.drive import DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
+from activities.granted import granted_google, granted_graph, granted_stripe
 from activities.graph import GraphSendMail
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.fs import ROOTS_ENV, parse_roots
@@ -31,6 +33,7 @@ from staging import graph as staging_graph
 from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
+from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
@@ -114,12 +117,36 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _minter(env: Mapping[str, str], url: str) -> Minter:
+    """Per-task grants: minted and revoked per token at the staging servers; the worker's own
+    credential, refused by the broker once revoked, at a real provider (tidemark.grants)."""
+    staging = env.get(STAGING_URL)
+    return StagingMinter(url) if staging and url.rstrip("/") == staging.rstrip("/") \
+        else LocalMinter(url)
+
+
+def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str) -> Any:
+    return granted_google(client, target, scope, _minter(env, url))
+
+
+def _gmail(env: Mapping[str, str], url: str, w: str, r: str) -> GmailSend:
+    action = GmailSend.from_env(env, url, w, r)
+    _google(env, "gmail", action.writer, "write", url)
+    _google(env, "gmail", action.reader.reader, "read", url)
+    return action
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
-    "drive": lambda env, url, w, r: DriveRename(drive_client(url, w), drive_client(url, r)),
-    "gmail": GmailSend.from_env,
-    "graph": lambda env, url, w, r: GraphSendMail(graph_client(url, w), graph_client(url, r)),
+    "drive": lambda env, url, w, r: DriveRename(
+        _google(env, "drive", drive_client(url, w), "write", url),
+        _google(env, "drive", drive_client(url, r), "read", url)),
+    "gmail": lambda env, url, w, r: _gmail(env, url, w, r),
+    "graph": lambda env, url, w, r: GraphSendMail(
+        granted_graph(graph_client(url, w), "graph", "write", _minter(env, url)),
+        granted_graph(graph_client(url, r), "graph", "read", _minter(env, url))),
     "stripe": lambda env, url, w, r: StripePaymentIntent(
-        stripe_client(url, w), stripe_client(url, r),
+        granted_stripe(stripe_client(url, w), "stripe", "write", _minter(env, url)),
+        granted_stripe(stripe_client(url, r), "stripe", "read", _minter(env, url)),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
                                 DEFAULT_STRIPE_MAX_TASK_AMOUNT),

@@ -11,7 +11,9 @@ Control endpoints (all JSON):
   "client"?: "other-app", "account"?: "bob"}`` adds a token (``client`` is the OAuth client it
   was issued to, :data:`DEFAULT_CLIENT` unless given; ``account`` the mailbox, Drive user or
   Stripe account it is bound to, :data:`DEFAULT_ACCOUNT` unless given);
-  ``POST /_staging/tokens/{token}/revoke`` revokes one;
+  ``POST /_staging/tokens/{token}/revoke`` revokes one; ``{"token": "t", "like": "base",
+  "expires_in"?: 900}`` mints a token with the target, scopes, client and account of the live
+  token ``base``, valid for ``expires_in`` seconds (the grant broker's per-task tokens);
 * ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
@@ -54,6 +56,8 @@ class Token:
     # The account the token is bound to: a mailbox, a Drive user, a Stripe account. A target
     # that keeps data per account serves a token only its own account's data.
     account: str = DEFAULT_ACCOUNT
+    expires_at: float | None = None  # time.monotonic() after which the token is refused
+    parent: str | None = None  # minted like this token: revoking the parent revokes it too
 
 
 @dataclass
@@ -190,6 +194,12 @@ class Staging:
             raise Reply(target.error(401, "unauthenticated", "invalid or missing credentials"))
         if tok.revoked:
             raise Reply(target.error(401, "revoked", "the access token has been revoked"))
+        with self.lock:
+            parent = self.tokens.get(tok.parent) if tok.parent else None
+        if parent is not None and parent.revoked:
+            raise Reply(target.error(401, "revoked", "the access token has been revoked"))
+        if tok.expires_at is not None and time.monotonic() > tok.expires_at:
+            raise Reply(target.error(401, "expired", "the access token has expired"))
         if scopes and not set(scopes) & set(tok.scopes):
             raise Reply(target.error(403, "insufficient_scope",
                                         f"requires one of the scopes {', '.join(scopes)}"))
@@ -239,12 +249,25 @@ class Staging:
 
     async def _h_add_token(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if "like" in body:
+            return self._mint_like(body)
         try:
             self.add_token(Token(body["token"], body["target"], list(body.get("scopes", [])),
                                  client=str(body.get("client", DEFAULT_CLIENT)),
                                  account=str(body.get("account", DEFAULT_ACCOUNT))))
         except KeyError as e:
             return web.json_response({"error": f"missing {e.args[0]}"}, status=400)
+        return web.json_response({"added": body["token"]})
+
+    def _mint_like(self, body: dict[str, Any]) -> web.Response:
+        with self.lock:
+            base = self.tokens.get(str(body["like"]))
+        if base is None or base.revoked or not body.get("token"):
+            return web.json_response({"error": "no live base token"}, status=400)
+        ttl = body.get("expires_in")
+        self.add_token(Token(str(body["token"]), base.target, list(base.scopes),
+                             client=base.client, account=base.account, parent=base.token,
+                             expires_at=None if ttl is None else time.monotonic() + float(ttl)))
         return web.json_response({"added": body["token"]})
 
     async def _h_revoke(self, request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ from tidemark.keys import key_for
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult
 
 MAIL = {"to": ["ap@supplier.example"], "cc": ["books@ours.example"],
@@ -117,7 +118,7 @@ async def test_gate_passes_on_an_untouched_world_and_is_its_own_activity(
     staged_workers.start()
     doc = {"task_id": "gate-ok", "steps": fs_steps(tmp_path / "docs", 3) + irreversible_steps()}
     handle = await start(temporal_env.client, doc, task_queue)
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", 5, 5)
     [v] = verifications(store, "gate-ok")
     assert (v["passed"], v["verified"], v["boundary"], v["failures"]) == (True, 3, 4, [])
@@ -145,7 +146,7 @@ async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_agai
     before = journal_of(store, "gate-fs")
     commands.decide_approval(store.conninfo, "gate-fs", "approve", "ana")
     await handle.signal("approval", {"decision": "approve", "by": "ana"})
-    result = await handle.result()
+    result = await run_result(handle)
     assert result.state == "verification_failed"
     assert [f["step"] for f in result.error["failures"]] == [2]
     assert result.error["failures"][0]["describe"] == "scan-2.pdf -> invoice 2.pdf"
@@ -164,12 +165,12 @@ async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_agai
     assert attrs["TidemarkState"] == "verification_failed"
 
     # Resumed as it is: the gate runs again and stops again.
-    again = await (await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue)).result()
+    again = await run_result(await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue))
     assert again.state == "verification_failed"
     assert [v["passed"] for v in verifications(store, "gate-fs")] == [True, False, False]
     # A person puts the file back; the resume passes the gate and, approved, completes.
     (docs / "invoice 2 (supplier copy).pdf").rename(docs / "invoice 2.pdf")
-    done = await (await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue)).result()
+    done = await run_result(await start(temporal_env.client, {"task_id": "gate-fs"}, task_queue))
     assert (done.state, done.confirmed, done.executed) == ("completed", 5, 2)
     assert sent(server) == (1, 1)
 
@@ -191,7 +192,7 @@ async def test_gate_stops_on_a_drive_file_renamed_by_somebody_else(
     assert await asyncio.to_thread(main, [
         "approve", "gate-drive", "--by", "ana", "--address",
         temporal_env.client.service_client.config.target_host]) == 0
-    result = await handle.result()
+    result = await run_result(handle)
     assert result.state == "verification_failed"
     [failure] = result.error["failures"]
     assert failure["step"] == 1 and failure["observed"]["name"] == "invoice 1 - supplier.pdf"
@@ -239,7 +240,7 @@ async def test_the_run_waits_and_approve_runs_the_irreversible_steps_once(
     assert "may not decide on this task; its plan names ana, ben" in capsys.readouterr().err
     assert store.approval_decision("appr-1") is None
     assert await asyncio.to_thread(main, [*cli, "ben"]) == 0
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", 4, 4)
     assert sent(server) == (1, 1)
     [decision] = [e for e in store.events("appr-1") if e["kind"] == "approval"]
@@ -255,7 +256,7 @@ async def test_reject_leaves_the_irreversible_steps_provably_not_attempted(
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-rej")
     commands.decide_approval(store.conninfo, "appr-rej", "reject", "ana", "wrong supplier")
     await handle.signal("approval", {"decision": "reject", "by": "ana"})
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.error["type"], result.stopped_at) == ("stopped", "Rejected", 3)
     assert sent(server) == (0, 0)
     report = commands.status(store.conninfo, "appr-rej").as_json()
@@ -264,7 +265,7 @@ async def test_reject_leaves_the_irreversible_steps_provably_not_attempted(
     assert report["approval"]["decision"] == "reject"
     assert commands.unwind_preview(store.conninfo, "appr-rej")["undo_steps"] == [2, 1]
     # Starting it again by any means acts on nothing.
-    again = await (await start(temporal_env.client, {"task_id": "appr-rej"}, task_queue)).result()
+    again = await run_result(await start(temporal_env.client, {"task_id": "appr-rej"}, task_queue))
     assert again.state == "stopped" and sent(server) == (0, 0)
 
 
@@ -274,7 +275,7 @@ async def test_a_halt_while_waiting_is_clean(
     staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-halt")
     await handle.signal("halt", "end of shift")
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.stopped_at) == ("halted", 3)
     progress = store.progress("appr-halt")
     assert progress.in_doubt is None and progress.last_step == 2
@@ -295,7 +296,7 @@ async def test_an_approval_survives_a_worker_restart_and_lives_in_the_journal(
     await handle.terminate("operator ended the run")
     staged_workers.start()
     resumed = await start(temporal_env.client, {"task_id": "appr-dur"}, task_queue)
-    result = await resumed.result()
+    result = await run_result(resumed)
     assert (result.state, result.executed, result.confirmed) == ("completed", 2, 4)
     assert sent(server) == (1, 1)
     assert [v["passed"] for v in verifications(store, "appr-dur")] == [True, True]
@@ -315,7 +316,7 @@ async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_nex
     await asyncio.sleep(0.5)
     assert sent(server) == (0, 0)  # nobody acts while no worker runs
     staged_workers.start()
-    result = await handle.result()  # the same run, replayed by the new worker
+    result = await run_result(handle)  # the same run, replayed by the new worker
     assert (result.state, result.confirmed) == ("completed", 4)
     assert sent(server) == (1, 1)
     assert [(r.step, r.resolved_by) for r in store.rows("appr-kill")] == [
@@ -334,7 +335,7 @@ async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
     assert status["confirmed"] == 2 and sent(server) == (0, 0)
     assert len(verifications(store, "appr-forged")) == 2  # woken, verified again, still waits
     await handle.signal("halt", "forged approval")
-    assert (await handle.result()).state == "halted"
+    assert (await run_result(handle)).state == "halted"
     assert sent(server) == (0, 0)
 
 

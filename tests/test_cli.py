@@ -23,6 +23,7 @@ from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult
 
 
@@ -133,7 +134,7 @@ async def test_resume_and_unwind_through_temporal(
                          "args": {"ledger": str(tmp_path / "ledger"), "entry": "mail"}})
     handle = await temporal_env.client.start_workflow(
         "RunPlan", doc, id="tidemark-cli-2", task_queue=task_queue, result_type=RunResult)
-    assert (await handle.result()).state == "completed"
+    assert (await run_result(handle)).state == "completed"
     flags = ["--address", address, "--task-queue", task_queue, "--wait"]
 
     # Without --yes, unwind only shows what it would do, and changes nothing.

@@ -30,6 +30,7 @@ from helpers.wait import assert_eventually
 from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.devstack import DevStack, DevStackError
 from tidemark.errors import ConfigError
+from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
@@ -172,7 +173,7 @@ async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
         desc = await handle.describe()
         assert (desc.run_id, desc.status) == (run_id, WorkflowExecutionStatus.RUNNING)
         stack.start_worker()
-        result = await asyncio.wait_for(handle.result(), DEADLINE_S)
+        result = await asyncio.wait_for(run_result(handle), DEADLINE_S)
         assert (result.state, result.confirmed) == ("completed", 1)
         attrs = {k.name: v for k, v in (await handle.describe()).typed_search_attributes}
         assert attrs["TidemarkState"] == "completed"  # registered again on the restart

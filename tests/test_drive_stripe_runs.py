@@ -14,6 +14,7 @@ from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
 from staging.drive import DriveTarget
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult
 
 
@@ -32,7 +33,7 @@ async def test_a_drive_file_shared_read_only_fails_the_task_at_that_step(
     doc = {"task_id": "drive-403", "steps": [
         {"action": "drive.rename", "args": {"file_id": theirs.id, "name": "x.pdf"}},
         {"action": "drive.rename", "args": {"file_id": ours.id, "name": "y.pdf"}}]}
-    result = await asyncio.wait_for((await start(temporal_env.client, doc, task_queue)).result(),
+    result = await asyncio.wait_for(run_result(await start(temporal_env.client, doc, task_queue)),
                                     timeout=60)
     assert (result.state, result.error["type"]) == ("failed", "StepFailed")
     assert "insufficientFilePermissions" in result.error["message"]
@@ -49,7 +50,7 @@ async def test_a_saved_stripe_500_ends_the_task_failed_not_retrying_forever(
     workers.start(TIDEMARK_STAGING_URL=server.url)
     doc = {"task_id": "stripe-500", "steps": [
         {"action": "stripe.payment_intent", "args": {"amount": 2500, "currency": "usd"}}]}
-    result = await asyncio.wait_for((await start(temporal_env.client, doc, task_queue)).result(),
+    result = await asyncio.wait_for(run_result(await start(temporal_env.client, doc, task_queue)),
                                     timeout=60)
     assert (result.state, result.error["type"]) == ("failed", "StepFailed")
     assert "saved a 500" in result.error["message"]

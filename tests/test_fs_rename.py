@@ -37,6 +37,7 @@ from tidemark.errors import (
 from tidemark.plan import load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult
 
 
@@ -141,7 +142,7 @@ async def test_an_os_error_ends_the_run_instead_of_retrying(
     doc = {"task_id": "enotdir-1", "steps": [rename(str(tmp_path / "file.txt" / "a"), "b")]}
     handle = await temporal_env.client.start_workflow(
         "RunPlan", doc, id="tidemark-enotdir-1", task_queue=task_queue, result_type=RunResult)
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await asyncio.wait_for(run_result(handle), 30)
     assert (result.state, result.error["type"]) == ("precondition_failed", "PreconditionFailed")
     assert "ENOTDIR" in result.error["message"]
     assert store.rows("enotdir-1") == []
@@ -150,7 +151,7 @@ async def test_an_os_error_ends_the_run_instead_of_retrying(
     doc = {"task_id": "toolong-1", "steps": [rename(str(tmp_path / "file.txt"), "n" * 256)]}
     handle = await temporal_env.client.start_workflow(
         "RunPlan", doc, id="tidemark-toolong-1", task_queue=task_queue, result_type=RunResult)
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await asyncio.wait_for(run_result(handle), 30)
     assert (result.state, result.error["type"]) == ("failed", "PlanError")
     assert "steps[0].args.name" in result.error["message"]
     with pytest.raises(UnknownTask):
@@ -167,7 +168,7 @@ async def test_without_roots_a_plan_using_fs_rename_is_refused_and_nothing_store
     doc = {"task_id": "noroots-1", "steps": [rename(str(tmp_path / "a.txt"), "b.txt")]}
     handle = await temporal_env.client.start_workflow(
         "RunPlan", doc, id="tidemark-noroots-1", task_queue=task_queue, result_type=RunResult)
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await asyncio.wait_for(run_result(handle), 30)
     assert (result.state, result.error["type"]) == ("failed", "ActionNotConfigured")
     assert "'fs.rename' is not configured" in result.error["message"]
     with pytest.raises(UnknownTask):

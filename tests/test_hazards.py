@@ -37,6 +37,7 @@ from tidemark.keys import lock_id
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult
 
 SPECS = spec_registry(LedgerRecord)
@@ -234,7 +235,7 @@ async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
             await asyncio.sleep(0.1)
         gate.write_text("")  # the world changed: step 1's gate now refuses
         holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id("halt-pf", "do", 1),))
-    result = await handle.result()
+    result = await run_result(handle)
     # The halt is written while step 1 still retries; its next attempt meets the stop state
     # before its gate, so the run ends halted, with nothing after it started.
     assert (result.state, result.stopped_at) == ("halted", 1)
@@ -265,7 +266,7 @@ async def test_step_settled_by_a_live_twin_counts_as_confirmed(
         await asyncio.sleep(0.1)
     hold.unlink()
     twin.communicate(timeout=60)
-    result = await handle.result()
+    result = await run_result(handle)
     assert result.state == "completed"
     assert store.progress("twin-count").confirmed == 1
     assert result.confirmed == 1, f"result says {result.confirmed} of 1 confirmed"

@@ -24,6 +24,7 @@ from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.report import build_report
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.types import RunResult, UnwindResult
 
 RESULT_TIMEOUT = 60
@@ -33,7 +34,7 @@ async def run_plan(client: Client, doc: Any, task_queue: str, task_id: str,
                    workflow_id: str | None = None, timeout: float = RESULT_TIMEOUT) -> RunResult:
     handle = await client.start_workflow("RunPlan", doc, id=workflow_id or f"tidemark-{task_id}",
                                          task_queue=task_queue, result_type=RunResult)
-    return await asyncio.wait_for(handle.result(), timeout)
+    return await asyncio.wait_for(run_result(handle), timeout)
 
 
 async def unwind(client: Client, task_id: str, task_queue: str) -> UnwindResult:
@@ -154,7 +155,7 @@ async def latest_result(client: Client, workflow_id: str, old_run: str | None) -
     handle = client.get_workflow_handle(workflow_id, result_type=RunResult)
     desc = await handle.describe()
     assert desc.run_id != old_run  # the reset made a new run
-    return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    return await asyncio.wait_for(run_result(handle), RESULT_TIMEOUT)
 
 
 async def test_reset_of_a_finished_run_repeats_nothing(
@@ -164,7 +165,7 @@ async def test_reset_of_a_finished_run_repeats_nothing(
     doc = {"task_id": "reset-1", "steps": [ledger(tmp_path, f"e{i}") for i in range(1, 4)]}
     handle = await client.start_workflow("RunPlan", doc, id="tidemark-reset-1",
                                          task_queue=task_queue, result_type=RunResult)
-    assert (await handle.result()).state == "completed"
+    assert (await run_result(handle)).state == "completed"
     reset_to_first_workflow_task(workers, "tidemark-reset-1")
     after = await latest_result(client, "tidemark-reset-1", handle.result_run_id)
     assert (after.state, after.executed, after.confirmed) == ("completed", 0, 3)
@@ -202,7 +203,7 @@ async def test_reset_of_a_halted_run_repeats_nothing(
                                          task_queue=task_queue, result_type=RunResult)
     assert_eventually(lambda: len(entries(tmp_path)) >= 2, timeout=30)
     await handle.signal("halt", "window")
-    assert (await handle.result()).state == "halted"
+    assert (await run_result(handle)).state == "halted"
     done = entries(tmp_path)
     reset_to_first_workflow_task(workers, "tidemark-reset-3")
     after = await latest_result(client, "tidemark-reset-3", handle.result_run_id)

@@ -27,6 +27,7 @@ from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
 from workflows.types import RunResult
 
@@ -71,7 +72,7 @@ async def test_readme_start_command_renames_the_files(
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     handle = temporal_env.client.get_workflow_handle("tidemark-readme-1", result_type=RunResult)
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", 3, 3)
     assert sorted(p.name for p in docs.iterdir()) == [f"2026-Q3 report {i}.txt" for i in range(3)]
 
@@ -87,7 +88,7 @@ async def test_halt_signal_stops_cleanly_and_durably(
                   "--name", "halt", "--input", json.dumps("maintenance window")]
     env = {**os.environ, "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]}
     subprocess.run(signal_cmd, env=env, check=True, capture_output=True, timeout=30)
-    result = await handle.result()
+    result = await run_result(handle)
     assert result.state == "halted"
     progress = store.progress("halt-1")
     assert progress.in_doubt is None  # the journal is tidy
@@ -98,13 +99,13 @@ async def test_halt_signal_stops_cleanly_and_durably(
 
     # Starting again, by any means, refuses and acts on nothing.
     again = await start(temporal_env.client, {"task_id": "halt-1"}, task_queue)
-    refused = await again.result()
+    refused = await run_result(again)
     assert refused.state == "stopped" and "tidemark release halt-1" in refused.error["message"]
     assert len(entries(tmp_path)) == len(ran)
 
     # A person releases it; starting again resumes where it stopped.
     commands.release(store.conninfo, "halt-1", "window over", "ops")
-    resumed = await (await start(temporal_env.client, {"task_id": "halt-1"}, task_queue)).result()
+    resumed = await run_result(await start(temporal_env.client, {"task_id": "halt-1"}, task_queue))
     assert (resumed.state, resumed.confirmed) == ("completed", 12)
     assert resumed.executed == 12 - len(ran)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 13)]
@@ -120,7 +121,7 @@ async def test_sigkilled_worker_mid_step_completes_exactly_once(
     doubt = store.progress("kill-1").in_doubt
     assert doubt is not None and doubt.step == 3
     workers.start()
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed) == ("completed", 6)
     assert result.resolved_by_probe == 1
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 7)]  # each effect exactly once
@@ -138,7 +139,7 @@ async def test_history_carries_summaries_and_search_attributes(
         {"action": "fs.rename", "args": {"path": str(docs / "draft.txt"),
                                          "name": "2026-Q3 report.txt"}}]}
     handle = await start(temporal_env.client, doc, task_queue)
-    await handle.result()
+    await run_result(handle)
     summaries = []
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -172,10 +173,10 @@ async def test_status_query_and_a_completed_task_acts_on_nothing(
     workers.start()
     doc = ledger_plan(tmp_path, "query-1", 3)
     handle = await start(temporal_env.client, doc, task_queue)
-    first = await handle.result()
+    first = await run_result(handle)
     status = await handle.query("status")
     assert status["state"] == "completed" and status["confirmed"] == 3
-    again = await (await start(temporal_env.client, doc, task_queue)).result()
+    again = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (again.state, again.executed, again.confirmed) == ("completed", 0, 3)
     assert first.executed == 3 and len(entries(tmp_path)) == 3
 
@@ -186,7 +187,7 @@ async def test_changed_plan_under_the_same_task_fails_without_acting(
     await (await start(temporal_env.client, ledger_plan(tmp_path, "chg-1", 1), task_queue)
            ).result()
     changed = ledger_plan(tmp_path, "chg-1", 2)
-    result = await (await start(temporal_env.client, changed, task_queue)).result()
+    result = await run_result(await start(temporal_env.client, changed, task_queue))
     assert (result.state, result.error["type"]) == ("failed", "PlanChanged")
     assert "a changed plan is a new task" in result.error["message"]
     assert len(entries(tmp_path)) == 1
@@ -196,7 +197,7 @@ async def test_a_bad_plan_fails_with_its_clear_error_and_writes_nothing(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers, task_queue: str) -> None:
     workers.start()
     doc = {"task_id": "bad-1", "steps": [{"action": "fs.rename", "args": {"path": "x"}}]}
-    result = await (await start(temporal_env.client, doc, task_queue)).result()
+    result = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (result.state, result.error["type"]) == ("failed", "PlanError")
     assert "steps[0].args" in result.error["message"]
     with pytest.raises(UnknownTask):
@@ -209,7 +210,7 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
     n = 2 * STEPS_PER_RUN + 5
     workers.start()
     handle = await start(temporal_env.client, ledger_plan(tmp_path, "long-1", n), task_queue)
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", n, n)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]
     runs = []
@@ -241,7 +242,7 @@ async def test_a_postgres_outage_mid_run_is_ridden_out_without_duplicates(
         admin.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(
             sql.Identifier(dbname)))
     assert stalled <= during + 1  # at most the step already past its intent finished
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed) == ("completed", 10)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 11)]  # each exactly once
     with JournalStore(db_url) as fresh:  # the fixture's pooled connections died in the outage
@@ -257,7 +258,7 @@ async def test_the_per_task_payment_limit_is_checked_before_the_first_step_of_ev
     doc = {"task_id": "budget-1", "steps": [
         {"action": "stripe.payment_intent", "args": {"amount": 40000, "currency": "eur"}}
         for _ in range(3)]}  # each under the per-step limit, 120000 together
-    refused = await (await start(temporal_env.client, doc, task_queue)).result()
+    refused = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (refused.state, refused.error["type"]) == ("precondition_failed",
                                                       "PreconditionFailed")
     assert "add up to 120000, over the per-task limit of 100000" in refused.error["message"]
@@ -266,7 +267,7 @@ async def test_the_per_task_payment_limit_is_checked_before_the_first_step_of_ev
     first.send_signal(signal.SIGTERM)
     first.wait(timeout=30)
     workers.start(**limits, TIDEMARK_STRIPE_MAX_TASK_AMOUNT="150000")  # a person raised it
-    done = await (await start(temporal_env.client, {"task_id": "budget-1"}, task_queue)).result()
+    done = await run_result(await start(temporal_env.client, {"task_id": "budget-1"}, task_queue))
     assert (done.state, done.executed) == ("completed", 3)
     assert len(effects(server, "stripe", "payment_intents.create")) == 3
 
@@ -284,7 +285,7 @@ async def test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt(
     assert_eventually(lambda: any(e["kind"] == "error" for e in store.events("halt-down")),
                       timeout=30)
     await handle.signal("halt", "drive is down")
-    result = await asyncio.wait_for(handle.result(), timeout=60)
+    result = await asyncio.wait_for(run_result(handle), timeout=60)
     assert (result.state, result.stopped_at) == ("halted", 1)
     progress = store.progress("halt-down")
     assert progress.stop is not None and progress.stop["reason"] == "drive is down"

@@ -57,6 +57,11 @@ def _cmd_plan_check(a: argparse.Namespace) -> int:
 
 
 def _cmd_status(a: argparse.Namespace) -> int:
+    if a.series is not None:
+        return _series_status(a)
+    if a.task is None:
+        print("tidemark: status needs a task or --series S", file=sys.stderr)
+        return EXIT_USAGE
     report = commands.status(database_url(), a.task)
     if a.json:
         _print_json(report.as_json())
@@ -104,6 +109,11 @@ def _scope(a: argparse.Namespace, verb: str) -> str:
 
 
 def _cmd_stop(a: argparse.Namespace) -> int:
+    if _series_scope(a):
+        commands.stop(database_url(), "series:" + a.series, a.reason, a.by, force_unknown=True)
+        print(f"series {a.series} is stopped; no run of it starts until "
+              f"`tidemark release --series {a.series}`")
+        return 0
     scope = _scope(a, "stop")
     commands.stop(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
     if scope == commands.ALL_TASKS:
@@ -114,6 +124,11 @@ def _cmd_stop(a: argparse.Namespace) -> int:
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
+    if _series_scope(a):
+        commands.release(database_url(), "series:" + a.series, a.reason, a.by,
+                         force_unknown=True)
+        print(f"series {a.series} is released")
+        return 0
     scope = _scope(a, "release")
     commands.release(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
     if scope == commands.ALL_TASKS:
@@ -282,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_cmd_plan_check)
 
     st = sub.add_parser("status", help="the interruption report of a task")
-    st.add_argument("task")
+    st.add_argument("task", nargs="?")
+    st.add_argument("--series", help="list the runs of a series with their states")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_status)
 
@@ -309,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                              ("release", _cmd_release, "allow a stopped task to run again")):
         c = sub.add_parser(name, help=what)
         c.add_argument("task", nargs="?", help="a task id that has a plan (or a stop)")
+        c.add_argument("--series", help="every run of this series instead of one task")
         c.add_argument("--all", action="store_true",
                        help="every task (the global stop; '*' quoted means the same)")
         c.add_argument("--force-unknown", action="store_true",
@@ -367,7 +384,130 @@ def build_parser() -> argparse.ArgumentParser:
                            "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
     demo.set_defaults(func=_cmd_demo)
+    add_series_commands(sub, user)
     return p
+
+
+# -- series, kill, schedules ------------------------------------------------------------------
+
+def _series_scope(a: argparse.Namespace) -> bool:
+    """Whether the command names a series (``--series S``) rather than a task or --all."""
+    if a.series is not None and (a.task is not None or getattr(a, "all", False)):
+        raise UsageError("give a task id, --series S or --all: one of them")
+    return a.series is not None
+
+
+def _series_status(a: argparse.Namespace) -> int:
+    from tidemark import series
+
+    with commands.open_store(database_url()) as store:
+        data = series.listing(store, a.series)
+    if a.json:
+        _print_json(data)
+        return 0
+    stop = data["stopped"]
+    print(f"series {a.series}" + (f"  ({stop['state']} by {stop['set_by']}: {stop['reason']})"
+                                  if stop else ""))
+    for r in data["runs"]:
+        print(f"  {r['position']:>4}  {r['task_id']:<40} {r['state']:<14} "
+              f"{r['confirmed']}/{r['steps']}  admitted {r['admitted_at'][:19]}")
+    for b in data["blocked"]:
+        print(f"  blocked  {b['task_id']:<40} at {b['at'][:19]} by {b['blockers'] or 'stop'}")
+    return 0
+
+
+def _temporal(a: argparse.Namespace) -> Any:
+    from temporalio.client import Client
+
+    return Client.connect(a.address, namespace=a.namespace)
+
+
+def _cmd_kill(a: argparse.Namespace) -> int:
+    from workflows.kill import kill
+
+    if a.all and not a.yes:
+        print("tidemark: kill --all stops every task and schedule; pass --yes", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def go() -> list[dict[str, Any]]:
+        client = await _temporal(a)
+        with commands.open_store(database_url()) as store:
+            return await kill(client, store, task=a.task, series=a.series, everything=a.all,
+                              reason=a.reason, by=a.by)
+
+    layers = asyncio.run(go())
+    if a.json:
+        _print_json(layers)
+    else:
+        for layer in layers:
+            mark = "ok  " if layer["done"] else "FAIL"
+            print(f"{mark} layer {layer['layer']}: {layer['what']}: "
+                  f"{json.dumps(layer['detail'], default=str)}")
+    return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
+
+
+def _cmd_schedule(a: argparse.Namespace) -> int:
+    from workflows import schedules
+
+    async def go() -> Any:
+        client = await _temporal(a)
+        if a.schedule_command == "create":
+            try:
+                args = json.loads(a.args)
+            except json.JSONDecodeError as e:
+                raise commands.DecisionError(f"--args is not JSON: {e.msg}") from None
+            if not isinstance(args, dict):
+                raise commands.DecisionError("--args must be a JSON object")
+            return {"created": await schedules.create(client, a.series, a.cron, a.planner, args,
+                                                      a.task_queue, by=a.by)}
+        if a.schedule_command == "list":
+            return await schedules.list_all(client)
+        if a.schedule_command == "pause":
+            if not await schedules.pause(client, a.series, f"{a.by}: {a.reason}"):
+                raise schedules.ScheduleError(f"series {a.series} has no schedule")
+        elif a.schedule_command == "unpause":
+            await schedules.unpause(client, a.series, f"{a.by}: {a.reason}")
+        elif a.schedule_command == "delete":
+            await schedules.delete(client, a.series)
+        return {a.schedule_command: a.series}
+
+    _print_json(asyncio.run(go()))
+    return 0
+
+
+def add_series_commands(sub: Any, user: str) -> None:
+    temporal = argparse.ArgumentParser(add_help=False)
+    temporal.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS",
+                                                              "localhost:7233"))
+    temporal.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE",
+                                                                "default"))
+    temporal.add_argument("--by", default=user, help=f"who decides (default: {user})")
+    temporal.add_argument("--reason", default="", help="recorded with the decision")
+
+    k = sub.add_parser("kill", parents=[temporal],
+                       help="out of band, in layers: stop state killed, pause schedules, "
+                            "revoke grants, terminate the workflow")
+    k.add_argument("task", nargs="?")
+    k.add_argument("--series")
+    k.add_argument("--all", action="store_true", help="every task and schedule (needs --yes)")
+    k.add_argument("--yes", action="store_true")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(func=_cmd_kill)
+
+    sc = sub.add_parser("schedule", help="Temporal Schedules that start runs of a series")
+    ssub = sc.add_subparsers(dest="schedule_command", required=True)
+    cr = ssub.add_parser("create", parents=[temporal], help="a schedule whose runs call a planner")
+    cr.add_argument("series")
+    cr.add_argument("--cron", required=True, help="e.g. '0 3 * * *' (UTC)")
+    cr.add_argument("--planner", required=True, help="MODULE:FUNCTION, importable by the worker")
+    cr.add_argument("--args", default="{}", help="JSON object handed to the planner")
+    cr.add_argument("--task-queue", default=os.environ.get("TIDEMARK_TASK_QUEUE", "tidemark"))
+    cr.set_defaults(func=_cmd_schedule)
+    ssub.add_parser("list", parents=[temporal]).set_defaults(func=_cmd_schedule)
+    for name in ("pause", "unpause", "delete"):
+        c = ssub.add_parser(name, parents=[temporal])
+        c.add_argument("series")
+        c.set_defaults(func=_cmd_schedule)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -69,8 +69,8 @@ ALL_TASKS = "*"  # the control scope that stops every task
 def _check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
     """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
     to a file name, must not report "stopped" while the real task runs on."""
-    if task_id == ALL_TASKS or store.task_known(task_id):
-        return
+    if task_id == ALL_TASKS or task_id.startswith("series:") or store.task_known(task_id):
+        return  # a series may be stopped before its first run
     if force_unknown and TASK_ID_RE.fullmatch(task_id):
         return
     hint = ""

@@ -48,14 +48,17 @@ class Plan:
     # {"required": True, "approvers": [...]?} when a person must approve the irreversible
     # steps; None otherwise (also for {"required": false}).
     approval: dict[str, Any] | None = None
+    series: str | None = None  # runs of one series are ordered (tidemark.series)
 
     @property
     def plan_hash(self) -> str:
-        return plan_hash([s.as_json() for s in self.steps], self.approval)
+        return plan_hash([s.as_json() for s in self.steps], self.approval, self.series)
 
     def canonical(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"task_id": self.task_id,
-                               "steps": [s.as_json() for s in self.steps]}
+        doc: dict[str, Any] = {"task_id": self.task_id}
+        if self.series is not None:
+            doc["series"] = self.series
+        doc["steps"] = [s.as_json() for s in self.steps]
         if self.approval is not None:
             doc["approval"] = self.approval
         return doc
@@ -71,11 +74,18 @@ class Plan:
         return self.steps[number - 1]
 
 
-def plan_hash(steps: list[dict[str, Any]], approval: dict[str, Any] | None = None) -> str:
+def plan_hash(steps: list[dict[str, Any]], approval: dict[str, Any] | None = None,
+              series: str | None = None) -> str:
     """sha256 over the canonical JSON of the steps (sorted keys, no spaces); with an approval
-    requirement, over ``{"approval": ..., "steps": ...}`` (a plan without one keeps the hash
-    it always had)."""
-    body: Any = steps if approval is None else {"approval": approval, "steps": steps}
+    requirement or a series, over ``{"approval"?: ..., "series"?: ..., "steps": ...}`` (a plan
+    with neither keeps the hash it always had)."""
+    body: Any = steps
+    if approval is not None or series is not None:
+        body = {"steps": steps}
+        if approval is not None:
+            body["approval"] = approval
+        if series is not None:
+            body["series"] = series
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -108,10 +118,14 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
     """
     if not isinstance(data, dict):
         raise PlanError("plan", f"must be a JSON object, got {type(data).__name__}")
-    extra = sorted(set(data) - {"task_id", "steps", "approval"})
+    extra = sorted(set(data) - {"task_id", "series", "steps", "approval"})
     if extra:
-        raise PlanError(extra[0], "unknown top-level field (a plan has task_id, steps and "
-                                  "approval)")
+        raise PlanError(extra[0], "unknown top-level field (a plan has task_id, series, steps "
+                                  "and approval)")
+    series = data.get("series")
+    if series is not None and (not isinstance(series, str) or not TASK_ID_RE.fullmatch(series)):
+        raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
+                                  "starting with a letter or digit")
     approval = load_approval(data.get("approval"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -129,11 +143,11 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
                   enumerate(parsed, start=1))
     task_id = data.get("task_id")
     if task_id is None:
-        task_id = "plan-" + plan_hash([s.as_json() for s in steps], approval)[:16]
+        task_id = "plan-" + plan_hash([s.as_json() for s in steps], approval, series)[:16]
     elif not isinstance(task_id, str) or not TASK_ID_RE.fullmatch(task_id):
         raise PlanError("task_id", "must be 1-128 characters of letters, digits and . _ : -, "
                                    "starting with a letter or digit")
-    return Plan(task_id, steps, approval)
+    return Plan(task_id, steps, approval=approval, series=series)
 
 
 def load_approval(raw: Any) -> dict[str, Any] | None:

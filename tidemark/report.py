@@ -103,7 +103,8 @@ class Report:
                 verdict = f"{status} (journaled)"
             lines.append(f"  irreversible   step {n} {action}: {verdict}")
         if p.stop:
-            lines.append(f"  stop state     stopped by {p.stop['set_by']}: {p.stop['reason']}")
+            lines.append(f"  stop state     {p.stop['state']} by {p.stop['set_by']}: "
+                         f"{p.stop['reason']}")
         if p.undo_rows:
             lines.append(f"  unwind rows    {p.undo_rows}")
         v = self.boundary.get("verification")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,10 +72,10 @@ RENEW_TIMEOUT_MS = 2000
 # The one piece of SQL that is composed in Python: a constant column list, never a value.
 _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state, started_at, "
                     "outcome, status, finished_at, resolved_by, lease_until, staged, attempt")
-# The stop state of task %(task_id)s as a condition (its own or the global one), for statements
+# The stop state of task %(task_id)s as a condition (its own, its series' or the global one,
+# stopped or killed), for statements
 # that must not act once a stop is committed.
-_STOPPED = ("EXISTS (SELECT 1 FROM tidemark.controls c WHERE c.scope IN (%(task_id)s, '*')"
-            " AND c.state = 'stopped')")
+_STOPPED = "(tidemark.stop_of(%(task_id)s) IS NOT NULL)"
 _UNWOUND = "EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = %(task_id)s)"
 
 
@@ -315,10 +315,8 @@ class JournalStore:
                         f"""
                         SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
                                s.irreversible AS plan_irreversible,
-                               (SELECT coalesce(nullif(c.reason, ''), 'stopped')
-                                  FROM tidemark.controls c
-                                  WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
-                                  ORDER BY c.scope = '*' LIMIT 1) AS stopped,
+                               (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')
+                                  FROM tidemark.stop_of(p.task_id) c) AS stopped,
                                {_UNWOUND} AS unwound,
                                extract(epoch FROM coalesce(j.lease_until, j.started_at
                                  + make_interval(secs => %(lease)s)) - clock_timestamp()
@@ -441,9 +439,7 @@ class JournalStore:
                      WHERE j.task_id = p.task_id AND j.phase = 'undo') AS undo_rows,
                   (SELECT min(step) FROM tidemark.plan_steps s
                      WHERE s.task_id = p.task_id AND s.irreversible) AS first_irreversible,
-                  (SELECT to_jsonb(c) FROM tidemark.controls c
-                     WHERE c.scope IN (p.task_id, '*') AND c.state = 'stopped'
-                     ORDER BY c.scope = '*' LIMIT 1) AS stop,
+                  tidemark.stop_of(p.task_id) AS stop,
                   (SELECT to_jsonb(w) FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
                      AS unwound
                 FROM tidemark.plans p WHERE p.task_id = %s
@@ -568,10 +564,143 @@ class JournalStore:
     def stop_state(self, task_id: str) -> dict[str, Any] | None:
         """The stop that applies to a task (its own or the global one), or None."""
         with self._conn() as conn:
+            r = conn.execute("SELECT tidemark.stop_of(%s) AS stop", (task_id,)).fetchone()
+        return r["stop"] if r else None
+
+    # series, kill and grants (tidemark.series, tidemark.grants, tidemark.kill) --------------
+
+    def series_of(self, task_id: str) -> str | None:
+        """The series a run was admitted to, or None."""
+        with self._conn() as conn:
+            r = conn.execute("SELECT series FROM tidemark.series_runs WHERE task_id = %s",
+                             (task_id,)).fetchone()
+        return r["series"] if r else None
+
+    def series_runs(self, series: str, before: str | None = None) -> list[dict[str, Any]]:
+        """The admitted runs of a series in order, each with the journal counts and the stop
+        state that tell whether it is settled (tidemark.series.run_state); with ``before``,
+        only the runs admitted before that one."""
+        with self._conn() as conn:
+            return self._series_runs(conn, series, before)
+
+    @staticmethod
+    def _series_runs(conn: psycopg.Connection[dict[str, Any]], series: str,
+                     before: str | None) -> list[dict[str, Any]]:
+        with _translated():
             return conn.execute(
-                "SELECT scope, state, reason, set_by, set_at FROM tidemark.controls"
-                " WHERE scope IN (%s, '*') AND state = 'stopped'"
-                " ORDER BY scope = '*' LIMIT 1", (task_id,)).fetchone()
+                """
+                SELECT r.task_id, r.position, r.admitted_at, p.step_count,
+                  (SELECT count(*) FROM tidemark.journal j WHERE j.task_id = r.task_id
+                     AND j.phase = 'do' AND j.status = 'done') AS confirmed,
+                  (SELECT count(*) FROM tidemark.journal j WHERE j.task_id = r.task_id
+                     AND j.phase = 'do' AND j.status = 'failed') AS failed,
+                  (SELECT count(*) FROM tidemark.journal j WHERE j.task_id = r.task_id
+                     AND j.outcome IS NULL) AS open,
+                  (SELECT count(*) FROM tidemark.journal j WHERE j.task_id = r.task_id
+                     AND j.phase = 'undo' AND j.status = 'done') AS undone,
+                  (SELECT count(*) FROM tidemark.journal j
+                     JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step
+                     LEFT JOIN tidemark.journal u ON u.task_id = j.task_id
+                       AND u.phase = 'undo' AND u.step = j.step
+                     WHERE j.task_id = r.task_id AND j.phase = 'do' AND NOT s.irreversible
+                       AND (j.status = 'done' OR j.outcome IS NULL)
+                       AND u.status IS DISTINCT FROM 'done') AS to_undo,
+                  tidemark.stop_of(r.task_id) AS stop
+                FROM tidemark.series_runs r JOIN tidemark.plans p ON p.task_id = r.task_id
+                WHERE r.series = %(series)s AND (%(before)s::text IS NULL OR r.position <
+                  (SELECT position FROM tidemark.series_runs WHERE task_id = %(before)s))
+                ORDER BY r.position
+                """, {"series": series, "before": before}).fetchall()
+
+    def admit_to_series(
+            self, task_id: str, series: str,
+            unsettled: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """Admits a run to its series unless something blocks it, atomically with the check.
+
+        ``unsettled(rows)`` picks the blocking runs from ``series_runs`` rows. Returns
+        ``(stop, blockers)``: the series' (or global) stop state and the earlier runs that are
+        not settled; both empty means admitted (once: a run keeps its first place). A refusal
+        is logged as a ``blocked`` event of the task.
+        """
+        with self._conn() as conn, _translated(), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                         ("tidemark-series:" + series,))
+            stop = conn.execute(
+                "SELECT to_jsonb(c) AS stop FROM tidemark.controls c"
+                " WHERE c.scope IN (%s, '*') AND c.state IN ('stopped', 'killed')"
+                " ORDER BY c.state = 'killed' DESC LIMIT 1", ("series:" + series,)).fetchone()
+            mine = conn.execute("SELECT series FROM tidemark.series_runs WHERE task_id = %s",
+                                (task_id,)).fetchone()
+            earlier = [r for r in self._series_runs(conn, series, task_id if mine else None)
+                       if r["task_id"] != task_id]
+            blockers = unsettled(earlier)
+            stop_row = stop["stop"] if stop else None
+            if stop_row is None and not blockers:
+                if mine is None:
+                    conn.execute("INSERT INTO tidemark.series_runs (task_id, series)"
+                                 " VALUES (%s, %s)", (task_id, series))
+                return None, []
+            StepSession(conn).event(task_id, "blocked", {
+                "series": series, "stop": stop_row and {k: str(v) for k, v in stop_row.items()},
+                "blockers": [b["task_id"] for b in blockers]}, None, "tidemark")
+            return stop_row, blockers
+
+    def blocked_runs(self, series: str) -> list[dict[str, Any]]:
+        """Refused starts of a series (``blocked`` events), oldest first."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT task_id, detail, at FROM tidemark.events WHERE kind = 'blocked'"
+                " AND detail->>'series' = %s ORDER BY id", (series,)).fetchall()
+
+    def set_killed(self, scope: str, reason: str, by: str) -> None:
+        """Sets the durable stop state ``killed`` (only a release lifts it) and logs it."""
+        with self._conn() as conn, _translated(), conn.transaction():
+            conn.execute(
+                "INSERT INTO tidemark.controls (scope, state, reason, set_by)"
+                " VALUES (%s, 'killed', %s, %s) ON CONFLICT (scope) DO UPDATE SET"
+                " state = 'killed', reason = EXCLUDED.reason, set_by = EXCLUDED.set_by,"
+                " set_at = clock_timestamp()", (scope, reason, by))
+            StepSession(conn).event(scope, "kill", {"reason": reason}, None, by)
+
+    def issue_grant(self, task_id: str, target: str, scope: str, kind: str, issuer: str,
+                    handle: str, ttl_s: float) -> dict[str, Any] | None:
+        """Records a new grant, unless a stop state applies to the task (None then)."""
+        with self._conn() as conn, _translated():
+            return conn.execute(
+                "INSERT INTO tidemark.grants (task_id, target, scope, kind, issuer, handle,"
+                " expires) SELECT %s, %s, %s, %s, %s, %s,"
+                " clock_timestamp() + make_interval(secs => %s)"
+                " WHERE tidemark.stop_of(%s) IS NULL RETURNING id, issued, expires",
+                (task_id, target, scope, kind, issuer, handle, ttl_s, task_id)).fetchone()
+
+    def grant_state(self, grant_id: int) -> dict[str, Any] | None:
+        """``{live, revoked, revoked_by}`` of a grant; live: neither revoked nor expired."""
+        with self._conn() as conn, _translated():
+            return conn.execute(
+                "SELECT revoked IS NULL AND expires > clock_timestamp() AS live, revoked,"
+                " revoked_by FROM tidemark.grants WHERE id = %s", (grant_id,)).fetchone()
+
+    def revoke_grants(self, task_id: str | None, by: str) -> list[dict[str, Any]]:
+        """Revokes every unrevoked grant of a task (None: of every task); returns them."""
+        with self._conn() as conn, _translated(), conn.transaction():
+            rows = conn.execute(
+                "UPDATE tidemark.grants SET revoked = clock_timestamp(), revoked_by = %s"
+                " WHERE revoked IS NULL AND (%s::text IS NULL OR task_id = %s)"
+                " RETURNING id, task_id, target, scope, kind, issuer, handle, issued, expires,"
+                " revoked, revoked_by", (by, task_id, task_id)).fetchall()
+            for r in rows:
+                StepSession(conn).event(r["task_id"], "grant", {
+                    "revoked": r["id"], "target": r["target"], "scope": r["scope"]}, None, by)
+            return rows
+
+    def grants(self, task_id: str) -> list[dict[str, Any]]:
+        """Every grant of a task, without its handle."""
+        with self._conn() as conn, _translated():
+            return conn.execute(
+                "SELECT id, task_id, target, scope, kind, issuer, issued, expires, revoked,"
+                " revoked_by FROM tidemark.grants WHERE task_id = %s ORDER BY id",
+                (task_id,)).fetchall()
 
 
 class StepSession:
@@ -674,9 +803,8 @@ class StepSession:
         """Raises why the task may not act now, if it is its stop or unwound state."""
         with _translated():
             r = self.conn.execute(
-                f"SELECT {_UNWOUND} AS unwound, (SELECT coalesce(nullif(c.reason, ''),"
-                " 'stopped') FROM tidemark.controls c WHERE c.scope IN (%(task_id)s, '*')"
-                " AND c.state = 'stopped' ORDER BY c.scope = '*' LIMIT 1) AS stopped",
+                f"SELECT {_UNWOUND} AS unwound, (SELECT coalesce(nullif(c->>'reason', ''),"
+                " c->>'state') FROM tidemark.stop_of(%(task_id)s) c) AS stopped",
                 {"task_id": task_id}).fetchone()
         assert r is not None
         if r["unwound"]:

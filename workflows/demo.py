@@ -36,6 +36,7 @@ from tidemark.supplier_sync import (
     seed_requests,
     supplier_sync_plan,
 )
+from workflows.outcome import run_result
 from workflows.starter import start_plan
 
 KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, steps 39-42 provably not attempted
@@ -128,7 +129,7 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
         say(f"a new worker started; Temporal retries step {kill_at}, whose probe finds the "
             "file renamed and stamped with our key; before step 39 the gate re-probes steps "
             "1-38")
-        result = await handle.result()
+        result = await run_result(handle)
         say(f"workflow ended: {result.state}, {result.confirmed}/{result.steps} confirmed, "
             f"{result.resolved_by_probe} resolved by probe, {time.monotonic() - killed_at:.1f}s "
             "after the kill" + (f"\n  {result.error.get('message')}" if result.error else ""))

@@ -31,8 +31,10 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.outcome import ended
     from workflows.types import (
         AWAITING_APPROVAL,
+        BLOCKED,
         COMPLETED,
         FAILED,
         HALTED,
@@ -105,6 +107,7 @@ END_STATES = {
     "Refused": FAILED,
     "ActionNotConfigured": FAILED,
     "NotStopped": STOPPED,
+    "SeriesBlocked": BLOCKED,
 }
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -161,6 +164,12 @@ class RunPlan:
 
     @workflow.run
     async def run(self, document: Any) -> RunResult:
+        """Completes only when every step is done; every other end state fails the workflow
+        with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
+        tells the runs that need a person from the finished ones."""
+        return ended(await self._run(document))
+
+    async def _run(self, document: Any) -> RunResult:
         if not isinstance(document, dict):
             # Typed as Any so that any JSON arrives here and ends the run readably, instead of
             # failing every workflow task while the payload cannot be decoded.
@@ -225,9 +234,9 @@ class RunPlan:
             # A history from before the boundary existed has no first_irreversible in its
             # prepare result (None), so its replay schedules no boundary activity.
             if step == prep.first_irreversible:
-                ended = await self._boundary(prep.task_id, step, prep.step_count)
-                if ended is not None:
-                    return ended
+                held = await self._boundary(prep.task_id, step, prep.step_count)
+                if held is not None:
+                    return held
             self._current = step
             workflow.set_current_details(
                 f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"

@@ -10,6 +10,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult, UnwindResult
 
 
@@ -52,7 +53,7 @@ async def resume_task(address: str, namespace: str, task_id: str, *, wait: bool,
     client = await connect(address, namespace)
     handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
                           RunResult)
-    return await handle.result() if wait else None
+    return await run_result(handle) if wait else None
 
 
 async def unwind_task(address: str, namespace: str, task_id: str, *, wait: bool,

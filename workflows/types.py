@@ -17,6 +17,7 @@ NEEDS_DECISION = "needs_decision"
 PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
 UNWOUND = "unwound"  # terminal: the unwind completed; every later start refuses the task
+BLOCKED = "blocked"  # a run of a series refused to start (tidemark.series); nothing acted
 
 
 @dataclass
@@ -152,3 +153,14 @@ class BoundaryOutcome:
     decided_by: str | None = None
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
+
+
+@dataclass
+class PlannerInput:
+    """What ScheduledRun asks the planner for: tonight's plan of ``series``."""
+
+    series: str
+    planner: str  # "module:function"
+    args: dict[str, Any]
+    scheduled: str  # ISO 8601, the schedule's time for this run (UTC)
+    task_id: str  # derived from series and scheduled time

@@ -1,0 +1,97 @@
+"""Series: runs that belong together (a nightly sync), in the order they were admitted.
+
+A plan may name its ``series``. A run of a series is admitted, and gets its place in the order,
+only while nothing stops the series (``tidemark stop --series S``, a kill, ``*``) and every run
+admitted before it is *settled*: completed (every step has a done outcome) or unwound (every
+reversible step it did is compensated, nothing in doubt). Any other earlier run — in doubt,
+needing a decision, halted, stopped, killed, failed or still under way — leaves wreckage a later
+run must not act on top of, so the later run ends ``blocked`` having acted on nothing. A refused
+run gets no place: it may run later, after the person settled what blocked it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.errors import TidemarkError
+from tidemark.store import JournalStore
+
+SETTLED = ("completed", "unwound")
+
+
+class SeriesBlocked(TidemarkError):
+    """A run of a series may not start: the series is stopped, or an earlier run is not
+    settled. Nothing acted."""
+
+    retryable = False
+
+    def __init__(self, task_id: str, series: str, stop: dict[str, Any] | None,
+                 blockers: list[dict[str, Any]]) -> None:
+        self.task_id, self.series, self.stop = task_id, series, stop
+        self.blockers = [{"task_id": b["task_id"], "state": run_state(b)} for b in blockers]
+        if stop is not None:
+            why = (f"series {series} is {stop.get('state')} ({stop.get('scope')}: "
+                   f"{stop.get('reason') or 'no reason given'}, by {stop.get('set_by')}); "
+                   f"`tidemark release --series {series}` lifts it")
+        else:
+            listed = ", ".join(f"{b['task_id']} ({b['state']})" for b in self.blockers)
+            why = (f"an earlier run of series {series} is not settled: {listed}; settle it "
+                   "(resume to completion, or unwind), release it, then start this run again")
+        super().__init__(f"run {task_id} is blocked: {why}")
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
+                "stopped": self.stop is not None}
+
+
+def run_state(row: dict[str, Any]) -> str:
+    """What a ``JournalStore.series_runs`` row says about the run."""
+    stop = row.get("stop")
+    if row["confirmed"] == row["step_count"] and not row["open"]:
+        return "completed"
+    if row["undone"] and not row["to_undo"] and not row["open"]:
+        return "unwound"
+    if stop is not None and not str(stop.get("scope", "")).startswith("series:"):
+        return str(stop.get("state"))
+    if row["open"]:
+        return "in_doubt"
+    if row["failed"]:
+        return "failed"
+    return "not_finished"
+
+
+def unsettled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if run_state(r) not in SETTLED]
+
+
+def admit(store: JournalStore, task_id: str, series: str) -> None:
+    """Admits the run to its series or raises SeriesBlocked (logged as a ``blocked`` event)."""
+    stop, blockers = store.admit_to_series(task_id, series, unsettled)
+    if stop is not None or blockers:
+        raise SeriesBlocked(task_id, series, stop, blockers)
+
+
+def check(store: JournalStore, series: str, task_id: str) -> None:
+    """Raises SeriesBlocked (logged as a ``blocked`` event of ``task_id``) unless a new run of
+    the series could start now; nothing is admitted (RunPlan's prepare admits)."""
+    rows = store.series_runs(series)
+    stop = store.stop_state("series:" + series)  # the scope itself, as stop_of reads it
+    blockers = unsettled(rows)
+    if stop is not None or blockers:
+        store.record_event(task_id, "blocked", {
+            "series": series, "stop": stop and {k: str(v) for k, v in stop.items()},
+            "blockers": [b["task_id"] for b in blockers]})
+        raise SeriesBlocked(task_id, series, stop, blockers)
+
+
+def listing(store: JournalStore, series: str) -> dict[str, Any]:
+    """The runs of a series in order with their states, and its refused starts."""
+    runs = [{"task_id": r["task_id"], "position": r["position"], "state": run_state(r),
+             "confirmed": r["confirmed"], "steps": r["step_count"],
+             "admitted_at": r["admitted_at"].isoformat()} for r in store.series_runs(series)]
+    stop = store.stop_state("series:" + series)
+    return {"series": series, "runs": runs,
+            "stopped": stop and {k: str(v) for k, v in stop.items()},
+            "blocked": [{"task_id": b["task_id"], "at": b["at"].isoformat(),
+                         "blockers": b["detail"].get("blockers")}
+                        for b in store.blocked_runs(series)]}

@@ -1,0 +1,80 @@
+"""ScheduledRun: what a series' Temporal Schedule starts (workflows/schedules.py).
+
+It reads the stop and series state first (activity ``series_gate``); if anything says stop it
+ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity
+``call_planner``), and runs the validated plan with RunPlan as a child workflow
+``tidemark-<task_id>``, the task id derived from the series and the scheduled time. Its end
+follows RunPlan's (workflows/outcome.py): Completed only when the run completed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.outcome import ended, result_of
+    from workflows.run_plan import (
+        BOOKKEEPING_RETRY,
+        BOOKKEEPING_TIMEOUT,
+        STATE,
+        TASK_ID,
+        end_state_of,
+    )
+    from workflows.types import FAILED, PlannerInput, RunResult
+
+SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+# An agent may think for a while; a planner that fails is tried a few times, then the run fails.
+PLANNER_TIMEOUT = timedelta(minutes=10)
+PLANNER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3,
+                            non_retryable_error_types=["PlanError", "SeriesBlocked"])
+
+
+def task_id_for(series: str, when: datetime) -> str:
+    return f"{series}-{when:%Y%m%dT%H%M%SZ}"
+
+
+@workflow.defn(name="ScheduledRun")
+class ScheduledRun:
+    @workflow.run
+    async def run(self, inp: dict[str, Any]) -> RunResult:
+        series = str(inp.get("series") or "")
+        when = workflow.info().typed_search_attributes.get(SCHEDULED_START) or workflow.now()
+        task_id = task_id_for(series, when)
+        result = RunResult(task_id=task_id, state="running", steps=0, confirmed=0)
+        workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
+                                           STATE.value_set("running")])
+        ask = PlannerInput(series, str(inp.get("planner") or ""), dict(inp.get("args") or {}),
+                           when.isoformat(), task_id)
+        try:
+            await workflow.execute_activity(
+                "series_gate", ask, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY, summary=f"stop and series state of {series}")
+            plan: dict[str, Any] = await workflow.execute_activity(
+                "call_planner", ask, result_type=dict, start_to_close_timeout=PLANNER_TIMEOUT,
+                retry_policy=PLANNER_RETRY, summary=f"plan {task_id} with {inp.get('planner')}")
+        except ActivityError as e:
+            cause = getattr(e.cause, "type", None)
+            if cause == "PlannerFailed":
+                state, error = FAILED, {"type": cause, "message": str(e.cause)}
+            else:
+                state, error = end_state_of(e, None)
+            result.state, result.error = state, error
+            workflow.upsert_search_attributes([STATE.value_set(state)])
+            workflow.set_current_details(f"**{state}**: {error.get('message')}")
+            return ended(result)
+        try:
+            done: RunResult = await workflow.execute_child_workflow(
+                "RunPlan", plan, id=f"tidemark-{task_id}", result_type=RunResult)
+        except ChildWorkflowError as e:
+            found = result_of(e)
+            if found is None:
+                raise
+            done = found
+        workflow.upsert_search_attributes([STATE.value_set(done.state)])
+        return ended(done)
+
