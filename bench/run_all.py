@@ -66,6 +66,7 @@ from tidemark.errors import UnknownTask
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.run_plan import STATE, TASK_ID
 from workflows.types import RunResult
 
@@ -279,7 +280,7 @@ async def run_plan(client: Client, doc: dict[str, Any], queue: str) -> RunResult
     handle: WorkflowHandle[Any, RunResult] = await client.start_workflow(
         "RunPlan", doc, id=f"tidemark-{doc['task_id']}", task_queue=queue,
         result_type=RunResult)
-    return await handle.result()
+    return await run_result(handle)
 
 
 async def measure_paths(client: Client, default_client: Client, queue: str, n: int,

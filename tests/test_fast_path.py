@@ -19,6 +19,7 @@ from tidemark import commands
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.store import JournalStore
+from workflows.outcome import run_result
 from workflows.run_plan import FAST_STEPS_PER_RUN
 from workflows.types import RunResult
 
@@ -53,7 +54,7 @@ async def test_a_fast_plan_runs_every_step_once_as_local_activities(
         task_queue: str) -> None:
     workers.start()
     handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-1", 20), task_queue)
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", 20, 20)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 21)]
     progress = store.progress("fast-1")
@@ -65,7 +66,7 @@ async def test_a_fast_plan_runs_every_step_once_as_local_activities(
     assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 20
     # "execution" is how the run goes, not part of the plan: the same plan without it is the
     # same task (same hash), so a resume on the activity path finds nothing left to do.
-    again = await (await start(temporal_env.client, {"task_id": "fast-1"}, task_queue)).result()
+    again = await run_result(await start(temporal_env.client, {"task_id": "fast-1"}, task_queue))
     assert (again.state, again.confirmed, again.executed) == ("completed", 20, 0)
 
 
@@ -74,7 +75,7 @@ async def test_an_unknown_execution_mode_fails_readably_and_writes_nothing(
         task_queue: str) -> None:
     workers.start()
     doc = {**fast_plan(tmp_path, "fast-bad", 2), "execution": "turbo"}
-    result = await (await start(temporal_env.client, doc, task_queue)).result()
+    result = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (result.state, result.error["type"]) == ("failed", "PlanError")
     assert "execution must be one of activity, fast, not 'turbo'" in result.error["message"]
     assert entries(tmp_path) == []
@@ -93,7 +94,7 @@ async def test_a_worker_sigkilled_mid_step_on_the_fast_path_resumes_through_the_
     doubt = store.progress("fast-kill").in_doubt
     assert doubt is not None and doubt.step == 3
     workers.start()
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed) == ("completed", 6)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 7)]  # each effect exactly once
     row3 = store.step_row("fast-kill", 3)
@@ -113,7 +114,7 @@ async def test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_re
     assert_eventually(lambda: len(entries(tmp_path)) >= 2, timeout=30)
     sent = time.monotonic()
     await handle.signal("halt", "maintenance window")
-    result = await handle.result()
+    result = await run_result(handle)
     # Delivered when the worker ends its open workflow task (at 80% of its 10 s timeout).
     assert time.monotonic() - sent < 10
     assert result.state == "halted"
@@ -125,9 +126,9 @@ async def test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_re
     assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
 
     assert (await handle.query("status"))["execution"] == "fast"
-    again = await (await start(temporal_env.client,
+    again = await run_result(await start(temporal_env.client,
                                {"task_id": "fast-halt", "execution": "fast"},
-                               task_queue)).result()
+                               task_queue))
     assert again.state == "stopped" and "tidemark release fast-halt" in again.error["message"]
     assert len(entries(tmp_path)) == len(ran)
 
@@ -141,16 +142,16 @@ async def test_a_stop_committed_mid_run_ends_the_fast_path_at_its_next_step(
                          task_queue)
     assert_eventually(lambda: len(entries(tmp_path)) >= 2, timeout=30)
     commands.stop(store.conninfo, "fast-stop", "wrong supplier list", "ana")
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.error["type"]) == ("stopped", "TaskStopped")
     ran = entries(tmp_path)
     assert len(ran) < n and store.progress("fast-stop").in_doubt is None
     assert result.error["step"] == len(ran) + 1  # the step after the last one that ran
 
     commands.release(store.conninfo, "fast-stop", "list fixed", "ana")
-    resumed = await (await start(temporal_env.client,
+    resumed = await run_result(await start(temporal_env.client,
                                  {"task_id": "fast-stop", "execution": "fast"},
-                                 task_queue)).result()
+                                 task_queue))
     assert (resumed.state, resumed.confirmed) == ("completed", n)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]
 
@@ -161,7 +162,7 @@ async def test_a_long_fast_plan_continues_as_new_and_stays_fast(
     n = FAST_STEPS_PER_RUN + 150
     workers.start()
     handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-long", n), task_queue)
-    result = await handle.result()
+    result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", n, n)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]
     chain = [w async for w in temporal_env.client.list_workflows(
