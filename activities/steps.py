@@ -19,7 +19,7 @@ from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
 from tidemark.grants import GrantBroker
 from tidemark.plan import Step, load_plan
-from tidemark.run_step import check_plan_gates, run_step
+from tidemark.run_step import check_stored_plan_gates, run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from workflows.types import (
@@ -95,7 +95,7 @@ class StepActivities:
             progress = self.store.progress(task_id)
             if (inp.check_gates and progress.next_step is not None
                     and progress.unwound is None):  # again on every start
-                check_plan_gates(self.store, self.registry, self.store.load_plan(task_id))
+                check_stored_plan_gates(self.store, self.registry, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop = progress.stop
@@ -182,7 +182,13 @@ class StepActivities:
 @contextlib.contextmanager
 def _heartbeating() -> Iterator[None]:
     """Heartbeats from a side thread while the block runs, so that a worker that dies mid-step
-    is noticed within the heartbeat timeout while a slow but live step is not."""
+    is noticed within the heartbeat timeout while a slow but live step is not.
+
+    A local activity (RunPlan's fast path) has no heartbeat: the worker keeps its workflow task
+    alive instead, and a dead worker is noticed when that task times out."""
+    if activity.info().is_local:
+        yield
+        return
     stop = threading.Event()
     ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.catalog import ACTION_CLASSES
+from activities.catalog import ACTION_CLASSES, BUILTIN_ACTION_CLASSES
 from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
@@ -35,6 +35,7 @@ from staging import stripe as staging_stripe
 from tidemark.actions import Action, Registry
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
+from tidemark.plugins import bind_plugin
 from tidemark.secret_files import unreadable
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
@@ -200,6 +201,13 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
             action = build(env, *creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
+    builtin = {cls.name for cls in BUILTIN_ACTION_CLASSES}
+    for cls in ACTION_CLASSES:  # installed plugins, bound where their configuration is present
+        if cls.name not in builtin:
+            plugin = bind_plugin(cls, env)
+            if plugin is not None:
+                plugin.check_identity()
+                actions.append(plugin)
     return actions
 
 

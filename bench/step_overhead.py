@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from journal_overhead import SEED_MS_PER_STEP, Noop, bench_store
 
 from tidemark.actions import Registry
-from tidemark.devstack import temporal_binary
+from tidemark.devstack import dev_server_args, temporal_binary
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -55,7 +55,7 @@ async def measure(store: JournalStore, steps: int, rounds: int) -> tuple[list[fl
     registry = Registry([Noop()])
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
-        dev_server_log_level="error")
+        dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     temporal_ms: list[float] = []
     journal_ms: list[float] = []
     try:

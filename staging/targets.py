@@ -5,6 +5,7 @@ from staging.drive import DriveTarget
 from staging.gmail import GmailTarget
 from staging.graph import GraphTarget
 from staging.stripe import StripeTarget
+from tidemark.plugins import plugin_staging_targets
 
 
 def all_targets() -> list[Target]:
@@ -14,6 +15,7 @@ def all_targets() -> list[Target]:
     targets.append(GraphTarget())
     targets.append(DriveTarget())
     targets.append(StripeTarget())
+    targets.extend(plugin_staging_targets())  # those installed plugins bring
     return targets
 
 

@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
-from tidemark.devstack import STAGING_CLIENTS, temporal_binary
+from tidemark.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from tidemark.store import JournalStore
 from workflows.run_plan import STATE, TASK_ID
 
@@ -96,7 +96,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         search_attributes=[TASK_ID, STATE],
-        dev_server_log_level="error")
+        dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     yield env
     await env.shutdown()
 

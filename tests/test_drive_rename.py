@@ -134,17 +134,6 @@ def test_third_party_rename_after_ours_is_unknown_not_done(server: StagingServer
     assert "'theirs.pdf'" in probed.reason and "someone else" in probed.reason
 
 
-def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it_done(action: DriveRename,
-                                                                  drive: DriveTarget,
-                                                                  staging: Staging) -> None:
-    ctx = intent(action)
-    staging.arm(Fault("drive", "files.update", "drop_after_commit"))
-    with pytest.raises(TargetUnavailable):
-        action.execute(ctx)
-    assert action.probe(ctx).status is ProbeStatus.DONE
-    assert len(staging.effects_of("drive", "files.update")) == 1
-
-
 def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(server: StagingServer,
                                                                     drive: DriveTarget,
                                                                     staging: Staging) -> None:

@@ -206,16 +206,6 @@ def test_probe_with_a_metadata_scope_reader_is_unknown(mail: StagingServer) -> N
     assert probed.status is ProbeStatus.UNKNOWN and "403" in probed.reason
 
 
-def test_dropped_response_is_target_unavailable_and_sends_once(mail: StagingServer) -> None:
-    a = action(mail)
-    ctx = staged(a, begun(a))
-    arm(mail, "gmail", "drafts.send", "drop_after_commit")
-    with pytest.raises(TargetUnavailable):
-        a.execute(ctx)
-    assert sent_keys(mail) == [ctx.key]  # the SDK's transport did not resend
-    assert a.probe(ctx).status is ProbeStatus.DONE
-
-
 def test_timeout_is_target_unavailable_and_the_probe_sees_the_late_commit(
         mail: StagingServer) -> None:
     a = action(mail, timeout=0.2)

@@ -110,18 +110,6 @@ def test_the_gate_refuses_more_than_the_limit(action: StripePaymentIntent) -> No
         action.preconditions(context(amount=MAX_AMOUNT + 1))
 
 
-def test_commit_then_drop_is_in_doubt_and_the_probe_finds_it(action: StripePaymentIntent,
-                                                             staging: Staging) -> None:
-    ctx = context()
-    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
-    with pytest.raises(TargetUnavailable, match="APIConnectionError"):
-        action.execute(ctx)
-    probed = action.probe(ctx)
-    assert probed.status is ProbeStatus.DONE
-    [effect] = staging.effects_of("stripe")
-    assert probed.observed["id"] == effect.detail["id"]
-
-
 def test_search_lag_does_not_fool_the_probe(server: StagingServer, action: StripePaymentIntent,
                                             staging: Staging) -> None:
     post(server, "/_staging/stripe/search_lag", {"seconds": 3600})

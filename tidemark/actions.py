@@ -9,6 +9,12 @@ An action turns one plan step into an effect on an outside system. It states its
 
 An action without a probe cannot be registered: a step whose completion cannot be established
 after the fact can never be resumed safely.
+
+This is the public action API: docs/writing-an-action.md builds one from nothing. An installed
+package registers its Action subclass in the entry point group ``tidemark.actions`` and binds it
+with a classmethod ``from_env(env) -> Action | None`` (see tidemark/plugins.py); the write
+client lives only in the attributes ``write_attrs`` names, and tidemark.testing checks that the
+read-only parts never reach it.
 """
 
 from __future__ import annotations
@@ -140,6 +146,12 @@ class Action:
     # not trusted until this has passed. 0 for targets that fence (an idempotency key, a
     # draft that can be sent only once).
     horizon_s: float = 0.0
+    # The attributes of a bound instance that hold a client able to write. Only ``stage``,
+    # ``execute`` and ``compensate`` may use them; ``probe``, ``snapshot`` and
+    # ``preconditions`` read through the read-only client, and tidemark.testing enforces it by
+    # replacing these attributes with a client that raises while those run. Keep the write
+    # client in these attributes only (no helper object built around it).
+    write_attrs: ClassVar[tuple[str, ...]] = ("writer",)
 
     @classmethod
     def validate_args(cls, args: Any, where: str) -> dict[str, Any]:

@@ -263,6 +263,29 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return 0 if outcome.ok else EXIT_ERROR
 
 
+def _cmd_chaos(a: argparse.Namespace) -> int:
+    from tidemark.chaos import progress_bar, run_chaos
+
+    with open(a.plan, encoding="utf-8") as f:
+        doc = json.load(f)
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
+    if a.staging_url:
+        report = run_chaos(doc, a.runs, seed, db_url=database_url(), staging_url=a.staging_url,
+                           extra=a.action, progress=progress_bar)
+    else:
+        from staging.core import StagingServer
+        from staging.targets import build_staging
+
+        with StagingServer(build_staging()) as server:
+            report = run_chaos(doc, a.runs, seed, db_url=database_url(), staging_url=server.url,
+                               extra=a.action, progress=progress_bar)
+    if a.json:
+        print(json.dumps(report.as_json(), sort_keys=True))
+    else:
+        print(report.table())
+    return 0 if report.ok else EXIT_ERROR
+
+
 def _interrupt_event() -> threading.Event:
     """An event that SIGINT and SIGTERM set from now on. Installed before the addresses are
     printed: a Ctrl-C that follows them at once must take the clean way out (exit 0), not raise
@@ -384,6 +407,19 @@ def build_parser() -> argparse.ArgumentParser:
                            "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
     demo.set_defaults(func=_cmd_demo)
+
+    ch = sub.add_parser("chaos", help="kill a plan at random steps and phases on the staging "
+                                      "servers, resume, compare with an uninterrupted run")
+    ch.add_argument("plan", help="a plan file (JSON)")
+    ch.add_argument("--runs", type=int, default=20, help="interrupted runs (default 20)")
+    ch.add_argument("--seed", type=int, help="the same seed gives the same kills")
+    ch.add_argument("--json", action="store_true", help='print {"runs", "duplicates", '
+                    '"mismatches", "phases", "seed", "failures"}')
+    ch.add_argument("--staging-url", help="use these staging servers (default: start them here)")
+    ch.add_argument("--action", action="append", default=[], metavar="MODULE:CLASS",
+                    help="an action class not installed as a plugin, bound by its from_env "
+                         "(replaces an action of the same name)")
+    ch.set_defaults(func=_cmd_chaos)
     add_series_commands(sub, user)
     return p
 

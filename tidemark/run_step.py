@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,7 +49,7 @@ from tidemark.errors import (
 )
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
-from tidemark.plan import Plan
+from tidemark.plan import Plan, Step
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 
 log = logging.getLogger(__name__)
@@ -133,14 +134,30 @@ def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> Non
     Raises:
         PreconditionFailed: naming the first step of the action whose gate refused.
     """
-    by_action: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for step in plan.steps:
+        registry.bound(step.action)  # ActionNotConfigured for an action this worker lacks
+    _run_plan_gates(store, registry, plan.task_id, plan.steps)
+
+
+def check_stored_plan_gates(store: JournalStore, registry: Registry, task_id: str) -> None:
+    """check_plan_gates over the stored plan of ``task_id``, reading only the steps of actions
+    that have a plan-level gate: starting again a long plan whose actions have none (a resume)
+    transfers no step, so it costs the same for ten steps as for ten thousand."""
+    gated = [name for name in store.plan_actions(task_id)
+             if type(registry.bound(name)).plan_gate is not Action.plan_gate]
+    _run_plan_gates(store, registry, task_id, store.load_steps_of(task_id, gated))
+
+
+def _run_plan_gates(store: JournalStore, registry: Registry, task_id: str,
+                    plan_steps: Iterable[Step]) -> None:
+    by_action: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for step in plan_steps:
         by_action.setdefault(step.action, []).append((step.number, step.args))
     for name, steps in by_action.items():
         try:
-            registry.bound(name).plan_gate(plan.task_id, steps)
+            registry.bound(name).plan_gate(task_id, steps)
         except GateRefused as e:
-            store.record_event(plan.task_id, "precondition", {"refused": str(e), "plan": True},
+            store.record_event(task_id, "precondition", {"refused": str(e), "plan": True},
                                steps[0][0])
             raise PreconditionFailed(steps[0][0], name, str(e)) from None
 

@@ -368,6 +368,24 @@ class JournalStore:
                 (task_id, first, last)).fetchall()
         return [Step(r["step"], r["action"], r["args"], r["irreversible"]) for r in rows]
 
+    def plan_actions(self, task_id: str) -> list[str]:
+        """The distinct actions of a stored plan (one index scan, no step is transferred)."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT DISTINCT action FROM tidemark.plan_steps"
+                                " WHERE task_id = %s ORDER BY action", (task_id,)).fetchall()
+        return [r["action"] for r in rows]
+
+    def load_steps_of(self, task_id: str, actions: list[str]) -> list[Step]:
+        """The steps of a stored plan whose action is one of ``actions``, in order."""
+        if not actions:
+            return []
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT step, action, args, irreversible FROM tidemark.plan_steps"
+                " WHERE task_id = %s AND action = ANY(%s) ORDER BY step",
+                (task_id, actions)).fetchall()
+        return [Step(r["step"], r["action"], r["args"], r["irreversible"]) for r in rows]
+
     def step_row(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with self._conn() as conn:
             return StepSession(conn).get(task_id, step, phase)

@@ -11,6 +11,14 @@ or crashed task is resumed, and how the workflow continues as new. The workflow 
 ``failed`` with a PlanError and persists nothing. A task that was unwound ends ``unwound`` at
 once, whatever starts it. Deterministic code only: every read and write of the world happens
 in activities (activities/steps.py).
+
+``"execution": "fast"`` beside the plan (or beside ``task_id`` on a resume) runs the steps as
+local activities in the worker's own workflow task instead of as activity tasks dispatched by
+the server: the journal, lock, lease, probe, stop state and halt are the same code, at a
+fraction of the cost per step (see FAST_* below and the README). It is a choice of this run,
+kept across continue-as-new, not part of the plan: it changes how the steps run, not what
+they do, so the plan hash and task id do not depend on it. The default, ``"activity"``, shows
+every step as its own activity in the Web UI and answers a halt within a step.
 """
 
 from __future__ import annotations
@@ -54,6 +62,16 @@ STATE = SearchAttributeKey.for_keyword("TidemarkState")
 # scheduled/started/completed plus a workflow task), so a run stays near 1,500 events: far below
 # Temporal's 51,200-event limit, and small enough that replaying it after a worker crash is quick.
 STEPS_PER_RUN = 250
+# The fast path records one marker event per step, and a workflow task (3 events) only when the
+# worker heartbeats the open task (at 80% of the workflow task timeout, 10 s unless the starter
+# sets another) or a retry backs off through a timer: 1,000 steps make about 1,100 events, a
+# history no longer than the activity path's 250 steps.
+FAST_STEPS_PER_RUN = 1000
+EXECUTION_MODES = ("activity", "fast")
+# A fast step that fails is retried inside the worker while the backoff is at most this long;
+# a longer backoff becomes a durable timer, which ends the workflow task so that signals (a
+# halt) are delivered while the step waits to be retried.
+FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
 STEP_START_TO_CLOSE = timedelta(minutes=5)
@@ -100,10 +118,14 @@ STEP_RETRY = RetryPolicy(
 BOOKKEEPING_RETRY = STEP_RETRY
 
 
-def end_state_of(e: ActivityError, step: int | None) -> tuple[str, dict[str, Any]]:
+def end_state_of(e: ActivityError | ApplicationError,
+                 step: int | None) -> tuple[str, dict[str, Any]]:
     """The named end state and error of a typed, non-retryable failure. Any other failure (a
-    bug) is re-raised, which fails the workflow task visibly in the Web UI."""
-    cause = e.cause
+    bug) is re-raised, which fails the workflow task visibly in the Web UI.
+
+    An activity's failure arrives as an ActivityError around our ApplicationError; a local
+    activity's (the fast path) as the ApplicationError itself."""
+    cause = e.cause if isinstance(e, ActivityError) else e
     if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
         raise e
     return END_STATES[cause.type], {"type": cause.type, "message": cause.message, "step": step}
@@ -117,6 +139,7 @@ class RunPlan:
         self._result = RunResult(task_id="", state=RUNNING, steps=0, confirmed=0)
         self._current: int | None = None
         self._approval_news = False
+        self._fast = False
 
     @workflow.signal
     def approval(self, decision: dict[str, Any] | None = None) -> None:
@@ -136,7 +159,8 @@ class RunPlan:
         return {"task_id": r.task_id, "state": r.state, "current_step": self._current,
                 "steps": r.steps, "confirmed": r.confirmed, "executed": r.executed,
                 "resolved_by_probe": r.resolved_by_probe, "skipped": r.skipped,
-                "halt_requested": self._halt_reason}
+                "halt_requested": self._halt_reason,
+                "execution": "fast" if self._fast else "activity"}
 
     @workflow.run
     async def run(self, document: Any) -> RunResult:
@@ -162,9 +186,16 @@ class RunPlan:
         hop = workflow.info().continued_run_id is not None
         carried = (document.get("continued") or {}) if hop else {}
         self._result.task_id = str(document.get("task_id") or "")
+        execution = document.get("execution", "activity")
+        if execution not in EXECUTION_MODES:
+            return self._end(FAILED, {"type": "PlanError", "message":
+                                      f"execution must be one of {', '.join(EXECUTION_MODES)}, "
+                                      f"not {execution!r}", "step": None})
+        self._fast = execution == "fast"
         try:
             prep: Prepared = await workflow.execute_activity(
-                "prepare", PrepareInput({k: v for k, v in document.items() if k != "continued"},
+                "prepare", PrepareInput({k: v for k, v in document.items()
+                                         if k not in ("continued", "execution")},
                                         check_gates=not hop,
                                         workflow_id=workflow.info().workflow_id),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
@@ -190,7 +221,8 @@ class RunPlan:
             return self._end(FAILED if prep.failed else COMPLETED)
 
         first = prep.next_step
-        last = min(prep.step_count, first + STEPS_PER_RUN - 1)
+        last = min(prep.step_count,
+                   first + (FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN) - 1)
         lines: list[str] = await workflow.execute_activity(
             "describe_steps", WindowInput(prep.task_id, first, last), result_type=list[str],
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
@@ -210,11 +242,8 @@ class RunPlan:
                 f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"
                 f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
                 "resolved by probe in this run")
-            attempt = workflow.start_activity(
-                "run_step", StepInput(prep.task_id, step), result_type=StepOutput,
-                start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
-                retry_policy=STEP_RETRY,
-                summary=f"{step}/{prep.step_count} {lines[step - first]}"[:400])
+            attempt = self._start_step(StepInput(prep.task_id, step),
+                                       f"{step}/{prep.step_count} {lines[step - first]}"[:400])
             # A halt that arrives while the step runs is written at once: the attempt under
             # way finishes, but a step that keeps failing (its target is down) meets the stop
             # state at its next attempt instead of retrying until the target is back.
@@ -224,7 +253,7 @@ class RunPlan:
                 await self._record_halt(step)
             try:
                 out: StepOutput = await attempt
-            except ActivityError as e:
+            except (ActivityError, ApplicationError) as e:
                 state, error = end_state_of(e, step)
                 if self._halt_reason is not None:
                     # Whatever ended the run, the stop a person asked for must hold.
@@ -251,10 +280,25 @@ class RunPlan:
         if last < prep.step_count:
             if self._halt_reason is not None:
                 return await self._halt(last + 1)
-            workflow.continue_as_new({"task_id": prep.task_id, "continued": {
+            workflow.continue_as_new({"task_id": prep.task_id, "execution": execution,
+                                      "continued": {
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
                 "skipped": r.skipped}})
         return self._end(COMPLETED)
+
+    def _start_step(self, inp: StepInput, summary: str) -> workflow.ActivityHandle[StepOutput]:
+        """One attempt series of a step: an activity task, or on the fast path a local
+        activity (no heartbeat: a dead worker is noticed when its workflow task times out, and
+        the next attempt goes through the journal and the probe as on the activity path)."""
+        if self._fast:
+            return workflow.start_local_activity(
+                "run_step", inp, result_type=StepOutput,
+                start_to_close_timeout=STEP_START_TO_CLOSE, retry_policy=STEP_RETRY,
+                local_retry_threshold=FAST_LOCAL_RETRY_THRESHOLD, summary=summary)
+        return workflow.start_activity(
+            "run_step", inp, result_type=StepOutput,
+            start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
+            retry_policy=STEP_RETRY, summary=summary)
 
     async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
         """The irreversible boundary (tidemark/boundary.py): the verification gate and the plan

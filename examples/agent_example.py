@@ -1,0 +1,19 @@
+"""An agent submits a plan and waits for it: `python examples/agent_example.py` (with `tidemark dev`
+running, and the ledger plugin installed)."""
+import asyncio
+
+from tidemark.client import PlanBuilder, TidemarkClient
+
+
+async def main(address: str = "localhost:7233", task_id: str = "agent-example",
+               task_queue: str = "tidemark") -> str:
+    tm = await TidemarkClient.connect(address, task_queue=task_queue)
+    plan = PlanBuilder(task_id).add("ledger.post_invoice", customer="acme", amount=120_000,
+                                    currency="eur", reference="2026-Q3 retainer")
+    run = await tm.submit(plan)  # validated here first; the workflow is tidemark-<task_id>
+    result = await run.wait()
+    print(result.state, await run.status())
+    return result.state
+
+if __name__ == "__main__":
+    asyncio.run(main())

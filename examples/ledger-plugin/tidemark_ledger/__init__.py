@@ -1,0 +1,2 @@
+"""An invoice ledger as a Tidemark plugin: the action ``ledger.post_invoice`` and the ledger's
+own staging server. The worked example of docs/writing-an-action.md."""
