@@ -45,6 +45,7 @@ from tidemark.errors import StepBusy, TargetUnavailable, TidemarkError
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
 from tidemark.plan import Plan, load_plan
+from tidemark.plugins import plugin_action_classes
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -64,6 +65,9 @@ TIMEOUT_ENVS = {"gmail.send": "TIDEMARK_GMAIL_TIMEOUT_S",
 # unsent (documented in activities/gmail.py and graph.py). Counted as left-over handles, not
 # as duplicates. A plugin class may name its own in ``provisional_ops``.
 PROVISIONAL_OPS = {"gmail.send": ("drafts.create",), "graph.send_mail": ("messages.create",)}
+# The client timeout of a plugin's staging target (its ``timeout_env``) unless the environment
+# sets one: a killed attempt's lease, which covers the action's deadline, lapses in seconds.
+STAGING_PLUGIN_TIMEOUT_S = "2"
 RESUME_PATIENCE_S = 60.0  # how long a resume retries a busy or unavailable step
 LOCAL_ACTIONS = frozenset({"fs.rename"})  # no staging server to reset
 
@@ -176,6 +180,10 @@ def chaos_registry(staging_url: str, extra: Sequence[str] = ()) -> Registry:
     # in seconds; no Drive horizon, as staging applies a write within its request), unless the
     # environment says otherwise.
     env = {**STAGING_CLIENTS, "TIDEMARK_STAGING_URL": staging_url, **_passthrough_env()}
+    classes = [*plugin_action_classes(), *(load_class(spec) for spec in extra)]
+    for cls in classes:  # a plugin's staging target answers in milliseconds too
+        if getattr(cls, "timeout_env", None):
+            env.setdefault(cls.timeout_env, STAGING_PLUGIN_TIMEOUT_S)  # type: ignore[attr-defined]
     registry = worker_registry(env)
     for spec in extra:
         cls = load_class(spec)
