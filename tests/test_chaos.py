@@ -227,7 +227,10 @@ class Chaos:
         assert r.action is not None
         target, _ = WRITE_OPS[r.action]
         deadline = time.monotonic() + 60
-        while not any(q.status is None for q in self.server.staging.requests_of(target)):
+        staging = self.server.staging
+        # The armed delay is taken when the write op itself arrives; another request of the
+        # target in flight (the draft being created) is not yet the write.
+        while staging.faults or not any(q.status is None for q in staging.requests_of(target)):
             if time.monotonic() > deadline:
                 return ["the write request never arrived; no lock was lost mid-step"]
             time.sleep(0.01)
