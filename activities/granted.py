@@ -3,7 +3,10 @@ request of a granted client presents that task's grant from the broker (tidemark
 instead of the worker's own credential.
 
 Outside ``acting_for`` (binding a worker, identity checks) a client presents its base
-credential. Wired for the Google clients (Drive, Gmail: their credentials object is asked on
+credential. The base credential comes from a credential source (tidemark.credentials) that
+refreshes it before it expires; after a 401 each client renews it once and resends (see
+``GrantedCredentials`` and probes.graph.RenewOnUnauthorized for why that is safe for writes).
+Wired for the Google clients (Drive, Gmail: their credentials object is asked on
 every request), the Stripe client (its HTTP client's ``request`` sets the header) and the Graph
 client (its token provider; the coroutine submitted to the client's loop thread carries the
 submitting thread's context, ``acting_for`` included).
@@ -14,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+import google_auth_httplib2
 from google.oauth2.credentials import Credentials
 
+from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.grants import GrantBroker, Minter
 
 _ACTING: contextvars.ContextVar[tuple[GrantBroker, str] | None] = contextvars.ContextVar(
@@ -39,25 +45,78 @@ def acting_for(broker: GrantBroker | None, task_id: str) -> Iterator[None]:
 
 
 class GrantedCredentials(Credentials):  # type: ignore[misc]
-    """google-auth credentials that ask the broker for the acting task's token per request."""
+    """google-auth credentials that present, per request, the acting task's grant from the
+    broker, issued for the source's current base token (or that base token outside
+    ``acting_for``).
 
-    def __init__(self, base: str, target: str, scope: str, minter: Minter) -> None:
-        super().__init__(base)
-        self._target, self._scope, self._minter = target, scope, minter
+    After a 401, ``RenewingHttp`` asks ``renew``, which renews the base token (unless another
+    request did) and asks the broker again, and resends once with what is fresh. A revoked
+    grant makes the broker raise ``Unauthorized`` there (the task stops); with nothing fresh to
+    offer (a static token, a grant the provider refused for its own reasons) the 401 stands,
+    and the client maps it as before, without a second request. Resending is safe for writes
+    too: Google checks the bearer token before it processes a request, and a 401 says the
+    request was not processed (Google API errors: 401 ``authError``, "Invalid Credentials …
+    refresh the access token"; RFC 6750 section 3.1); google-auth's own transports resend any
+    request after a 401 by default (``DEFAULT_REFRESH_STATUS_CODES``)."""
+
+    def __init__(self, source: CredentialSource, target: str, scope: str,
+                 minter: Minter) -> None:
+        super().__init__(None)
+        self._source, self._target, self._scope, self._minter = source, target, scope, minter
+        self._sent = threading.local()  # what this thread's last request presented
+
+    def before_request(self, request: Any, method: str, url: str,
+                       headers: dict[str, str]) -> None:
+        self.apply(headers)
+
+    def _present(self, base: str) -> str:
+        acting = _ACTING.get()
+        if acting is None:
+            return base
+        broker, task_id = acting
+        return broker.token(task_id, self._target, self._scope, base, self._minter)
 
     def apply(self, headers: dict[str, str], token: str | None = None) -> None:
-        acting = _ACTING.get()
-        if acting is not None and token is None:
-            broker, task_id = acting
-            token = broker.token(task_id, self._target, self._scope, self.token, self._minter)
+        if token is None:
+            base = self._source.token()
+            token = self._present(base)
+            self._sent.base, self._sent.token = base, token
         super().apply(headers, token)
 
+    def renew(self) -> bool:
+        """After a 401: renews the base token this thread presented and asks the broker again;
+        True when there is a fresh token to resend with. Raises ``Unauthorized`` when the
+        task's grant was revoked."""
+        stale_base = getattr(self._sent, "base", None)
+        if stale_base is None:
+            return False
+        return self._present(self._source.renew(stale_base)) != self._sent.token
 
-def granted_google(service: Any, target: str, scope: str, minter: Minter) -> Any:
-    """Makes a google_service Resource present per-task grants (its base token stays the
-    worker's)."""
-    http = service._http  # google_auth_httplib2.AuthorizedHttp
-    http.credentials = GrantedCredentials(http.credentials.token, target, scope, minter)
+
+class RenewingHttp(google_auth_httplib2.AuthorizedHttp):  # type: ignore[misc]
+    """An AuthorizedHttp that, after a 401, resends once if its GrantedCredentials have a
+    fresh token, and otherwise returns the 401 as it came (the caller maps it)."""
+
+    credentials: GrantedCredentials
+
+    def request(self, uri: str, method: str = "GET", body: Any = None, headers: Any = None,
+                **kwargs: Any) -> Any:
+        response, content = super().request(uri, method, body, headers, **kwargs)
+        if response.status != 401 or not self.credentials.renew():
+            return response, content
+        # Safe for writes: a 401 was not processed (see GrantedCredentials).
+        return super().request(uri, method, body, headers, **kwargs)
+
+
+def granted_google(service: Any, target: str, scope: str, minter: Minter,
+                   source: CredentialSource | None = None) -> Any:
+    """Makes a google_service Resource present per-task grants for the base tokens of
+    ``source`` (default: the static token the service was built with) and resend once after
+    a 401 with a renewed token."""
+    old = service._http  # google_auth_httplib2.AuthorizedHttp
+    credentials = GrantedCredentials(source or StaticToken(old.credentials.token), target, scope,
+                                     minter)
+    service._http = RenewingHttp(credentials, http=old.http, refresh_status_codes=())
     return service
 
 
@@ -83,21 +142,41 @@ def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
 
 class GrantedTokenProvider:
     """A kiota AccessTokenProvider that hands out the acting task's grant, for the hosts the
-    wrapped provider would serve."""
+    wrapped provider would serve; ``renew`` (asked by probes.graph.RenewOnUnauthorized after a
+    401) renews the base token the refused grant was issued for and asks the broker again."""
 
     def __init__(self, inner: Any, target: str, scope: str, minter: Minter) -> None:
         self._inner, self._target, self._scope, self._minter = inner, target, scope, minter
+        self._base_of: dict[str, str] = {}  # recent presented token -> its base
+        self._lock = threading.Lock()
 
     async def get_authorization_token(self, uri: str,
                                       additional_authentication_context: dict[str, Any] | None
                                       = None) -> str:
         base = await self._inner.get_authorization_token(uri, additional_authentication_context)
-        acting = _ACTING.get()
-        if not base or acting is None:
+        if not base:
             return str(base)
+        return await self._present(str(base))
+
+    async def _present(self, base: str) -> str:
+        acting = _ACTING.get()
+        if acting is None:
+            return base
         broker, task_id = acting
-        return await asyncio.to_thread(broker.token, task_id, self._target, self._scope, base,
-                                       self._minter)
+        token = await asyncio.to_thread(broker.token, task_id, self._target, self._scope, base,
+                                        self._minter)
+        with self._lock:
+            if len(self._base_of) > 256:
+                self._base_of.clear()
+            self._base_of[token] = base
+        return str(token)
+
+    async def renew(self, stale: str) -> str:
+        with self._lock:
+            base = self._base_of.get(stale, stale)
+        renew = getattr(self._inner, "renew", None)
+        fresh_base = await renew(base) if renew is not None else base
+        return await self._present(str(fresh_base))
 
     def get_allowed_hosts_validator(self) -> Any:
         return self._inner.get_allowed_hosts_validator()

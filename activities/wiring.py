@@ -28,11 +28,9 @@ from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.fs import ROOTS_ENV, parse_roots
 from probes.google_http import DEFAULT_TIMEOUT_S
 from probes.graph import graph_client
-from staging import drive as staging_drive
-from staging import gmail as staging_gmail
-from staging import graph as staging_graph
-from staging import stripe as staging_stripe
+from tidemark import staging_tokens
 from tidemark.actions import Action, Registry
+from tidemark.credentials import CredentialSource, StaticToken, google_source, graph_source
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.plugins import bind_plugin
@@ -50,24 +48,45 @@ DEFAULT_STRIPE_MAX_TASK_AMOUNT = 200_000
 
 @dataclass(frozen=True)
 class Target:
-    """How one target is configured: variable names, real default URL, staging defaults."""
+    """How one target is configured: variable names, real default URL, staging defaults, and
+    the OAuth scopes a credential file is asked for (None: tokens only)."""
 
-    prefix: str  # TIDEMARK_<PREFIX>_URL, _WRITE_TOKEN, _READ_TOKEN
+    prefix: str  # TIDEMARK_<PREFIX>_URL, _WRITE_TOKEN, _READ_TOKEN, _WRITE_CREDENTIALS_FILE ...
     default_url: str
     staging_write: str
     staging_read: str
+    scopes: dict[str, tuple[str, ...]] | None = None  # write/read -> scopes of a file's token
 
 
+GOOGLE = "https://www.googleapis.com/auth/"
+GRAPH = "https://graph.microsoft.com/"
 TARGETS = {
-    "drive": Target("DRIVE", "https://www.googleapis.com", staging_drive.DEFAULT_WRITE_TOKEN,
-                    staging_drive.DEFAULT_READ_TOKEN),
-    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_gmail.COMPOSE_TOKEN,
-                    staging_gmail.READ_TOKEN),
-    "graph": Target("GRAPH", "https://graph.microsoft.com", staging_graph.SEND_TOKEN,
-                    staging_graph.READ_TOKEN),
-    "stripe": Target("STRIPE", "https://api.stripe.com", staging_stripe.DEFAULT_SECRET_KEY,
-                     staging_stripe.DEFAULT_READ_KEY),
+    "drive": Target("DRIVE", "https://www.googleapis.com", staging_tokens.DRIVE_WRITE,
+                    staging_tokens.DRIVE_READ,
+                    {"write": (GOOGLE + "drive",), "read": (GOOGLE + "drive.metadata.readonly",)}),
+    "gmail": Target("GMAIL", "https://gmail.googleapis.com", staging_tokens.GMAIL_COMPOSE,
+                    staging_tokens.GMAIL_READ,
+                    {"write": (GOOGLE + "gmail.compose",), "read": (GOOGLE + "gmail.readonly",)}),
+    # Delegated scopes (a refresh token); an app-only credential gets its app's roles.
+    "graph": Target("GRAPH", "https://graph.microsoft.com", staging_tokens.GRAPH_SEND,
+                    staging_tokens.GRAPH_READ,
+                    {"write": tuple(GRAPH + s for s in ("Mail.ReadWrite", "Mail.Send",
+                                                        "User.Read")),
+                     "read": tuple(GRAPH + s for s in ("Mail.Read", "User.Read"))}),
+    "stripe": Target("STRIPE", "https://api.stripe.com", staging_tokens.STRIPE_SECRET,
+                     staging_tokens.STRIPE_READ),
 }
+GRAPH_USER = "TIDEMARK_GRAPH_USER"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A configured target: its URL and the sources of its write and read credentials."""
+
+    url: str
+    write: CredentialSource
+    read: CredentialSource
+    graph_user: str | None = None  # app-only Graph credentials address this mailbox
 
 
 def secret(env: Mapping[str, str], name: str) -> str | None:
@@ -85,29 +104,70 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {e.strerror}") from None
 
 
-def credentials(env: Mapping[str, str], target: str) -> tuple[str, str, str] | None:
-    """(base URL, write secret, read secret) of a target, or None when it is not configured."""
+def _source(env: Mapping[str, str], target: str, scope: str,
+            app_only: list[bool]) -> CredentialSource | None:
+    """The ``scope`` (write or read) credential of ``target``: a static token
+    (``..._TOKEN[_FILE]``) or a credential file (``..._CREDENTIALS_FILE``), never both."""
+    t = TARGETS[target]
+    name = f"TIDEMARK_{t.prefix}_{scope.upper()}"
+    token = secret(env, f"{name}_TOKEN")
+    path = env.get(f"{name}_CREDENTIALS_FILE")
+    if path and token is not None:
+        raise ConfigError(f"{target}: both {name}_TOKEN and {name}_CREDENTIALS_FILE are set; "
+                          f"set one of them")
+    if not path:
+        return None if token is None else StaticToken(token)
+    if t.scopes is None:
+        raise ConfigError(f"{name}_CREDENTIALS_FILE: {target} takes only a static key "
+                          f"({name}_TOKEN or {name}_TOKEN_FILE)")
+    variable = f"{name}_CREDENTIALS_FILE"
+    if target == "graph":
+        source, only = graph_source(path, t.scopes[scope], variable)
+        app_only.append(only)
+        return source
+    return google_source(path, t.scopes[scope], env.get(f"TIDEMARK_{t.prefix}_SUBJECT"),
+                         variable)
+
+
+def credentials(env: Mapping[str, str], target: str) -> Credentials | None:
+    """The URL and credential sources of a target, or None when it is not configured."""
     t = TARGETS[target]
     p = f"TIDEMARK_{t.prefix}"
-    write, read = secret(env, f"{p}_WRITE_TOKEN"), secret(env, f"{p}_READ_TOKEN")
+    app_only: list[bool] = []
+    write, read = _source(env, target, "write", app_only), _source(env, target, "read", app_only)
     url = env.get(f"{p}_URL")
     staging = env.get(STAGING_URL)
     if write is None and read is None and url is None:
         if not staging:
             return None
-        return staging, t.staging_write, t.staging_read
+        return Credentials(staging, StaticToken(t.staging_write), StaticToken(t.staging_read))
     if write is None or read is None:
         missing = f"{p}_WRITE_TOKEN" if write is None else f"{p}_READ_TOKEN"
-        raise ConfigError(f"{target}: {missing} (or {missing}_FILE) is missing; a target needs "
-                          "a write credential for actions and a read-only one for probes")
-    if url is None and staging and (write, read) != (t.staging_write, t.staging_read):
+        files = f" or {missing.removesuffix('_TOKEN')}_CREDENTIALS_FILE" if t.scopes else ""
+        raise ConfigError(f"{target}: {missing} (or {missing}_FILE{files}) is missing; a "
+                          f"target needs a write credential for actions and a read-only one "
+                          f"for probes")
+    static = isinstance(write, StaticToken) and isinstance(read, StaticToken)
+    if url is None and staging and (not static or (write.token(), read.token()) != (
+            t.staging_write, t.staging_read)):
         # Real credentials and no URL of their own: the staging URL would receive them.
+        kinds = ["TOKEN" if isinstance(x, StaticToken) else "CREDENTIALS_FILE"
+                 for x in (write, read)]
         raise ConfigError(
-            f"{target}: {p}_WRITE_TOKEN and {p}_READ_TOKEN are set but {p}_URL is not, while "
-            f"{STAGING_URL} is: the {target} credentials would be sent to the staging servers "
-            f"at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
+            f"{target}: {p}_WRITE_{kinds[0]} and {p}_READ_{kinds[1]} are set but {p}_URL is "
+            f"not, while {STAGING_URL} is: the {target} credentials would be sent to the staging "
+            f"servers at {staging}. Set {p}_URL (the real service is {t.default_url}) or unset "
             f"{STAGING_URL}")
-    return url or staging or t.default_url, write, read
+    user = env.get(GRAPH_USER) if target == "graph" else None
+    if app_only and not all(app_only) and any(app_only):
+        raise ConfigError("graph: one credential file is app-only (client secret or "
+                          "certificate) and the other delegated (refresh token); both must "
+                          "address the mailbox the same way")
+    if any(app_only) and not user:
+        raise ConfigError(f"graph: app-only credentials (client secret or certificate) have "
+                          f"no /me; set {GRAPH_USER} to the id or userPrincipalName of the "
+                          f"mailbox to act on")
+    return Credentials(url or staging or t.default_url, write, read, user)
 
 
 def _amount(env: Mapping[str, str], name: str, default: int) -> int:
@@ -151,39 +211,52 @@ def _minter(env: Mapping[str, str], url: str) -> Minter:
         else LocalMinter(url)
 
 
-def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str) -> Any:
-    return granted_google(client, target, scope, _minter(env, url))
+def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str,
+            source: CredentialSource) -> Any:
+    return granted_google(client, target, scope, _minter(env, url), source)
 
 
-def _gmail(env: Mapping[str, str], url: str, w: str, r: str) -> GmailSend:
-    action = GmailSend.from_env(env, url, w, r)
-    _google(env, "gmail", action.writer, "write", url)
-    _google(env, "gmail", action.reader.reader, "read", url)
+def _drive(env: Mapping[str, str], c: Credentials) -> DriveRename:
+    timeout = timeout_s(env, "drive")
+    return DriveRename(
+        _google(env, "drive", drive_client(c.url, "", timeout=timeout), "write", c.url,
+                c.write),
+        _google(env, "drive", drive_client(c.url, "", timeout=timeout), "read", c.url, c.read),
+        timeout=timeout, horizon_s=seconds(env, DRIVE_HORIZON, DEFAULT_HORIZON_S))
+
+
+def _gmail(env: Mapping[str, str], c: Credentials) -> GmailSend:
+    action = GmailSend.from_env(env, c.url, "", "")
+    _google(env, "gmail", action.writer, "write", c.url, c.write)
+    _google(env, "gmail", action.reader.reader, "read", c.url, c.read)
     return action
 
 
-BUILDERS: dict[str, Callable[[Mapping[str, str], str, str, str], Action]] = {
-    "drive": lambda env, url, w, r: DriveRename(
-        _google(env, "drive", drive_client(url, w, timeout=timeout_s(env, "drive")), "write",
-                url),
-        _google(env, "drive", drive_client(url, r, timeout=timeout_s(env, "drive")), "read",
-                url),
-        timeout=timeout_s(env, "drive"), horizon_s=seconds(env, DRIVE_HORIZON, DEFAULT_HORIZON_S)),
-    "gmail": lambda env, url, w, r: _gmail(env, url, w, r),
-    "graph": lambda env, url, w, r: GraphSendMail(
-        granted_graph(graph_client(url, w, timeout=timeout_s(env, "graph")), "graph", "write",
-                      _minter(env, url)),
-        granted_graph(graph_client(url, r, timeout=timeout_s(env, "graph")), "graph", "read",
-                      _minter(env, url))),
-    "stripe": lambda env, url, w, r: StripePaymentIntent(
-        granted_stripe(stripe_client(url, w, timeout=timeout_s(env, "stripe")), "stripe",
-                       "write", _minter(env, url)),
-        granted_stripe(stripe_client(url, r, timeout=timeout_s(env, "stripe")), "stripe", "read",
-                       _minter(env, url)),
+def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
+    timeout = timeout_s(env, "graph")
+    return GraphSendMail(
+        granted_graph(graph_client(c.url, c.write, timeout=timeout, user=c.graph_user),
+                      "graph", "write", _minter(env, c.url)),
+        granted_graph(graph_client(c.url, c.read, timeout=timeout, user=c.graph_user),
+                      "graph", "read", _minter(env, c.url)))
+
+
+def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
+    timeout = timeout_s(env, "stripe")
+    w, r = c.write.token(), c.read.token()  # restricted keys: static
+    return StripePaymentIntent(
+        granted_stripe(stripe_client(c.url, w, timeout=timeout), "stripe", "write",
+                       _minter(env, c.url)),
+        granted_stripe(stripe_client(c.url, r, timeout=timeout), "stripe", "read",
+                       _minter(env, c.url)),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
                                 DEFAULT_STRIPE_MAX_TASK_AMOUNT),
-        modes=(key_mode(w), key_mode(r)), timeout=timeout_s(env, "stripe")),
+        modes=(key_mode(w), key_mode(r)), timeout=timeout)
+
+
+BUILDERS: dict[str, Callable[[Mapping[str, str], Credentials], Action]] = {
+    "drive": _drive, "gmail": _gmail, "graph": _graph, "stripe": _stripe,
 }
 
 
@@ -198,7 +271,7 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
     for target, build in BUILDERS.items():
         creds = configured[target]
         if creds is not None:
-            action = build(env, *creds)
+            action = build(env, creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
     builtin = {cls.name for cls in BUILTIN_ACTION_CLASSES}

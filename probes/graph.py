@@ -50,6 +50,7 @@ from msgraph.generated.users.item.messages.messages_request_builder import (
 from msgraph_core import GraphClientFactory
 
 from tidemark.actions import ProbeResult, StepContext
+from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.errors import ConfigError
 
 # The namespace of our named extended property. Fixed forever: a probe finds a key only in the
@@ -75,25 +76,75 @@ LOOP_MARGIN_S = 5.0  # beyond a call's own timeout, in case the loop thread itse
 T = TypeVar("T")
 
 
-class StaticTokenProvider(AccessTokenProvider):
-    """Hands kiota a fixed bearer token, and only for the hosts of ``base_url``.
+class SourceTokenProvider(AccessTokenProvider):
+    """Hands kiota the current token of a credential source (tidemark.credentials), and only
+    for the hosts of ``base_url``; ``renew`` is asked after the provider refused a token.
 
-    azure-identity's credentials refuse plain http except on localhost; a static token works
-    against staging and in production alike (the token comes from configuration).
-    """
+    The token comes from our own source rather than azure-identity's kiota provider because
+    the grant broker stands between the source and every request (activities/granted.py), and
+    because a static token (staging, tests) must work too."""
 
-    def __init__(self, token: str, hosts: list[str]) -> None:
-        self._token = token
+    def __init__(self, source: CredentialSource, hosts: list[str]) -> None:
+        self._source = source
         self._validator = AllowedHostsValidator(hosts)
 
     async def get_authorization_token(self, uri: str,
                                       additional_authentication_context: dict[str, Any] | None
                                       = None) -> str:
         # Never hand the token to a host we were not configured for.
-        return self._token if self._validator.is_url_host_valid(uri) else ""
+        if not self._validator.is_url_host_valid(uri):
+            return ""
+        return await asyncio.to_thread(self._source.token)
+
+    async def renew(self, stale: str) -> str:
+        """A fresh token after ``stale`` was refused (``stale`` itself if none can be had)."""
+        return await asyncio.to_thread(self._source.renew, stale)
 
     def get_allowed_hosts_validator(self) -> AllowedHostsValidator:
         return self._validator
+
+
+class StaticTokenProvider(SourceTokenProvider):
+    """A fixed bearer token (staging, tests, a token kept fresh elsewhere)."""
+
+    def __init__(self, token: str, hosts: list[str]) -> None:
+        super().__init__(StaticToken(token), hosts)
+
+
+class RenewOnUnauthorized(httpx.AsyncBaseTransport):
+    """Sends a request once more when Graph answered 401 and the token provider has a fresh
+    token for it (an access token that expired or was revoked early, or a per-task grant that
+    was re-issued for a refreshed base). A provider that has nothing fresh leaves the 401 as it
+    is, and the step's error handling takes it as ``Unauthorized``.
+
+    Resending is safe for every method, writes included: Graph authenticates the bearer token
+    before it routes the request, and a 401 means the request was not processed ("Required
+    authentication information is either missing or not valid for the resource", Microsoft
+    Graph error responses; RFC 6750 section 3.1, ``invalid_token``). kiota itself resends any
+    request after a 401 carrying a claims challenge, and Google's transports after any 401."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport,
+                 auth: BaseBearerTokenAuthenticationProvider) -> None:
+        self._inner = inner
+        self._auth = auth  # its access_token_provider may be swapped later (granted_graph)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.status_code != 401:
+            return response
+        renew = getattr(self._auth.access_token_provider, "renew", None)
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if renew is None or not presented:
+            return response
+        fresh = await renew(presented)
+        if not fresh or fresh == presented:
+            return response
+        await response.aclose()
+        request.headers["Authorization"] = "Bearer " + fresh
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class EventLoopThread:
@@ -168,29 +219,38 @@ def client_timeout(env: dict[str, str] | os._Environ[str] | None = None) -> floa
     return value
 
 
-def graph_client(base_url: str, token: str, *, timeout: float | None = None,
-                 loop: EventLoopThread | None = None) -> GraphClient:
+def graph_client(base_url: str, token: str | CredentialSource, *,
+                 timeout: float | None = None, loop: EventLoopThread | None = None,
+                 user: str | None = None) -> GraphClient:
     """A Graph v1.0 client for ``base_url`` (``https://graph.microsoft.com`` or a staging URL).
 
-    ``timeout`` is the client's timeout per request, in seconds (default: ``client_timeout()``).
+    ``token`` is a bearer token or a credential source (tidemark.credentials) asked on every
+    request. ``user`` (an id or userPrincipalName) is for app-only credentials: every ``/me``
+    path the SDK builds goes to ``/users/{user}`` instead, which is where an app-only token
+    must address a mailbox. ``timeout`` is the client's timeout per request, in seconds
+    (default: ``client_timeout()``).
 
     The SDK's retry handler is switched off: it resends a POST after 429/503/504, waiting as
     long as ``Retry-After`` says, and a 503 or 504 can arrive after the mail was accepted. A
-    resent ``sendMail`` is a second mail; the step's probe decides instead.
+    resent ``sendMail`` is a second mail; the step's probe decides instead. A 401 is resent
+    once with a renewed token (``RenewOnUnauthorized``: a 401 was not processed).
     """
     timeout = client_timeout() if timeout is None else timeout
     base = base_url.rstrip("/")
     host = urllib.parse.urlsplit(base).hostname or ""
+    me_path = "/users/" + urllib.parse.quote(user, safe="@") if user else "/me"
     options = {
         RetryHandlerOption.get_key(): RetryHandlerOption(max_retries=0, should_retry=False),
         # msgraph-sdk addresses /me as /users/me-token-to-replace and relies on this rewrite.
         UrlReplaceHandlerOption.get_key(): UrlReplaceHandlerOption(
-            enabled=True, replacement_pairs={"/users/me-token-to-replace": "/me"}),
+            enabled=True, replacement_pairs={"/users/me-token-to-replace": me_path}),
     }
+    source = StaticToken(token) if isinstance(token, str) else token
+    auth = BaseBearerTokenAuthenticationProvider(SourceTokenProvider(source, [host]))
+    transport = RenewOnUnauthorized(httpx.AsyncHTTPTransport(), auth)
     http = GraphClientFactory.create_with_default_middleware(
-        client=httpx.AsyncClient(timeout=timeout), options=options)
-    adapter = GraphRequestAdapter(
-        BaseBearerTokenAuthenticationProvider(StaticTokenProvider(token, [host])), client=http)
+        client=httpx.AsyncClient(timeout=timeout, transport=transport), options=options)
+    adapter = GraphRequestAdapter(auth, client=http)
     adapter.base_url = base + "/v1.0"
     return GraphClient(GraphServiceClient(request_adapter=adapter), http,
                        loop or shared_loop(), timeout)

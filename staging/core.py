@@ -28,6 +28,7 @@ A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its ro
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import Iterable
@@ -147,6 +148,8 @@ class Staging:
         self.requests: list[WriteRequest] = []
         self.faults: list[Fault] = []
         self.tokens: dict[str, Token] = {}
+        from staging.oauth import OAuth  # it builds on this module's Token
+        self.oauth = OAuth(self)
         for t in targets:
             t.staging = self
             self.targets[t.name] = t
@@ -164,6 +167,7 @@ class Staging:
                            for t in self.targets.values() for tok in t.default_tokens}
             for t in self.targets.values():
                 t.reset()
+        self.oauth.reset()
 
     def record(self, effect: Effect) -> None:
         with self.lock:
@@ -256,6 +260,7 @@ class Staging:
         for t in self.targets.values():
             app.add_routes([self._logged(t, r) if isinstance(r, web.RouteDef) else r
                             for r in t.routes()])
+        app.add_routes(self.oauth.routes())  # last: its Microsoft routes start with {tenant}
         return app
 
     def _logged(self, target: Target, route: web.RouteDef) -> web.RouteDef:
@@ -326,9 +331,14 @@ class Staging:
         if base is None or base.revoked or not body.get("token"):
             return web.json_response({"error": "no live base token"}, status=400)
         ttl = body.get("expires_in")
+        expires = None if ttl is None else time.monotonic() + float(ttl)
+        if base.expires_at is not None:
+            # A token derived from another never outlives it (as Google's downscoped tokens,
+            # which carry their source token's expiry): an expired base shows in its grants.
+            expires = base.expires_at if expires is None else min(expires, base.expires_at)
         self.add_token(Token(str(body["token"]), base.target, list(base.scopes),
                              client=base.client, account=base.account, parent=base.token,
-                             expires_at=None if ttl is None else time.monotonic() + float(ttl)))
+                             expires_at=expires))
         return web.json_response({"added": body["token"]})
 
     async def _h_revoke(self, request: web.Request) -> web.Response:
@@ -366,10 +376,15 @@ class StagingServer:
     Use as a context manager; ``url`` is ``http://127.0.0.1:<port>``.
     """
 
-    def __init__(self, staging: Staging, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, staging: Staging, host: str = "127.0.0.1", port: int = 0,
+                 tls: ssl.SSLContext | None = None, tls_port: int = 0) -> None:
         self.staging = staging
         self.host = host
         self.port = port
+        # A second listener with TLS, serving the same app: msal accepts only an https
+        # authority, so the Microsoft token endpoint is reached there (``tls_url``).
+        self.tls = tls
+        self.tls_port = tls_port
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -378,6 +393,12 @@ class StagingServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        if self.tls is None:
+            raise RuntimeError("this staging server has no TLS listener")
+        return f"https://{self.host}:{self.tls_port}"
 
     def start(self) -> StagingServer:
         self._thread.start()
@@ -392,6 +413,11 @@ class StagingServer:
         server = site._server
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
+        if self.tls is not None:
+            secure = web.TCPSite(self._runner, self.host, self.tls_port, ssl_context=self.tls)
+            await secure.start()
+            assert secure._server is not None and secure._server.sockets
+            self.tls_port = secure._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         if self._runner is not None:

@@ -64,6 +64,7 @@ from typing import Any
 from aiohttp import web
 
 from staging.core import DEFAULT_ACCOUNT, DEFAULT_CLIENT, Reply, Target, Token
+from tidemark import staging_tokens
 
 SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
 SCOPE_DRIVE_FILE = "https://www.googleapis.com/auth/drive.file"
@@ -73,8 +74,8 @@ SCOPE_METADATA_READONLY = "https://www.googleapis.com/auth/drive.metadata.readon
 WRITE_SCOPES = (SCOPE_DRIVE, SCOPE_DRIVE_FILE)
 READ_SCOPES = (*WRITE_SCOPES, SCOPE_DRIVE_READONLY, SCOPE_METADATA, SCOPE_METADATA_READONLY)
 
-DEFAULT_WRITE_TOKEN = "staging-drive-write"
-DEFAULT_READ_TOKEN = "staging-drive-read"
+DEFAULT_WRITE_TOKEN = staging_tokens.DRIVE_WRITE
+DEFAULT_READ_TOKEN = staging_tokens.DRIVE_READ
 
 STAMP_PROPERTY = "tidemark_key"  # the appProperties key whose value is recorded with effects
 

@@ -74,6 +74,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from tidemark import staging_tokens
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
 FULL_SCOPE = "https://mail.google.com/"
@@ -97,10 +98,10 @@ DELETE_SCOPES = (FULL_SCOPE,)
 MAILBOX = "agent@staging.example"  # the address of the default account's mailbox
 MAIL_DOMAIN = "staging.example"  # the domain of the other accounts' mailboxes
 
-COMPOSE_TOKEN = "staging-gmail-compose"  # what gmail.send writes with: drafts need compose
-SEND_TOKEN = "staging-gmail-send"  # gmail.send only: messages.send, no drafts
-READ_TOKEN = "staging-gmail-readonly"
-METADATA_TOKEN = "staging-gmail-metadata"
+COMPOSE_TOKEN = staging_tokens.GMAIL_COMPOSE  # what gmail.send writes with: drafts need compose
+SEND_TOKEN = staging_tokens.GMAIL_SEND  # gmail.send only: messages.send, no drafts
+READ_TOKEN = staging_tokens.GMAIL_READ
+METADATA_TOKEN = staging_tokens.GMAIL_METADATA
 
 DEFAULT_PAGE_SIZE = 100  # Gmail's default maxResults
 MAX_PAGE_SIZE = 500  # Gmail's upper bound for maxResults

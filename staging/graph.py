@@ -80,6 +80,7 @@ from typing import Any
 from aiohttp import web
 
 from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from tidemark import staging_tokens
 
 SEND_SCOPES = ("Mail.Send",)
 READ_SCOPES = ("Mail.Read", "Mail.ReadWrite")
@@ -91,8 +92,8 @@ MAILBOX_NAME = "Staging Agent"
 
 # The write token may create drafts (Mail.ReadWrite), send them (Mail.Send) and read its own
 # profile (User.Read); the read token reads mail and its profile.
-SEND_TOKEN = "staging-graph-send"
-READ_TOKEN = "staging-graph-read"
+SEND_TOKEN = staging_tokens.GRAPH_SEND
+READ_TOKEN = staging_tokens.GRAPH_READ
 
 # Sub-second so that tests see both states quickly, non-zero so "queued" is observable at all.
 DEFAULT_SEND_DELAY = 0.5

@@ -67,13 +67,14 @@ from typing import Any
 from aiohttp import web
 
 from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from tidemark import staging_tokens
 
 PERM_READ = "rak_payment_intent_read"
 PERM_WRITE = "rak_payment_intent_write"
 # What Stripe's 403 names for GET /v1/account with a restricted key lacking it.
 PERM_ACCOUNT_READ = "rak_accounts_kyc_basic_read"
-DEFAULT_SECRET_KEY = "sk_test_tidemark_staging"
-DEFAULT_READ_KEY = "rk_test_tidemark_staging_read"
+DEFAULT_SECRET_KEY = staging_tokens.STRIPE_SECRET
+DEFAULT_READ_KEY = staging_tokens.STRIPE_READ
 ACCOUNT = "acct_1TidemarkStaging"  # the Stripe account of tokens bound to the default account
 
 DEFAULT_SEARCH_LAG = 5.0  # seconds; Stripe's search trails writes by up to about a minute.

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from activities.fs import FsRename
-from activities.wiring import STAGING_URL, bound_actions, credentials, worker_registry
+from activities.wiring import (
+    STAGING_URL,
+    Credentials,
+    bound_actions,
+    credentials,
+    worker_registry,
+)
 from probes.fs import ROOTS_ENV
 from staging import gmail as staging_gmail
 from tidemark.errors import ActionNotConfigured, ConfigError
@@ -35,16 +41,21 @@ def test_tokens_with_their_own_url_or_the_staging_tokens_are_accepted() -> None:
     env = {STAGING_URL: STAGING, "TIDEMARK_GMAIL_WRITE_TOKEN": "ya29.real-send",
            "TIDEMARK_GMAIL_READ_TOKEN": "ya29.real-read",
            "TIDEMARK_GMAIL_URL": "https://gmail.googleapis.com"}
-    assert credentials(env, "gmail") == ("https://gmail.googleapis.com", "ya29.real-send",
-                                         "ya29.real-read")
+    assert tokens(credentials(env, "gmail")) == ("https://gmail.googleapis.com",
+                                                 "ya29.real-send", "ya29.real-read")
     # The staging servers' own tokens may go to the staging URL.
     env = {STAGING_URL: STAGING, "TIDEMARK_GMAIL_WRITE_TOKEN": staging_gmail.COMPOSE_TOKEN,
            "TIDEMARK_GMAIL_READ_TOKEN": staging_gmail.READ_TOKEN}
-    assert credentials(env, "gmail") == (STAGING, staging_gmail.COMPOSE_TOKEN,
-                                         staging_gmail.READ_TOKEN)
+    assert tokens(credentials(env, "gmail")) == (STAGING, staging_gmail.COMPOSE_TOKEN,
+                                                 staging_gmail.READ_TOKEN)
     # Without a staging URL, real tokens go to the real service.
     env = {"TIDEMARK_GMAIL_WRITE_TOKEN": "w", "TIDEMARK_GMAIL_READ_TOKEN": "r"}
-    assert credentials(env, "gmail") == ("https://gmail.googleapis.com", "w", "r")
+    assert tokens(credentials(env, "gmail")) == ("https://gmail.googleapis.com", "w", "r")
+
+
+def tokens(c: Credentials | None) -> tuple[str, str, str]:
+    assert c is not None
+    return c.url, c.write.token(), c.read.token()
 
 
 def test_fs_rename_is_bound_only_with_roots(tmp_path: Path) -> None:

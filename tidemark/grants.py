@@ -115,11 +115,17 @@ class GrantBroker:
         self.store = store
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        # (task, target, scope) -> (grant id, token); the token only ever lives here.
-        self._held: dict[tuple[str, str, str], tuple[int, str]] = {}
+        # (task, target, scope) -> (grant id, token, base it was issued for); the token only
+        # ever lives here.
+        self._held: dict[tuple[str, str, str], tuple[int, str, str]] = {}
 
     def token(self, task_id: str, target: str, scope: str, base: str, minter: Minter) -> str:
         """The credential this task presents to ``target`` now.
+
+        ``base`` is the worker's own current token (tidemark.credentials): when it was
+        refreshed since the held grant was issued, the task gets a new grant for the new base
+        (a local grant presents the base itself; a minted one lives no longer than its base),
+        unless the held grant was revoked while the task is stopped.
 
         Raises:
             Unauthorized: the task's grant was revoked, or the task is stopped or killed (no
@@ -131,7 +137,7 @@ class GrantBroker:
             held = self._held.get(key)
         if held is not None:
             state = self.store.grant_state(held[0])
-            if state is not None and state["live"]:
+            if state is not None and state["live"] and held[2] == base:
                 return held[1]
             if state is not None and state["revoked"] is not None and \
                     self.store.stop_state(task_id) is not None:
@@ -164,7 +170,7 @@ class GrantBroker:
             minter.revoke(handle)
             self._refused(task_id, target, scope, "revoked while it was minted")
         with self._lock:
-            self._held[key] = (row["id"], token)
+            self._held[key] = (row["id"], token, base)
         return token
 
 
