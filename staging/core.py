@@ -19,7 +19,10 @@ Control endpoints (all JSON):
   Stripe account it is bound to, :data:`DEFAULT_ACCOUNT` unless given);
   ``POST /_staging/tokens/{token}/revoke`` revokes one; ``{"token": "t", "like": "base",
   "expires_in"?: 900}`` mints a token with the target, scopes, client and account of the live
-  token ``base``, valid for ``expires_in`` seconds (the grant broker's per-task tokens);
+  token ``base``, valid for ``expires_in`` seconds and never longer than ``base`` (the grant
+  broker's per-task tokens);
+* the OAuth token endpoints of staging/oauth issue tokens that expire (Google's ``/token``,
+  Microsoft's ``/{tenant}/oauth2/v2.0/token``);
 * ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
@@ -227,7 +230,8 @@ class Staging:
             parent = self.tokens.get(tok.parent) if tok.parent else None
         if parent is not None and parent.revoked:
             raise Reply(target.error(401, "revoked", "the access token has been revoked"))
-        if tok.expires_at is not None and time.monotonic() > tok.expires_at:
+        expiry = [t.expires_at for t in (tok, parent) if t is not None and t.expires_at]
+        if expiry and time.monotonic() > min(expiry):  # a derived token never outlives its base
             raise Reply(target.error(401, "expired", "the access token has expired"))
         if scopes and not set(scopes) & set(tok.scopes):
             raise Reply(target.error(403, "insufficient_scope",

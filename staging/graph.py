@@ -25,6 +25,12 @@ in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
   ``($filter=id eq '…')``), ``$select``, ``$top``, ``$skip`` and ``@odata.nextLink``;
 * ``GET /v1.0/me/messages/{id}`` and ``GET /v1.0/me/mailFolders/{folder}/messages/{id}``.
 
+Every route also answers under ``/v1.0/users/{user}`` (an id or userPrincipalName) instead of
+``/v1.0/me``: an app-only token (client credentials at staging/oauth, roles instead of
+delegated scopes, ``User.Read.All`` for the profile) reaches any mailbox that way and gets 400
+on ``/me``; a delegated token reaches its own mailbox under either path and gets 403
+``ErrorAccessDenied`` for another user's.
+
 Well-known folder names: drafts, outbox, sentitems, deleteditems, inbox, archive and
 recoverableitemsdeletions (where Deleted Items goes when it is emptied). What the real service
 does and this one copies: a message's ``id`` changes whenever it moves; with
@@ -80,12 +86,13 @@ from typing import Any
 from aiohttp import web
 
 from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from staging.oauth import APP_ONLY
 from tidemark import staging_tokens
 
 SEND_SCOPES = ("Mail.Send",)
 READ_SCOPES = ("Mail.Read", "Mail.ReadWrite")
 WRITE_SCOPES = ("Mail.ReadWrite",)  # creating a draft or moving a message
-PROFILE_SCOPES = ("User.Read",)
+PROFILE_SCOPES = ("User.Read", "User.Read.All")  # User.Read.All: an app reading a user
 
 MAILBOX = "agent@staging.example"
 MAILBOX_NAME = "Staging Agent"
@@ -456,32 +463,56 @@ class GraphTarget(Target):
                                 "The specified object was not found in the store."))
 
     def _caller(self, request: web.Request, *scopes: str) -> Mailbox:
-        """The mailbox of the caller's token, once the token is checked for ``scopes``."""
+        """The mailbox a request addresses (``/me``: the token's own; ``/users/{user}``: that
+        user's, by id or userPrincipalName), once the token is checked for ``scopes``.
+
+        An app-only token (client credentials, staging/oauth) reaches every mailbox through
+        ``/users/{user}`` and has no ``/me``; a delegated token reaches only its own mailbox,
+        under either path, as on Graph."""
         tok = self.authorize(request, *scopes)
+        user = request.match_info.get("user")
+        if tok.account == APP_ONLY:
+            if user is None:
+                raise Reply(self.error(400, "BadRequest", "/me request is only valid with "
+                                       "delegated authentication flow."))
+            with self._lock:
+                box = next((b for b in self._boxes.values()
+                            if user.lower() in (b.user_id.lower(), b.address.lower())), None)
+            if box is None:
+                raise Reply(self.error(404, "ErrorInvalidUser",
+                                       f"The requested user '{user}' is invalid."))
+            return box
         with self._lock:
             box = self._boxes.get(tok.account)
         if box is None:
             raise Reply(self.error(404, "MailboxNotEnabledForRESTAPI",
                                    "The mailbox is either inactive, soft-deleted, or is hosted "
                                    "on-premise."))
+        if user is not None and user.lower() not in (box.user_id.lower(), box.address.lower()):
+            raise Reply(self.error(403, "ErrorAccessDenied",
+                                   "Access is denied. Check credentials and try again."))
         return box
 
     # -- routes -------------------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.RouteDef]:
+        mine = [
+            (web.get, "", self._h_me),
+            (web.post, "/sendMail", self._h_send_mail),
+            (web.post, "/messages", self._h_create),
+            (web.get, "/messages", self._h_list),
+            (web.get, "/messages/{id}", self._h_get),
+            (web.post, "/messages/{id}/send", self._h_send),
+            (web.post, "/messages/{id}/move", self._h_api_move),
+            (web.get, "/mailFolders", self._h_folders),
+            (web.post, "/mailFolders", self._h_create_folder),
+            (web.get, "/mailFolders/{folder}", self._h_folder),
+            (web.get, "/mailFolders/{folder}/messages", self._h_list),
+            (web.get, "/mailFolders/{folder}/messages/{id}", self._h_get),
+        ]
         return [
-            web.get("/v1.0/me", self._h_me),
-            web.post("/v1.0/me/sendMail", self._h_send_mail),
-            web.post("/v1.0/me/messages", self._h_create),
-            web.get("/v1.0/me/messages", self._h_list),
-            web.get("/v1.0/me/messages/{id}", self._h_get),
-            web.post("/v1.0/me/messages/{id}/send", self._h_send),
-            web.post("/v1.0/me/messages/{id}/move", self._h_api_move),
-            web.get("/v1.0/me/mailFolders", self._h_folders),
-            web.post("/v1.0/me/mailFolders", self._h_create_folder),
-            web.get("/v1.0/me/mailFolders/{folder}", self._h_folder),
-            web.get("/v1.0/me/mailFolders/{folder}/messages", self._h_list),
-            web.get("/v1.0/me/mailFolders/{folder}/messages/{id}", self._h_get),
+            *(route(prefix + path, handler) for prefix in ("/v1.0/me", "/v1.0/users/{user}")
+              for route, path, handler in mine),
             web.post("/_staging/graph/mailboxes", self._h_add_mailbox),
             web.post("/_staging/graph/settings", self._h_settings),
             web.post("/_staging/graph/deliver", self._h_deliver),

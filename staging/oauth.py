@@ -45,6 +45,9 @@ Control endpoints (JSON):
   "refresh_token", "account", "scopes"}``;
 * ``POST /_staging/oauth/revoke`` ``{"refresh_token"}`` — as a person revoking consent: the
   refresh token is refused from then on (tokens already issued live until they expire);
+* ``POST /_staging/oauth/expire`` — every access token issued here expires now, ahead of the
+  ``expires_in`` it was issued with (a clock skewed against the provider's, a token the
+  provider cut short): the next request with one gets 401, as an expired token does;
 * ``GET /_staging/oauth/issued`` — every token issued: ``{token_kind, target, account, scopes,
   grant_type}`` without the token itself, in order.
 """
@@ -118,6 +121,7 @@ class OAuth:
     refresh_tokens: dict[str, Grant] = field(default_factory=dict)
     apps: dict[tuple[str, str], App] = field(default_factory=dict)
     issued: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # every access token issued, in order
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reset(self) -> None:
@@ -127,6 +131,7 @@ class OAuth:
             self.refresh_tokens.clear()
             self.apps.clear()
             self.issued.clear()
+            self.tokens.clear()
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -139,6 +144,7 @@ class OAuth:
             web.post("/_staging/oauth/microsoft/apps", self._h_add_app),
             web.post("/_staging/oauth/microsoft/refresh_tokens", self._h_add_refresh),
             web.post("/_staging/oauth/revoke", self._h_revoke),
+            web.post("/_staging/oauth/expire", self._h_expire),
             web.get("/_staging/oauth/issued", self._h_issued),
         ]
 
@@ -149,6 +155,7 @@ class OAuth:
         token = prefix + secrets.token_urlsafe(24)
         with self.lock:
             lifetime = self.lifetime_s
+            self.tokens.append(token)
             self.issued.append({"token_kind": kind, "target": target, "account": account,
                                 "scopes": scopes, "grant_type": grant_type, "at": time.time()})
         self.staging.add_token(Token(token, target, scopes, client=client, account=account,
@@ -365,6 +372,17 @@ class OAuth:
                 return web.json_response({"error": "no such refresh token"}, status=404)
             grant.revoked = True  # every refresh token of this consent shares the object
         return web.json_response({"revoked": True})
+
+    async def _h_expire(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        with self.lock:
+            issued = list(self.tokens)
+        with self.staging.lock:
+            for t in issued:
+                tok = self.staging.tokens.get(t)
+                if tok is not None:
+                    tok.expires_at = min(tok.expires_at or now, now)
+        return web.json_response({"expired": len(issued)})
 
     async def _h_issued(self, request: web.Request) -> web.Response:
         with self.lock:

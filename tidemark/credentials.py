@@ -74,8 +74,9 @@ class RefreshingSource:
         self._renew_at = 0.0  # time.time() from which the token is renewed before use
         self.refreshes = 0  # how many tokens were fetched (for operators and tests)
 
-    def _fetch(self) -> tuple[str, float]:
-        """A new token and its expiry (seconds since the epoch)."""
+    def _fetch(self, forced: bool) -> tuple[str, float]:
+        """A new token and its expiry (seconds since the epoch); ``forced`` after the provider
+        refused the current one, which a library's own cache must not hand out again."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -91,12 +92,12 @@ class RefreshingSource:
     def renew(self, stale: str) -> str:
         with self._lock:
             if self._token is None or self._token == stale:
-                self._refresh()  # nobody renewed it since it was handed out
+                self._refresh(forced=True)  # nobody renewed it since it was handed out
             assert self._token is not None
             return self._token
 
-    def _refresh(self) -> None:
-        token, expires = self._fetch()
+    def _refresh(self, forced: bool = False) -> None:
+        token, expires = self._fetch(forced)
         now = time.time()
         lifetime = max(0.0, expires - now)
         self._token = token
@@ -130,7 +131,7 @@ class GoogleSource(RefreshingSource):
     def describe(self) -> str:
         return self._what
 
-    def _fetch(self) -> tuple[str, float]:
+    def _fetch(self, forced: bool) -> tuple[str, float]:
         from google.auth import exceptions
         try:
             self.credentials.refresh(self._request)
@@ -162,10 +163,17 @@ class AzureSource(RefreshingSource):
     def describe(self) -> str:
         return self._what
 
-    def _fetch(self) -> tuple[str, float]:
+    def _fetch(self, forced: bool) -> tuple[str, float]:
         from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+        # azure-identity hands out its cached token until five minutes before expiry. After a
+        # refusal, ask for a token issued from now on, the claims challenge Microsoft's
+        # continuous access evaluation sends (``access_token.nbf``); msal skips its cache
+        # for a claims challenge.
+        claims = json.dumps({"access_token": {"nbf": {"essential": True,
+                                                      "value": str(int(time.time()))}}}) \
+            if forced else None
         try:
-            at = self.credential.get_token(self.scope)
+            at = self.credential.get_token(self.scope, claims=claims)
         except ServiceRequestError as e:
             raise TargetUnavailable(f"{self._what}: the token endpoint did not answer: "
                                     f"{_first_line(e)}") from None
@@ -189,7 +197,7 @@ class MsalRefreshSource(RefreshingSource):
     def describe(self) -> str:
         return self._what
 
-    def _fetch(self) -> tuple[str, float]:
+    def _fetch(self, forced: bool) -> tuple[str, float]:
         import requests
         try:
             out = self._app.acquire_token_by_refresh_token(self._refresh_token, self._scopes)
@@ -289,9 +297,17 @@ def graph_source(path: str, delegated_scopes: Sequence[str], variable: str,
     if verify is not True:
         opts["connection_verify"] = verify
     if info.get("refresh_token"):
+        import functools
+
         import msal
-        kw: dict[str, Any] = {"authority": f"{authority}/{tenant}", "verify": verify,
-                              "instance_discovery": not custom, "timeout": REFRESH_TIMEOUT_S}
+        import requests
+        session = requests.Session()
+        # Per request, so that REQUESTS_CA_BUNDLE in the environment cannot override ca_bundle
+        # (requests lets it override a session-wide verify).
+        session.request = functools.partial(  # type: ignore[method-assign]
+            session.request, verify=verify, timeout=REFRESH_TIMEOUT_S)
+        kw: dict[str, Any] = {"authority": f"{authority}/{tenant}", "http_client": session,
+                              "instance_discovery": not custom}
         try:
             app: Any = (msal.ConfidentialClientApplication(
                 client, client_credential=str(info["client_secret"]), **kw)
