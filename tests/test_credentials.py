@@ -418,3 +418,61 @@ def test_a_revoked_grant_still_stops_the_task_when_tokens_refresh(
             key="2" * 32))  # a wedged worker's call, after the kill
     assert len(oauth.staging.requests) == before  # the killed task wrote nothing more
     assert drive.files[files[1].id].name == "k1.pdf"
+
+
+def test_graph_app_only_tokens_address_users_and_delegated_ones_only_their_own(
+        oauth: StagingServer, tmp_path: Path, ca_file: str) -> None:
+    import httpx
+
+    from tidemark import staging_tokens
+    path = graph_secret_file(oauth, tmp_path / "g.json", "app-1", GRAPH_ROLES_READ, ca_file)
+    env = {"TIDEMARK_GRAPH_URL": oauth.url, "TIDEMARK_GRAPH_USER": "agent@staging.example",
+           "TIDEMARK_GRAPH_WRITE_CREDENTIALS_FILE": path,
+           "TIDEMARK_GRAPH_READ_CREDENTIALS_FILE": path}
+    app = source_of(env, "graph", "read").token()
+    graph = oauth.staging.targets["graph"]
+    assert isinstance(graph, GraphTarget)
+    graph.add_mailbox("bob", "bob@staging.example")
+
+    def get(path: str, token: str) -> httpx.Response:
+        return httpx.get(oauth.url + "/v1.0" + path, timeout=5,
+                         headers={"Authorization": "Bearer " + token})
+
+    assert get("/me", app).status_code == 400  # an app has no /me
+    assert get("/users/agent@staging.example", app).json()["mail"] == "agent@staging.example"
+    assert get("/users/bob@staging.example/messages", app).status_code == 200  # any mailbox
+    assert get("/users/nobody@staging.example", app).status_code == 404
+    delegated = staging_tokens.GRAPH_READ
+    me = get("/me", delegated).json()
+    assert get(f"/users/{me['id']}/messages", delegated).status_code == 200  # its own
+    refused = get("/users/bob@staging.example/messages", delegated)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "ErrorAccessDenied"
+
+
+def test_bad_credential_configuration_is_refused_with_a_clear_error(
+        oauth: StagingServer, tmp_path: Path) -> None:
+    sa = service_account_file(oauth, tmp_path / "sa.json")
+    both = {"TIDEMARK_DRIVE_URL": oauth.url, "TIDEMARK_DRIVE_WRITE_CREDENTIALS_FILE": sa,
+            "TIDEMARK_DRIVE_WRITE_TOKEN": "ya29.x", "TIDEMARK_DRIVE_READ_CREDENTIALS_FILE": sa}
+    with pytest.raises(ConfigError, match="both TIDEMARK_DRIVE_WRITE_TOKEN and "
+                                          "TIDEMARK_DRIVE_WRITE_CREDENTIALS_FILE"):
+        credentials(both, "drive")
+    with pytest.raises(ConfigError, match="stripe takes only a static key"):
+        credentials({"TIDEMARK_STRIPE_WRITE_CREDENTIALS_FILE": sa,
+                     "TIDEMARK_STRIPE_READ_TOKEN": "rk_test_x"}, "stripe")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"TIDEMARK_GMAIL_READ_CREDENTIALS_FILE: .* not JSON"):
+        credentials({"TIDEMARK_GMAIL_WRITE_CREDENTIALS_FILE": sa,
+                     "TIDEMARK_GMAIL_READ_CREDENTIALS_FILE": str(broken)}, "gmail")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"type": "external_account"}))
+    with pytest.raises(ConfigError, match="expected a Google 'service_account' key"):
+        credentials({"TIDEMARK_GMAIL_WRITE_CREDENTIALS_FILE": str(other),
+                     "TIDEMARK_GMAIL_READ_CREDENTIALS_FILE": sa}, "gmail")
+    # A credential file pointed at the staging URL by TIDEMARK_STAGING_URL alone is refused.
+    with pytest.raises(ConfigError, match="TIDEMARK_DRIVE_WRITE_CREDENTIALS_FILE and "
+                                          "TIDEMARK_DRIVE_READ_CREDENTIALS_FILE are set but"):
+        credentials({"TIDEMARK_STAGING_URL": oauth.url,
+                     "TIDEMARK_DRIVE_WRITE_CREDENTIALS_FILE": sa,
+                     "TIDEMARK_DRIVE_READ_CREDENTIALS_FILE": sa}, "drive")

@@ -73,3 +73,20 @@ def test_fs_rename_is_bound_only_with_roots(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a directory"):
         worker_registry({ROOTS_ENV: str(tmp_path / "missing")})
 
+
+
+def test_worker_code_never_imports_the_staging_servers() -> None:
+    """activities/, probes/ and worker.py reach staging only over HTTP; the staging default
+    tokens they need live in tidemark/staging_tokens.py."""
+    import ast
+    root = Path(__file__).resolve().parent.parent
+    files = [root / "worker.py", *(root / "activities").glob("*.py"),
+             *(root / "probes").glob("*.py")]
+    offenders = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(root)}: {n}" for n in names
+                          if n == "staging" or n.startswith("staging.")]
+    assert offenders == []
