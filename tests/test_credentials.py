@@ -476,3 +476,18 @@ def test_bad_credential_configuration_is_refused_with_a_clear_error(
         credentials({"TIDEMARK_STAGING_URL": oauth.url,
                      "TIDEMARK_DRIVE_WRITE_CREDENTIALS_FILE": sa,
                      "TIDEMARK_DRIVE_READ_CREDENTIALS_FILE": sa}, "drive")
+
+
+def test_threads_share_one_refresh_and_a_withdrawn_consent_stops_with_unauthorized(
+        oauth: StagingServer, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    path = authorized_user_file(oauth, tmp_path / "u.json", GMAIL_SCOPES, "1//consent")
+    env = {"TIDEMARK_GMAIL_URL": oauth.url, "TIDEMARK_GMAIL_WRITE_CREDENTIALS_FILE": path,
+           "TIDEMARK_GMAIL_READ_CREDENTIALS_FILE": path}
+    source = source_of(env, "gmail", "write")
+    with ThreadPoolExecutor(8) as pool:
+        tokens = set(pool.map(lambda _: source.token(), range(16)))
+    assert len(tokens) == 1 and len(issued(oauth)) == 1  # one refresh for all of them
+    control(oauth, "/_staging/oauth/revoke", {"refresh_token": "1//consent"})
+    with pytest.raises(Unauthorized, match=r"refused to refresh.*invalid_grant"):
+        source.renew(tokens.pop())
