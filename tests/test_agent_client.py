@@ -13,8 +13,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.staging_fixtures import effects
 from staging.core import StagingServer
-from tidemark.client import PlanBuilder, RunNotFound, TidemarkClient, validate, workflow_id
 from tidemark.errors import PlanError
+from tidemark.tools.client import PlanBuilder, RunNotFound, TidemarkClient, validate, workflow_id
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent_example.py"
 

@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from activities.wiring import TARGETS
-from tidemark.devstack import SEARCH_ATTRIBUTES
+from tidemark.tools.devstack import SEARCH_ATTRIBUTES
 from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
