@@ -31,7 +31,7 @@ from tidemark.settings import load_settings
 from tidemark.store import JournalStore
 from tidemark.tools.cli import main
 from tidemark.tools.client import TidemarkClient
-from tidemark.tools.devstack import dev_server_args, temporal_binary
+from tidemark.tools.devstack import DevStack, dev_server_args, temporal_binary
 from workflows.run_plan import STATE, TASK_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,15 +68,15 @@ def profile_file(tmp_path: Path, profiled_server: WorkflowEnvironment) -> Path:
     return path
 
 
-async def wait_for_poller(client: Client, task_queue: str) -> None:
+async def wait_for_poller(client: Client, task_queue: str, namespace: str = NAMESPACE) -> None:
     request = DescribeTaskQueueRequest(
-        namespace=NAMESPACE, task_queue=TaskQueue(name=task_queue),
+        namespace=namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
     for _ in range(300):
         if (await client.workflow_service.describe_task_queue(request)).pollers:
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"no worker polled {task_queue!r} in namespace {NAMESPACE}")
+    raise AssertionError(f"no worker polled {task_queue!r} in namespace {namespace}")
 
 
 async def test_a_temporal_profile_is_honoured_by_the_worker_the_cli_and_the_agent_client(
@@ -248,6 +248,10 @@ def test_an_embedded_db_command_prints_no_library_warning(home: Path) -> None:
     """Asked for explicitly, the embedded Postgres starts (in $TIDEMARK_HOME) and the command
     prints its answer and nothing else: XDG_RUNTIME_DIR unset (root shells, cron, CI) made
     platformdirs warn on stderr at every start."""
+    fresh = cli(["--embedded-db", "status", "t-1"], bare_env(home))
+    assert (fresh.returncode, fresh.stdout) == (1, "")
+    assert fresh.stderr == ("tidemark: the journal database has no Tidemark schema yet: "
+                            "`tidemark db migrate` creates it (a worker does on start)\n")
     done = cli(["--embedded-db", "db", "migrate"], bare_env(home))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("applied: 0001_journal")
@@ -255,3 +259,21 @@ def test_an_embedded_db_command_prints_no_library_warning(home: Path) -> None:
     assert (home / "pgdata").is_dir()
     again = cli(["db", "migrate"], {**bare_env(home), "TIDEMARK_EMBEDDED_DB": "1"})
     assert (again.returncode, again.stdout, again.stderr) == (0, "schema is up to date\n", "")
+
+
+async def test_the_dev_stacks_worker_is_not_sent_to_the_callers_cluster(
+        home: Path, db_url: str, tmp_path: Path) -> None:
+    """A shell set up for Temporal Cloud (a profile, an API key, a namespace) runs `tidemark
+    dev`: its worker reaches the dev server, in namespace default, without TLS; and the
+    profile the stack writes says the same to the `temporal` CLI and the commands."""
+    cloud = tmp_path / "temporal.toml"
+    cloud.write_text('[profile.default]\naddress = "acme.a1b2c.tmprl.cloud:7233"\n'
+                     'namespace = "acme.a1b2c"\n')
+    env = {**bare_env(home), "DATABASE_URL": db_url, "TEMPORAL_CONFIG_FILE": str(cloud),
+           "TEMPORAL_API_KEY": "for-the-cloud", "TEMPORAL_NAMESPACE": "acme.a1b2c"}
+    with DevStack(port=0, ui_port=0, staging_port=0, settings=load_settings(env)) as stack:
+        worker_settings = load_settings(stack.env())
+        assert worker_settings.temporal_connect() == {"target_host": stack.address,
+                                                      "namespace": "default"}
+        await wait_for_poller(await Client.connect(stack.address), worker_settings.task_queue,
+                              "default")

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import psycopg
+
 from tidemark.database import database_url
 from tidemark.errors import TaskUnwound, TidemarkError
 from tidemark.settings import Settings, load_settings
@@ -590,6 +592,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.traceback:
             raise
         print(f"tidemark: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except psycopg.errors.UndefinedTable:
+        if args.traceback:
+            raise
+        print("tidemark: the journal database has no Tidemark schema yet: `tidemark db "
+              "migrate` creates it (a worker does on start)", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -135,7 +135,7 @@ class DevStack:
     # Postgres is always allowed here.
     settings: Settings = field(default_factory=load_settings)
     # Where its data goes: settings.home ($TIDEMARK_HOME) unless given; made private.
-    home: Path = field(default=Path())
+    home: Path = None  # type: ignore[assignment]  # set in __post_init__
     worker_env: dict[str, str] = field(default_factory=dict)
     # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
     # $TIDEMARK_HOME/files (made on start).
@@ -147,7 +147,7 @@ class DevStack:
 
     def __post_init__(self) -> None:
         self.settings = self.settings.with_embedded_db()
-        self.home = tidemark_home(self.settings.home if self.home == Path() else self.home)
+        self.home = tidemark_home(self.settings.home if self.home is None else self.home)
 
     @property
     def address(self) -> str:
