@@ -1,4 +1,4 @@
-"""The agent's client (tidemark/client.py) against the Temporal dev server and a real worker
+"""The agent's client (tidemark/tools/client.py) against the Temporal dev server and a real worker
 process (tests/helpers/worker_main.py, unmodified), which runs the ledger plugin it found
 through the ``tidemark.actions`` entry point."""
 

@@ -352,7 +352,7 @@ def test_dockerignore_keeps_secrets_and_state_out() -> None:
     for path in (".env", "secrets/stripe_write_token", ".venv/bin/python", ".git/config",
                  "tidemark/__pycache__/cli.cpython-311.pyc"):
         assert dockerignored(path), path
-    assert not dockerignored("tidemark/cli.py")
+    assert not dockerignored("tidemark/tools/cli.py")
 
 
 # -- what the images require -----------------------------------------------------------------

@@ -24,7 +24,13 @@ import pytest
 import yaml
 
 from activities.wiring import secret
-from tidemark.database import ENV_PASSWORD_FILE, ENV_URL, EmbeddedPostgres, with_password_file
+from tidemark.database import (
+    ENV_PASSWORD_FILE,
+    ENV_URL,
+    EmbeddedPostgres,
+    import_pgserver,
+    with_password_file,
+)
 from tidemark.errors import ConfigError
 from tidemark.tools.devstack import free_port, temporal_binary
 
@@ -66,8 +72,7 @@ def fresh_postgres() -> Iterator[tuple[str, Path]]:
 
     Its data lives outside pytest's temporary root: as root, pgserver runs Postgres as another
     user, and any pytest starting meanwhile on this machine makes that root 0700 again."""
-    import pgserver
-
+    pgserver = import_pgserver()
     base = Path(tempfile.mkdtemp(prefix="tm-pg-"))
     server = EmbeddedPostgres(base / "pgdata", delete=True)
     yield server.url(), Path(pgserver.__file__).parent / "pginstall" / "bin"

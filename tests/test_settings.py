@@ -68,6 +68,16 @@ def profile_file(tmp_path: Path, profiled_server: WorkflowEnvironment) -> Path:
     return path
 
 
+async def connect_when_healthy(address: str) -> Client:
+    """A client of a dev server that listens already but may not serve yet."""
+    for _ in range(100):
+        try:
+            return await Client.connect(address)
+        except RuntimeError:  # "Frontend is not healthy yet"
+            await asyncio.sleep(0.2)
+    return await Client.connect(address)
+
+
 async def wait_for_poller(client: Client, task_queue: str, namespace: str = NAMESPACE) -> None:
     request = DescribeTaskQueueRequest(
         namespace=namespace, task_queue=TaskQueue(name=task_queue),
@@ -275,5 +285,5 @@ async def test_the_dev_stacks_worker_is_not_sent_to_the_callers_cluster(
         worker_settings = load_settings(stack.env())
         assert worker_settings.temporal_connect() == {"target_host": stack.address,
                                                       "namespace": "default"}
-        await wait_for_poller(await Client.connect(stack.address), worker_settings.task_queue,
-                              "default")
+        await wait_for_poller(await connect_when_healthy(stack.address),
+                              worker_settings.task_queue, "default")
