@@ -154,8 +154,10 @@ def test_tls_and_the_api_key_reach_the_connect_options(tmp_path: Path) -> None:
                                 "TEMPORAL_PROFILE": "cloud", "TEMPORAL_API_KEY": "key-from-env",
                                 "TEMPORAL_NAMESPACE": "other.a1b2c"}).temporal_connect()
     assert (overridden["api_key"], overridden["namespace"]) == ("key-from-env", "other.a1b2c")
-    # The key is never in the settings' repr nor in what is logged about the connection.
+    # The key is never in the settings' repr nor in what is logged about the connection; nor
+    # is a password of DATABASE_URL.
     assert "key-from-the-profile" not in repr(cloud)
+    assert "pw-in-url" not in repr(load_settings({"DATABASE_URL": "postgresql://u:pw-in-url@h/d"}))
     assert "key-from-the-profile" not in cloud.describe_temporal()
     assert cloud.describe_temporal().endswith("(TLS, API key)")
 

@@ -53,7 +53,8 @@ class Settings:
 
     # The environment it was read from, unchanged: the target wiring reads TIDEMARK_<T>_* here.
     env: Mapping[str, str] = field(repr=False)
-    database_url: str | None
+    # Not in the repr: it may carry a password.
+    database_url: str | None = field(repr=False)
     database_password_file: str | None
     # Whether an embedded Postgres may stand in when DATABASE_URL is unset: only where asked for
     # (TIDEMARK_EMBEDDED_DB=1, --embedded-db, `tidemark dev`, `tidemark demo`, the tests).
@@ -106,8 +107,9 @@ class Settings:
     def describe_temporal(self) -> str:
         """Where the Temporal connection goes, for logs: never the API key itself."""
         tls = self.temporal.tls
-        secured = "TLS" if (self.temporal.api_key or (tls is not None and not tls.disabled)) \
-            else "no TLS"
+        # As the SDK decides: a TLS section unless disabled, else TLS with an API key.
+        on = tls.disabled is not True if tls is not None else bool(self.temporal.api_key)
+        secured = "TLS" if on else "no TLS"
         key = ", API key" if self.temporal.api_key else ""
         return f"{self.temporal_address} namespace {self.temporal_namespace} ({secured}{key})"
 
