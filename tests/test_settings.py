@@ -37,13 +37,8 @@ from workflows.run_plan import STATE, TASK_ID
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 NAMESPACE = "tidemark-profile"  # exists on this module's dev server only
-TEMPORAL_VARIABLES = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY",
-                      "TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE", "TEMPORAL_TLS")
-
-
-def without_temporal(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if not k.startswith(TEMPORAL_VARIABLES)}
-
+# conftest.py drops every TEMPORAL_* variable but TEMPORAL_CONFIG_FILE, which names an empty
+# profile file: each test sets what it needs.
 
 @pytest.fixture(scope="module")
 async def profiled_server() -> AsyncIterator[WorkflowEnvironment]:
@@ -97,7 +92,7 @@ async def test_a_temporal_profile_is_honoured_by_the_worker_the_cli_and_the_agen
     server and the namespace. The worker polls there, `tidemark resume` starts the run there
     and the worker completes it, and the agent client reads its status there."""
     task_queue = "tq-profile"
-    env = {**without_temporal(dict(os.environ)), "TEMPORAL_CONFIG_FILE": str(profile_file),
+    env = {**os.environ, "TEMPORAL_CONFIG_FILE": str(profile_file),
            "TEMPORAL_PROFILE": "tidemark", "DATABASE_URL": db_url,
            "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_FS_ROOTS": FS_ROOTS,
            "TIDEMARK_LOG_LEVEL": "WARNING"}
@@ -112,9 +107,6 @@ async def test_a_temporal_profile_is_honoured_by_the_worker_the_cli_and_the_agen
         plan = {"task_id": "profile-1", "steps": [{"action": "fs.rename", "args": {
             "path": str(tmp_path / "a.txt"), "name": "b.txt"}}]}
         store.persist_plan(load_plan(plan, spec_registry()))
-        for name in list(os.environ):
-            if name.startswith(TEMPORAL_VARIABLES):
-                monkeypatch.delenv(name)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         assert await asyncio.to_thread(main, ["resume", "profile-1", "--wait"]) == 0
@@ -182,9 +174,6 @@ def test_the_cli_connects_with_the_profiles_tls(
     configured, and fails once the environment's API key turns TLS on (the key itself is not
     printed)."""
     address = temporal_env.client.service_client.config.target_host
-    for name in list(os.environ):
-        if name.startswith(TEMPORAL_VARIABLES):
-            monkeypatch.delenv(name)
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     assert main(["schedule", "list"]) == 0
     capsys.readouterr()
@@ -230,8 +219,8 @@ def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 
 def bare_env(home: Path) -> dict[str, str]:
-    """This environment without a database, Temporal or XDG_RUNTIME_DIR setting."""
-    env = without_temporal(dict(os.environ))
+    """This environment without a database or XDG_RUNTIME_DIR setting."""
+    env = dict(os.environ)
     for name in ("DATABASE_URL", "TIDEMARK_EMBEDDED_DB", "XDG_RUNTIME_DIR"):
         env.pop(name, None)
     return {**env, "TIDEMARK_HOME": str(home)}
