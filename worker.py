@@ -1,11 +1,12 @@
 """The Tidemark worker: ``python worker.py``.
 
-Connects to TEMPORAL_ADDRESS (default localhost:7233) in TEMPORAL_NAMESPACE (default
-"default"), over TLS when the Temporal CLI's own variables ask for it (TEMPORAL_TLS,
-TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH and _KEY_PATH for mutual TLS,
-TEMPORAL_TLS_SERVER_NAME; read by the SDK's envconfig), applies the journal's migrations to
-DATABASE_URL (or the embedded Postgres), registers RunPlan and the step activities on task
-queue "tidemark", and shuts down cleanly on SIGTERM or SIGINT: running steps get
+Reads its configuration once (tidemark.settings): Temporal through the SDK's environment
+configuration (the ``temporal.toml`` profile named by TEMPORAL_PROFILE, overridden by
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY and the TEMPORAL_TLS* variables, as the
+``temporal`` CLI reads them), the journal in DATABASE_URL (the embedded Postgres only with
+TIDEMARK_EMBEDDED_DB=1; without either it refuses to start and says so), applies the journal's
+migrations, registers RunPlan and the step activities on task queue "tidemark"
+(TIDEMARK_TASK_QUEUE), and shuts down cleanly on SIGTERM or SIGINT: running steps get
 GRACEFUL_SHUTDOWN to finish.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.envconfig import ClientConfig
 from temporalio.worker import Worker
 
 from activities.boundary import BoundaryActivities
@@ -33,7 +32,7 @@ from tidemark.actions import Registry
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
-from tidemark.secret_files import unreadable
+from tidemark.settings import Settings, load_settings
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
@@ -70,38 +69,28 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
 
 
 def temporal_connect_config(env: Mapping[str, str]) -> dict[str, Any]:
-    """``Client.connect`` arguments from the environment: address, namespace and the TLS (and
-    API key) settings, named as the ``temporal`` CLI names them. Certificate and key files are
-    read here; one that cannot be read is a ConfigError saying which variable and what to fix."""
-    try:
-        config: dict[str, Any] = dict(ClientConfig.load_client_connect_config(
-            disable_file=True, override_env_vars=dict(env)))
-    except OSError as e:
-        variable = next((k for k, v in env.items() if v == e.filename), "a TEMPORAL_TLS_* file")
-        raise ConfigError(unreadable(variable, str(e.filename), e)) from None
-    config.setdefault("target_host", "localhost:7233")
-    config.setdefault("namespace", "default")
-    return config
+    """``Client.connect`` arguments for ``env``, as the worker would use them."""
+    return load_settings(env).temporal_connect()
 
 
-async def serve(env: Mapping[str, str], stop: asyncio.Event,
+async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
                 registry: Registry | None = None) -> None:
-    """Runs the worker until ``stop`` is set. ``registry`` defaults to the configured one."""
-    connect = temporal_connect_config(env)
-    address, namespace = connect["target_host"], connect["namespace"]
-    task_queue = env.get("TIDEMARK_TASK_QUEUE", TASK_QUEUE)
+    """Runs the worker until ``stop`` is set. ``settings`` may be given as an environment
+    mapping; ``registry`` defaults to the one its target variables configure."""
+    if not isinstance(settings, Settings):
+        settings = load_settings(settings)
+    connect = settings.temporal_connect()
     # Credentials first: a file that cannot be read is reported before anything connects.
-    registry = registry or worker_registry(env)
-    store = JournalStore(database_url()).open()
+    registry = registry or worker_registry(settings.env)
+    store = JournalStore(database_url(settings)).open()
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
     client = await Client.connect(**connect)
     with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
-        worker = build_worker(client, store, registry, executor, task_queue)
-        log.info("worker on %s namespace %s task queue %s (%s); actions: %s", address, namespace,
-                 task_queue, "TLS" if connect.get("tls") else "no TLS",
-                 ", ".join(registry.names()))
+        worker = build_worker(client, store, registry, executor, settings.task_queue)
+        log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
+                 settings.task_queue, ", ".join(registry.names()))
         async with worker:
             await stop.wait()
             log.info("shutting down: letting running steps finish")
@@ -109,18 +98,19 @@ async def serve(env: Mapping[str, str], stop: asyncio.Event,
 
 
 def main(registry: Registry | None = None) -> None:
-    logging.basicConfig(level=os.environ.get("TIDEMARK_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    async def run() -> None:
+    async def run(settings: Settings) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(os.environ, stop, registry)
+        await serve(settings, stop, registry)
 
     try:
-        asyncio.run(run())
+        settings = load_settings()
+        logging.getLogger().setLevel(settings.log_level)
+        asyncio.run(run(settings))
     except ConfigError as e:
         # The message says what to fix (a file the worker's uid cannot read, a missing
         # credential); a traceback would only bury it.

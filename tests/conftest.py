@@ -21,12 +21,24 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
-from tidemark.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from tidemark.store import JournalStore
+from tidemark.tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.run_plan import STATE, TASK_ID
 
 pytest_plugins = ["helpers.staging_fixtures"]
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's Temporal is its own dev servers: a developer's Temporal settings (a
+    temporal.toml whose default profile is a cloud namespace, TEMPORAL_API_KEY, TLS) must
+    reach neither the workers the tests start nor the commands they run. An empty profile
+    file stands in for the user's, and the TEMPORAL_* variables are dropped."""
+    for name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
+        del os.environ[name]
+    empty = Path(tempfile.mkdtemp(prefix="tidemark-temporal-")) / "temporal.toml"
+    empty.write_text("")
+    os.environ["TEMPORAL_CONFIG_FILE"] = str(empty)
 
 
 class PostgresServer:

@@ -1,4 +1,4 @@
-"""Every action, built-in and plugin, through the probe conformance kit (tidemark.testing),
+"""Every action, built-in and plugin, through the probe conformance kit (tidemark.tools.testing),
 against the staging servers; and a deliberately wrong probe, caught by it."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from staging import graph as sgr
 from staging import stripe as ss
 from staging.core import StagingServer
 from tidemark.actions import ProbeResult, StepContext
-from tidemark.testing import (
+from tidemark.tools.testing import (
     ActionContract,
     ContractCase,
     check_third_party_is_never_done,
@@ -84,7 +84,7 @@ def test_the_kit_catches_a_probe_that_reads_through_the_write_client(
                 return ProbeResult.unknown("cannot read")
             return (ProbeResult.done({}) if found else ProbeResult.absent("none"))
 
-    from tidemark.testing import check_read_only_parts
+    from tidemark.tools.testing import check_read_only_parts
     with pytest.raises(AssertionError, match="write client 'writer' was used"):
         check_read_only_parts(ledger_case(server, ReadsWithWriter))
 
@@ -95,7 +95,7 @@ def test_the_kit_refuses_a_write_client_hidden_in_a_helper(server: StagingServer
             super().__init__(writer, reader)
             self.helpers = {"poster": writer}
 
-    from tidemark.testing import check_read_only_parts
+    from tidemark.tools.testing import check_read_only_parts
     with pytest.raises(AssertionError, match=r"helpers\['poster'\] reaches a write client"):
         check_read_only_parts(ledger_case(server, Hidden))
 

@@ -20,15 +20,15 @@ from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
-from tidemark import commands
 from tidemark.actions import Registry
 from tidemark.boundary import ApprovalError, verify_reversible
-from tidemark.cli import main
 from tidemark.errors import PlanError
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.tools import commands
+from tidemark.tools.cli import main
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

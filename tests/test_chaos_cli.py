@@ -12,8 +12,8 @@ from typing import Any
 
 from activities.wiring import worker_registry
 from staging.core import StagingServer
-from tidemark import chaos
 from tidemark.plan import load_plan
+from tidemark.tools import chaos
 
 ROOT = Path(__file__).parent.parent
 LEDGER_PLAN = ROOT / "examples" / "ledger-invoices.json"
@@ -23,7 +23,7 @@ KEYS = {"runs", "duplicates", "mismatches", "phases", "seed", "failures"}
 def tidemark_chaos(db_url: str, server: StagingServer, *args: str) -> tuple[int, dict[str, Any]]:
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "chaos", str(LEDGER_PLAN),
+    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(LEDGER_PLAN),
                            "--staging-url", server.url, "--json", *args],
                           env=env, capture_output=True, text=True, timeout=280)
     assert proc.stdout, proc.stderr[-2000:]
@@ -76,7 +76,7 @@ def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
     plan = tmp_path / "local.json"
     plan.write_text(json.dumps({"task_id": "local", "steps": [
         {"action": "fs.rename", "args": {"path": str(tmp_path / "a.txt"), "name": "b.txt"}}]}))
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "chaos", str(plan),
+    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(plan),
                            "--staging-url", server.url, "--runs", "1"],
                           env={**os.environ, "DATABASE_URL": db_url}, capture_output=True,
                           text=True, timeout=60)

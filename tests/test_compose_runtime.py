@@ -24,9 +24,15 @@ import pytest
 import yaml
 
 from activities.wiring import secret
-from tidemark.database import ENV_PASSWORD_FILE, ENV_URL, EmbeddedPostgres, with_password_file
-from tidemark.devstack import free_port, temporal_binary
+from tidemark.database import (
+    ENV_PASSWORD_FILE,
+    ENV_URL,
+    EmbeddedPostgres,
+    import_pgserver,
+    with_password_file,
+)
 from tidemark.errors import ConfigError
+from tidemark.tools.devstack import free_port, temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -66,8 +72,7 @@ def fresh_postgres() -> Iterator[tuple[str, Path]]:
 
     Its data lives outside pytest's temporary root: as root, pgserver runs Postgres as another
     user, and any pytest starting meanwhile on this machine makes that root 0700 again."""
-    import pgserver
-
+    pgserver = import_pgserver()
     base = Path(tempfile.mkdtemp(prefix="tm-pg-"))
     server = EmbeddedPostgres(base / "pgdata", delete=True)
     yield server.url(), Path(pgserver.__file__).parent / "pginstall" / "bin"
@@ -251,13 +256,15 @@ def test_worker_starts_with_database_url_and_no_pgserver(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    # The same start without DATABASE_URL needs the embedded Postgres, and says what to do.
+    # The same start without DATABASE_URL refuses, and says what to do; allowed the embedded
+    # Postgres, it needs pgserver, and says how to install it.
     del env[ENV_URL]
     env["TIDEMARK_HOME"] = str(secret_dir)
-    proc, lines = start_worker(env)
-    assert proc.wait(timeout=30) != 0
-    assert "pip install 'tidemark[embedded]'" in "".join(lines) + (proc.stderr.read()
-                                                                  if proc.stderr else "")
+    for extra, fix in (({}, "DATABASE_URL is not set: set it"),
+                       ({"TIDEMARK_EMBEDDED_DB": "1"}, "pip install 'tidemark[embedded]'")):
+        proc, lines = start_worker({**env, **extra})
+        assert proc.wait(timeout=30) != 0
+        assert fix in "".join(lines) + (proc.stderr.read() if proc.stderr else "")
 
 
 def test_the_dynamic_config_is_what_the_server_honours(dev_server: str) -> None:
@@ -322,7 +329,7 @@ def search_attributes(address: str, namespace: str) -> dict[str, str]:
 
 def test_setup_script_creates_namespace_and_search_attributes_idempotently(
         dev_server: str) -> None:
-    from tidemark.devstack import SEARCH_ATTRIBUTES
+    from tidemark.tools.devstack import SEARCH_ATTRIBUTES
 
     namespace = "compose-setup"
     assert "TidemarkState" not in search_attributes(dev_server, "default")

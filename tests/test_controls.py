@@ -16,10 +16,7 @@ from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import persist, run_one, wait_unlocked
-from tidemark import commands
 from tidemark.actions import ProbeResult, Registry, StepContext
-from tidemark.cli import main
-from tidemark.commands import DecisionError
 from tidemark.errors import (
     InvariantViolation,
     NotStopped,
@@ -32,6 +29,9 @@ from tidemark.errors import (
 from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.tools import commands
+from tidemark.tools.cli import main
+from tidemark.tools.commands import DecisionError
 from tidemark.unwind import undo_key, unwind_step
 
 SPECS = spec_registry(LedgerRecord)

@@ -28,8 +28,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from helpers.wait import assert_eventually
 from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
-from tidemark.devstack import DevStack, DevStackError
 from tidemark.errors import ConfigError
+from tidemark.settings import load_settings
+from tidemark.tools.devstack import DevStack, DevStackError
 from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult
 
@@ -184,7 +185,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                                                db_url: str) -> None:
     port, ui_port, staging_port = free_ports(3)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tidemark.tools.cli", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -210,6 +211,14 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         assert http_get(f"http://127.0.0.1:{staging_port}/_staging/effects")[0] == 200
         assert listening(port)
         assert worker_pid in processes_of(home)
+        # Another shell reaches the stack through the profile it names: no other variable.
+        config = printed["Temporal gRPC"].split("export TEMPORAL_CONFIG_FILE=")[1].rstrip(")")
+        assert config == str(home / "temporal.toml") and mode(Path(config)) == 0o600
+        other_shell = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+        listed = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "schedule", "list"],
+                                env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
+                                capture_output=True, text=True, timeout=60)
+        assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read()
@@ -225,7 +234,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
 def test_sigterm_during_start_up_leaves_no_process(home: Path) -> None:
     port, ui_port, staging_port = free_ports(3)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tidemark.tools.cli", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -280,7 +289,7 @@ def test_a_home_of_another_user_is_refused(tmp_path: Path,
     os.chown(other, 65534, 65534)
     monkeypatch.setenv(ENV_HOME, str(other))
     with pytest.raises(ConfigError, match=r"belongs to uid 65534, not to this user"):
-        tidemark_home()
+        tidemark_home(load_settings().home)
     assert mode(other) == 0o755  # left as it was
 
 
@@ -293,9 +302,9 @@ def test_the_embedded_postgres_home_is_closed_to_others(tmp_path: Path,
     and stops cleanly (pg_ctl stop must reach its data directory)."""
     home = tmp_path / "pghome"
     monkeypatch.setenv(ENV_HOME, str(home))
-    server = EmbeddedPostgres(tidemark_home() / "pgdata", delete=True)
+    server = EmbeddedPostgres(tidemark_home(home) / "pgdata", delete=True)
     try:
-        tidemark_home()
+        tidemark_home(home)
         data = (home / "pgdata").stat()
         if data.st_uid == os.geteuid():
             assert mode(home) == 0o700

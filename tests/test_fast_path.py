@@ -15,10 +15,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines
 from helpers.wait import assert_eventually
-from tidemark import commands
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.store import JournalStore
+from tidemark.tools import commands
 from workflows.outcome import run_result
 from workflows.run_plan import FAST_STEPS_PER_RUN
 from workflows.types import RunResult

@@ -25,7 +25,6 @@ from helpers.fs_roots import FS_ROOTS
 from helpers.steps import persist, step_context
 from probes.fs import action_error, gate_error, is_transient
 from tidemark.actions import GateRefused, Registry
-from tidemark.cli import main
 from tidemark.errors import (
     PlanError,
     PreconditionFailed,
@@ -37,6 +36,7 @@ from tidemark.errors import (
 from tidemark.plan import load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
+from tidemark.tools.cli import main
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

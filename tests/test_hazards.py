@@ -31,7 +31,6 @@ from helpers.wait import assert_eventually
 from probes.gmail import gmail_client
 from staging.core import StagingServer
 from staging.gmail import READ_TOKEN, SEND_TOKEN
-from tidemark import commands
 from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision, PlanError, StepBusy, TidemarkError
 from tidemark.faults import CRASH_ENV
@@ -39,6 +38,7 @@ from tidemark.keys import lock_id
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
+from tidemark.tools import commands
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

@@ -17,13 +17,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines
 from helpers.wait import assert_eventually
-from tidemark import commands
-from tidemark.cli import main
-from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.report import build_report
 from tidemark.store import JournalStore
+from tidemark.tools import commands
+from tidemark.tools.cli import main
+from tidemark.tools.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.types import RunResult, UnwindResult
 

@@ -10,9 +10,9 @@ from activities.catalog import ACTION_CLASSES
 from activities.wiring import worker_registry
 from staging.core import StagingServer
 from staging.targets import all_targets
-from tidemark import commands
 from tidemark.errors import ActionNotConfigured, ConfigError
 from tidemark.plugins import bind_plugin, plugin_action_classes
+from tidemark.tools import commands
 
 
 def test_the_installed_ledger_plugin_is_known_to_plan_checks() -> None:

@@ -24,12 +24,12 @@ from helpers.staging_fixtures import arm, effects
 from helpers.steps import crash_at
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
-from tidemark import commands
-from tidemark.devstack import temporal_binary
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
+from tidemark.tools import commands
+from tidemark.tools.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
 from workflows.types import RunResult

@@ -28,14 +28,15 @@ from helpers.staging_fixtures import arm
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from staging.drive import DriveTarget
-from tidemark import commands, series
+from tidemark import series
 from tidemark.actions import StepContext
-from tidemark.devstack import temporal_binary
 from tidemark.errors import Unauthorized, UnknownTask
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.tools import commands
+from tidemark.tools.devstack import temporal_binary
 from workflows import schedules
 from workflows.kill import kill
 from workflows.outcome import run_result
@@ -302,7 +303,7 @@ def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_
 async def test_cli_series_stop_release_status_schedule_and_kill(
         temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tidemark.cli import main
+    from tidemark.tools.cli import main
 
     monkeypatch.setenv("DATABASE_URL", db_url)
     address = temporal_env.client.service_client.config.target_host

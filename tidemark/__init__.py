@@ -1,4 +1,6 @@
-"""Tidemark core: the two-phase journal, plans, keys and the step algorithm.
+"""Tidemark core: the two-phase journal, plans, keys, settings and the step algorithm.
 
-Nothing in this package imports Temporal; workflows/ and activities/ build on it.
+Nothing in the core talks to Temporal (settings.py reads only the SDK's environment
+configuration, temporalio.envconfig); workflows/, activities/ and worker.py build on it, and the
+tooling in tidemark/tools/ drives them all.
 """

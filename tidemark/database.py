@@ -1,12 +1,15 @@
-"""Which Postgres to use: ``DATABASE_URL`` if set, else an embedded server (pgserver).
+"""Which Postgres to use: ``DATABASE_URL``, or an embedded server (pgserver) where asked for.
 
 ``DATABASE_PASSWORD_FILE`` names a file holding the password for ``DATABASE_URL`` (a Docker
 secret), so the password is in neither the URL nor the environment.
 
-The embedded server keeps its data in ``$TIDEMARK_HOME/pgdata`` (default
-``~/.local/share/tidemark``), so journals survive restarts of the dev stack. It needs the
-``embedded`` extra (pgserver), imported only when it is started: a worker given ``DATABASE_URL``
-never imports it.
+The embedded server is used only where it was asked for (``Settings.embedded_db``: `tidemark
+dev`, `tidemark demo`, `tidemark chaos`, the tests, ``TIDEMARK_EMBEDDED_DB=1`` or ``tidemark
+--embedded-db``); anywhere else a missing ``DATABASE_URL`` is a ConfigError that says how to fix
+it, so a production worker never starts a database of its own in a home directory. It keeps its
+data in ``$TIDEMARK_HOME/pgdata`` (default ``~/.local/share/tidemark``), so journals survive
+restarts of the dev stack. It needs the ``embedded`` extra (pgserver), imported only when it is
+started: a worker given ``DATABASE_URL`` never imports it.
 """
 
 from __future__ import annotations
@@ -14,19 +17,29 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from tidemark.errors import ConfigError
 from tidemark.secret_files import read_secret_file
+from tidemark.settings import (
+    ENV_DATABASE_PASSWORD_FILE,
+    ENV_DATABASE_URL,
+    ENV_EMBEDDED_DB,
+    ENV_HOME,
+    Settings,
+)
 
-ENV_URL = "DATABASE_URL"
-ENV_PASSWORD_FILE = "DATABASE_PASSWORD_FILE"
-ENV_HOME = "TIDEMARK_HOME"
+ENV_URL = ENV_DATABASE_URL
+ENV_PASSWORD_FILE = ENV_DATABASE_PASSWORD_FILE
+__all__ = ["ENV_HOME", "ENV_PASSWORD_FILE", "ENV_URL", "EmbeddedPostgres", "database_url",
+           "private_file", "redacted", "tidemark_home", "with_password_file"]
 
 
-def tidemark_home() -> Path:
-    """``$TIDEMARK_HOME`` (default ``~/.local/share/tidemark``), made private on every call.
+def tidemark_home(path: Path) -> Path:
+    """``path`` (``Settings.home``: ``$TIDEMARK_HOME``, default ``~/.local/share/tidemark``),
+    created and made private on every call.
 
     It holds the journal's database, Temporal's history (plans, recipients, amounts) and the
     logs, so it is created 0700 and an existing one with a looser mode is tightened. Run as
@@ -35,8 +48,6 @@ def tidemark_home() -> Path:
     the home is 0710 with our own group, closed to everyone else. A home that belongs to
     another user is refused: we could not keep it private.
     """
-    home = os.environ.get(ENV_HOME)
-    path = Path(home) if home else Path.home() / ".local" / "share" / "tidemark"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     secure_home(path)
     return path
@@ -69,13 +80,31 @@ def private_file(path: Path) -> BinaryIO:
     return os.fdopen(fd, "ab")
 
 
+def import_pgserver() -> Any:
+    """``import pgserver``, imported here: only the embedded path needs it.
+
+    pgserver keeps its cross-process lock in platformdirs' user runtime directory, read when
+    the module is imported. Without ``XDG_RUNTIME_DIR`` (a root shell, ssh without a login
+    session, cron, CI) platformdirs warns and falls back to ``/run/user/<uid>`` or
+    ``$TMPDIR/runtime-<uid>``, which it creates 0700 and checks. That fallback is a sound place
+    for the lock, and every Tidemark process picks the same one, so the warning tells the user
+    nothing to do: that one warning is not shown. Setting ``XDG_RUNTIME_DIR`` here instead
+    would move the lock away from where other processes on the same database look for it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"XDG_RUNTIME_DIR is not set",
+                                category=UserWarning)
+        import pgserver
+    return pgserver
+
+
 class EmbeddedPostgres:
     """A pgserver instance. It stops when the last process holding a handle exits (or on
     ``close``); with ``delete=True`` its data directory goes too (for tests)."""
 
     def __init__(self, pgdata: Path, *, delete: bool = False) -> None:
         try:
-            import pgserver  # imported here: only the embedded path needs it
+            pgserver = import_pgserver()
         except ImportError:
             raise ConfigError(f"{ENV_URL} is not set and the embedded Postgres (pgserver) is not "
                               f"installed: set {ENV_URL}, or install the embedded extra "
@@ -120,16 +149,22 @@ def with_password_file(url: str, password_file: str | None) -> str:
     return psycopg.conninfo.make_conninfo(url, password=password)
 
 
-def database_url() -> str:
+def database_url(settings: Settings) -> str:
     """The URL to connect to: ``DATABASE_URL`` (with the password of ``DATABASE_PASSWORD_FILE``),
-    or the embedded server (started on first use)."""
-    url = os.environ.get(ENV_URL)
-    if url:
-        return with_password_file(url, os.environ.get(ENV_PASSWORD_FILE))
+    or, only where ``settings.embedded_db`` allows it, the embedded server (started on first
+    use). Neither is a ConfigError that says how to fix it."""
+    if settings.database_url:
+        return with_password_file(settings.database_url, settings.database_password_file)
+    if not settings.embedded_db:
+        raise ConfigError(
+            f"{ENV_URL} is not set: set it to the journal's Postgres (postgresql://user@host/db), "
+            f"or, on a laptop, allow the embedded Postgres in $TIDEMARK_HOME with "
+            f"{ENV_EMBEDDED_DB}=1 (`tidemark --embedded-db COMMAND` for one command; `tidemark "
+            "dev` and `tidemark demo` use it unless DATABASE_URL is set)")
     global _embedded
     if _embedded is None:
-        _embedded = EmbeddedPostgres(tidemark_home() / "pgdata")
+        _embedded = EmbeddedPostgres(tidemark_home(settings.home) / "pgdata")
         # Run as root, pgserver opens every directory above its data to everyone (o+rx) so
         # that its own system user can reach it; take that back for our home.
-        tidemark_home()
+        tidemark_home(settings.home)
     return _embedded.url()

@@ -325,12 +325,12 @@ MUTANTS: tuple[Mutant, ...] = (
             )),
     # -- stop, release and resolve ----------------------------------------------------------------
     Mutant("resolve --as never closes a step of a task that is not stopped",
-           "tidemark/commands.py",
+           "tidemark/tools/commands.py",
            "if s.stopped is None:\n                    raise DecisionError(",
            "if s.stopped is None and False:\n                    raise DecisionError(",
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
-    Mutant("stop accepts a task id that names no task", "tidemark/commands.py",
+    Mutant("stop accepts a task id that names no task", "tidemark/tools/commands.py",
            "or task_id.startswith(\"series:\") or store.task_known(task_id):",
            "or task_id.startswith(\"series:\") or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),

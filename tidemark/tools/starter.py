@@ -1,5 +1,8 @@
-"""Client-side helpers: start RunPlan for a plan, resume, unwind, wake a waiting run (the
-demo lives in workflows/demo.py)."""
+"""Client-side helpers: start RunPlan for a plan, resume, unwind, wake a waiting run.
+
+They connect through ``Settings.temporal_connect()``: the SDK's environment configuration
+(``temporal.toml`` profile, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS), with
+the command line's ``--address``/``--namespace`` applied by the caller."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from tidemark.settings import Settings
 from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult, UnwindResult
 
@@ -29,11 +33,15 @@ class AlreadyRunning(TidemarkError):
     """A workflow with this id is running already; a task runs once at a time."""
 
 
-async def connect(address: str, namespace: str) -> Client:
+async def connect(settings: Settings) -> Client:
+    """A client on the configured Temporal; TemporalUnavailable (one line) if it cannot be
+    reached, ConfigError if a TLS file cannot be read."""
+    options = settings.temporal_connect()
     try:
-        return await Client.connect(address, namespace=namespace)
+        return await Client.connect(**options)
     except RuntimeError as e:  # the SDK reports a failed connect as RuntimeError
-        raise TemporalUnavailable(f"cannot reach Temporal at {address}: {e}") from e
+        raise TemporalUnavailable(f"cannot reach Temporal at {settings.describe_temporal()}: "
+                                  f"{e}") from e
 
 
 async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
@@ -47,29 +55,29 @@ async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
                              "--name halt)") from e
 
 
-async def resume_task(address: str, namespace: str, task_id: str, *, wait: bool,
+async def resume_task(settings: Settings, task_id: str, *, wait: bool,
                       task_queue: str = TASK_QUEUE) -> RunResult | None:
     """Starts RunPlan on the stored plan of ``task_id`` (the caller has released it)."""
-    client = await connect(address, namespace)
+    client = await connect(settings)
     handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
                           RunResult)
     return await run_result(handle) if wait else None
 
 
-async def unwind_task(address: str, namespace: str, task_id: str, *, wait: bool,
+async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
                       task_queue: str = TASK_QUEUE) -> UnwindResult | None:
     """Starts UnwindPlan for a stopped task, as ``tidemark-unwind-<task_id>``."""
-    client = await connect(address, namespace)
+    client = await connect(settings)
     handle = await _start(client, "UnwindPlan", task_id, f"tidemark-unwind-{task_id}",
                           task_queue, UnwindResult)
     return await handle.result() if wait else None
 
 
-async def signal_approval(address: str, namespace: str, task_id: str,
+async def signal_approval(settings: Settings, task_id: str,
                           decision: dict[str, Any]) -> bool:
     """Wakes ``tidemark-<task_id>`` after a decision was journaled; False when no run of it
     is open (the decision then takes effect when the task is next started)."""
-    client = await connect(address, namespace)
+    client = await connect(settings)
     try:
         await client.get_workflow_handle(f"tidemark-{task_id}").signal("approval", decision)
     except RPCError as e:

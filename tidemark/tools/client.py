@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
 from tidemark.plan import Plan, load_plan
+from tidemark.settings import Settings, load_settings
 from workflows.outcome import run_result
 from workflows.types import TASK_QUEUE, RunResult
 
@@ -124,11 +125,19 @@ class TidemarkClient:
         self.registry = registry
 
     @classmethod
-    async def connect(cls, address: str = "localhost:7233", namespace: str = "default", *,
-                      task_queue: str = TASK_QUEUE) -> TidemarkClient:
-        from workflows.starter import connect
+    async def connect(cls, address: str | None = None, namespace: str | None = None, *,
+                      task_queue: str | None = None,
+                      settings: Settings | None = None) -> TidemarkClient:
+        """Connects as the worker and the `tidemark` command do: the SDK's environment
+        configuration (``temporal.toml`` profile, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+        TEMPORAL_API_KEY, TLS) of ``settings`` (default: read from this process's
+        environment), with ``address``/``namespace`` replacing the configured ones if given;
+        the task queue is TIDEMARK_TASK_QUEUE's unless given."""
+        from tidemark.tools.starter import connect
 
-        return cls(await connect(address, namespace), task_queue)
+        settings = (settings or load_settings()).with_temporal(address=address,
+                                                               namespace=namespace)
+        return cls(await connect(settings), task_queue or settings.task_queue)
 
     async def __aenter__(self) -> TidemarkClient:
         return self

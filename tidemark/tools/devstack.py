@@ -7,7 +7,6 @@ Everything it starts it stops again, in reverse order. Temporal's history is kep
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -20,11 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes.fs import ROOTS_ENV
 from staging.core import StagingServer
 from staging.targets import build_staging
 from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
 from tidemark.errors import TidemarkError
+from tidemark.settings import ENV_FS_ROOTS, Settings, load_settings
 
 SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword"}
 # What the dev server and the worker create (temporal.db and its journal files, the demo's
@@ -132,7 +131,11 @@ class DevStack:
     ui_port: int = 8233
     staging_port: int = 8900
     with_worker: bool = True
-    home: Path = field(default_factory=tidemark_home)
+    # The configuration it runs under (default: this process's environment); the embedded
+    # Postgres is always allowed here.
+    settings: Settings = field(default_factory=load_settings)
+    # Where its data goes: settings.home ($TIDEMARK_HOME) unless given; made private.
+    home: Path = None  # type: ignore[assignment]  # set in __post_init__
     worker_env: dict[str, str] = field(default_factory=dict)
     # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
     # $TIDEMARK_HOME/files (made on start).
@@ -141,6 +144,10 @@ class DevStack:
     staging: StagingServer | None = None
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     worker: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.settings = self.settings.with_embedded_db()
+        self.home = tidemark_home(self.settings.home if self.home is None else self.home)
 
     @property
     def address(self) -> str:
@@ -158,12 +165,13 @@ class DevStack:
         ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
         ensure_port_free(self.staging_port, "staging servers", "--staging-port")
         if not self.fs_roots:
-            self.fs_roots = os.environ.get(ROOTS_ENV) or str(self.home / "files")
+            self.fs_roots = self.settings.fs_roots or str(self.home / "files")
             if self.fs_roots == str(self.home / "files"):
                 (self.home / "files").mkdir(mode=0o700, exist_ok=True)
         try:
-            self.db_url = database_url()
+            self.db_url = database_url(self.settings)
             self._start_temporal()
+            self._write_temporal_profile()
             self.staging = StagingServer(build_staging(), port=self.staging_port).start()
             if self.with_worker:
                 self.start_worker()
@@ -190,10 +198,28 @@ class DevStack:
         wait_for_port(self.port, proc, "Temporal dev server", log)
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
 
+    @property
+    def temporal_config_file(self) -> Path:
+        """The Temporal client profile of this stack (``temporal.toml``, profile ``default``),
+        written on start: ``TEMPORAL_CONFIG_FILE`` pointed at it lets the ``temporal`` CLI and
+        the `tidemark` command in another shell reach this stack."""
+        return self.home / "temporal.toml"
+
+    def _write_temporal_profile(self) -> None:
+        text = (f"# Written by `tidemark dev`: the Temporal profile of the stack on this home.\n"
+                f'[profile.default]\naddress = "{self.address}"\nnamespace = "default"\n')
+        with private_file(self.temporal_config_file) as f:
+            f.truncate(0)
+            f.write(text.encode())
+
     def env(self) -> dict[str, str]:
-        """The environment a worker (or the `temporal` CLI) needs to reach this stack."""
-        env = {**os.environ, "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
-               ROOTS_ENV: self.fs_roots, **self.worker_env}
+        """The environment a worker (or the `temporal` CLI) needs to reach this stack. The
+        Temporal variables of the caller's environment (a profile, an API key, TLS meant for
+        another cluster) are replaced by this stack's profile."""
+        inherited = {k: v for k, v in self.settings.env.items() if not k.startswith("TEMPORAL_")}
+        env = {**inherited, "TEMPORAL_CONFIG_FILE": str(self.temporal_config_file),
+               "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
+               ENV_FS_ROOTS: self.fs_roots, **self.worker_env}
         if self.staging is not None:
             env["TIDEMARK_STAGING_URL"] = self.staging.url
             for name, value in STAGING_CLIENTS.items():

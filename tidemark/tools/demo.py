@@ -23,10 +23,10 @@ from typing import Any
 from temporalio.client import Client
 
 from tidemark.database import redacted
-from tidemark.devstack import DevStack
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
 from tidemark.report import build_report
+from tidemark.settings import Settings, load_settings
 from tidemark.store import JournalStore
 from tidemark.supplier_sync import (
     RENAMES,
@@ -36,8 +36,9 @@ from tidemark.supplier_sync import (
     seed_requests,
     supplier_sync_plan,
 )
+from tidemark.tools.devstack import DevStack
+from tidemark.tools.starter import start_plan
 from workflows.outcome import run_result
-from workflows.starter import start_plan
 
 KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, steps 39-42 provably not attempted
 THIRD_PARTY_STEP = 7  # the file the supplier renames between the kill and the resume
@@ -169,14 +170,17 @@ def _list_drive(base: str) -> list[dict[str, Any]]:
 
 
 def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = False,
-             say: Callable[[str], None] = print) -> DemoOutcome:
-    """Runs the demo on a stack of its own."""
+             say: Callable[[str], None] = print,
+             settings: Settings | None = None) -> DemoOutcome:
+    """Runs the demo on a stack of its own, under ``settings`` (default: this process's
+    environment's)."""
     if not 1 <= kill_at <= RENAMES:
         raise ValueError(f"--kill-at must be a rename step, 1..{RENAMES}")
     if third_party and kill_at <= THIRD_PARTY_STEP:
         raise ValueError(f"--third-party renames step {THIRD_PARTY_STEP}'s file: --kill-at "
                          f"must come after it")
-    with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False) as stack:
+    with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False,
+                  settings=settings or load_settings()) as stack:
         say(f"stack: Temporal {stack.address}, Web UI {stack.ui_url}, staging "
             f"{stack.staging.url if stack.staging else '-'}, journal {redacted(stack.db_url)}")
         outcome = asyncio.run(_demo(stack, kill_at, third_party, say))

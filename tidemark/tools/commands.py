@@ -12,7 +12,7 @@ from typing import Any
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
-from probes.fs import ROOTS_ENV, parse_roots
+from probes.fs import parse_roots
 from tidemark.actions import GateRefused
 from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
 from tidemark.errors import PlanError, TidemarkError
@@ -33,14 +33,15 @@ def db_migrate(url: str) -> list[str]:
         return store.migrate()
 
 
-def plan_check(path: str | Path, *, sort: bool = False) -> Plan:
+def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = None) -> Plan:
     """Validates a plan file against every known action; with ``sort``, reorders it.
 
-    With ``TIDEMARK_FS_ROOTS`` set here too, every ``fs.rename`` path is checked against those
-    roots as a worker with the same setting would before the first step.
+    With ``fs_roots`` (``TIDEMARK_FS_ROOTS`` of the command's settings), every ``fs.rename``
+    path is checked against those roots as a worker with the same setting would before the
+    first step.
     """
     plan = load_plan_file(path, spec_registry(), sort=sort)
-    roots = parse_roots(os.environ.get(ROOTS_ENV))
+    roots = parse_roots(fs_roots)
     if roots:
         fs = FsRename(roots)
         for step in plan.steps:

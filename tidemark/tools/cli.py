@@ -1,6 +1,8 @@
-"""The `tidemark` command: a thin shell over tidemark.commands.
+"""The `tidemark` command: a thin shell over tidemark.tools.commands.
 
-Errors print one line and exit non-zero (``--traceback`` shows the full trace).
+The configuration is read once (``tidemark.settings.load_settings``) and passed down as
+``args.settings``. Errors print one line and exit non-zero (``--traceback`` shows the full
+trace).
 """
 
 from __future__ import annotations
@@ -14,19 +16,30 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tidemark import commands
+import psycopg
+
 from tidemark.database import database_url
 from tidemark.errors import TaskUnwound, TidemarkError
+from tidemark.settings import Settings, load_settings
+from tidemark.tools import commands
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# The commands that are a laptop stack or a test harness: they may use the embedded Postgres
+# when DATABASE_URL is unset. Every other command needs DATABASE_URL or --embedded-db.
+EMBEDDED_COMMANDS = ("dev", "demo", "chaos")
 
 
 class UsageError(Exception):
     """A command line that names nothing to act on, or two things at once."""
+
+
+def _db(a: argparse.Namespace) -> str:
+    """The journal's URL under the command's settings."""
+    return database_url(a.settings)
 
 
 def _print_json(data: Any) -> None:
@@ -34,7 +47,7 @@ def _print_json(data: Any) -> None:
 
 
 def _cmd_db_migrate(a: argparse.Namespace) -> int:
-    applied = commands.db_migrate(database_url())
+    applied = commands.db_migrate(_db(a))
     if a.json:
         _print_json({"applied": applied})
     else:
@@ -43,7 +56,7 @@ def _cmd_db_migrate(a: argparse.Namespace) -> int:
 
 
 def _cmd_plan_check(a: argparse.Namespace) -> int:
-    plan = commands.plan_check(a.file, sort=a.sort)
+    plan = commands.plan_check(a.file, sort=a.sort, fs_roots=a.settings.fs_roots)
     summary = commands.plan_summary(plan)
     if a.sort:
         _print_json(summary["plan"])  # the reordered plan, ready to save
@@ -62,7 +75,7 @@ def _cmd_status(a: argparse.Namespace) -> int:
     if a.task is None:
         print("tidemark: status needs a task or --series S", file=sys.stderr)
         return EXIT_USAGE
-    report = commands.status(database_url(), a.task)
+    report = commands.status(_db(a), a.task)
     if a.json:
         _print_json(report.as_json())
     else:
@@ -71,7 +84,7 @@ def _cmd_status(a: argparse.Namespace) -> int:
 
 
 def _cmd_journal(a: argparse.Namespace) -> int:
-    data = commands.journal(database_url(), a.task)
+    data = commands.journal(_db(a), a.task)
     if a.json:
         _print_json(data)
         return 0
@@ -93,7 +106,7 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
         print(f"tidemark: recording that step {a.step} of {a.task} is {a.as_} is your decision; "
               "pass --yes to record it", file=sys.stderr)
         return EXIT_USAGE
-    _print_json(commands.resolve(database_url(), a.task, a.step, a.as_, a.note, a.by))
+    _print_json(commands.resolve(_db(a), a.task, a.step, a.as_, a.note, a.by))
     return 0
 
 
@@ -110,12 +123,12 @@ def _scope(a: argparse.Namespace, verb: str) -> str:
 
 def _cmd_stop(a: argparse.Namespace) -> int:
     if _series_scope(a):
-        commands.stop(database_url(), "series:" + a.series, a.reason, a.by, force_unknown=True)
+        commands.stop(_db(a), "series:" + a.series, a.reason, a.by, force_unknown=True)
         print(f"series {a.series} is stopped; no run of it starts until "
               f"`tidemark release --series {a.series}`")
         return 0
     scope = _scope(a, "stop")
-    commands.stop(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    commands.stop(_db(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
     if scope == commands.ALL_TASKS:
         print("every task is stopped; nothing will act until `tidemark release --all`")
     else:
@@ -125,12 +138,12 @@ def _cmd_stop(a: argparse.Namespace) -> int:
 
 def _cmd_release(a: argparse.Namespace) -> int:
     if _series_scope(a):
-        commands.release(database_url(), "series:" + a.series, a.reason, a.by,
+        commands.release(_db(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
         print(f"series {a.series} is released")
         return 0
     scope = _scope(a, "release")
-    commands.release(database_url(), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    commands.release(_db(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
     if scope == commands.ALL_TASKS:
         print("the stop of every task is released (a task stopped by its own id stays "
               "stopped until released by name)")
@@ -140,9 +153,9 @@ def _cmd_release(a: argparse.Namespace) -> int:
 
 
 def _cmd_resume(a: argparse.Namespace) -> int:
-    from workflows.starter import resume_task
+    from tidemark.tools.starter import resume_task
 
-    url = database_url()
+    url = _db(a)
     report = commands.status(url, a.task)
     if report.progress.unwound is not None:
         raise TaskUnwound(a.task)  # before releasing anything: an unwound task stays put
@@ -154,7 +167,7 @@ def _cmd_resume(a: argparse.Namespace) -> int:
             f"nothing was released or started. `tidemark release --all` first, then resume")
     if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
-    result = asyncio.run(resume_task(a.address, a.namespace, a.task, wait=a.wait,
+    result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
     if result is None:
         print(f"started tidemark-{a.task} on the stored plan (from step "
@@ -166,12 +179,12 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
-    from workflows.starter import signal_approval
+    from tidemark.tools.starter import signal_approval
 
     decision = "approve" if a.command == "approve" else "reject"
-    out = commands.decide_approval(database_url(), a.task, decision, a.by, a.reason)
+    out = commands.decide_approval(_db(a), a.task, decision, a.by, a.reason)
     try:
-        woke: bool | None = asyncio.run(signal_approval(a.address, a.namespace, a.task,
+        woke: bool | None = asyncio.run(signal_approval(a.settings, a.task,
                                                         {"decision": decision, "by": a.by}))
     except TidemarkError as e:  # journaled all the same: the run reads it at the boundary
         print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
@@ -194,9 +207,9 @@ def _cmd_decide(a: argparse.Namespace) -> int:
 
 
 def _cmd_unwind(a: argparse.Namespace) -> int:
-    from workflows.starter import unwind_task
+    from tidemark.tools.starter import unwind_task
 
-    url = database_url()
+    url = _db(a)
     plan = commands.unwind_preview(url, a.task)
     if not a.yes:
         _print_json(plan)
@@ -204,7 +217,7 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
               "pass --yes to do it", file=sys.stderr)
         return EXIT_USAGE
     commands.stop(url, a.task, a.reason or "unwind", a.by)
-    result = asyncio.run(unwind_task(a.address, a.namespace, a.task, wait=a.wait,
+    result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
     if result is None:
         print(f"started tidemark-unwind-{a.task}")
@@ -215,19 +228,21 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
 
 def _cmd_dev(a: argparse.Namespace) -> int:
     from tidemark.database import redacted
-    from tidemark.devstack import DevStack
+    from tidemark.tools.devstack import DevStack
 
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
-                     with_worker=not a.no_worker)
+                     with_worker=not a.no_worker, settings=a.settings)
     # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
     # children run in sessions of their own and would outlive a plain SIGTERM of this process.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with stack:
         interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
-        print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_ADDRESS={stack.address})\n"
+        print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
+              f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
-              f"Postgres       {redacted(stack.db_url)}\n"
+              f"Postgres       {redacted(stack.db_url)}"
+              f"{'' if a.settings.database_url else '   (export TIDEMARK_EMBEDDED_DB=1)'}\n"
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
@@ -250,12 +265,12 @@ def _cmd_staging(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from workflows.demo import run_demo
+    from tidemark.tools.demo import run_demo
 
     # With --json the narration goes to stderr and stdout holds only the JSON document.
     out = sys.stderr if a.json else sys.stdout
     outcome = run_demo(kill_at=a.kill_at, third_party=a.third_party, keep=a.keep,
-                       say=lambda line: print(line, file=out, flush=True))
+                       say=lambda line: print(line, file=out, flush=True), settings=a.settings)
     if a.json:
         _print_json(outcome.as_json())
     print("demo: every check held" if outcome.ok else "demo: a check FAILED", file=out,
@@ -264,20 +279,20 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _cmd_chaos(a: argparse.Namespace) -> int:
-    from tidemark.chaos import progress_bar, run_chaos
+    from tidemark.tools.chaos import progress_bar, run_chaos
 
     with open(a.plan, encoding="utf-8") as f:
         doc = json.load(f)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
     if a.staging_url:
-        report = run_chaos(doc, a.runs, seed, db_url=database_url(), staging_url=a.staging_url,
+        report = run_chaos(doc, a.runs, seed, db_url=_db(a), staging_url=a.staging_url,
                            extra=a.action, progress=progress_bar)
     else:
         from staging.core import StagingServer
         from staging.targets import build_staging
 
         with StagingServer(build_staging()) as server:
-            report = run_chaos(doc, a.runs, seed, db_url=database_url(), staging_url=server.url,
+            report = run_chaos(doc, a.runs, seed, db_url=_db(a), staging_url=server.url,
                                extra=a.action, progress=progress_bar)
     if a.json:
         print(json.dumps(report.as_json(), sort_keys=True))
@@ -296,12 +311,34 @@ def _interrupt_event() -> threading.Event:
     return stop
 
 
+def add_temporal_arguments(parser: argparse.ArgumentParser) -> None:
+    """--address and --namespace: they replace the configured ones (the temporal.toml profile
+    of TEMPORAL_PROFILE, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE); TLS and API key stay."""
+    parser.add_argument("--address", help="Temporal frontend host:port (default: the "
+                        "configured profile or TEMPORAL_ADDRESS, else localhost:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default: the configured "
+                        "profile or TEMPORAL_NAMESPACE, else default)")
+
+
+def command_settings(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of this command line: the environment's, the embedded database allowed for
+    the commands that are a dev stack or a harness (or with --embedded-db), and the Temporal
+    flags applied."""
+    settings = load_settings(env, embedded_db=a.embedded_db or a.command in EMBEDDED_COMMANDS)
+    return settings.with_temporal(address=getattr(a, "address", None),
+                                  namespace=getattr(a, "namespace", None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tidemark",
         description="Crash-safe, idempotent execution of agent plans. The journal lives in "
-                    "DATABASE_URL, or in an embedded Postgres when it is unset.")
+                    "DATABASE_URL; `tidemark dev`, `demo` and `chaos` use an embedded "
+                    "Postgres when it is unset, other commands only with --embedded-db.")
     p.add_argument("--traceback", action="store_true", help="show the full trace on errors")
+    p.add_argument("--embedded-db", action="store_true",
+                   help="without DATABASE_URL, use the embedded Postgres in $TIDEMARK_HOME "
+                        "(as TIDEMARK_EMBEDDED_DB=1 does)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     db = sub.add_parser("db", help="journal database").add_subparsers(dest="db_command",
@@ -361,12 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     user_args.add_argument("task")
     user_args.add_argument("--reason", default="", help="recorded in the journal")
     user_args.add_argument("--by", default=user, help=f"who decides (default: {user})")
-    user_args.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS",
-                                                               "localhost:7233"))
-    user_args.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE",
-                                                                 "default"))
-    user_args.add_argument("--task-queue", default=os.environ.get("TIDEMARK_TASK_QUEUE",
-                                                                  "tidemark"))
+    add_temporal_arguments(user_args)
+    user_args.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
     user_args.add_argument("--wait", action="store_true", help="wait for the run's result")
     res = sub.add_parser("resume", parents=[user_args],
                          help="release a stopped task and start it again on its stored plan")
@@ -436,7 +469,7 @@ def _series_scope(a: argparse.Namespace) -> bool:
 def _series_status(a: argparse.Namespace) -> int:
     from tidemark import series
 
-    with commands.open_store(database_url()) as store:
+    with commands.open_store(_db(a)) as store:
         data = series.listing(store, a.series)
     if a.json:
         _print_json(data)
@@ -452,10 +485,10 @@ def _series_status(a: argparse.Namespace) -> int:
     return 0
 
 
-def _temporal(a: argparse.Namespace) -> Any:
-    from temporalio.client import Client
+async def _temporal(a: argparse.Namespace) -> Any:
+    from tidemark.tools.starter import connect
 
-    return Client.connect(a.address, namespace=a.namespace)
+    return await connect(a.settings)
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
@@ -467,7 +500,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
 
     async def go() -> list[dict[str, Any]]:
         client = await _temporal(a)
-        with commands.open_store(database_url()) as store:
+        with commands.open_store(_db(a)) as store:
             return await kill(client, store, task=a.task, series=a.series, everything=a.all,
                               reason=a.reason, by=a.by)
 
@@ -513,10 +546,7 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
 
 def add_series_commands(sub: Any, user: str) -> None:
     temporal = argparse.ArgumentParser(add_help=False)
-    temporal.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS",
-                                                              "localhost:7233"))
-    temporal.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE",
-                                                                "default"))
+    add_temporal_arguments(temporal)
     temporal.add_argument("--by", default=user, help=f"who decides (default: {user})")
     temporal.add_argument("--reason", default="", help="recorded with the decision")
 
@@ -537,7 +567,7 @@ def add_series_commands(sub: Any, user: str) -> None:
     cr.add_argument("--cron", required=True, help="e.g. '0 3 * * *' (UTC)")
     cr.add_argument("--planner", required=True, help="MODULE:FUNCTION, importable by the worker")
     cr.add_argument("--args", default="{}", help="JSON object handed to the planner")
-    cr.add_argument("--task-queue", default=os.environ.get("TIDEMARK_TASK_QUEUE", "tidemark"))
+    cr.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
     cr.set_defaults(func=_cmd_schedule)
     ssub.add_parser("list", parents=[temporal]).set_defaults(func=_cmd_schedule)
     for name in ("pause", "unpause", "delete"):
@@ -550,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        args.settings = command_settings(args)
+        if getattr(args, "task_queue", "") is None:
+            args.task_queue = args.settings.task_queue
         return int(args.func(args))
     except UsageError as e:
         parser.print_usage(sys.stderr)
@@ -559,6 +592,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.traceback:
             raise
         print(f"tidemark: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except psycopg.errors.UndefinedTable:
+        if args.traceback:
+            raise
+        print("tidemark: the journal database has no Tidemark schema yet: `tidemark db "
+              "migrate` creates it (a worker does on start)", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,173 @@
+"""Tidemark's configuration: read from the environment once, by ``load_settings``, and passed down.
+
+Every variable the project reads is listed in the README's Configuration table. The Temporal
+connection is the SDK's own environment configuration (``temporalio.envconfig``): the profile
+``TEMPORAL_PROFILE`` (default ``default``) of ``temporal.toml`` (``TEMPORAL_CONFIG_FILE``, else
+the ``temporal`` CLI's default path), overridden by ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
+``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*`` and ``TEMPORAL_GRPC_META_*``; so the ``temporal`` CLI and
+Tidemark read the same profile.
+
+Target credentials and client settings (``TIDEMARK_<T>_...``) are read from ``Settings.env`` by
+``activities/wiring.py``, which takes that mapping as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from temporalio.envconfig import ClientConfigProfile
+
+from tidemark.errors import ConfigError
+from tidemark.secret_files import unreadable
+
+ENV_DATABASE_URL = "DATABASE_URL"
+ENV_DATABASE_PASSWORD_FILE = "DATABASE_PASSWORD_FILE"
+ENV_EMBEDDED_DB = "TIDEMARK_EMBEDDED_DB"
+ENV_HOME = "TIDEMARK_HOME"
+ENV_FS_ROOTS = "TIDEMARK_FS_ROOTS"
+ENV_TASK_QUEUE = "TIDEMARK_TASK_QUEUE"
+ENV_LOG_LEVEL = "TIDEMARK_LOG_LEVEL"
+ENV_TEMPORAL_PROFILE = "TEMPORAL_PROFILE"
+ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
+
+DEFAULT_TASK_QUEUE = "tidemark"
+DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
+DEFAULT_TEMPORAL_NAMESPACE = "default"
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The TLS files a profile may name, by the variable that names them (for error messages).
+TLS_FILE_VARIABLES = ("TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                      "TEMPORAL_TLS_CLIENT_KEY_PATH")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Tidemark reads from its environment. Build it with ``load_settings``."""
+
+    # The environment it was read from, unchanged: the target wiring reads TIDEMARK_<T>_* here.
+    env: Mapping[str, str] = field(repr=False)
+    # Not in the repr: it may carry a password.
+    database_url: str | None = field(repr=False)
+    database_password_file: str | None
+    # Whether an embedded Postgres may stand in when DATABASE_URL is unset: only where asked for
+    # (TIDEMARK_EMBEDDED_DB=1, --embedded-db, `tidemark dev`, `tidemark demo`, the tests).
+    embedded_db: bool
+    home: Path
+    fs_roots: str | None
+    task_queue: str
+    log_level: str
+    temporal_profile: str | None
+    temporal_config_file: str | None
+    # The Temporal profile as loaded (address, namespace, TLS, API key). Not in the repr: it
+    # may hold an API key.
+    temporal: ClientConfigProfile = field(repr=False)
+
+    @property
+    def temporal_address(self) -> str:
+        return self.temporal.address or DEFAULT_TEMPORAL_ADDRESS
+
+    @property
+    def temporal_namespace(self) -> str:
+        return self.temporal.namespace or DEFAULT_TEMPORAL_NAMESPACE
+
+    def with_embedded_db(self) -> Settings:
+        """These settings with the embedded database allowed (`tidemark dev`, `demo`)."""
+        return dataclasses.replace(self, embedded_db=True)
+
+    def with_temporal(self, *, address: str | None = None, namespace: str | None = None
+                      ) -> Settings:
+        """These settings with the Temporal address or namespace replaced (command-line
+        flags); the profile's TLS and API key stay."""
+        profile = dataclasses.replace(
+            self.temporal, address=address or self.temporal.address,
+            namespace=namespace or self.temporal.namespace)
+        return dataclasses.replace(self, temporal=profile)
+
+    def temporal_connect(self) -> dict[str, Any]:
+        """``temporalio.client.Client.connect`` keyword arguments: target_host, namespace and,
+        where configured, tls (certificate files read here), api_key and rpc_metadata. A file
+        that cannot be read is a ConfigError naming the variable and what to fix."""
+        try:
+            config: dict[str, Any] = dict(self.temporal.to_client_connect_config())
+        except OSError as e:
+            variable = next((k for k in TLS_FILE_VARIABLES if self.env.get(k) == e.filename),
+                            f"a TLS file of Temporal profile {self.temporal_profile or 'default'}")
+            raise ConfigError(unreadable(variable, str(e.filename), e)) from None
+        config["target_host"] = self.temporal_address
+        config["namespace"] = self.temporal_namespace
+        return config
+
+    def describe_temporal(self) -> str:
+        """Where the Temporal connection goes, for logs: never the API key itself."""
+        tls = self.temporal.tls
+        # As the SDK decides: a TLS section unless disabled, else TLS with an API key.
+        on = tls.disabled is not True if tls is not None else bool(self.temporal.api_key)
+        secured = "TLS" if on else "no TLS"
+        key = ", API key" if self.temporal.api_key else ""
+        return f"{self.temporal_address} namespace {self.temporal_namespace} ({secured}{key})"
+
+
+def flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in TRUE_WORDS:
+        return True
+    if raw in FALSE_WORDS:
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
+
+
+def default_home() -> Path:
+    return Path.home() / ".local" / "share" / "tidemark"
+
+
+def load_temporal_profile(env: Mapping[str, str]) -> ClientConfigProfile:
+    """The Temporal client profile, as the ``temporal`` CLI reads it from the same variables
+    and file. A config file named but missing, a profile not in it or a file that does not
+    parse is a ConfigError (the SDK would silently fall back to localhost for the first)."""
+    config_file = env.get(ENV_TEMPORAL_CONFIG_FILE)
+    profile = env.get(ENV_TEMPORAL_PROFILE) or None
+    if config_file and not Path(config_file).is_file():
+        raise ConfigError(f"{ENV_TEMPORAL_CONFIG_FILE} names {config_file}, which is not a "
+                          f"file: point it at your temporal.toml, or unset it to use the "
+                          f"`temporal` CLI's default")
+    try:
+        return ClientConfigProfile.load(profile, override_env_vars=dict(env))
+    except OSError as e:
+        raise ConfigError(unreadable(ENV_TEMPORAL_CONFIG_FILE, str(e.filename), e)) from None
+    except Exception as e:  # the SDK's ConfigError comes from its native bridge
+        where = config_file or "the temporal CLI's default temporal.toml"
+        raise ConfigError(f"Temporal client configuration ({where}, profile "
+                          f"{profile or 'default'}): {e}") from None
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = False
+                  ) -> Settings:
+    """The settings of ``env`` (default: this process's environment). ``embedded_db`` allows
+    the embedded Postgres whatever TIDEMARK_EMBEDDED_DB says (a command that is the dev stack).
+    Bad values are a ConfigError saying which variable and what it must be."""
+    source = dict(os.environ if env is None else env)
+    level = source.get(ENV_LOG_LEVEL, "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{ENV_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, "
+                          f"got {source[ENV_LOG_LEVEL]!r}")
+    home = source.get(ENV_HOME)
+    return Settings(
+        env=MappingProxyType(source),
+        database_url=source.get(ENV_DATABASE_URL) or None,
+        database_password_file=source.get(ENV_DATABASE_PASSWORD_FILE) or None,
+        embedded_db=embedded_db or flag(source, ENV_EMBEDDED_DB),
+        home=Path(home) if home else default_home(),
+        fs_roots=source.get(ENV_FS_ROOTS) or None,
+        task_queue=source.get(ENV_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
+        log_level=level,
+        temporal_profile=source.get(ENV_TEMPORAL_PROFILE) or None,
+        temporal_config_file=source.get(ENV_TEMPORAL_CONFIG_FILE) or None,
+        temporal=load_temporal_profile(source),
+    )
