@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from activities.boundary import BoundaryActivities
 from activities.planner import PlannerActivities
 from activities.steps import StepActivities
+from activities.telemetry import telemetry
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
 from tidemark.database import database_url
@@ -96,12 +97,15 @@ async def serve(env: Mapping[str, str], stop: asyncio.Event,
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
-    client = await Client.connect(**connect)
-    with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
+    with telemetry(env) as seen, ThreadPoolExecutor(MAX_CONCURRENT_STEPS) as executor:
+        client = await Client.connect(**connect, runtime=seen.runtime,
+                                      interceptors=seen.interceptors)
         worker = build_worker(client, store, registry, executor, task_queue)
         log.info("worker on %s namespace %s task queue %s (%s); actions: %s", address, namespace,
                  task_queue, "TLS" if connect.get("tls") else "no TLS",
                  ", ".join(registry.names()))
+        if seen.metrics_address:
+            log.info("metrics on http://%s/metrics", seen.metrics_address)
         async with worker:
             await stop.wait()
             log.info("shutting down: letting running steps finish")

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.granted import acting_for
-from tidemark import series
+from tidemark import metrics, series
 from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
 from tidemark.grants import GrantBroker
@@ -37,6 +37,10 @@ from workflows.types import (
 # How often a running step tells Temporal it is alive. Must be well under the workflow's
 # heartbeat timeout, so that only a dead worker misses it.
 HEARTBEAT_EVERY_S = 1.0
+# The errors of a step that end its run in a state waiting for a person, as the metrics name
+# them (workflows/run_plan.py END_STATES).
+STOP_REASONS = {"TaskStopped": "stopped", "NeedsDecision": "needs_decision",
+                "PreconditionFailed": "precondition_failed", "Unauthorized": "unauthorized"}
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
@@ -123,6 +127,8 @@ class StepActivities:
             try:
                 result = run_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:
+                if type(e).__name__ in STOP_REASONS:
+                    metrics.task_stopped(STOP_REASONS[type(e).__name__])
                 raise _as_application_error(e) from e
         return StepOutput(step=result.step, status=result.status,
                           resolved_by=result.resolved_by, skipped=result.skipped)
@@ -134,6 +140,7 @@ class StepActivities:
             self.store.set_control(inp.task_id, "stopped", inp.reason, inp.by)
         except TidemarkError as e:
             raise _as_application_error(e) from e
+        metrics.task_stopped("halt")
 
     @activity.defn(name="plan_unwind")
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
