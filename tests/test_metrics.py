@@ -183,3 +183,54 @@ async def test_a_worker_with_metrics_on_serves_ours_and_the_sdks(
     # The SDK's own metrics on the same endpoint: the activities this worker ran.
     assert value(got, "temporal_activity_execution_latency_count",
                  activity_type="run_step", task_queue=task_queue) >= 2
+
+
+async def test_a_worker_with_tracing_on_exports_spans_over_otlp(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path) -> None:
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    spans: list[Any] = []
+
+    async def receive(request: web.Request) -> web.Response:  # an OTLP/HTTP collector
+        export = ExportTraceServiceRequest.FromString(await request.read())
+        spans.extend(span for resource in export.resource_spans
+                     for scope in resource.scope_spans for span in scope.spans)
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        workers.start(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                      OTEL_BSP_SCHEDULE_DELAY="100")
+        doc = {"task_id": "traced-1", "steps": [ledger_step(tmp_path, "e1")]}
+        result = await asyncio.wait_for(run_result(await temporal_env.client.start_workflow(
+            "RunPlan", doc, id="tidemark-traced-1", task_queue=task_queue,
+            result_type=RunResult)), 60)
+        assert result.state == "completed"
+        for _ in range(100):
+            names = {span.name for span in spans}
+            if {"RunWorkflow:RunPlan", "StartActivity:run_step",
+                    "RunActivity:run_step"} <= names:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await runner.cleanup()
+    by_name = {span.name: span for span in spans}
+    assert {"RunWorkflow:RunPlan", "RunActivity:run_step"} <= set(by_name), sorted(by_name)
+    # The step's span is the child of the workflow's StartActivity span, and every span names
+    # the run, so a trace backend finds them all by workflow id.
+    step, started = by_name["RunActivity:run_step"], by_name["StartActivity:run_step"]
+    assert (step.trace_id, step.parent_span_id) == (started.trace_id, started.span_id)
+    for span in (step, started, by_name["RunWorkflow:RunPlan"]):
+        attributes = {a.key: a.value.string_value for a in span.attributes}
+        assert attributes.get("temporalWorkflowID") == "tidemark-traced-1", attributes
