@@ -38,18 +38,18 @@ def acting_for(broker: GrantBroker | None, task_id: str) -> Iterator[None]:
         _ACTING.reset(reset)
 
 
-class GrantedCredentials(Credentials):  # type: ignore[misc]
+class GrantedCredentials(Credentials):
     """google-auth credentials that ask the broker for the acting task's token per request."""
 
     def __init__(self, base: str, target: str, scope: str, minter: Minter) -> None:
         super().__init__(base)
-        self._target, self._scope, self._minter = target, scope, minter
+        self._base, self._target, self._scope, self._minter = base, target, scope, minter
 
     def apply(self, headers: dict[str, str], token: str | None = None) -> None:
         acting = _ACTING.get()
         if acting is not None and token is None:
             broker, task_id = acting
-            token = broker.token(task_id, self._target, self._scope, self.token, self._minter)
+            token = broker.token(task_id, self._target, self._scope, self._base, self._minter)
         super().apply(headers, token)
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -88,10 +89,11 @@ class StepActivities:
                     series.admit(self.store, plan.task_id, plan.series)  # before anything acts
                 self.store.persist_plan(plan)
             else:
-                task_id = doc.get("task_id")
-                if not isinstance(task_id, str):
+                named_task = doc.get("task_id")
+                if not isinstance(named_task, str):
                     raise _plan_error("input must be a plan {task_id?, steps} or "
                                       "{task_id} of a stored plan")
+                task_id = named_task
                 _check_workflow_id(inp.workflow_id, task_id)
                 named = self.store.series_of(task_id)
                 if named is not None and inp.check_gates:
@@ -181,7 +183,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.prepare, self.describe_steps, self.run_step, self.record_halt,
                 self.plan_unwind, self.unwind_step, self.record_unwound]
 

@@ -390,7 +390,7 @@ class StagingServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         server = site._server
-        assert server is not None and server.sockets
+        assert isinstance(server, asyncio.Server) and server.sockets
         self.port = server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
