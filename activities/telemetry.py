@@ -25,7 +25,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from tidemark import metrics
 from tidemark.errors import ConfigError
 
-METRICS_ENV = "TIDEMARK_METRICS_ADDRESS"
+METRICS_ENV = metrics.METRICS_ENV
 TRACING_ENV = "TIDEMARK_TRACING"
 OTLP_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 SERVICE_NAME = "tidemark-worker"

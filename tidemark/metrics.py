@@ -25,10 +25,16 @@ The counters (labels in brackets; the README lists them too):
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+# host:port of the worker's Prometheus endpoint; unset, the worker serves no metrics.
+METRICS_ENV = "TIDEMARK_METRICS_ADDRESS"
+# `tidemark dev`'s default: the port OpenTelemetry's Prometheus exporters use.
+DEV_PORT = 9464
 
 STEPS_SETTLED = "tidemark_steps_settled"
 PROBES = "tidemark_probes"
@@ -108,3 +114,18 @@ def task_stopped(reason: str) -> None:
 
 def lease_wait(action: str) -> None:
     _count(LEASE_WAITS, action=action)
+
+
+def dev_address(env: Mapping[str, str]) -> str:
+    """Where `tidemark dev`'s worker serves metrics: ``TIDEMARK_METRICS_ADDRESS`` if set, else
+    127.0.0.1:9464, or any free port of 127.0.0.1 when that one is taken."""
+    if env.get(METRICS_ENV):
+        return env[METRICS_ENV]
+    for port in (DEV_PORT, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return f"127.0.0.1:{s.getsockname()[1]}"
+    raise OSError("no free port on 127.0.0.1 for the metrics endpoint")
