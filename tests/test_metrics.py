@@ -171,6 +171,11 @@ async def test_a_worker_with_metrics_on_serves_ours_and_the_sdks(
         "RunPlan", gated, id="tidemark-metrics-2", task_queue=task_queue,
         result_type=RunResult)), 60)
     assert refused.state == "precondition_failed"
+    halted = await asyncio.wait_for(run_result(await client.start_workflow(
+        "RunPlan", {"task_id": "metrics-3", "steps": [ledger_step(tmp_path, "h")]},
+        id="tidemark-metrics-3", task_queue=task_queue, result_type=RunResult,
+        start_signal="halt", start_signal_args=["before it began"])), 60)
+    assert halted.state == "halted"
 
     got = await asyncio.to_thread(scrape, address)
     ledger = "ledger.record"
@@ -180,6 +185,8 @@ async def test_a_worker_with_metrics_on_serves_ours_and_the_sdks(
     assert value(got, metrics.STEPS_SETTLED, action=ledger, resolved_by="probe") == 1
     assert value(got, metrics.PROBES, action=ledger, answer="done") == 1
     assert value(got, metrics.TASKS_STOPPED, reason="precondition_failed") == 1
+    assert value(got, metrics.TASKS_STOPPED, reason="halt") == 1
+    assert value(got, metrics.TASKS_STOPPED) == 2
     # The SDK's own metrics on the same endpoint: the activities this worker ran.
     assert value(got, "temporal_activity_execution_latency_count",
                  activity_type="run_step", task_queue=task_queue) >= 2
