@@ -6,7 +6,9 @@ TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH and _KEY_PATH fo
 TEMPORAL_TLS_SERVER_NAME; read by the SDK's envconfig), applies the journal's migrations to
 DATABASE_URL (or the embedded Postgres), registers RunPlan and the step activities on task
 queue "tidemark", and shuts down cleanly on SIGTERM or SIGINT: running steps get
-GRACEFUL_SHUTDOWN to finish.
+GRACEFUL_SHUTDOWN to finish. Prometheus metrics and OpenTelemetry traces are switched on by
+TIDEMARK_METRICS_ADDRESS and TIDEMARK_TRACING / OTEL_EXPORTER_OTLP_ENDPOINT
+(activities/telemetry.py).
 """
 
 from __future__ import annotations
