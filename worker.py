@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 from activities.boundary import BoundaryActivities
 from activities.planner import PlannerActivities
 from activities.steps import StepActivities
-from activities.telemetry import telemetry
+from activities.telemetry import metrics_address, telemetry
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
 from tidemark.database import database_url
@@ -95,6 +95,7 @@ async def serve(env: Mapping[str, str], stop: asyncio.Event,
     task_queue = env.get("TIDEMARK_TASK_QUEUE", TASK_QUEUE)
     # Credentials first: a file that cannot be read is reported before anything connects.
     registry = registry or worker_registry(env)
+    metrics_address(env)  # a malformed metrics address is refused before anything connects
     store = JournalStore(database_url()).open()
     applied = store.migrate()
     if applied:

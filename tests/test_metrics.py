@@ -4,6 +4,7 @@ beside the SDK's own metrics; read over HTTP as Prometheus would."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import threading
@@ -241,3 +242,22 @@ async def test_a_worker_with_tracing_on_exports_spans_over_otlp(
     for span in (step, started, by_name["RunWorkflow:RunPlan"]):
         attributes = {a.key: a.value.string_value for a in span.attributes}
         assert attributes.get("temporalWorkflowID") == "tidemark-traced-1", attributes
+
+
+def test_a_worker_with_a_malformed_metrics_address_stops_with_one_line(tmp_path: Path) -> None:
+    """Refused before the worker touches the database or Temporal (neither is reachable
+    here)."""
+    import subprocess
+    import sys
+
+    from worker import EXIT_CONFIG
+
+    root = Path(__file__).resolve().parent.parent
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "DATABASE_URL": f"postgresql://nobody@127.0.0.1:{free_port()}/none",
+           "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}", "TIDEMARK_METRICS_ADDRESS": "9464"}
+    done = subprocess.run([sys.executable, "worker.py"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "cannot start: TIDEMARK_METRICS_ADDRESS='9464' is not host:port" in done.stderr
+    assert "Traceback" not in done.stderr
