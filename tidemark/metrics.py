@@ -2,10 +2,10 @@
 
 The core (run_step, the activities) reports facts here as they become known; by default nothing
 is recorded. A worker with metrics on installs a sink over a meter (``install(MeterMetrics(m))``)
-— the Temporal runtime's ``MetricMeter`` in worker.py, so that our counters are served on the
-same Prometheus endpoint as the SDK's own. The core names no exporter and imports no Temporal:
-a meter is anything with ``create_counter(name, description, unit) -> counter`` and
-``counter.add(value, attributes)``.
+— the Temporal runtime's ``MetricMeter`` (activities/telemetry.py), so that our counters are
+served on the same Prometheus endpoint as the SDK's own. The core names no exporter and
+imports no Temporal: a meter is anything with ``create_counter(name, description, unit) ->
+counter`` and ``counter.add(value, attributes)``.
 
 Recording never fails a step: a sink that raises is logged and ignored.
 
@@ -46,7 +46,7 @@ COUNTERS: dict[str, str] = {
     STEPS_SETTLED: "Steps whose outcome this worker wrote, by action, resolved_by and status",
     PROBES: "Probes of steps in doubt, by action and answer (done, absent, unknown)",
     LEFT_IN_DOUBT: "Actions that failed without a definite answer, leaving the step in doubt",
-    TASKS_STOPPED: "Steps that stopped their task for a person, by reason",
+    TASKS_STOPPED: "Runs that stopped to wait for a person, by reason",
     LEASE_WAITS: "Attempts that waited because an earlier attempt's lease was still fresh",
 }
 
