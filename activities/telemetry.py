@@ -17,13 +17,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from temporalio.client import Interceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from tidemark import metrics
 from tidemark.errors import ConfigError
+
+if TYPE_CHECKING:  # the otel extra: imported only when tracing is on
+    from opentelemetry.sdk.trace import TracerProvider
 
 METRICS_ENV = metrics.METRICS_ENV
 TRACING_ENV = "TIDEMARK_TRACING"
@@ -92,7 +95,7 @@ def telemetry(env: Mapping[str, str]) -> Iterator[Telemetry]:
             provider.shutdown()
 
 
-def _tracer_provider(env: Mapping[str, str]) -> Any:
+def _tracer_provider(env: Mapping[str, str]) -> TracerProvider:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
