@@ -7,7 +7,9 @@ TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY and the TEMPORAL_TLS* var
 TIDEMARK_EMBEDDED_DB=1; without either it refuses to start and says so), applies the journal's
 migrations, registers RunPlan and the step activities on task queue "tidemark"
 (TIDEMARK_TASK_QUEUE), and shuts down cleanly on SIGTERM or SIGINT: running steps get
-GRACEFUL_SHUTDOWN to finish.
+GRACEFUL_SHUTDOWN to finish. Prometheus metrics and OpenTelemetry traces are switched on by
+TIDEMARK_METRICS_ADDRESS and TIDEMARK_TRACING / OTEL_EXPORTER_OTLP_ENDPOINT
+(activities/telemetry.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from temporalio.worker import Worker
 from activities.boundary import BoundaryActivities
 from activities.planner import PlannerActivities
 from activities.steps import StepActivities
+from activities.telemetry import metrics_address, telemetry
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
 from tidemark.database import database_url
@@ -82,15 +85,19 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
     connect = settings.temporal_connect()
     # Credentials first: a file that cannot be read is reported before anything connects.
     registry = registry or worker_registry(settings.env)
+    metrics_address(settings.env)  # a malformed metrics address is refused before connecting
     store = JournalStore(database_url(settings)).open()
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
-    client = await Client.connect(**connect)
-    with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as executor:
+    with telemetry(settings.env) as seen, ThreadPoolExecutor(MAX_CONCURRENT_STEPS) as executor:
+        client = await Client.connect(**connect, runtime=seen.runtime,
+                                      interceptors=seen.interceptors)
         worker = build_worker(client, store, registry, executor, settings.task_queue)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
                  settings.task_queue, ", ".join(registry.names()))
+        if seen.metrics_address:
+            log.info("metrics on http://%s/metrics", seen.metrics_address)
         async with worker:
             await stop.wait()
             log.info("shutting down: letting running steps finish")

@@ -3,6 +3,9 @@ the plan gates, and a person's decision as the journal holds it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from temporalio import activity
 
 from activities.steps import _as_application_error, _heartbeating
@@ -55,5 +58,5 @@ class BoundaryActivities:
             irreversible=irreversible_lines(plan),
             stopped=(stop["reason"] or "stopped") if stop else None)
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.reach_boundary]

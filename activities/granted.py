@@ -44,7 +44,7 @@ def acting_for(broker: GrantBroker | None, task_id: str) -> Iterator[None]:
         _ACTING.reset(reset)
 
 
-class GrantedCredentials(Credentials):  # type: ignore[misc]
+class GrantedCredentials(Credentials):
     """google-auth credentials that present, per request, the acting task's grant from the
     broker, issued for the source's current base token (or that base token outside
     ``acting_for``).
@@ -93,7 +93,7 @@ class GrantedCredentials(Credentials):  # type: ignore[misc]
         return self._present(self._source.renew(stale_base)) != self._sent.token
 
 
-class RenewingHttp(google_auth_httplib2.AuthorizedHttp):  # type: ignore[misc]
+class RenewingHttp(google_auth_httplib2.AuthorizedHttp):
     """An AuthorizedHttp that, after a 401, resends once if its GrantedCredentials have a
     fresh token, and otherwise returns the 401 as it came (the caller maps it)."""
 

@@ -11,6 +11,7 @@ is derived from the series and the scheduled time, so a retried planner call is 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -76,5 +77,5 @@ class PlannerActivities:
                                    type="PlannerFailed") from e
         return plan.canonical()
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.series_gate, self.call_planner]

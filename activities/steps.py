@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.granted import acting_for
-from tidemark import series
+from tidemark import metrics, series
 from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
 from tidemark.grants import GrantBroker
@@ -37,6 +38,10 @@ from workflows.types import (
 # How often a running step tells Temporal it is alive. Must be well under the workflow's
 # heartbeat timeout, so that only a dead worker misses it.
 HEARTBEAT_EVERY_S = 1.0
+# The errors of a step that end its run in a state waiting for a person, as the metrics name
+# them (workflows/run_plan.py END_STATES).
+STOP_REASONS = {"TaskStopped": "stopped", "NeedsDecision": "needs_decision",
+                "PreconditionFailed": "precondition_failed", "Unauthorized": "unauthorized"}
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
@@ -84,10 +89,11 @@ class StepActivities:
                     series.admit(self.store, plan.task_id, plan.series)  # before anything acts
                 self.store.persist_plan(plan)
             else:
-                task_id = doc.get("task_id")
-                if not isinstance(task_id, str):
+                named_task = doc.get("task_id")
+                if not isinstance(named_task, str):
                     raise _plan_error("input must be a plan {task_id?, steps} or "
                                       "{task_id} of a stored plan")
+                task_id = named_task
                 _check_workflow_id(inp.workflow_id, task_id)
                 named = self.store.series_of(task_id)
                 if named is not None and inp.check_gates:
@@ -123,6 +129,8 @@ class StepActivities:
             try:
                 result = run_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:
+                if type(e).__name__ in STOP_REASONS:
+                    metrics.task_stopped(STOP_REASONS[type(e).__name__])
                 raise _as_application_error(e) from e
         return StepOutput(step=result.step, status=result.status,
                           resolved_by=result.resolved_by, skipped=result.skipped)
@@ -134,6 +142,7 @@ class StepActivities:
             self.store.set_control(inp.task_id, "stopped", inp.reason, inp.by)
         except TidemarkError as e:
             raise _as_application_error(e) from e
+        metrics.task_stopped("halt")
 
     @activity.defn(name="plan_unwind")
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
@@ -174,7 +183,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.prepare, self.describe_steps, self.run_step, self.record_halt,
                 self.plan_unwind, self.unwind_step, self.record_unwound]
 

@@ -13,6 +13,7 @@ import re
 from typing import Any, ClassVar
 
 import stripe
+from stripe.params import PaymentIntentCreateParams
 
 from probes.stripe import STAMP, PaymentIntentProbe, observed, stripe_failure
 from tidemark.actions import (
@@ -185,11 +186,13 @@ class StripePaymentIntent(Action):
         return self.reads.probe(ctx)
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
-        params: dict[str, Any] = {"amount": ctx.args["amount"], "currency": ctx.args["currency"],
-                                  "metadata": {STAMP: ctx.key}}
-        for optional in ("customer", "description"):
-            if optional in ctx.args:
-                params[optional] = ctx.args[optional]
+        params: PaymentIntentCreateParams = {
+            "amount": ctx.args["amount"], "currency": ctx.args["currency"],
+            "metadata": {STAMP: ctx.key}}
+        if "customer" in ctx.args:
+            params["customer"] = ctx.args["customer"]
+        if "description" in ctx.args:
+            params["description"] = ctx.args["description"]
         try:
             pi = self.writer.v1.payment_intents.create(params=params,
                                                        options={"idempotency_key": ctx.key})

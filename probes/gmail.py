@@ -25,7 +25,7 @@ The probe needs a ``gmail.readonly`` token (``gmail.metadata`` cannot search: Gm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from googleapiclient.discovery import Resource
 from googleapiclient.errors import HttpError
@@ -210,7 +210,7 @@ class GmailSendProbe:
             if not token:
                 return ids, None
 
-    def _ours(self, mid: str, key: str) -> dict[str, Any] | bool | None:
+    def _ours(self, mid: str, key: str) -> dict[str, Any] | Literal[False] | None:
         """The message if it is our sent copy; False if it is not; None if it is gone."""
         try:
             msg = self.reader.users().messages().get(

@@ -40,6 +40,7 @@ from kiota_abstractions.authentication import (
 from kiota_abstractions.base_request_configuration import RequestConfiguration
 from kiota_http.middleware.options import RetryHandlerOption, UrlReplaceHandlerOption
 from msgraph import GraphRequestAdapter, GraphServiceClient
+from msgraph.generated.models.mail_folder import MailFolder
 from msgraph.generated.models.message import Message
 from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
     MessagesRequestBuilder as FolderMessagesRequestBuilder,
@@ -379,9 +380,11 @@ class GraphSendMailProbe:
         if self._folder_ids is None:
             ids: dict[str, str] = {}
             for name in NAMED_FOLDERS:
+
+                def folder(g: GraphServiceClient, n: str = name) -> Awaitable[MailFolder | None]:
+                    return g.me.mail_folders.by_mail_folder_id(n).get()
                 try:
-                    f = self.reader.call(
-                        lambda g, n=name: g.me.mail_folders.by_mail_folder_id(n).get())
+                    f = self.reader.call(folder)
                 except APIError as e:
                     if e.response_status_code == 404:
                         continue  # this mailbox has no such folder
@@ -435,7 +438,10 @@ class GraphSendMailProbe:
             link = page.odata_next_link if page is not None else None
             if not link:
                 return found
-            page = self.reader.call(lambda g, u=link: more(g, u))
+
+            def next_page(g: GraphServiceClient, u: str = link) -> Awaitable[Any]:
+                return more(g, u)
+            page = self.reader.call(next_page)
         raise TooMany(f"more than {MAX_PAGES * PAGE_SIZE} messages carry {key}; a person looks")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import stripe
+from stripe.params import PaymentIntentListParams
 
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
@@ -90,7 +91,7 @@ class PaymentIntentProbe:
         if ctx.started_at is None:
             return ProbeResult.unknown("the step has no intent start time to list from")
         since = int(ctx.started_at.timestamp()) - CLOCK_SKEW
-        params: dict[str, Any] = {"created": {"gte": since}, "limit": PAGE_SIZE}
+        params: PaymentIntentListParams = {"created": {"gte": since}, "limit": PAGE_SIZE}
         if ctx.args.get("customer"):
             params["customer"] = ctx.args["customer"]
         mine: list[dict[str, Any]] = []

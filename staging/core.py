@@ -415,13 +415,14 @@ class StagingServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         server = site._server
-        assert server is not None and server.sockets
+        assert isinstance(server, asyncio.Server) and server.sockets
         self.port = server.sockets[0].getsockname()[1]
         if self.tls is not None:
             secure = web.TCPSite(self._runner, self.host, self.tls_port, ssl_context=self.tls)
             await secure.start()
-            assert secure._server is not None and secure._server.sockets
-            self.tls_port = secure._server.sockets[0].getsockname()[1]
+            tls_server = secure._server
+            assert isinstance(tls_server, asyncio.Server) and tls_server.sockets
+            self.tls_port = tls_server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         if self._runner is not None:

@@ -456,20 +456,31 @@ def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
             take("op", "=")
             v = take("str")
             take("op", "}")
-            preds.append(lambda f, k=k, v=v: f.app_properties_by_client.get(client, {})
-                         .get(k) == v)
+
+            def has(f: DriveFile, k: str = k, v: str = v) -> bool:
+                return f.app_properties_by_client.get(client, {}).get(k) == v
+            preds.append(has)
         elif fld in ("name", "mimeType"):
             attr = "name" if fld == "name" else "mime_type"
             op = take("word", "contains") if toks[i][0] == "word" else take("op")
             s = take("str")
+
+            def equal(f: DriveFile, a: str = attr, s: str = s) -> bool:
+                return bool(getattr(f, a) == s)
+
+            def differ(f: DriveFile, a: str = attr, s: str = s) -> bool:
+                return bool(getattr(f, a) != s)
+
+            def contains(f: DriveFile, s: str = s) -> bool:
+                return s.lower() in f.name.lower()
             if op == "=":
-                preds.append(lambda f, a=attr, s=s: getattr(f, a) == s)
+                preds.append(equal)
             elif op == "!=":
-                preds.append(lambda f, a=attr, s=s: getattr(f, a) != s)
+                preds.append(differ)
             elif op.lower() == "contains" and fld == "name":
                 # Drive matches `contains` on name prefixes of words; a substring test is
                 # looser but never misses what Drive would find.
-                preds.append(lambda f, s=s: s.lower() in f.name.lower())
+                preds.append(contains)
             else:
                 raise ValueError(f"operator {op} is not supported on {fld}")
         elif fld == "trashed":
@@ -478,7 +489,10 @@ def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
             if op not in ("=", "!=") or value not in ("true", "false"):
                 raise ValueError("trashed takes = or != and true or false")
             want = (value == "true") == (op == "=")
-            preds.append(lambda f, want=want: f.trashed is want)
+
+            def trashed(f: DriveFile, want: bool = want) -> bool:
+                return f.trashed is want
+            preds.append(trashed)
         else:
             raise ValueError(f"field {fld} is not supported")
     return lambda f: all(p(f) for p in preds)

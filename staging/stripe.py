@@ -244,7 +244,8 @@ class StripeTarget(Target):
     async def _h_create(self, request: web.Request) -> web.StreamResponse:
         tok = self.authorize(request, PERM_WRITE)
         state = self._state_for(request, tok)
-        params = decode_params((await request.post()).items())
+        params = decode_params((k, v) for k, v in (await request.post()).items()
+                               if isinstance(v, str))  # a form post: no file fields
         key = request.headers.get("Idempotency-Key")
         fingerprint = json.dumps(["POST", request.path, params], sort_keys=True)
         if key is not None:
@@ -503,8 +504,9 @@ class StripeTarget(Target):
     def add_customer(self, id: str | None = None, email: str | None = None,
                      name: str | None = None) -> dict[str, Any]:
         """Adds a customer that PaymentIntents may name, and returns it."""
-        customer = {"id": id or "cus_" + _random_id(14), "object": "customer", "email": email,
-                    "name": name, "created": int(time.time()), "livemode": False}
+        customer: dict[str, Any] = {
+            "id": id or "cus_" + _random_id(14), "object": "customer", "email": email,
+            "name": name, "created": int(time.time()), "livemode": False}
         with self.staging.lock:
             self.state.customers[customer["id"]] = customer
         return customer

@@ -152,3 +152,61 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
                           "TIDEMARK_FS_ROOTS": FS_ROOTS})
     yield wp
     wp.stop_all()
+
+
+# -- test tiers -----------------------------------------------------------------------------
+# Every test gets exactly one of the markers unit, postgres, temporal, from the fixtures it
+# uses (transitively), and slow in addition when it is long: `pytest -m unit` runs in seconds
+# with no server, `-m "not slow"` skips the chaos runs. A marker written on a test or its
+# module wins over this.
+
+TIERS = ("unit", "postgres", "temporal")  # each includes what the one before needs
+TIER_FIXTURES = {
+    "pg": "postgres", "db_url": "postgres", "store": "postgres",
+    "fresh_postgres": "postgres",  # test_compose_runtime: a server of its own
+    "temporal_env": "temporal", "workers": "temporal",
+    "dev_server": "temporal",  # test_compose_runtime: the dev server with the stack's config
+}
+# Tests that start a server in their own body, not through a fixture.
+OWN_STACK = {
+    # DevStack, `tidemark dev` and `tidemark demo` start Temporal's dev server (and a worker)
+    "test_devstack.py": "temporal", "test_demo.py": "temporal",
+}
+OWN_STACK_TESTS = {
+    "test_devstack.py::test_the_embedded_postgres_home_is_closed_to_others": "postgres",
+}
+# Long: the chaos runs (many killed and resumed runs each), the whole morning of the demo,
+# the compose stack's scripts against real servers.
+SLOW_MODULES = {"test_chaos.py", "test_chaos_cli.py", "test_compose_runtime.py"}
+SLOW_FIXTURES = {"chaos"}
+SLOW_TESTS = {"test_demo.py::test_demo_json_shows_the_morning_and_every_effect_once",
+              "test_demo.py::test_demo_third_party_rename_stops_the_task_at_the_gate_naming_"
+              "the_file"}
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The tier an item's fixtures (and the tables above) put it in."""
+    names = set(getattr(item, "fixturenames", ()))
+    module = item.path.name
+    test = f"{module}::{item.name.partition('[')[0]}"
+    levels = [TIER_FIXTURES.get(name, "unit") for name in names]
+    if test in OWN_STACK_TESTS:
+        levels.append(OWN_STACK_TESTS[test])
+    elif module in OWN_STACK and "postgres" in levels:  # the ones with a database start one
+        levels.append(OWN_STACK[module])
+    return max(levels, key=TIERS.index, default="unit")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
+        if len(marked) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked {' and '.join(marked)}: a test "
+                                    f"has exactly one of {', '.join(TIERS)}")
+        if not marked:
+            item.add_marker(getattr(pytest.mark, tier_of(item)))
+        test = f"{item.path.name}::{item.name.partition('[')[0]}"
+        if item.get_closest_marker("slow") is None and (
+                item.path.name in SLOW_MODULES or test in SLOW_TESTS
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)

@@ -37,7 +37,7 @@ from workflows.types import TASK_QUEUE, RunResult
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
 DEADLINE_S = 30.0
 # One line of `tidemark dev`'s address block: "Web UI         http://127.0.0.1:8233".
-ADDRESS_LINE = re.compile(r"(Temporal gRPC|Web UI|Postgres|staging|worker) +(.+)$")
+ADDRESS_LINE = re.compile(r"(Temporal gRPC|Web UI|Postgres|staging|worker|metrics) +(.+)$")
 
 
 @pytest.fixture
@@ -183,11 +183,12 @@ async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
 
 def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                                                db_url: str) -> None:
-    port, ui_port, staging_port = free_ports(3)
+    port, ui_port, staging_port, metrics_port = free_ports(4)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidemark.tools.cli", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}"})
     lines: list[str] = []
 
     def read_stdout() -> None:
@@ -219,6 +220,15 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                 env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
                                 capture_output=True, text=True, timeout=60)
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
+        assert printed["metrics"] == f"http://127.0.0.1:{metrics_port}/metrics"
+
+        def scraped() -> bytes:  # the worker's endpoint, once it has started
+            try:
+                return http_get(printed["metrics"])[1]
+            except OSError as e:
+                raise AssertionError(f"no metrics yet: {e}") from e
+
+        assert b"temporal_" in assert_eventually(scraped, timeout=DEADLINE_S)
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read()

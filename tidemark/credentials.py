@@ -229,7 +229,7 @@ def read_json(path: str, variable: str) -> dict[str, Any]:
         raise ConfigError(f"{variable}: cannot read {path}: {e.strerror}") from None
     try:
         info = json.loads(text)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{variable}: {path} is not JSON ({e.msg} at line {e.lineno})") \
             from None
     if not isinstance(info, dict):

@@ -130,7 +130,7 @@ def redacted(url: str) -> str:
         return "<unparsable database URL>"
     if parts.get("password"):
         parts["password"] = "***"
-    return psycopg.conninfo.make_conninfo(**parts)
+    return psycopg.conninfo.make_conninfo("", **parts)
 
 
 _embedded: EmbeddedPostgres | None = None

@@ -47,8 +47,12 @@ MINT_TIMEOUT_S = 10.0
 
 
 class Minter(Protocol):
-    kind: str  # the grants.kind column: staging | local
-    issuer: str
+    @property
+    def kind(self) -> str:
+        """The grants.kind column: staging | local."""
+
+    @property
+    def issuer(self) -> str: ...
 
     def new_handle(self, base: str) -> tuple[str, str]:
         """(token to present, handle that revokes it); nothing is issued yet."""

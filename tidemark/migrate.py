@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any
 
 import psycopg
 
@@ -30,7 +31,7 @@ def migration_files() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def migrate(conn: psycopg.Connection) -> list[str]:
+def migrate(conn: psycopg.Connection[Any]) -> list[str]:
     """Applies the migrations this database lacks. Returns the names applied."""
     applied: list[str] = []
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))

@@ -38,7 +38,7 @@ class Report:
                        and p.last_step == p.first_irreversible - 1
                        and verification is not None
                        and verification.get("boundary") == p.first_irreversible)
-        if at_boundary and not verification["passed"]:
+        if at_boundary and verification is not None and not verification["passed"]:
             return "verification_failed"
         if at_boundary and self.approval and not self.approval.get("decision"):
             return "awaiting_approval"

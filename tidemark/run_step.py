@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tidemark import metrics
 from tidemark.actions import Action, GateRefused, ProbeResult, ProbeStatus, Registry, StepContext
 from tidemark.errors import (
     JournalMismatch,
@@ -165,6 +166,7 @@ def _run_plan_gates(store: JournalStore, registry: Registry, task_id: str,
 def check_lease(s: StepSession, ctx: StepContext) -> None:
     """Raises StepBusy while the attempt on this open intent may still be acting."""
     if s.lease_left is not None and s.lease_left > 0:
+        metrics.lease_wait(ctx.action)
         raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
                        f"on it for {s.lease_left:.1f}s")
 
@@ -196,9 +198,12 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
     """
     probed = _probe(action, ctx)
     s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
+    metrics.probe_answered(ctx.action, probed.status.value)
     if probed.status is ProbeStatus.DONE:
-        return s.complete(key=ctx.key, outcome=probed.observed, status="done",
+        done = s.complete(key=ctx.key, outcome=probed.observed, status="done",
                           resolved_by="probe")
+        metrics.step_settled(ctx.action, "probe", "done")
+        return done
     if probed.status is ProbeStatus.UNKNOWN:
         # The target cannot tell; only a person who looked may (`tidemark resolve`).
         # A decision licenses one execution: using it is logged as the newer decision.
@@ -251,6 +256,7 @@ def _execute(store: JournalStore, action: Action, ctx: StepContext,
     except Refused as e:
         s.complete(key=ctx.key, outcome={"error": str(e), "type": type(e).__name__},
                    status="failed", resolved_by="execute")
+        metrics.step_settled(ctx.action, "execute", "failed")
         log.info("step %s %s refused by the target: %s", ctx.step, ctx.action, e)
         raise StepFailed(ctx.step, ctx.action, str(e)) from e
     except Exception as e:
@@ -259,9 +265,11 @@ def _execute(store: JournalStore, action: Action, ctx: StepContext,
         # target's horizon has passed.
         end_attempt(s, ctx.key, action)
         note_error(s, ctx, e)
+        metrics.left_in_doubt(ctx.action, type(e).__name__)
         raise
     crash_point("after_execute", ctx.step)
     done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute")
+    metrics.step_settled(ctx.action, "execute", "done")
     crash_point("after_outcome", ctx.step)
     return StepResult.from_row(done, skipped=False)
 

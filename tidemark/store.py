@@ -158,7 +158,7 @@ class JournalStore:
                  timeout: float = POOL_TIMEOUT_S) -> None:
         self.conninfo = conninfo
         self.timeout = timeout
-        self._pool = ConnectionPool(
+        self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_size, open=False, timeout=timeout,
             kwargs={"autocommit": True, "row_factory": dict_row,
                     "connect_timeout": CONNECT_TIMEOUT_S})
@@ -518,7 +518,8 @@ class JournalStore:
             if r is not None:
                 StepSession(conn).event(task_id, "unwound", detail, None, by)
                 return []
-            if conn.execute(f"SELECT {_UNWOUND} AS u", {"task_id": task_id}).fetchone()["u"]:
+            unwound = conn.execute(f"SELECT {_UNWOUND} AS u", {"task_id": task_id}).fetchone()
+            if unwound is not None and unwound["u"]:
                 return []
         left = self.undo_candidates(task_id)
         if not left:

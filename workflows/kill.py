@@ -32,7 +32,7 @@ async def kill(client: Client, store: JournalStore, *, task: str | None = None,
                by: str) -> list[dict[str, Any]]:
     """Runs the four layers and returns one report per layer: ``{layer, what, done,
     detail}``."""
-    if sum(x is not None and x is not False for x in (task, series, everything or None)) != 1:
+    if sum(x is not None for x in (task, series, everything or None)) != 1:
         raise KillError("kill exactly one of: a task, --series S, --all")
     reason = reason or "killed"
     if task is not None:

@@ -249,7 +249,8 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
         env[CRASH_ENV] = f"{kill.phase}:{kill.step}"
     elif kill is not None:
         assert kill.op is not None
-        fault = {"target": kill.op[0], "op": kill.op[1], "kind": "drop_after_commit"}
+        fault: dict[str, object] = {"target": kill.op[0], "op": kill.op[1],
+                                    "kind": "drop_after_commit"}
         if kill.phase == "slow_provider":
             timeout_env = _timeout_env(registry.bound(plan.step(kill.step).action))
             assert timeout_env

@@ -228,16 +228,19 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
 
 def _cmd_dev(a: argparse.Namespace) -> int:
     from tidemark.database import redacted
+    from tidemark.metrics import METRICS_ENV, dev_address
     from tidemark.tools.devstack import DevStack
 
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
-                     with_worker=not a.no_worker, settings=a.settings)
+                     with_worker=not a.no_worker, settings=a.settings,
+                     worker_env={METRICS_ENV: dev_address(a.settings.env)})
     # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
     # children run in sessions of their own and would outlive a plain SIGTERM of this process.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with stack:
         interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
+        metrics = f"http://{stack.worker_env[METRICS_ENV]}/metrics" if stack.worker else "-"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
@@ -246,6 +249,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
               f" (log: {stack.home / 'worker.log'})\n"
+              f"metrics        {metrics}\n"
               f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()

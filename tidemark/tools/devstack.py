@@ -95,8 +95,8 @@ def interrupts_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        for sig in caught:
-            signal.raise_signal(sig)  # now the previous handler acts on it
+        for signum in caught:
+            signal.raise_signal(signum)  # now the previous handler acts on it
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
