@@ -25,11 +25,11 @@ from helpers.steps import persist, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark import metrics
 from tidemark.actions import Registry
-from tidemark.tools.devstack import free_port
 from tidemark.errors import ConfigError, StepBusy, TargetUnavailable
 from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.tools.devstack import free_port
 from workflows.outcome import run_result
 from workflows.types import RunResult
 
