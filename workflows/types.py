@@ -59,6 +59,36 @@ class StepOutput:
 
 
 @dataclass
+class StepBatchInput:
+    """Steps ``first``..``last`` of a task, run one after another in one local activity (the
+    fast path) until one does not complete, ``max_steps`` have run or ``budget_s`` is spent."""
+
+    task_id: str
+    first: int
+    last: int
+    max_steps: int
+    budget_s: float
+
+
+@dataclass
+class StepError:
+    """The error of the step that ended a batch after other steps of it had completed: what
+    the workflow would have received had that step run on its own."""
+
+    step: int
+    type: str
+    message: str
+    non_retryable: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepBatchOutput:
+    done: list[StepOutput]  # in step order; only the last may be ``failed``
+    error: StepError | None = None  # the next step's error, when it raised one
+
+
+@dataclass
 class WindowInput:
     task_id: str
     first: int
