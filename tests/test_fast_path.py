@@ -50,16 +50,18 @@ async def event_types(handle: WorkflowHandle[Any, Any]) -> list[int]:
     return [e.event_type async for e in handle.fetch_history_events()]
 
 
-def local_activity_markers(types: list[int]) -> int:
-    """Marker events of local activities: all markers but the one version marker of a run."""
-    return types.count(EventType.EVENT_TYPE_MARKER_RECORDED) - 1
+async def batches(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many step batches (activities ``run_steps``) the run scheduled."""
+    return len([e async for e in handle.fetch_history_events()
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "run_steps"])
 
 
 def probes(store: JournalStore, task_id: str) -> list[dict[str, Any]]:
     return [e for e in store.events(task_id) if e["kind"] == "probe"]
 
 
-async def test_a_fast_plan_runs_every_step_once_as_local_activities(
+async def test_a_fast_plan_runs_every_step_once_in_batches(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
     workers.start()
@@ -71,9 +73,10 @@ async def test_a_fast_plan_runs_every_step_once_as_local_activities(
     assert (progress.rows, progress.confirmed, progress.in_doubt) == (20, 20, None)
     types = await event_types(handle)
     # prepare, describe_steps and the boundary before the first irreversible step are
-    # activities; no step is: a batch of steps is one marker (and one version marker).
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3
-    assert 1 <= local_activity_markers(types) < 10
+    # activities; the steps are a few batches, each one activity; no step is its own.
+    assert 1 <= await batches(handle) < 10
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3 + await batches(handle)
+    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 1  # the version marker
     # "execution" is how the run goes, not part of the plan: the same plan without it is the
     # same task (same hash), so a resume on the activity path finds nothing left to do.
     again = await run_result(await start(temporal_env.client, {"task_id": "fast-1"}, task_queue))
@@ -97,7 +100,7 @@ async def test_a_worker_sigkilled_mid_step_on_the_fast_path_resumes_through_the_
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
     # The worker dies right after step 3's effect, before its outcome is journaled; steps 1-2
-    # completed in the same (never completed) workflow task, so Temporal runs them again.
+    # completed in the same batch, which never reported, so Temporal runs it again.
     doomed = workers.start(**{CRASH_ENV: "after_execute:3"})
     handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-kill", 6), task_queue)
     assert doomed.wait(timeout=60) == -signal.SIGKILL
@@ -178,9 +181,10 @@ async def test_a_long_fast_plan_continues_as_new_and_stays_fast(
     chain = [w async for w in temporal_env.client.list_workflows(
         'WorkflowId = "tidemark-fast-long"')]
     assert len(chain) == 2  # one continue-as-new hop
-    types = await event_types(handle)  # the last run: still on the fast path, in batches
-    assert 150 / FAST_BATCH_STEPS <= local_activity_markers(types) < 150
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2  # prepare, describe
+    # the last run: still on the fast path, in batches
+    assert 150 / FAST_BATCH_STEPS <= await batches(handle) < 150
+    types = await event_types(handle)  # prepare, describe and the batches
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2 + await batches(handle)
 
 
 # -- batches -------------------------------------------------------------------------------
@@ -249,8 +253,9 @@ async def test_a_halt_on_the_batched_fast_path_lands_within_the_batch_budget(
     result = await run_result(handle)
     took = time.monotonic() - sent
     assert result.state == "halted"
-    # The halt is seen when the batch under way ends: its time budget, one step that started
-    # before the budget ran out, and a workflow task's round trip (generous on a shared machine).
+    # The halt is recorded at once and met by the batch under way at its next step, or by the
+    # next batch: within the batch budget, one step that started before it ran out, and a few
+    # round trips (generous on a shared machine).
     budget = FAST_BATCH_BUDGET.total_seconds()
     assert took < budget + hold + 1.5, took
     ran = entries(tmp_path)
@@ -264,8 +269,8 @@ async def test_a_halt_on_the_batched_fast_path_lands_within_the_batch_budget(
 async def test_a_crash_inside_a_later_batch_resumes_that_batch_with_one_probe(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
-    # Step 70 is in the second batch or later: the batches before it are in the history, so
-    # the resumed run replays them and runs again (as skipped) only the dead batch's steps.
+    # Step 70 is in the second batch or later: the batches before it reported, so only the
+    # dead batch runs again: its steps before 70 are found journaled and skipped.
     n, crash = 90, 70
     doomed = workers.start(**{CRASH_ENV: f"after_execute:{crash}"})
     handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-kill-b", n), task_queue)

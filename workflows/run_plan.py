@@ -12,13 +12,12 @@ or crashed task is resumed, and how the workflow continues as new. The workflow 
 once, whatever starts it. Deterministic code only: every read and write of the world happens
 in activities (activities/steps.py).
 
-``"execution": "fast"`` beside the plan (or beside ``task_id`` on a resume) runs the steps in
-batches, each batch one local activity in the worker's own workflow task instead of an activity
-task per step dispatched by the server: every step still goes through the same journal, lock,
-lease, probe and stop check, at a fraction of the cost per step (see FAST_* below and
-docs/benchmarks.md). A batch ends at the first step that does not complete, or after
-FAST_BATCH_STEPS steps or FAST_BATCH_BUDGET, whichever comes first; the workflow task ends
-between batches, so a halt is seen within a batch's time. It is a choice of this run,
+``"execution": "fast"`` beside the plan (or beside ``task_id`` on a resume) runs consecutive
+steps in batches, one activity per batch instead of one per step: every step still goes
+through the same journal, lock, lease, probe and stop check, at a fraction of the cost per step
+(see FAST_* below and docs/benchmarks.md). A batch ends at the first step that does not
+complete, or after FAST_BATCH_STEPS steps or FAST_BATCH_BUDGET, whichever comes first; the run
+then goes on (or ends) exactly as it would have after that step alone. It is a choice of this run,
 kept across continue-as-new, not part of the plan: it changes how the steps run, not what
 they do, so the plan hash and task id do not depend on it. The default, ``"activity"``, shows
 every step as its own activity in the Web UI and answers a halt within a step.
@@ -68,20 +67,22 @@ STATE = SearchAttributeKey.for_keyword("TidemarkState")
 # scheduled/started/completed plus a workflow task), so a run stays near 1,500 events: far below
 # Temporal's 51,200-event limit, and small enough that replaying it after a worker crash is quick.
 STEPS_PER_RUN = 250
-# The fast path records one marker event per step, and a workflow task (3 events) only when the
-# worker heartbeats the open task (at 80% of the workflow task timeout, 10 s unless the starter
-# sets another) or a retry backs off through a timer: 1,000 steps make about 1,100 events, a
-# history no longer than the activity path's 250 steps.
+# The fast path records about 6 events per batch (up to FAST_BATCH_STEPS steps): 1,000 quick
+# steps make about 100 events. Steps slower than the batch budget make one-step batches, so a
+# run also continues as new once its history passes FAST_HISTORY_EVENTS.
 FAST_STEPS_PER_RUN = 1000
+FAST_HISTORY_EVENTS = 2000
 EXECUTION_MODES = ("activity", "fast")
 # A fast-path batch runs at most this many steps, and starts no step after this much time: a
 # halt is seen between batches, so it waits at most the budget plus the one step under way.
 FAST_BATCH_STEPS = 64
 FAST_BATCH_BUDGET = timedelta(milliseconds=150)
-# Between two batches the workflow task ends (a timer this short) so that signals (a halt, an
-# approval) are delivered; without it a run of local activities keeps its workflow task open
-# until the worker heartbeats it, at 80% of the workflow task timeout (8 s by default).
-FAST_BATCH_YIELD = timedelta(milliseconds=1)
+# A batch is an activity, not a local activity: its end ends the workflow task, which is where
+# signals (a halt, an approval) are delivered, and it heartbeats like a step does. A run of
+# local activities keeps its workflow task open until the worker heartbeats that task, at 80%
+# of the workflow task timeout (8 s by default), and forcing a workflow task between local
+# activities costs a timer (about 1 s on the dev server: timers fire at a second's
+# granularity) or an activity (more than the local activity saved). See docs/benchmarks.md.
 # Runs started before batches existed ran one local activity per step; their histories replay
 # that way (workflow.patched), new runs batch.
 BATCHED_FAST_PATH = "fast-path-batches"
@@ -250,8 +251,9 @@ class RunPlan:
             self._batched = workflow.patched(BATCHED_FAST_PATH)
         if self._batched:
             ended = await self._run_batches(prep, first, last, lines)
-            if ended is not None:
+            if isinstance(ended, RunResult):
                 return ended
+            last = ended
         for step in range(first, last + 1) if not self._batched else ():
             if self._halt_reason is not None:
                 return await self._halt(step)
@@ -306,10 +308,11 @@ class RunPlan:
             r.executed += 1
 
     async def _run_batches(self, prep: Prepared, first: int, last: int,
-                           lines: list[str]) -> RunResult | None:
-        """The fast path: steps ``first``..``last`` in batches. Returns the run's end, or None
-        when every step of the window completed. Each batch is one local activity; between
-        batches the workflow task ends, so that a halt or an approval is delivered."""
+                           lines: list[str]) -> RunResult | int:
+        """The fast path: steps ``first``..``last`` in batches. Returns the run's end, or the
+        last step it completed (``last``, or fewer when the history grew long first). Each batch
+        is one activity: a halt that arrives meanwhile is recorded at once, and the batch meets
+        the stop state at its next step; the run goes on where the batch ended."""
         count, step = prep.step_count, first
         while step <= last:
             if self._halt_reason is not None:
@@ -328,12 +331,12 @@ class RunPlan:
                 f"{FAST_BATCH_STEPS} steps or {FAST_BATCH_BUDGET.total_seconds():g} s) "
                 f"{lines[step - first]}\n\n{r.confirmed} confirmed, {r.executed} executed, "
                 f"{r.resolved_by_probe} resolved by probe in this run")
-            attempt = workflow.start_local_activity(
+            attempt = workflow.start_activity(
                 "run_steps", StepBatchInput(prep.task_id, step, end, FAST_BATCH_STEPS,
                                             FAST_BATCH_BUDGET.total_seconds()),
                 result_type=StepBatchOutput, start_to_close_timeout=STEP_START_TO_CLOSE,
-                retry_policy=STEP_RETRY, local_retry_threshold=FAST_LOCAL_RETRY_THRESHOLD,
-                summary=f"from {step}/{count} {lines[step - first]}"[:400])
+                heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                summary=f"steps {step}-{end}/{count}, from {lines[step - first]}"[:400])
             await workflow.wait_condition(
                 lambda a=attempt: a.done() or self._halt_unrecorded())  # type: ignore[misc]
             if not attempt.done():
@@ -355,10 +358,10 @@ class RunPlan:
                     return await self._failed(failure, out.error.step)
                 # Retried as the step alone would be: after the retry policy's first interval
                 # (a durable timer, so a halt is delivered meanwhile), by a batch it begins.
-                await workflow.sleep(STEP_RETRY.initial_interval or FAST_BATCH_YIELD)
-            elif step <= last:
-                await workflow.sleep(FAST_BATCH_YIELD)
-        return None
+                await workflow.sleep(STEP_RETRY.initial_interval or timedelta(seconds=1))
+            if workflow.info().get_current_history_length() > FAST_HISTORY_EVENTS:
+                return step - 1
+        return last
 
     async def _failed(self, e: ActivityError | ApplicationError, step: int) -> RunResult:
         """The run's end after a step's typed failure, with a halt that came meanwhile."""
@@ -370,6 +373,7 @@ class RunPlan:
             if error["type"] == "TaskStopped":  # it met the halt's own stop state
                 state, error = HALTED, {"type": "Halted", "message": self._halt_reason,
                                         "step": step}
+                self._result.stopped_at = step
         return self._end(state, error)
 
     def _start_step(self, inp: StepInput, summary: str) -> workflow.ActivityHandle[StepOutput]:
