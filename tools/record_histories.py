@@ -42,9 +42,11 @@ from tidemark.plan import load_plan  # noqa: E402
 from tidemark.run_step import run_step  # noqa: E402
 from tidemark.store import JournalStore  # noqa: E402
 from worker import build_worker  # noqa: E402
-from workflows.run_plan import STATE, STEPS_PER_RUN, TASK_ID  # noqa: E402
+from workflows.run_plan import FAST_STEPS_PER_RUN, STATE, STEPS_PER_RUN, TASK_ID  # noqa: E402
 
 HISTORIES = ROOT / "tests" / "histories"
+# file name -> the workflow id its history ran under (the Replayer wants it)
+INDEX = HISTORIES / "workflow_ids.json"
 
 
 class Stage:
@@ -126,9 +128,17 @@ async def continued_as_new(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 
 
 async def fast(s: Stage) -> list[WorkflowHandle[Any, Any]]:
-    h = await s.start({"task_id": "fast", "execution": "fast", "steps": s.ledger_steps(30)})
+    h = await s.start({"task_id": "fast", "execution": "fast", "steps": s.ledger_steps(150)})
     await s.wait(h)
     return [h]
+
+
+async def fast_continued_as_new(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+    h = await s.start({"task_id": "fast-hop", "execution": "fast",
+                       "steps": s.ledger_steps(FAST_STEPS_PER_RUN + 2)})
+    first = (await h.describe()).run_id
+    await s.wait(h)
+    return [s.client.get_workflow_handle(h.id, run_id=first), h]
 
 
 async def fast_halted(s: Stage) -> list[WorkflowHandle[Any, Any]]:
@@ -160,8 +170,15 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 SCENARIOS: dict[str, Callable[[Stage], Awaitable[list[WorkflowHandle[Any, Any]]]]] = {
     "run_completed": completed, "run_halted": halted, "run_resumed_in_doubt": resumed_in_doubt,
     "run_continued_as_new": continued_as_new, "run_fast": fast,
-    "run_fast_halted": fast_halted, "unwind": unwound,
+    "run_fast_halted": fast_halted, "run_fast_continued_as_new": fast_continued_as_new,
+    "unwind": unwound,
 }
+# What each scenario's last run must end in: a history is only worth keeping if it shows what
+# its name says.
+ENDS = {"run_completed": "completed", "run_halted": "halted",
+        "run_resumed_in_doubt": "completed", "run_continued_as_new": "completed",
+        "run_fast": "completed", "run_fast_halted": "halted",
+        "run_fast_continued_as_new": "completed", "unwind": "unwound"}
 
 
 async def record(names: list[str]) -> None:
@@ -173,6 +190,7 @@ async def record(names: list[str]) -> None:
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     store = JournalStore(pg.url()).open()  # every scenario has its own task ids
     store.migrate()
+    index: dict[str, str] = json.loads(INDEX.read_text()) if INDEX.exists() else {}
     try:
         for name in names:
             scratch = base / name
@@ -183,13 +201,19 @@ async def record(names: list[str]) -> None:
                 async with build_worker(env.client, store, registry, pool, queue):
                     handles = await SCENARIOS[name](
                         Stage(env.client, store, registry, queue, scratch))
+                    state = (await handles[-1].query("status"))["state"]
+                    if state != ENDS[name]:
+                        raise SystemExit(f"{name}: the run ended {state}, not {ENDS[name]}")
                     for i, h in enumerate(handles):
                         history = await h.fetch_history()
                         out = HISTORIES / (f"{name}.json" if len(handles) == 1
                                            else f"{name}.{i + 1}.json")
-                        out.write_text(json.dumps(history.to_json_dict(), indent=1) + "\n")
+                        out.write_text(json.dumps(history.to_json_dict(),
+                                                  separators=(",", ":")) + "\n")
+                        index[out.name] = h.id
                         print(f"{out.relative_to(ROOT)}: {len(history.events)} events")
     finally:
+        INDEX.write_text(json.dumps(dict(sorted(index.items())), indent=1) + "\n")
         store.close()
         await env.shutdown()
         pg.close()
