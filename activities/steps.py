@@ -148,7 +148,17 @@ class StepActivities:
                               else (False, {}))
             error = StepError(step=inp.first + len(batch.results), type=type(e).__name__,
                               message=str(e), non_retryable=final, details=details)
-        return StepBatchOutput(done=[_output(r) for r in batch.results], error=error)
+        out = StepBatchOutput(ran=len(batch.results), error=error)
+        for r in batch.results:
+            if r.status == "failed":
+                out.failed = r.step
+            elif r.skipped:
+                out.skipped += 1
+            elif r.resolved_by == "probe":
+                out.resolved_by_probe += 1
+            else:
+                out.executed += 1
+        return out
 
     @activity.defn(name="record_halt")
     def record_halt(self, inp: HaltInput) -> None:

@@ -19,7 +19,7 @@ from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.wait import assert_eventually
 from tidemark import commands
 from tidemark.actions import Registry
-from tidemark.errors import PreconditionFailed, TargetUnavailable, UnknownTask
+from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.run_step import run_steps
@@ -222,8 +222,10 @@ def test_a_batch_ends_at_the_first_step_that_does_not_complete_and_reports_its_e
     gate, down = tmp_path / "gate", tmp_path / "down"
     gate.touch()
     down.touch()
+    refused = tmp_path / "refused"
+    refused.touch()
     persisted(store, tmp_path, "b-2", 10, s4={"gate_file": str(gate)},
-              s7={"unavailable_while": str(down)})
+              s7={"unavailable_while": str(down)}, s9={"refused_while": str(refused)})
     batch = run_steps(store, ledger_registry(), "b-2", 1, 10, max_steps=64, budget_s=60)
     assert [r.step for r in batch.results] == [1, 2, 3]
     assert isinstance(batch.error, PreconditionFailed) and batch.error.step == 4
@@ -237,6 +239,15 @@ def test_a_batch_ends_at_the_first_step_that_does_not_complete_and_reports_its_e
     assert isinstance(batch.error, TargetUnavailable)
     assert store.progress("b-2").in_doubt.step == 7  # type: ignore[union-attr]
     assert entries(tmp_path) == [f"e{i}" for i in range(1, 7)]
+    down.unlink()
+    # A step the target refused is journaled ``failed`` and ends the batch with StepFailed;
+    # found journaled so by a later batch, it is that batch's last result.
+    batch = run_steps(store, ledger_registry(), "b-2", 7, 10, max_steps=64, budget_s=60)
+    assert [r.step for r in batch.results] == [7, 8]
+    assert isinstance(batch.error, StepFailed) and batch.error.step == 9
+    batch = run_steps(store, ledger_registry(), "b-2", 8, 10, max_steps=64, budget_s=60)
+    assert [(r.step, r.status) for r in batch.results] == [(8, "done"), (9, "failed")]
+    assert batch.error is None and entries(tmp_path) == [f"e{i}" for i in range(1, 9)]
 
 
 async def test_a_halt_on_the_batched_fast_path_lands_within_the_batch_budget(
@@ -301,19 +312,26 @@ async def outcome_of(temporal_env: WorkflowEnvironment, tmp_path: Path, task_que
             r.skipped, r.resolved_by_probe, len(entries(where)))
 
 
-async def test_a_refused_gate_inside_a_batch_ends_the_run_where_the_single_step_path_does(
+@pytest.mark.parametrize(("knob", "state", "error"), [
+    ("gate_file", "precondition_failed", "PreconditionFailed"),
+    ("refused_while", "failed", "StepFailed")])
+async def test_a_step_that_ends_the_run_inside_a_batch_ends_it_where_the_single_step_path_does(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
-        task_queue: str) -> None:
+        task_queue: str, knob: str, state: str, error: str) -> None:
     workers.start()
-    gate = tmp_path / "gate"
-    gate.touch()
-    fast = await outcome_of(temporal_env, tmp_path, task_queue, "fast",
-                            s6={"gate_file": str(gate)})
-    assert fast == ("precondition_failed", "PreconditionFailed", 6, 5, 5, 0, 0, 5)
+    flag = tmp_path / "flag"
+    flag.touch()
+    fast = await outcome_of(temporal_env, tmp_path, task_queue, "fast", s6={knob: str(flag)})
+    assert fast == (state, error, 6, 5, 5, 0, 0, 5)
     single = await outcome_of(temporal_env, tmp_path, task_queue, "activity",
-                              s6={"gate_file": str(gate)})
+                              s6={knob: str(flag)})
     assert single == fast
-    assert [e["step"] for e in store.events("same-fast") if e["kind"] == "precondition"] == [6]
+    if knob == "gate_file":  # the gate ran once: the batch did not run the step again
+        assert [e["step"] for e in store.events("same-fast")
+                if e["kind"] == "precondition"] == [6]
+    else:
+        row = store.step_row("same-fast", 6)
+        assert row is not None and row.status == "failed"
 
 
 async def test_a_step_whose_target_is_down_inside_a_batch_is_retried_and_runs_once(

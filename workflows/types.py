@@ -84,7 +84,14 @@ class StepError:
 
 @dataclass
 class StepBatchOutput:
-    done: list[StepOutput]  # in step order; only the last may be ``failed``
+    """What a batch settled, counted as the workflow counts single steps: ``ran`` steps from
+    the batch's first, of which ``failed`` (the last one, if any) ended ``failed``."""
+
+    ran: int
+    executed: int = 0
+    resolved_by_probe: int = 0
+    skipped: int = 0
+    failed: int | None = None  # the step whose target refused it (its outcome is ``failed``)
     error: StepError | None = None  # the next step's error, when it raised one
 
 
