@@ -101,22 +101,28 @@ async def halted(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     return [h]
 
 
-async def resumed_in_doubt(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+async def resumed_in_doubt(s: Stage, execution: str = "activity",
+                           task_id: str = "in-doubt") -> list[WorkflowHandle[Any, Any]]:
     """Step 2 has an intent and no outcome (its target failed mid-call); the next start probes
     it (absent) and runs it, then the rest."""
     down = s.scratch / "down"
     down.touch()
     steps = s.ledger_steps(3)
     steps[1]["args"]["unavailable_while"] = str(down)
-    doc = {"task_id": "in-doubt", "steps": steps}
-    s.store.persist_plan(load_plan(doc, s.registry))
-    run_step(s.store, s.registry, "in-doubt", 1)
+    s.store.persist_plan(load_plan({"task_id": task_id, "steps": steps}, s.registry))
+    run_step(s.store, s.registry, task_id, 1)
     with contextlib.suppress(TargetUnavailable):
-        run_step(s.store, s.registry, "in-doubt", 2)
+        run_step(s.store, s.registry, task_id, 2)
     down.unlink()
-    h = await s.start({"task_id": "in-doubt"})
+    h = await s.start({"task_id": task_id, "execution": execution})
     await s.wait(h)
+    if [e["step"] for e in s.store.events(task_id) if e["kind"] == "probe"] != [2]:
+        raise SystemExit(f"{task_id}: step 2 was not settled by one probe")
     return [h]
+
+
+async def fast_resumed_in_doubt(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+    return await resumed_in_doubt(s, "fast", "fast-in-doubt")
 
 
 async def continued_as_new(s: Stage) -> list[WorkflowHandle[Any, Any]]:
@@ -171,14 +177,15 @@ SCENARIOS: dict[str, Callable[[Stage], Awaitable[list[WorkflowHandle[Any, Any]]]
     "run_completed": completed, "run_halted": halted, "run_resumed_in_doubt": resumed_in_doubt,
     "run_continued_as_new": continued_as_new, "run_fast": fast,
     "run_fast_halted": fast_halted, "run_fast_continued_as_new": fast_continued_as_new,
-    "unwind": unwound,
+    "run_fast_resumed_in_doubt": fast_resumed_in_doubt, "unwind": unwound,
 }
 # What each scenario's last run must end in: a history is only worth keeping if it shows what
 # its name says.
 ENDS = {"run_completed": "completed", "run_halted": "halted",
         "run_resumed_in_doubt": "completed", "run_continued_as_new": "completed",
         "run_fast": "completed", "run_fast_halted": "halted",
-        "run_fast_continued_as_new": "completed", "unwind": "unwound"}
+        "run_fast_continued_as_new": "completed", "run_fast_resumed_in_doubt": "completed",
+        "unwind": "unwound"}
 
 
 async def record(names: list[str]) -> None:
