@@ -20,13 +20,16 @@ from tidemark.actions import Registry
 from tidemark.errors import StepFailed, TidemarkError
 from tidemark.grants import GrantBroker
 from tidemark.plan import Step, load_plan
-from tidemark.run_step import check_stored_plan_gates, run_step
+from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from workflows.types import (
     HaltInput,
     Prepared,
     PrepareInput,
+    StepBatchInput,
+    StepBatchOutput,
+    StepError,
     StepInput,
     StepOutput,
     UndoOutput,
@@ -132,8 +135,42 @@ class StepActivities:
                 if type(e).__name__ in STOP_REASONS:
                     metrics.task_stopped(STOP_REASONS[type(e).__name__])
                 raise _as_application_error(e) from e
-        return StepOutput(step=result.step, status=result.status,
-                          resolved_by=result.resolved_by, skipped=result.skipped)
+        return _output(result)
+
+    @activity.defn(name="run_steps")
+    def run_steps(self, inp: StepBatchInput) -> StepBatchOutput:
+        """Consecutive steps in one call (RunPlan's fast path), each through the two-phase
+        journal as run_step runs it; see tidemark.run_step.run_steps for where a batch ends."""
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
+            try:
+                batch = run_steps(self.store, self.registry, inp.task_id, inp.first, inp.last,
+                                  max_steps=inp.max_steps, budget_s=inp.budget_s)
+            except TidemarkError as e:
+                if type(e).__name__ in STOP_REASONS:
+                    metrics.task_stopped(STOP_REASONS[type(e).__name__])
+                raise _as_application_error(e) from e
+        error = None
+        if batch.error is not None:
+            failure = batch.error
+            if type(failure).__name__ in STOP_REASONS:
+                metrics.task_stopped(STOP_REASONS[type(failure).__name__])
+            # As the step alone would have failed: ours say whether another attempt can help,
+            # anything else (a bug, an action's unforeseen exception) is retried.
+            final, details = ((not failure.retryable, failure.details()) if isinstance(failure, TidemarkError)
+                              else (False, {}))
+            error = StepError(step=inp.first + len(batch.results), type=type(failure).__name__,
+                              message=str(failure), non_retryable=final, details=details)
+        out = StepBatchOutput(ran=len(batch.results), error=error)
+        for r in batch.results:
+            if r.status == "failed":
+                out.failed = r.step
+            elif r.skipped:
+                out.skipped += 1
+            elif r.resolved_by == "probe":
+                out.resolved_by_probe += 1
+            else:
+                out.executed += 1
+        return out
 
     @activity.defn(name="record_halt")
     def record_halt(self, inp: HaltInput) -> None:
@@ -184,8 +221,13 @@ class StepActivities:
             raise _as_application_error(e) from e
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.describe_steps, self.run_step, self.record_halt,
-                self.plan_unwind, self.unwind_step, self.record_unwound]
+        return [self.prepare, self.describe_steps, self.run_step, self.run_steps,
+                self.record_halt, self.plan_unwind, self.unwind_step, self.record_unwound]
+
+
+def _output(result: StepResult) -> StepOutput:
+    return StepOutput(step=result.step, status=result.status, resolved_by=result.resolved_by,
+                      skipped=result.skipped)
 
 
 @contextlib.contextmanager

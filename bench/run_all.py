@@ -467,7 +467,10 @@ async def measure_many(env: WorkflowEnvironment, db_url: str, queue: str, worker
 
 # -- main --------------------------------------------------------------------------------------
 
-async def main_async(quick: bool) -> dict[str, Any]:
+PARTS = ("bare", "journal", "paths", "dbos", "scale", "many")
+
+
+async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
             "many": 60 if quick else 200, "big": 10_000, "resumes": 3}
@@ -476,7 +479,8 @@ async def main_async(quick: bool) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                    f"{platform.system()} {platform.release()}, Python "
                    f"{platform.python_version()}",
-        "command": "python bench/run_all.py" + (" --quick" if quick else "") + " --json",
+        "command": "python bench/run_all.py" + (" --quick" if quick else "")
+                   + (f" --only {','.join(parts)}" if parts != PARTS else "") + " --json",
         "load_avg_at_start": os.getloadavg()[0]}
     with postgres() as (admin_url, pg_pid):
         db_url = new_database(admin_url, f"bench_{uuid.uuid4().hex[:8]}")
@@ -487,20 +491,27 @@ async def main_async(quick: bool) -> dict[str, Any]:
         workers = Workers(env, db_url, "bench")
         default_workers = Workers(default_env, db_url, "bench")
         try:
-            result.update(await measure_bare(env, default_env, size["bare"], size["rounds"]))
-            result.update(measure_journal(db_url, size["journal"]))
-            log(f"journal alone: p50 {result['journal_p50_ms']:.2f} ms")
+            if "bare" in parts:
+                result.update(await measure_bare(env, default_env, size["bare"],
+                                                 size["rounds"]))
+            if "journal" in parts:
+                result.update(measure_journal(db_url, size["journal"]))
+                log(f"journal alone: p50 {result['journal_p50_ms']:.2f} ms")
             worker = workers.start()
             default_workers.start()
-            result.update(await measure_paths(env.client, default_env.client, "bench",
-                                              size["path"], size["rounds"]))
+            if "paths" in parts:
+                result.update(await measure_paths(env.client, default_env.client, "bench",
+                                                  size["path"], size["rounds"]))
             default_workers.stop()
             await default_env.shutdown()
-            result.update(measure_dbos(admin_url, size["path"], size["rounds"]))
-            result.update(await measure_scale(env.client, db_url, "bench", worker.pid,
-                                              size["big"], size["resumes"]))
-            result.update(await measure_many(env, db_url, "bench", workers, size["many"],
-                                             pg_pid))
+            if "dbos" in parts:
+                result.update(measure_dbos(admin_url, size["path"], size["rounds"]))
+            if "scale" in parts:
+                result.update(await measure_scale(env.client, db_url, "bench", worker.pid,
+                                                  size["big"], size["resumes"]))
+            if "many" in parts:
+                result.update(await measure_many(env, db_url, "bench", workers, size["many"],
+                                                 pg_pid))
         finally:
             workers.stop()
             default_workers.stop()
@@ -521,12 +532,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller samples: a few minutes")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--only", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
     a = ap.parse_args()
+    parts = tuple(p for p in PARTS if p in a.only.split(","))
+    if not parts or set(a.only.split(",")) - set(PARTS):
+        ap.error(f"--only takes parts among {','.join(PARTS)}")
     # The dev servers and workers print to the inherited stdout; only the result goes there.
     sys.stdout.flush()
     result_fd = os.dup(1)
     os.dup2(2, 1)
-    r = asyncio.run(main_async(a.quick))
+    r = asyncio.run(main_async(a.quick, parts))
     sys.stdout.flush()
     os.dup2(result_fd, 1)
     if a.json:

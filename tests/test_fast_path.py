@@ -1,8 +1,10 @@
-"""RunPlan's fast path ("execution": "fast": steps as local activities) on the real dev server,
-with real worker processes and a real Postgres: the same guarantees as the activity path."""
+"""RunPlan's fast path ("execution": "fast": batches of steps as local activities) on the real
+dev server, with real worker processes and a real Postgres: the same guarantees as the activity
+path, and a batch ends where the single-step path would have stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from pathlib import Path
@@ -13,14 +15,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.ledger import ledger_lines
+from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.wait import assert_eventually
-from tidemark.errors import UnknownTask
+from tidemark.actions import Registry
+from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
+from tidemark.plan import load_plan
+from tidemark.run_step import run_steps
 from tidemark.store import JournalStore
 from tidemark.tools import commands
 from workflows.outcome import run_result
-from workflows.run_plan import FAST_STEPS_PER_RUN
+from workflows.run_plan import FAST_BATCH_BUDGET, FAST_BATCH_STEPS, FAST_STEPS_PER_RUN
 from workflows.types import RunResult
 
 
@@ -45,11 +50,18 @@ async def event_types(handle: WorkflowHandle[Any, Any]) -> list[int]:
     return [e.event_type async for e in handle.fetch_history_events()]
 
 
+async def batches(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many step batches (activities ``run_steps``) the run scheduled."""
+    return len([e async for e in handle.fetch_history_events()
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "run_steps"])
+
+
 def probes(store: JournalStore, task_id: str) -> list[dict[str, Any]]:
     return [e for e in store.events(task_id) if e["kind"] == "probe"]
 
 
-async def test_a_fast_plan_runs_every_step_once_as_local_activities(
+async def test_a_fast_plan_runs_every_step_once_in_batches(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
     workers.start()
@@ -61,9 +73,10 @@ async def test_a_fast_plan_runs_every_step_once_as_local_activities(
     assert (progress.rows, progress.confirmed, progress.in_doubt) == (20, 20, None)
     types = await event_types(handle)
     # prepare, describe_steps and the boundary before the first irreversible step are
-    # activities; no step is: each is one marker.
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3
-    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 20
+    # activities; the steps are a few batches, each one activity; no step is its own.
+    assert 1 <= await batches(handle) < 10
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3 + await batches(handle)
+    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 1  # the version marker
     # "execution" is how the run goes, not part of the plan: the same plan without it is the
     # same task (same hash), so a resume on the activity path finds nothing left to do.
     again = await run_result(await start(temporal_env.client, {"task_id": "fast-1"}, task_queue))
@@ -87,7 +100,7 @@ async def test_a_worker_sigkilled_mid_step_on_the_fast_path_resumes_through_the_
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
     # The worker dies right after step 3's effect, before its outcome is journaled; steps 1-2
-    # completed in the same (never completed) workflow task, so Temporal runs them again.
+    # completed in the same batch, which never reported, so Temporal runs it again.
     doomed = workers.start(**{CRASH_ENV: "after_execute:3"})
     handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-kill", 6), task_queue)
     assert doomed.wait(timeout=60) == -signal.SIGKILL
@@ -168,6 +181,206 @@ async def test_a_long_fast_plan_continues_as_new_and_stays_fast(
     chain = [w async for w in temporal_env.client.list_workflows(
         'WorkflowId = "tidemark-fast-long"')]
     assert len(chain) == 2  # one continue-as-new hop
-    types = await event_types(handle)  # the last run: still on the fast path
-    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 150
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2  # prepare, describe
+    # the last run: still on the fast path, in batches
+    assert 150 / FAST_BATCH_STEPS <= await batches(handle) < 150
+    types = await event_types(handle)  # prepare, describe and the batches
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2 + await batches(handle)
+
+
+# -- batches -------------------------------------------------------------------------------
+
+def ledger_registry() -> Registry:
+    return Registry([LedgerRecord()])
+
+
+def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int,
+              **per_step: dict[str, Any]) -> None:
+    """Stores a plan of ``n`` ledger steps; ``per_step["s<k>"]`` adds arguments to step k."""
+    doc = fast_plan(tmp_path, task_id, n)
+    del doc["execution"]  # how a run goes, not part of the plan
+    for name, extra in per_step.items():
+        doc["steps"][int(name[1:]) - 1]["args"].update(extra)
+    store.persist_plan(load_plan(doc, ledger_registry()))
+
+
+def test_a_batch_runs_steps_until_its_count_or_its_time_is_spent(
+        store: JournalStore, tmp_path: Path) -> None:
+    persisted(store, tmp_path, "b-1", 30)
+    batch = run_steps(store, ledger_registry(), "b-1", 1, 30, max_steps=8, budget_s=60)
+    assert [r.step for r in batch.results] == list(range(1, 9)) and batch.error is None
+    # A budget already spent still runs one step: a batch always moves the run on.
+    batch = run_steps(store, ledger_registry(), "b-1", 9, 30, max_steps=64, budget_s=0)
+    assert [r.step for r in batch.results] == [9]
+    # Never beyond the window it was given.
+    batch = run_steps(store, ledger_registry(), "b-1", 10, 12, max_steps=64, budget_s=60)
+    assert [r.step for r in batch.results] == [10, 11, 12]
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 13)]
+
+
+def test_a_batch_ends_at_the_first_step_that_does_not_complete_and_reports_its_error(
+        store: JournalStore, tmp_path: Path) -> None:
+    gate, down = tmp_path / "gate", tmp_path / "down"
+    gate.touch()
+    down.touch()
+    refused = tmp_path / "refused"
+    refused.touch()
+    persisted(store, tmp_path, "b-2", 10, s4={"gate_file": str(gate)},
+              s7={"unavailable_while": str(down)}, s9={"refused_while": str(refused)})
+    batch = run_steps(store, ledger_registry(), "b-2", 1, 10, max_steps=64, budget_s=60)
+    assert [r.step for r in batch.results] == [1, 2, 3]
+    assert isinstance(batch.error, PreconditionFailed) and batch.error.step == 4
+    assert [e["step"] for e in store.events("b-2") if e["kind"] == "precondition"] == [4]
+    # The same error on a batch's first step is raised, for the retry policy to see.
+    with pytest.raises(PreconditionFailed):
+        run_steps(store, ledger_registry(), "b-2", 4, 10, max_steps=64, budget_s=60)
+    gate.unlink()
+    batch = run_steps(store, ledger_registry(), "b-2", 4, 10, max_steps=64, budget_s=60)
+    assert [r.step for r in batch.results] == [4, 5, 6]
+    assert isinstance(batch.error, TargetUnavailable)
+    assert store.progress("b-2").in_doubt.step == 7  # type: ignore[union-attr]
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 7)]
+    down.unlink()
+    # A step the target refused is journaled ``failed`` and ends the batch with StepFailed;
+    # found journaled so by a later batch, it is that batch's last result.
+    batch = run_steps(store, ledger_registry(), "b-2", 7, 10, max_steps=64, budget_s=60)
+    assert [r.step for r in batch.results] == [7, 8]
+    assert isinstance(batch.error, StepFailed) and batch.error.step == 9
+    batch = run_steps(store, ledger_registry(), "b-2", 8, 10, max_steps=64, budget_s=60)
+    assert [(r.step, r.status) for r in batch.results] == [(8, "done"), (9, "failed")]
+    assert batch.error is None and entries(tmp_path) == [f"e{i}" for i in range(1, 9)]
+
+
+async def test_a_halt_on_the_batched_fast_path_lands_within_the_batch_budget(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    workers.start()
+    n, hold = 400, 0.02
+    handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-halt-b", n, hold_s=hold),
+                         task_queue)
+    assert_eventually(lambda: len(entries(tmp_path)) >= 5, timeout=30)
+    at_signal = len(entries(tmp_path))
+    sent = time.monotonic()
+    await handle.signal("halt", "maintenance window")
+    result = await run_result(handle)
+    took = time.monotonic() - sent
+    assert result.state == "halted"
+    # The halt is recorded at once and met by the batch under way at its next step, or by the
+    # next batch: within the batch budget, one step that started before it ran out, and a few
+    # round trips (generous on a shared machine).
+    budget = FAST_BATCH_BUDGET.total_seconds()
+    assert took < budget + hold + 1.5, took
+    ran = entries(tmp_path)
+    assert ran == [f"e{i}" for i in range(1, len(ran) + 1)]
+    assert len(ran) - at_signal <= (budget + 1.5) / hold
+    progress = store.progress("fast-halt-b")
+    assert progress.in_doubt is None and progress.confirmed == len(ran)
+    assert result.stopped_at == len(ran) + 1
+
+
+async def test_a_crash_inside_a_later_batch_resumes_that_batch_with_one_probe(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    # Step 70 is in the second batch or later: the batches before it reported, so only the
+    # dead batch runs again: its steps before 70 are found journaled and skipped.
+    n, crash = 90, 70
+    doomed = workers.start(**{CRASH_ENV: f"after_execute:{crash}"})
+    handle = await start(temporal_env.client, fast_plan(tmp_path, "fast-kill-b", n), task_queue)
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    doubt = store.progress("fast-kill-b").in_doubt
+    assert doubt is not None and doubt.step == crash
+    workers.start()
+    result = await run_result(handle)
+    assert (result.state, result.confirmed) == ("completed", n)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]  # each effect exactly once
+    assert [p["step"] for p in probes(store, "fast-kill-b")] == [crash]
+    assert result.resolved_by_probe == 1
+    assert result.executed + result.skipped == n - 1
+    assert result.skipped < FAST_BATCH_STEPS  # at most the dead batch ran again
+
+
+async def outcome_of(temporal_env: WorkflowEnvironment, tmp_path: Path, task_queue: str,
+                     execution: str, **per_step: dict[str, Any]) -> tuple[Any, ...]:
+    """Runs a ten-step ledger plan on one path and returns what the run reports."""
+    where = tmp_path / execution
+    where.mkdir()
+    doc = fast_plan(where, f"same-{execution}", 10)
+    doc["execution"] = execution
+    for name, extra in per_step.items():
+        doc["steps"][int(name[1:]) - 1]["args"].update(extra)
+    r = await run_result(await start(temporal_env.client, doc, task_queue))
+    return (r.state, r.error.get("type"), r.error.get("step"), r.confirmed, r.executed,
+            r.skipped, r.resolved_by_probe, len(entries(where)))
+
+
+@pytest.mark.parametrize(("knob", "state", "error"), [
+    ("gate_file", "precondition_failed", "PreconditionFailed"),
+    ("refused_while", "failed", "StepFailed")])
+async def test_a_step_that_ends_the_run_inside_a_batch_ends_it_where_the_single_step_path_does(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str, knob: str, state: str, error: str) -> None:
+    workers.start()
+    flag = tmp_path / "flag"
+    flag.touch()
+    fast = await outcome_of(temporal_env, tmp_path, task_queue, "fast", s6={knob: str(flag)})
+    assert fast == (state, error, 6, 5, 5, 0, 0, 5)
+    single = await outcome_of(temporal_env, tmp_path, task_queue, "activity",
+                              s6={knob: str(flag)})
+    assert single == fast
+    if knob == "gate_file":  # the gate ran once: the batch did not run the step again
+        assert [e["step"] for e in store.events("same-fast")
+                if e["kind"] == "precondition"] == [6]
+    else:
+        row = store.step_row("same-fast", 6)
+        assert row is not None and row.status == "failed"
+
+
+async def test_a_step_whose_target_is_down_inside_a_batch_is_retried_and_runs_once(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    workers.start()
+    down = tmp_path / "down"
+    down.touch()
+    doc = fast_plan(tmp_path, "fast-down", 10)
+    doc["steps"][5]["args"]["unavailable_while"] = str(down)
+    handle = await start(temporal_env.client, doc, task_queue)
+    assert_eventually(lambda: any(e["kind"] == "error" for e in store.events("fast-down")),
+                      timeout=30)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 6)]
+    down.unlink()
+    result = await run_result(handle)
+    assert (result.state, result.confirmed, result.executed) == ("completed", 10, 10)
+    assert entries(tmp_path) == [f"e{i}" for i in range(1, 11)]
+
+
+async def test_a_batch_stops_before_the_boundary_and_waits_for_approval(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    workers.start()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    steps: list[dict[str, Any]] = []
+    for i in range(1, 6):
+        (docs / f"scan-{i}.pdf").write_text(str(i))
+        steps.append({"action": "fs.rename", "args": {"path": str(docs / f"scan-{i}.pdf"),
+                                                      "name": f"invoice {i}.pdf"}})
+    steps += fast_plan(tmp_path, "x", 3)["steps"]
+    doc = {"task_id": "fast-appr", "execution": "fast", "steps": steps,
+           "approval": {"required": True, "approvers": ["ana"]}}
+    handle = await start(temporal_env.client, doc, task_queue)
+
+    async def waiting() -> bool:
+        return (await handle.query("status"))["state"] == "awaiting_approval"
+
+    for _ in range(300):
+        if await waiting():
+            break
+        await asyncio.sleep(0.1)
+    assert await waiting()
+    assert sorted(p.name for p in docs.iterdir()) == [f"invoice {i}.pdf" for i in range(1, 6)]
+    assert entries(tmp_path) == []  # nothing irreversible ran before the approval
+    assert store.progress("fast-appr").confirmed == 5
+    commands.decide_approval(store.conninfo, "fast-appr", "approve", "ana")
+    await handle.signal("approval", {"decision": "approve", "by": "ana"})
+    result = await run_result(handle)
+    assert (result.state, result.confirmed, result.executed) == ("completed", 8, 8)
+    assert entries(tmp_path) == ["e1", "e2", "e3"]

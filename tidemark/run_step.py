@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,6 +128,44 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
 
         crash_point("after_intent", step)
         return _execute(store, action, ctx, s)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one call of run_steps settled: the steps it ran in order, and the error of the step
+    after them when that step did not complete (None when the batch ended on its bounds)."""
+
+    results: list[StepResult]
+    error: Exception | None = None
+
+
+def run_steps(store: JournalStore, registry: Registry, task_id: str, first: int, last: int,
+              *, max_steps: int, budget_s: float,
+              clock: Callable[[], float] = time.monotonic) -> Batch:
+    """Runs steps ``first``..``last`` one after another, each through run_step (its own lock,
+    lease, stop check, intent and outcome), until one does not complete with ``done``, or
+    ``max_steps`` have run, or ``budget_s`` seconds have passed (checked after each step: the
+    first step always runs, and a step that started is never cut short).
+
+    A step that fails as run_step fails ends the batch: the first step's error is raised as is,
+    so the caller's retries see exactly what they would for that step alone; a later step's error
+    is returned in ``Batch.error`` after the steps that completed before it, so that what they
+    did is reported and none of them runs again. A ``failed`` outcome (the target refused) is the
+    last result. A crash anywhere leaves at most the one step under way in doubt."""
+    results: list[StepResult] = []
+    started = clock()
+    for step in range(first, last + 1):
+        try:
+            result = run_step(store, registry, task_id, step)
+        except Exception as e:
+            if not results:
+                raise
+            return Batch(results, e)
+        results.append(result)
+        if (result.status != "done" or len(results) >= max_steps
+                or clock() - started >= budget_s):
+            break
+    return Batch(results)
 
 
 def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> None:

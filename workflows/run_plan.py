@@ -12,10 +12,12 @@ or crashed task is resumed, and how the workflow continues as new. The workflow 
 once, whatever starts it. Deterministic code only: every read and write of the world happens
 in activities (activities/steps.py).
 
-``"execution": "fast"`` beside the plan (or beside ``task_id`` on a resume) runs the steps as
-local activities in the worker's own workflow task instead of as activity tasks dispatched by
-the server: the journal, lock, lease, probe, stop state and halt are the same code, at a
-fraction of the cost per step (see FAST_* below and the README). It is a choice of this run,
+``"execution": "fast"`` beside the plan (or beside ``task_id`` on a resume) runs consecutive
+steps in batches, one activity per batch instead of one per step: every step still goes
+through the same journal, lock, lease, probe and stop check, at a fraction of the cost per step
+(see FAST_* below and docs/benchmarks.md). A batch ends at the first step that does not
+complete, or after FAST_BATCH_STEPS steps or FAST_BATCH_BUDGET, whichever comes first; the run
+then goes on (or ends) exactly as it would have after that step alone. It is a choice of this run,
 kept across continue-as-new, not part of the plan: it changes how the steps run, not what
 they do, so the plan hash and task id do not depend on it. The default, ``"activity"``, shows
 every step as its own activity in the Web UI and answers a halt within a step.
@@ -50,6 +52,9 @@ with workflow.unsafe.imports_passed_through():
         Prepared,
         PrepareInput,
         RunResult,
+        StepBatchInput,
+        StepBatchOutput,
+        StepError,
         StepInput,
         StepOutput,
         WindowInput,
@@ -62,15 +67,27 @@ STATE = SearchAttributeKey.for_keyword("TidemarkState")
 # scheduled/started/completed plus a workflow task), so a run stays near 1,500 events: far below
 # Temporal's 51,200-event limit, and small enough that replaying it after a worker crash is quick.
 STEPS_PER_RUN = 250
-# The fast path records one marker event per step, and a workflow task (3 events) only when the
-# worker heartbeats the open task (at 80% of the workflow task timeout, 10 s unless the starter
-# sets another) or a retry backs off through a timer: 1,000 steps make about 1,100 events, a
-# history no longer than the activity path's 250 steps.
+# The fast path records about 6 events per batch (up to FAST_BATCH_STEPS steps): 1,000 quick
+# steps make about 100 events. Steps slower than the batch budget make one-step batches, so a
+# run also continues as new once its history passes FAST_HISTORY_EVENTS.
 FAST_STEPS_PER_RUN = 1000
+FAST_HISTORY_EVENTS = 2000
 EXECUTION_MODES = ("activity", "fast")
-# A fast step that fails is retried inside the worker while the backoff is at most this long;
-# a longer backoff becomes a durable timer, which ends the workflow task so that signals (a
-# halt) are delivered while the step waits to be retried.
+# A fast-path batch runs at most this many steps, and starts no step after this much time: a
+# halt is seen between batches, so it waits at most the budget plus the one step under way.
+FAST_BATCH_STEPS = 64
+FAST_BATCH_BUDGET = timedelta(milliseconds=150)
+# A batch is an activity, not a local activity: its end ends the workflow task, which is where
+# signals (a halt, an approval) are delivered, and it heartbeats like a step does. A run of
+# local activities keeps its workflow task open until the worker heartbeats that task, at 80%
+# of the workflow task timeout (8 s by default), and forcing a workflow task between local
+# activities costs a timer (about 1 s on the dev server: timers fire at a second's
+# granularity) or an activity (more than the local activity saved). See docs/benchmarks.md.
+# Runs started before batches existed ran one local activity per step; their histories replay
+# that way (workflow.patched), new runs batch.
+BATCHED_FAST_PATH = "fast-path-batches"
+# Runs from before batches (one local activity per step): a step that fails is retried inside
+# the worker while the backoff is at most this long; a longer backoff becomes a durable timer.
 FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
@@ -140,6 +157,7 @@ class RunPlan:
         self._current: int | None = None
         self._approval_news = False
         self._fast = False
+        self._batched = False
 
     @workflow.signal
     def approval(self, decision: dict[str, Any] | None = None) -> None:
@@ -228,7 +246,14 @@ class RunPlan:
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
             summary=f"describe steps {first}-{last}")
 
-        for step in range(first, last + 1):
+        if self._fast:
+            self._batched = workflow.patched(BATCHED_FAST_PATH)
+        if self._batched:
+            ended = await self._run_batches(prep, first, last, lines)
+            if isinstance(ended, RunResult):
+                return ended
+            last = ended
+        for step in range(first, last + 1) if not self._batched else ():
             if self._halt_reason is not None:
                 return await self._halt(step)
             # A history from before the boundary existed has no first_irreversible in its
@@ -254,27 +279,12 @@ class RunPlan:
             try:
                 out: StepOutput = await attempt
             except (ActivityError, ApplicationError) as e:
-                state, error = end_state_of(e, step)
-                if self._halt_reason is not None:
-                    # Whatever ended the run, the stop a person asked for must hold.
-                    if self._halt_unrecorded():
-                        await self._record_halt(step)
-                    if error["type"] == "TaskStopped":  # it met the halt's own stop state
-                        state, error = HALTED, {"type": "Halted", "message": self._halt_reason,
-                                                "step": step}
-                return self._end(state, error)
+                return await self._failed(e, step)
             if out.status == "failed":
                 if self._halt_unrecorded():
                     await self._record_halt(step)
                 return self._end(FAILED, {"type": "StepFailed", "step": step})
-            r.confirmed += 1  # a skipped step was settled during this run by a live twin
-            if out.skipped:
-                r.skipped += 1
-            else:
-                if out.resolved_by == "probe":
-                    r.resolved_by_probe += 1
-                else:
-                    r.executed += 1
+            self._count(out)
 
         self._current = None
         if last < prep.step_count:
@@ -286,10 +296,92 @@ class RunPlan:
                 "skipped": r.skipped}})
         return self._end(COMPLETED)
 
+    def _count(self, out: StepOutput) -> None:
+        r = self._result
+        r.confirmed += 1  # a skipped step was settled during this run by a live twin
+        if out.skipped:
+            r.skipped += 1
+        elif out.resolved_by == "probe":
+            r.resolved_by_probe += 1
+        else:
+            r.executed += 1
+
+    async def _run_batches(self, prep: Prepared, first: int, last: int,
+                           lines: list[str]) -> RunResult | int:
+        """The fast path: steps ``first``..``last`` in batches. Returns the run's end, or the
+        last step it completed (``last``, or fewer when the history grew long first). Each batch
+        is one activity: a halt that arrives meanwhile is recorded at once, and the batch meets
+        the stop state at its next step; the run goes on where the batch ended."""
+        count, step = prep.step_count, first
+        while step <= last:
+            if self._halt_reason is not None:
+                return await self._halt(step)
+            if step == prep.first_irreversible:
+                held = await self._boundary(prep.task_id, step, count)
+                if held is not None:
+                    return held
+            end = last  # a batch never crosses the boundary: it must run first
+            if prep.first_irreversible is not None and step < prep.first_irreversible:
+                end = min(last, prep.first_irreversible - 1)
+            self._current = step
+            r = self._result
+            workflow.set_current_details(
+                f"**steps {step}-{end}/{count}** (a batch ends within "
+                f"{FAST_BATCH_STEPS} steps or {FAST_BATCH_BUDGET.total_seconds():g} s) "
+                f"{lines[step - first]}\n\n{r.confirmed} confirmed, {r.executed} executed, "
+                f"{r.resolved_by_probe} resolved by probe in this run")
+            attempt = workflow.start_activity(
+                "run_steps", StepBatchInput(prep.task_id, step, end, FAST_BATCH_STEPS,
+                                            FAST_BATCH_BUDGET.total_seconds()),
+                # every step but the last ended within the budget; the last may take a step's time
+                result_type=StepBatchOutput,
+                start_to_close_timeout=STEP_START_TO_CLOSE + FAST_BATCH_BUDGET,
+                heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                summary=f"steps {step}-{end}/{count}, from {lines[step - first]}"[:400])
+            await workflow.wait_condition(
+                lambda a=attempt: a.done() or self._halt_unrecorded())  # type: ignore[misc]
+            if not attempt.done():
+                await self._record_halt(step)
+            try:
+                out: StepBatchOutput = await attempt
+            except (ActivityError, ApplicationError) as e:
+                return await self._failed(e, step)
+            r.confirmed += out.ran - (out.failed is not None)
+            r.executed += out.executed
+            r.resolved_by_probe += out.resolved_by_probe
+            r.skipped += out.skipped
+            if out.failed is not None:
+                if self._halt_unrecorded():
+                    await self._record_halt(out.failed)
+                return self._end(FAILED, {"type": "StepFailed", "step": out.failed})
+            step += out.ran
+            if out.error is not None:
+                failure = _as_failure(out.error)
+                if failure.non_retryable or failure.type in END_STATES:
+                    return await self._failed(failure, out.error.step)
+                # Retried as the step alone would be: after the retry policy's first interval
+                # (a durable timer, so a halt is delivered meanwhile), by a batch it begins.
+                await workflow.sleep(STEP_RETRY.initial_interval or timedelta(seconds=1))
+            if workflow.info().get_current_history_length() > FAST_HISTORY_EVENTS:
+                return step - 1
+        return last
+
+    async def _failed(self, e: ActivityError | ApplicationError, step: int) -> RunResult:
+        """The run's end after a step's typed failure, with a halt that came meanwhile."""
+        state, error = end_state_of(e, step)
+        if self._halt_reason is not None:
+            # Whatever ended the run, the stop a person asked for must hold.
+            if self._halt_unrecorded():
+                await self._record_halt(step)
+            if error["type"] == "TaskStopped":  # it met the halt's own stop state
+                state, error = HALTED, {"type": "Halted", "message": self._halt_reason,
+                                        "step": step}
+                self._result.stopped_at = step
+        return self._end(state, error)
+
     def _start_step(self, inp: StepInput, summary: str) -> workflow.ActivityHandle[StepOutput]:
-        """One attempt series of a step: an activity task, or on the fast path a local
-        activity (no heartbeat: a dead worker is noticed when its workflow task times out, and
-        the next attempt goes through the journal and the probe as on the activity path)."""
+        """One attempt series of a step: an activity task, or for a fast run from before
+        batches a local activity (kept so that such a run replays as it ran)."""
         if self._fast:
             return workflow.start_local_activity(
                 "run_step", inp, result_type=StepOutput,
@@ -388,3 +480,9 @@ class RunPlan:
             + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""))
         workflow.upsert_search_attributes([STATE.value_set(state)])
         return self._result
+
+
+def _as_failure(error: StepError) -> ApplicationError:
+    """A step's error reported by a batch, as the failure the step alone would have raised."""
+    return ApplicationError(error.message, error.details, type=error.type,
+                            non_retryable=error.non_retryable)

@@ -59,6 +59,43 @@ class StepOutput:
 
 
 @dataclass
+class StepBatchInput:
+    """Steps ``first``..``last`` of a task, run one after another in one local activity (the
+    fast path) until one does not complete, ``max_steps`` have run or ``budget_s`` is spent."""
+
+    task_id: str
+    first: int
+    last: int
+    max_steps: int
+    budget_s: float
+
+
+@dataclass
+class StepError:
+    """The error of the step that ended a batch after other steps of it had completed: what
+    the workflow would have received had that step run on its own."""
+
+    step: int
+    type: str
+    message: str
+    non_retryable: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepBatchOutput:
+    """What a batch settled, counted as the workflow counts single steps: ``ran`` steps from
+    the batch's first, of which ``failed`` (the last one, if any) ended ``failed``."""
+
+    ran: int
+    executed: int = 0
+    resolved_by_probe: int = 0
+    skipped: int = 0
+    failed: int | None = None  # the step whose target refused it (its outcome is ``failed``)
+    error: StepError | None = None  # the next step's error, when it raised one
+
+
+@dataclass
 class WindowInput:
     task_id: str
     first: int

@@ -3,7 +3,8 @@
 The effect is a line ``<key> <entry>`` appended to a ledger file, so a test can count exactly
 how many times the outside world was touched. ``hold_s`` keeps the action running for a while
 (to race twins against it), ``hold_while`` as long as a file exists; ``unavailable_while``
-makes execute fail (TargetUnavailable, nothing written) and ``probe_raises_while`` makes the
+makes execute fail (TargetUnavailable, nothing written), ``refused_while`` makes the target
+refuse it for good (Refused, nothing written) and ``probe_raises_while`` makes the
 probe raise, as a disk or network error would. The probe reads the ledger
 for our key: done / absent, and unknown when the ledger's directory cannot be read.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext
-from tidemark.errors import TargetUnavailable
+from tidemark.errors import Refused, TargetUnavailable
 
 # The longest ``hold_while`` holds: far beyond any test's own hold, short enough that a twin
 # that should never have got this far fails its test in seconds rather than minutes.
@@ -41,6 +42,7 @@ class LedgerRecord(Action):
         "blind_while": Arg(str, required=False),  # the probe cannot tell while this exists
         "probe_raises_while": Arg(str, required=False),  # the probe itself fails (OSError)
         "unavailable_while": Arg(str, required=False),  # execute fails before writing
+        "refused_while": Arg(str, required=False),  # the target refuses the entry
     }
     # Short, so that a test waiting out a killed attempt's lease stays fast; a hold longer than
     # this is covered by the lease keeper's renewals.
@@ -73,6 +75,9 @@ class LedgerRecord(Action):
         down = ctx.args.get("unavailable_while")
         if down and os.path.exists(down):
             raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
+        refused = ctx.args.get("refused_while")
+        if refused and os.path.exists(refused):
+            raise Refused(f"the ledger refuses entries while {refused} exists")
         hold = float(ctx.args.get("hold_s", 0))
         if hold:
             time.sleep(hold)
