@@ -156,8 +156,8 @@ class StepActivities:
                 metrics.task_stopped(STOP_REASONS[type(failure).__name__])
             # As the step alone would have failed: ours say whether another attempt can help,
             # anything else (a bug, an action's unforeseen exception) is retried.
-            final, details = ((not failure.retryable, failure.details()) if isinstance(failure, TidemarkError)
-                              else (False, {}))
+            final, details = ((not failure.retryable, failure.details())
+                              if isinstance(failure, TidemarkError) else (False, {}))
             error = StepError(step=inp.first + len(batch.results), type=type(failure).__name__,
                               message=str(failure), non_retryable=final, details=details)
         out = StepBatchOutput(ran=len(batch.results), error=error)
