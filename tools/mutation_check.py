@@ -81,6 +81,7 @@ T_LZ = "tests/test_leases.py"
 INTENT_STOP = ("AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}\n"
                "                    RETURNING")
 T_CT = "tests/test_controls.py"
+T_FP = "tests/test_fast_path.py"
 T_GF = "tests/test_graph_fence.py"
 T_MF = "tests/test_gmail_fence.py"
 
@@ -379,12 +380,27 @@ MUTANTS: tuple[Mutant, ...] = (
            "    async def _halt(self, next_step: int) -> RunResult:\n"
            "        if self._halt_unrecorded() and False:",
            (f"{T_RP}::test_a_halt_that_arrives_before_any_step_is_written_and_nothing_runs",)),
-    Mutant("runplan: the halt signal is ignored between steps", "workflows/run_plan.py",
-           "            if self._halt_reason is not None:\n"
-           "                return await self._halt(step)\n            # A history",
-           "            if self._halt_reason is not None and False:\n"
-           "                return await self._halt(step)\n            # A history",
-           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+    # A halt between steps needs no mutant of its own: a step started after it meets the stop
+    # state the halt wrote, and the run ends the same (halted, stopped_at that step).
+    Mutant("runplan: a halt that arrives while a step runs is not written until the step ends",
+           "workflows/run_plan.py",
+           "retrying until the target is back.\n"
+           "            await workflow.wait_condition(\n"
+           "                lambda a=attempt: a.done() or self._halt_unrecorded())",
+           "retrying until the target is back.\n"
+           "            await workflow.wait_condition(\n"
+           "                lambda a=attempt: a.done() or False)",
+           (f"{T_RP}::test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt",)),
+    # -- the fast path's batches -----------------------------------------------------------------
+    Mutant("a batch runs on past a step that did not complete", RS,
+           'if (result.status != "done" or len(results) >= max_steps',
+           'if (len(results) >= max_steps',
+           (f"{T_FP}::test_a_batch_ends_at_the_first_step_that_does_not_complete_and_reports"
+            "_its_error",)),
+    Mutant("runplan: a batch crosses the irreversible boundary", "workflows/run_plan.py",
+           "end = min(last, prep.first_irreversible - 1)",
+           "end = last",
+           (f"{T_FP}::test_a_batch_stops_before_the_boundary_and_waits_for_approval",)),
 )
 
 
