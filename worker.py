@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -35,6 +34,7 @@ from tidemark.actions import Registry
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
+from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
@@ -122,7 +122,8 @@ def main(registry: Registry | None = None) -> None:
         # The message says what to fix (a file the worker's uid cannot read, a missing
         # credential); a traceback would only bury it.
         log.error("cannot start: %s", e)
-        sys.exit(EXIT_CONFIG)
+        exit_now(EXIT_CONFIG)
+    exit_now(0)  # see tidemark.process_exit: the SDK's threads may outlive the interpreter
 
 
 # The guard matters: Temporal's workflow sandbox re-imports modules, and must not start a worker.

@@ -39,6 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
     empty = Path(tempfile.mkdtemp(prefix="tidemark-temporal-")) / "temporal.toml"
     empty.write_text("")
     os.environ["TEMPORAL_CONFIG_FILE"] = str(empty)
+    # Under pytest-xdist, hand out tests two at a time (its default is a quarter of each
+    # worker's share at once, which would give one worker all the long tests; see long_first).
+    if getattr(config.option, "maxschedchunk", "absent") is None:
+        config.option.maxschedchunk = 2
 
 
 class PostgresServer:
@@ -210,3 +214,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.path.name in SLOW_MODULES or test in SLOW_TESTS
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+    items[:] = long_first(items)
+
+
+# The longest tests, longest first (`--durations`); only the order of the run depends on it.
+LONGEST = [
+    "test_chaos_cli.py::test_the_ledger_plugin_passes_twenty_interrupted_runs",
+    "test_chaos.py::test_every_crash_point_of_every_action_then_random_ones",
+    "test_chaos.py::test_slow_providers_and_lost_locks_duplicate_nothing",
+    "test_chaos_cli.py::test_chaos_catches_a_probe_that_matches_on_the_name_alone",
+    "test_chaos.py::test_the_oracle_fails_a_probe_that_always_answers_absent",
+]
+
+
+def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The slow tests first, longest first, each followed by a short one. pytest-xdist (the
+    README's `-n 3`) keeps two tests queued on each worker: this way the second is a short one,
+    and the long tests start at once, each on a worker of its own, instead of after the rest."""
+    def rank(item: pytest.Item) -> int:
+        name = f"{item.path.name}::{item.name}"
+        return LONGEST.index(name) if name in LONGEST else len(LONGEST)
+
+    slow = sorted((i for i in items if i.get_closest_marker("slow") is not None), key=rank)
+    rest = [i for i in items if i.get_closest_marker("slow") is None]
+    paired = [item for pair in zip(slow, rest, strict=False) for item in pair]
+    return paired + slow[len(rest):] + rest[len(slow):]

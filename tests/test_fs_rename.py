@@ -9,8 +9,10 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -363,12 +365,34 @@ def shared_dir() -> Any:
     shutil.rmtree(path)
 
 
+NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
+
+
+def interpreter_for_nobody() -> tuple[str, dict[str, str]]:
+    """A Python the user nobody may run, with this environment's packages: this one, or, when
+    it lives under a home closed to others (pyenv under a 0700 /root), the system's Python of
+    the same version given this environment's site-packages."""
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=30, **NOBODY)
+        return sys.executable, {}
+    except PermissionError:
+        pass
+    system = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}",
+                          path="/usr/local/bin:/usr/bin")
+    if system is None:
+        pytest.skip("this Python is not reachable by the user nobody, and the system has no "
+                    f"Python {sys.version_info.major}.{sys.version_info.minor}")
+    paths = sysconfig.get_paths()
+    return system, {"PYTHONPATH": os.pathsep.join([paths["purelib"], paths["platlib"]])}
+
+
 def run_as_nobody(*args: str) -> dict[str, str]:
     if os.geteuid() != 0:
         pytest.skip("needs root to run a check as another user")
-    proc = subprocess.run([sys.executable, "-c", UNPRIVILEGED, *args], user=65534, group=65534,
-                          extra_groups=[], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
+    python, env = interpreter_for_nobody()
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([python, "-c", UNPRIVILEGED, *args], capture_output=True, text=True,
+                          timeout=60, cwd=repo, env={**os.environ, **env}, **NOBODY)
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout))
 

@@ -23,6 +23,7 @@ import psycopg
 
 from tidemark.database import database_url
 from tidemark.errors import TaskUnwound, TidemarkError
+from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.tools import commands
 
@@ -607,5 +608,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``tidemark`` command: main(), then the exit of tidemark.process_exit."""
+    try:
+        code = main()
+    except SystemExit as e:  # argparse's --help and usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
+    exit_now(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
