@@ -178,6 +178,10 @@ OWN_STACK = {
 }
 OWN_STACK_TESTS = {
     "test_devstack.py::test_the_embedded_postgres_home_is_closed_to_others": "postgres",
+    "test_outcome_flush.py::test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_"
+    "postgres": "postgres",
+    "test_outcome_flush.py::test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_"
+    "its_intent_is_not": "postgres",
 }
 # Long: the chaos runs (many killed and resumed runs each), the whole morning of the demo,
 # the compose stack's scripts against real servers.

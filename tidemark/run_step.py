@@ -77,8 +77,13 @@ class StepResult:
                    row.resolved_by, skipped)
 
 
-def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -> StepResult:
+def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *,
+             flush_outcome: bool = True) -> StepResult:
     """Runs step ``step`` of the stored plan of ``task_id`` at most once in the outside world.
+
+    With ``flush_outcome=False`` the outcome of an execution is committed without waiting for
+    the disk (tidemark.store.StepSession.complete): the caller makes it durable before it reports
+    the result anywhere else. run_steps does, once per batch (``store.end_batch``).
 
     Raises:
         StepBusy: another live attempt holds the step, or the last one may still be acting
@@ -127,7 +132,7 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int) -
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
 
         crash_point("after_intent", step)
-        return _execute(store, action, ctx, s)
+        return _execute(store, action, ctx, s, flush_outcome)
 
 
 @dataclass(frozen=True)
@@ -151,21 +156,32 @@ def run_steps(store: JournalStore, registry: Registry, task_id: str, first: int,
     so the caller's retries see exactly what they would for that step alone; a later step's error
     is returned in ``Batch.error`` after the steps that completed before it, so that what they
     did is reported and none of them runs again. A ``failed`` outcome (the target refused) is the
-    last result. A crash anywhere leaves at most the one step under way in doubt."""
+    last result. A crash anywhere leaves at most the one step under way in doubt.
+
+    The outcomes are committed without waiting for the disk, and flushed once before the batch
+    returns (or raises after the first step): each step's intent, always flushed before its
+    action, flushes the outcome before it. A crash of Postgres itself may thus lose the outcome
+    of the last step that completed, which is then in doubt (its probe settles it); never two,
+    and never one the workflow was told of."""
     results: list[StepResult] = []
+    error: Exception | None = None
     started = clock()
     for step in range(first, last + 1):
         try:
-            result = run_step(store, registry, task_id, step)
+            # Each step's intent is flushed before it acts, and with it the outcome before it;
+            # the last outcome is flushed below, before the batch reports anything.
+            result = run_step(store, registry, task_id, step, flush_outcome=False)
         except Exception as e:
             if not results:
                 raise
-            return Batch(results, e)
+            error = e
+            break
         results.append(result)
         if (result.status != "done" or len(results) >= max_steps
                 or clock() - started >= budget_s):
             break
-    return Batch(results)
+    store.end_batch(task_id, len(results))
+    return Batch(results, error)
 
 
 def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> None:
@@ -281,7 +297,7 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
 
 
 def _execute(store: JournalStore, action: Action, ctx: StepContext,
-             s: StepSession) -> StepResult:
+             s: StepSession, flush_outcome: bool = True) -> StepResult:
     try:
         with store.keep_lease(ctx.key, renewal_lease(action)):
             if ctx.staged is None:
@@ -307,7 +323,8 @@ def _execute(store: JournalStore, action: Action, ctx: StepContext,
         metrics.left_in_doubt(ctx.action, type(e).__name__)
         raise
     crash_point("after_execute", ctx.step)
-    done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute")
+    done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute",
+                      flush=flush_outcome)
     metrics.step_settled(ctx.action, "execute", "done")
     crash_point("after_outcome", ctx.step)
     return StepResult.from_row(done, skipped=False)

@@ -412,6 +412,17 @@ class JournalStore:
         finally:
             self.leases.drop(key)
 
+    def end_batch(self, task_id: str, steps: int) -> None:
+        """Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits
+        for the disk: it returns once every commit before it is durable, such as the outcomes
+        the batch committed with ``complete(flush=False)`` (Postgres writes its log in order)."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO tidemark.batches (task_id, batches, steps) VALUES (%s, 1, %s)"
+                " ON CONFLICT (task_id) DO UPDATE SET batches = batches.batches + 1,"
+                " steps = batches.steps + EXCLUDED.steps, last_at = clock_timestamp()",
+                (task_id, steps))
+
     def record_event(self, task_id: str, kind: str, detail: dict[str, Any],
                      step: int | None = None, actor: str = "tidemark") -> None:
         with self._conn() as conn:
@@ -816,18 +827,29 @@ class StepSession:
             raise NotStopped(task_id)
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
-                 resolved_by: str) -> JournalRow:
+                 resolved_by: str, flush: bool = True) -> JournalRow:
         """Commits the outcome of the open intent ``key``.
 
         The execution lock is let go only afterwards (when the session ends): a session-level
         unlock takes effect at once, so unlocking inside this statement would let a twin read
         the intent as still open before the outcome's commit is visible.
+
+        ``flush=False`` commits without waiting for the write-ahead log to reach the disk
+        (synchronous_commit off for this transaction only): the commit is visible at once and
+        survives any crash of ours, but a crash of Postgres itself within a fraction of a second
+        may lose it, which leaves the step in doubt, as if we had died before the outcome.
+        Postgres flushes its log in order, so the next synchronous commit (the next step's
+        intent, or JournalStore.end_batch) makes it durable; until then it must not be reported
+        outside the journal. An intent is always flushed before its action runs.
         """
+        # set_config(..., true) holds for this statement's own transaction only; as a filter
+        # on the one row the key finds, it is set whenever the outcome is written.
+        unflushed = "" if flush else " AND set_config('synchronous_commit', 'off', true) = 'off'"
         with _translated():
             r = self.conn.execute(
                 "UPDATE tidemark.journal SET outcome = %s, status = %s, resolved_by = %s,"
                 " finished_at = clock_timestamp() WHERE idem_key = %s AND outcome IS NULL"
-                f" RETURNING {_JOURNAL_COLUMNS}",
+                f"{unflushed} RETURNING {_JOURNAL_COLUMNS}",
                 (Jsonb(outcome), status, resolved_by, key)).fetchone()
         if r is None:
             raise InvariantViolation(f"no open intent with key {key} to complete")

@@ -75,6 +75,7 @@ T_RP = "tests/test_run_plan.py"
 T_LS = "tests/test_lease.py"
 T_RE = "tests/test_report.py"
 T_SS = "tests/test_stop_state.py"
+T_OF = "tests/test_outcome_flush.py"
 T_PR = "tests/test_probe_rules.py"
 T_LZ = "tests/test_leases.py"
 # The intent's statement: a 'do' intent needs the task not stopped, an 'undo' one needs it stopped.
@@ -401,6 +402,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "end = min(last, prep.first_irreversible - 1)",
            "end = last",
            (f"{T_FP}::test_a_batch_stops_before_the_boundary_and_waits_for_approval",)),
+    Mutant("a batch returns before its outcomes are on disk", RS,
+           "    store.end_batch(task_id, len(results))\n",
+           "",
+           (f"{T_OF}::test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_postgres",)),
+    Mutant("an intent is committed without waiting for the disk", ST, INTENT_STOP,
+           INTENT_STOP.replace("RETURNING", "  AND set_config('synchronous_commit', 'off', true)"
+                               " = 'off' RETURNING"),
+           (f"{T_OF}::test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_"
+            "intent_is_not",)),
 )
 
 
