@@ -15,12 +15,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.ledger import ledger_lines, ledger_registry, persisted
 from helpers.wait import assert_eventually
-from tidemark.actions import Registry
 from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
-from tidemark.plan import load_plan
 from tidemark.run_step import run_steps
 from tidemark.store import JournalStore
 from tidemark.tools import commands
@@ -188,20 +186,6 @@ async def test_a_long_fast_plan_continues_as_new_and_stays_fast(
 
 
 # -- batches -------------------------------------------------------------------------------
-
-def ledger_registry() -> Registry:
-    return Registry([LedgerRecord()])
-
-
-def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int,
-              **per_step: dict[str, Any]) -> None:
-    """Stores a plan of ``n`` ledger steps; ``per_step["s<k>"]`` adds arguments to step k."""
-    doc = fast_plan(tmp_path, task_id, n)
-    del doc["execution"]  # how a run goes, not part of the plan
-    for name, extra in per_step.items():
-        doc["steps"][int(name[1:]) - 1]["args"].update(extra)
-    store.persist_plan(load_plan(doc, ledger_registry()))
-
 
 def test_a_batch_runs_steps_until_its_count_or_its_time_is_spent(
         store: JournalStore, tmp_path: Path) -> None:

@@ -19,10 +19,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers.ledger import LedgerRecord
-from tidemark.actions import Registry
+from helpers.ledger import ledger_registry, persisted
 from tidemark.database import EmbeddedPostgres
-from tidemark.plan import load_plan
 from tidemark.run_step import run_step, run_steps
 from tidemark.store import JournalStore
 
@@ -37,16 +35,6 @@ with psycopg.connect(server.url(), autocommit=True) as conn:
 server.close()
 print(json.dumps(rows))
 """
-
-
-def ledger_registry() -> Registry:
-    return Registry([LedgerRecord()])
-
-
-def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int) -> None:
-    store.persist_plan(load_plan({"task_id": task_id, "steps": [
-        {"action": "ledger.record", "args": {"ledger": str(tmp_path / "ledger"), "entry": f"e{i}"}}
-        for i in range(1, n + 1)]}, ledger_registry()))
 
 
 @pytest.fixture

@@ -297,7 +297,7 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
 
 
 def _execute(store: JournalStore, action: Action, ctx: StepContext,
-             s: StepSession, flush_outcome: bool = True) -> StepResult:
+             s: StepSession, flush_outcome: bool) -> StepResult:
     try:
         with store.keep_lease(ctx.key, renewal_lease(action)):
             if ctx.staged is None:

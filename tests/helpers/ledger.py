@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext
+from tidemark.actions import Action, Arg, GateRefused, ProbeResult, Registry, StepContext
 from tidemark.errors import Refused, TargetUnavailable
+from tidemark.plan import load_plan
+from tidemark.store import JournalStore
 
 # The longest ``hold_while`` holds: far beyond any test's own hold, short enough that a twin
 # that should never have got this far fails its test in seconds rather than minutes.
@@ -99,3 +101,15 @@ def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, 
     """A plan step that records ``entry`` in ``tmp_path/ledger``."""
     return {"action": "ledger.record",
             "args": {"ledger": str(tmp_path / "ledger"), "entry": entry, **extra}}
+
+
+def ledger_registry() -> Registry:
+    return Registry([LedgerRecord()])
+
+
+def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int,
+              **per_step: dict[str, Any]) -> None:
+    """Stores a plan of ``n`` ledger steps (entries e1..en); ``per_step["s<k>"]`` adds arguments
+    to step k."""
+    steps = [ledger_step(tmp_path, f"e{i}", **per_step.get(f"s{i}", {})) for i in range(1, n + 1)]
+    store.persist_plan(load_plan({"task_id": task_id, "steps": steps}, ledger_registry()))
