@@ -23,7 +23,19 @@ Control endpoints (all JSON):
   broker's per-task tokens);
 * the OAuth token endpoints of staging/oauth issue tokens that expire (Google's ``/token``,
   Microsoft's ``/{tenant}/oauth2/v2.0/token``);
-* ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens.
+* ``GET  /_staging/switches`` — every target's behaviour switches (below) with their value,
+  default, worst case and the documentation each cites; ``POST /_staging/switches``
+  ``{"target": "graph", "name": "submitted_stays_in_drafts_s", "value": 30}`` sets one, and
+  ``{"worst": true}`` (optionally with ``"target"``) sets every switch to its worst case;
+* ``POST /_staging/reset`` — forget all state, faults and tokens except the default tokens;
+  switches go back to the server's baseline (their defaults, or their worst cases for a server
+  started with ``Staging(..., worst_case=True)``).
+
+A *switch* is a behaviour of the real provider that is documented (or observed) but less
+convenient than the emulator's default: a message that stays in Drafts after its send was
+accepted, a clock that disagrees with ours, metadata hidden from a restricted key. Each target
+declares its switches as :class:`Switch` values with the worst case the provider documents, so a
+test (or ``tidemark chaos``) can hold Tidemark to that worst case instead of the usual one.
 
 A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its routes.
 """
@@ -52,6 +64,30 @@ class Fault:
     kind: str
     seconds: float = 0.0
     times: int = 1
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A provider behaviour the emulator can show on demand.
+
+    ``default`` is the emulator's usual (convenient) behaviour; ``worst`` the provider's
+    documented worst case; ``choices`` the values allowed (``None``: any JSON number);
+    ``doc`` says what the provider documents and where."""
+
+    name: str
+    default: Any
+    worst: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+
+    def check(self, value: Any) -> Any:
+        if self.choices is not None:
+            if value not in self.choices:
+                raise ValueError(f"switch {self.name}: {value!r} is not one of "
+                                 f"{', '.join(map(repr, self.choices))}")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"switch {self.name}: {value!r} is not a number")
+        return value
 
 
 @dataclass
@@ -104,9 +140,21 @@ class Target:
 
     name: str = ""
     default_tokens: tuple[Token, ...] = ()
+    switches: tuple[Switch, ...] = ()  # the provider behaviours this target can show
 
     def __init__(self) -> None:
         self.staging: Staging  # set by Staging.add
+        self.switch_values: dict[str, Any] = {s.name: s.default for s in self.switches}
+
+    def switch(self, name: str) -> Any:
+        """The current value of one of this target's switches."""
+        return self.switch_values[name]
+
+    def set_switch(self, name: str, value: Any) -> None:
+        found = [s for s in self.switches if s.name == name]
+        if not found:
+            raise ValueError(f"target {self.name} has no switch {name!r}")
+        self.switch_values[name] = found[0].check(value)
 
     def routes(self) -> Iterable[web.RouteDef]:
         return ()
@@ -144,7 +192,9 @@ class Staging:
     """Shared state of all targets in one server. Handlers run on the server's event loop; the
     lock makes direct reads from test threads safe."""
 
-    def __init__(self, targets: Iterable[Target]) -> None:
+    def __init__(self, targets: Iterable[Target], worst_case: bool = False) -> None:
+        # reset() puts every switch back here: the defaults, or the documented worst cases.
+        self.worst_case = worst_case
         self.lock = threading.Lock()
         self.targets: dict[str, Target] = {}
         self.effects: list[Effect] = []
@@ -170,7 +220,30 @@ class Staging:
                            for t in self.targets.values() for tok in t.default_tokens}
             for t in self.targets.values():
                 t.reset()
+                t.switch_values = {s.name: s.worst if self.worst_case else s.default
+                                   for s in t.switches}
         self.oauth.reset()
+
+    def set_switch(self, target: str, name: str, value: Any) -> None:
+        if target not in self.targets:
+            raise ValueError(f"unknown target {target!r}")
+        with self.lock:
+            self.targets[target].set_switch(name, value)
+
+    def set_worst(self, target: str | None = None) -> None:
+        """Every switch (of one target, or of all) to the provider's documented worst case."""
+        if target is not None and target not in self.targets:
+            raise ValueError(f"unknown target {target!r}")
+        with self.lock:
+            for t in self.targets.values():
+                if target is None or t.name == target:
+                    t.switch_values = {s.name: s.worst for s in t.switches}
+
+    def switch_list(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [{"target": t.name, "name": s.name, "value": t.switch_values[s.name],
+                     "default": s.default, "worst": s.worst, "choices": s.choices, "doc": s.doc}
+                    for t in self.targets.values() for s in t.switches]
 
     def record(self, effect: Effect) -> None:
         with self.lock:
@@ -259,6 +332,8 @@ class Staging:
             web.post("/_staging/faults", self._h_arm),
             web.post("/_staging/tokens", self._h_add_token),
             web.post("/_staging/tokens/{token}/revoke", self._h_revoke),
+            web.get("/_staging/switches", self._h_switches),
+            web.post("/_staging/switches", self._h_set_switch),
             web.post("/_staging/reset", self._h_reset),
         ])
         for t in self.targets.values():
@@ -349,6 +424,22 @@ class Staging:
         if not self.revoke(request.match_info["token"]):
             return web.json_response({"error": "no such token"}, status=404)
         return web.json_response({"revoked": True})
+
+    async def _h_switches(self, request: web.Request) -> web.Response:
+        return web.json_response(self.switch_list())
+
+    async def _h_set_switch(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            if body.get("worst") is True:
+                self.set_worst(body.get("target"))
+            else:
+                self.set_switch(str(body["target"]), str(body["name"]), body["value"])
+        except KeyError as e:
+            return web.json_response({"error": f"missing {e.args[0]}"}, status=400)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=400)
+        return web.json_response(self.switch_list())
 
     async def _h_reset(self, request: web.Request) -> web.Response:
         self.reset()

@@ -19,5 +19,7 @@ def all_targets() -> list[Target]:
     return targets
 
 
-def build_staging() -> Staging:
-    return Staging(all_targets())
+def build_staging(worst_case: bool = False) -> Staging:
+    """Every target; with ``worst_case`` each switch starts (and resets) at the provider's
+    documented worst case instead of the emulator's default."""
+    return Staging(all_targets(), worst_case=worst_case)
