@@ -17,10 +17,12 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.catalog import spec_registry
 from activities.drive import drive_client
 from helpers.staging_fixtures import arm, effects, post
 from staging.core import StagingServer
 from tidemark import staging_tokens
+from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.tools import commands
 from tidemark.tools.cli import main
@@ -174,6 +176,9 @@ async def test_a_kill_during_a_long_unwind_lets_no_compensation_start_after_it(
         if (await handle.describe()).status.name != "RUNNING":
             break
         await asyncio.sleep(0.1)
+    description = await handle.describe()
+    if description.status.name != "TERMINATED":  # not ended by the kill: it ended itself
+        assert (await handle.result())["state"] == "killed"
     await asyncio.sleep(2.0)  # a worker thread still inside a step has had time to act
     rows = undo_rows(store, "uw-long")
     assert 3 <= len(rows) < 40
@@ -181,6 +186,34 @@ async def test_a_kill_during_a_long_unwind_lets_no_compensation_start_after_it(
     assert late == [], f"compensations started after the kill: {late}"
     restored = sum(n.startswith("scan-") for n in names(drive, files))
     assert restored == len([r for r in rows if r.status == "done"])
+
+
+def test_release_for_unwind_refuses_bad_input_and_a_stop_never_lifts_a_kill(
+        store: JournalStore, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    doc = {"task_id": "uw-bad", "steps": [
+        {"action": "drive.rename", "args": {"file_id": "f1", "name": "invoice 1.pdf"}}]}
+    store.persist_plan(load_plan(doc, spec_registry()))
+
+    def refused(*args: str, code: int = 1) -> str:
+        before = (store.stop_state("uw-bad"), len(store.events("uw-bad")))
+        assert main(list(args)) == code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert (store.stop_state("uw-bad"), len(store.events("uw-bad"))) == before
+        return err[-1]
+
+    assert "is not killed" in refused("release", "uw-bad", "--for-unwind")  # not stopped
+    store.set_control("uw-bad", "stopped", "ops", "ana")
+    assert "is not killed" in refused("release", "uw-bad", "--for-unwind")
+    assert "no task 'uw-typo' is known" in refused("release", "uw-typo", "--for-unwind")
+    assert "give one task id" in refused("release", "--all", "--for-unwind", code=2)
+    store.set_killed("*", "incident", "ben")  # a kill of every task is released as such
+    assert "under the kill of '*'" in refused("release", "uw-bad", "--for-unwind")
+    store.set_control("*", "released", "over", "ben")
+    store.set_killed("uw-bad", "incident", "ben")
+    assert main(["stop", "uw-bad", "--reason", "again"]) == 0  # a stop is no release
+    assert store.stop_state("uw-bad")["state"] == "killed"
 
 
 # -- item 5: a task with any compensation never runs forward -----------------------------------
