@@ -71,6 +71,7 @@ T_RS = "tests/test_run_step.py"
 T_HZ = "tests/test_hazards.py"
 T_SC = "tests/test_schema.py"
 T_UW = "tests/test_unwind.py"
+T_UC = "tests/test_unwind_cli.py"
 T_RP = "tests/test_run_plan.py"
 T_LS = "tests/test_lease.py"
 T_RE = "tests/test_report.py"
@@ -353,6 +354,25 @@ MUTANTS: tuple[Mutant, ...] = (
            'if last is not None and last.status == "done":',
            "if last is not None and last.outcome is not None:",
            (f"{T_CT}::test_a_refused_compensation_is_tried_again_after_the_way_is_cleared",)),
+    Mutant("an unwind acts while an attempt of the step may still be acting", "tidemark/unwind.py",
+           "        if row.outcome is None:\n            check_lease(s, ctx)\n",
+           "        if row.outcome is None:\n            pass\n",
+           (f"{T_UC}::test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_"
+            "acting",)),
+    Mutant("a compensation acts without its undo grant", "activities/steps.py",
+           'acting_for(self.grants, inp.task_id, "undo")',
+           "acting_for(self.grants, inp.task_id)",
+           (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
+            "grant",)),
+    Mutant("a partly unwound task runs forward to completed", "activities/steps.py",
+           "if progress.undo_rows and progress.unwound is None:",
+           "if progress.undo_rows and progress.unwound is None and False:",
+           (f"{T_UC}::test_resume_after_a_partial_unwind_is_refused_and_status_says_partly_"
+            "unwound",)),
+    Mutant("drive: a trashed file with our name and stamp counts as done", "probes/drive.py",
+           'if observed["trashed"]:',
+           "if False:",
+           (f"{T_UC}::test_the_gate_stops_on_a_renamed_file_that_was_trashed_or_unshared",)),
     # -- the report -----------------------------------------------------------------------------
     Mutant("the report says provably not attempted of an attempted step", "tidemark/report.py",
            "            if n > p.last_step:\n",
