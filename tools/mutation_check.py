@@ -273,6 +273,35 @@ MUTANTS: tuple[Mutant, ...] = (
            "if len(mine) > 1:",
            "if len(mine) > 2:",
            ("tests/test_stripe_payment.py::test_a_duplicate_carrying_our_key_is_unknown",)),
+    Mutant("stripe: our key on another amount or currency counts as done", "probes/stripe.py",
+           "if not _same_payment(pi, ctx.args):",
+           "if False:",
+           ("tests/test_stripe_payment.py::test_our_key_on_another_amount_or_currency_is_"
+            "unknown[2600-usd]",
+            "tests/test_stripe_payment.py::test_our_key_on_another_amount_or_currency_is_"
+            "unknown[2500-eur]")),
+    Mutant("stripe: the probe's window is drawn on Postgres's clock", "probes/stripe.py",
+           "return anchor - STRIPE_CLOCK_MARGIN",
+           "return int(ctx.started_at.timestamp()) - 300 if ctx.started_at else None",
+           ("tests/test_stripe_payment.py::test_clock_skew_and_a_forgotten_key_never_pay_"
+            "twice[-600]",)),
+    Mutant("stripe: a payment like ours with its metadata hidden reads as absent",
+           "probes/stripe.py",
+           "    if like:\n",
+           "    if False:\n",
+           ("tests/test_stripe_payment.py::test_metadata_hidden_from_the_read_key_never_reads_"
+            "absent",)),
+    Mutant("gmail: a 400 closes the step as failed although the mail went out",
+           "activities/gmail.py",
+           "if probed.status is ProbeStatus.ABSENT:",
+           "if True:",
+           (f"{T_MF}::test_any_error_answer_to_a_send_of_a_consumed_draft_leaves_the_step_in_"
+            "doubt[400]",)),
+    Mutant("gmail: a retry sends while an earlier send may still be going out",
+           "activities/gmail.py",
+           "self.horizon_s = horizon_s",
+           "self.horizon_s = 0.0",
+           (f"{T_MF}::test_overlapping_sends_that_both_go_out_still_send_once",)),
     Mutant("gmail: a copy without the SENT label counts as sent", "probes/gmail.py",
            'ours = SENT in msg.get("labelIds", []) and _header',
            "ours = _header",
@@ -315,12 +344,12 @@ MUTANTS: tuple[Mutant, ...] = (
            'if decided and approvers is None and decided["actor"] not in approvers:',
            ("tests/test_boundary.py::test_a_decision_by_somebody_not_among_the_approvers_does_"
             "not_count",)),
-    Mutant("stripe: a replayed 500 is retried for ever instead of settled by a listing",
+    Mutant("stripe: a replayed 500 is retried for ever instead of left for a person",
            "activities/stripe.py",
            "if (e.http_status or 0) >= 500 and (e.headers or {}).get(",
            "if (e.http_status or 0) >= 600 and (e.headers or {}).get(",
-           ("tests/test_stripe_payment.py::test_run_step_after_a_saved_500_ends_failed_instead_"
-            "of_retrying_forever",)),
+           ("tests/test_stripe_payment.py::test_run_step_after_a_replayed_500_leaves_the_step_"
+            "for_a_person_never_failed",)),
     Mutant("stripe: a replayed 500 with our payment listed is not done", "activities/stripe.py",
            "if probed.status is ProbeStatus.DONE:",
            "if probed.status is not ProbeStatus.DONE:",
