@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
-from workflows.types import COMPLETED, RunResult
+from workflows.types import COMPLETED, RunResult, UnwindResult
 
 TYPE_PREFIX = "Tidemark"
 
@@ -71,3 +71,25 @@ async def run_result(handle: WorkflowHandle[Any, Any]) -> RunResult:
     if isinstance(result, RunResult):
         return result
     return RunResult(**_known(result))
+
+
+async def unwind_result(handle: WorkflowHandle[Any, Any]) -> UnwindResult:
+    """The UnwindResult of an UnwindPlan, whether it ended ``unwound`` (Completed) or in any
+    other state (Failed, the result in the typed error's details). Any other failure is
+    raised."""
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as e:
+        cause: BaseException | None = e.cause
+        if (isinstance(cause, ApplicationError) and (cause.type or "").startswith(TYPE_PREFIX)
+                and cause.details and isinstance(cause.details[0], dict)):
+            return _unwind_result(cause.details[0])
+        raise
+    if isinstance(result, UnwindResult):
+        return result
+    return _unwind_result(result)
+
+
+def _unwind_result(d: dict[str, Any]) -> UnwindResult:
+    names = {f.name for f in dataclasses.fields(UnwindResult)}
+    return UnwindResult(**{k: v for k, v in d.items() if k in names})

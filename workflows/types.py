@@ -18,6 +18,9 @@ PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
 UNWOUND = "unwound"  # terminal: the unwind completed; every later start refuses the task
 BLOCKED = "blocked"  # a run of a series refused to start (tidemark.series); nothing acted
+# `tidemark kill` announced itself (the `kill` signal): the run starts nothing more and waits
+# for the kill to terminate it, so it ends Terminated with this state (workflows/kill.py).
+KILLED = "killed"
 
 
 @dataclass
