@@ -186,7 +186,7 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
                            task_queue)
     await schedules.trigger(client, "k-b")
     await schedules.trigger(client, "k")
-    runs = await _scheduled(client, 2)
+    runs = await _scheduled(client, 2, "tidemark-sched-k-")
     kb = next(wid for wid in runs if wid.startswith("tidemark-sched-k-b-"))
     k = next(wid for wid in runs if wid != kb)
     assert_eventually(lambda: ledger_lines(tmp_path / "ledger-kb")
@@ -197,8 +197,10 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
     assert code == 0 and layers[1]["detail"] == {"k": "paused"}
     killed = layers[3]["detail"]
     assert kb not in killed and not any(w.startswith("tidemark-k-b-") for w in killed)
-    assert killed[k].startswith("terminated")
-    assert (await tidemark_state(client.get_workflow_handle(k)))[0] == "TERMINATED"
+    assert killed[k].startswith("terminated (killed; ")
+    [child] = [w for w in killed if w.startswith("tidemark-k-2")]  # its RunPlan, from the journal
+    for wid in (k, child):
+        assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
     # Series k-b runs on to the end, untouched; its schedule is not paused.
     result = await run_result(client.get_workflow_handle(kb))
     assert (result.state, result.confirmed) == ("completed", 3)
@@ -208,11 +210,12 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
         await schedules.delete(client, s)
 
 
-async def _scheduled(client: Client, n: int) -> list[str]:
+async def _scheduled(client: Client, n: int, prefix: str = "tidemark-sched-") -> list[str]:
     deadline = time.monotonic() + 30
     while True:
         ids = [wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun" AND '
-                                                           'ExecutionStatus="Running"')]
+                                                           'ExecutionStatus="Running"')
+               if wf.id.startswith(prefix)]
         if len(ids) >= n:
             return ids
         assert time.monotonic() < deadline, ids
@@ -333,3 +336,24 @@ async def _eventually_listed(client: Client) -> bool:
             return True
         await asyncio.sleep(0.2)
     return False
+
+
+async def test_kill_of_a_scheduled_task_takes_its_scheduled_run_with_it(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    await schedules.create(client, "solo", "0 3 * * *", "helpers.planners:nightly",
+                           {"calls": str(tmp_path / "calls"), "ledger": str(tmp_path / "ledger"),
+                            "n": 20, "hold_s": 0.5}, task_queue)
+    await schedules.trigger(client, "solo")
+    [parent] = await _scheduled(client, 1, "tidemark-sched-solo-")
+    assert_eventually(lambda: ledger_lines(tmp_path / "ledger"), timeout=30)
+    [run] = store.series_runs("solo")
+    code, out, _ = await cli("kill", run["task_id"], "--by", "ops")
+    assert code == 0, out
+    # Not Failed on its terminated child: killed with it, and saying so.
+    for wid in (parent, f"tidemark-{run['task_id']}"):
+        assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
+    assert f"stopped: tidemark-{run['task_id']}, {parent}\n" in out
+    await schedules.delete(client, "solo")

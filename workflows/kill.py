@@ -71,8 +71,8 @@ class Target:
     tasks: list[str]
     series: list[str]
     everything: bool = False
-    # workflow id -> kind, in the order layer 4 terminates them: parents (ScheduledRun) first,
-    # so that a parent does not end Failed on its terminated child before its own turn.
+    # workflow id -> kind, in the order layer 4 terminates them: children first, each one by
+    # the kill itself; a killed ScheduledRun waits for its own termination, not its child's.
     workflows: dict[str, str] = field(default_factory=dict)
 
 
@@ -116,8 +116,11 @@ async def open_workflows(client: Client, t: Target) -> dict[str, str]:
         for wid, kind in ((f"tidemark-{task}", "RunPlan"), (f"tidemark-unwind-{task}",
                                                              "UnwindPlan")):
             found.setdefault(wid, kind)
+        parent = await _scheduled_parent(client, f"tidemark-{task}")
+        if parent is not None:  # it exists only to run this task: it goes with it
+            found.setdefault(parent, "ScheduledRun")
     parents = {k: v for k, v in found.items() if v == "ScheduledRun"}
-    return {**parents, **{k: v for k, v in found.items() if k not in parents}}
+    return {**{k: v for k, v in found.items() if k not in parents}, **parents}
 
 
 async def kill(client: Client, store: JournalStore, *, task: str | None = None,
@@ -130,8 +133,15 @@ async def kill(client: Client, store: JournalStore, *, task: str | None = None,
                         force_unknown=force_unknown)
     reason = reason or "killed"
     note = {"by": by, "reason": reason}
-    t.workflows = await open_workflows(client, t)
-    announced = {wid: await _announce(client, wid, note) for wid in t.workflows}
+    unlisted: str | None = None
+    try:
+        t.workflows = await open_workflows(client, t)
+    except Exception as e:  # layers 1-3 need no Temporal: they run all the same
+        unlisted = f"{type(e).__name__}: {e}"
+        t.workflows = {f"tidemark{kind}-{x}": "" for x in t.tasks for kind in ("", "-unwind")}
+    said = await asyncio.gather(*(_announce(client, wid, note) for wid in t.workflows),
+                                return_exceptions=True)
+    announced = {wid: ok is True for wid, ok in zip(t.workflows, said, strict=True)}
     layers: list[dict[str, Any]] = []
 
     async def layer(n: int, what: str, fn: Callable[[], Awaitable[Any]]) -> None:
@@ -165,6 +175,8 @@ async def kill(client: Client, store: JournalStore, *, task: str | None = None,
         for wid in t.workflows:
             out[wid] = await _terminate(client, wid, f"killed by {by}: {reason}",
                                         settled.get(wid))
+        if unlisted is not None:  # the task's own workflows were tried; others may run on
+            raise KillError(f"could not list the open workflows ({unlisted}); tried: {out}")
         return out
 
     await layer(1, "durable stop state killed", stop_state)
@@ -178,6 +190,20 @@ def stopped_workflows(layers: list[dict[str, Any]]) -> list[str]:
     """The workflows layer 4 terminated: what the kill stopped in Temporal."""
     detail = layers[3]["detail"] if len(layers) > 3 and layers[3]["done"] else {}
     return [wid for wid, said in detail.items() if said.startswith("terminated")]
+
+
+async def _scheduled_parent(client: Client, workflow_id: str) -> str | None:
+    """The open ScheduledRun that started ``workflow_id`` as its child, if any."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    parent = desc.parent_id
+    if desc.status != WorkflowExecutionStatus.RUNNING or not parent:
+        return None
+    return parent if parent.startswith("tidemark-sched-") else None
 
 
 async def _announce(client: Client, workflow_id: str, note: dict[str, str]) -> bool:
