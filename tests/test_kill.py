@@ -118,34 +118,38 @@ async def test_kill_refuses_an_unknown_or_invalid_id_an_unknown_series_and_two_t
 
 # -- a killed run is Terminated and says killed; status names the kill -------------------------
 
+@pytest.mark.parametrize("execution", ["activity", "fast"])
 async def test_kill_of_a_running_plan_ends_terminated_killed_and_status_names_the_kill(
         cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
-        workers, task_queue: str) -> None:
+        workers, task_queue: str, execution: str) -> None:
     client = temporal_env.client
     workers.start()
-    await schedules.create(client, "quick", "0 3 * * *", "helpers.planners:nightly", {},
+    series, task = f"quick-{execution}", f"quick-{execution}-1"
+    await schedules.create(client, series, "0 3 * * *", "helpers.planners:nightly", {},
                            task_queue)
     ledger = tmp_path / "ledger"
     # Quick steps: between layer 1 (the stop state) and layer 4 the next step meets the stop.
-    doc = {"task_id": "quick-1", "series": "quick", "steps": ledger_steps(ledger, "q", 400)}
+    hold = {"hold_s": 0.01} if execution == "fast" else {}
+    doc = {"task_id": task, "series": series, "execution": execution,
+           "steps": ledger_steps(ledger, "q", 400, **hold)}
     handle = await start(client, doc, task_queue)
     assert_eventually(lambda: len(ledger_lines(ledger)) >= 3, timeout=30)
-    code, out, _ = await cli("kill", "quick-1", "--reason", "wrong folder", "--by", "ops")
+    code, out, _ = await cli("kill", task, "--reason", "wrong folder", "--by", "ops")
     assert code == 0, out
     assert await tidemark_state(handle) == ("TERMINATED", "killed")
-    assert "stopped: tidemark-quick-1" in out
-    progress = store.progress("quick-1")
+    assert f"stopped: tidemark-{task}" in out
+    progress = store.progress(task)
     assert progress.in_doubt is None  # the step under way was let finish
     time.sleep(0.5)
     assert len(ledger_lines(ledger)) == progress.confirmed < 400
 
-    code, out, _ = await cli("status", "quick-1")
-    assert code == 0 and "task quick-1  (killed)" in out
+    code, out, _ = await cli("status", task)
+    assert code == 0 and f"task {task}  (killed)" in out
     assert "stop state     killed by ops at 20" in out and ": wrong folder" in out
-    code, out, _ = await cli("status", "quick-1", "--json")
+    code, out, _ = await cli("status", task, "--json")
     report = json.loads(out)
     assert report["state"] == "killed" and report["stop"]["set_by"] == "ops"
-    await schedules.delete(client, "quick")
+    await schedules.delete(client, series)
 
 
 async def test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_in_doubt(

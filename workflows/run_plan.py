@@ -252,8 +252,8 @@ class RunPlan:
         r.executed = carried.get("executed", 0)
         r.resolved_by_probe = carried.get("resolved_by_probe", 0)
         r.skipped = carried.get("skipped", 0)
-        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id),
-                                           STATE.value_set(RUNNING)])
+        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
+            KILLED if self._killed is not None else RUNNING)])
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "

@@ -70,8 +70,8 @@ class ScheduledRun:
         when = workflow.info().typed_search_attributes.get(SCHEDULED_START) or workflow.now()
         task_id = task_id_for(series, when)
         result = RunResult(task_id=task_id, state="running", steps=0, confirmed=0)
-        workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
-                                           STATE.value_set("running")])
+        workflow.upsert_search_attributes([TASK_ID.value_set(task_id), STATE.value_set(
+            KILLED if self._killed else "running")])
         ask = PlannerInput(series, str(inp.get("planner") or ""), dict(inp.get("args") or {}),
                            when.isoformat(), task_id)
         try:
