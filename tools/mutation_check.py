@@ -376,8 +376,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_kill.py::test_an_approval_after_a_kill_changes_nothing_and_says_why",)),
     Mutant("kill terminates without letting the step under way finish", "workflows/kill.py",
-           "announced.items() if ok], grace_s)",
-           "announced.items() if ok], 0.0)",
+           "settled = await _settle(self.client, self.announced, self.grace_s)",
+           "settled = await _settle(self.client, self.announced, 0.0)",
            ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
             "in_doubt",)),
     # -- RunPlan's end states and halt ----------------------------------------------------------

@@ -71,8 +71,7 @@ class Target:
     tasks: list[str]
     series: list[str]
     everything: bool = False
-    # workflow id -> kind, in the order layer 4 terminates them: children first, each one by
-    # the kill itself; a killed ScheduledRun waits for its own termination, not its child's.
+    # workflow id -> type (RunPlan, UnwindPlan, ScheduledRun)
     workflows: dict[str, str] = field(default_factory=dict)
 
 
@@ -100,7 +99,8 @@ async def target_of(client: Client, store: JournalStore, *, task: str | None,
 
 
 async def open_workflows(client: Client, t: Target) -> dict[str, str]:
-    """The running workflows the kill covers, by id, each with its type."""
+    """The workflows the kill covers, by id, each with its type: the run and the unwind of
+    each task (open or not: layer 4 says which it found), and the open ScheduledRuns."""
     found: dict[str, str] = {}
     queries: list[str] = []
     if t.everything:
@@ -113,14 +113,73 @@ async def open_workflows(client: Client, t: Target) -> dict[str, str]:
         async for wf in client.list_workflows(q):
             found[wf.id] = wf.workflow_type
     for task in t.tasks:  # a run or an unwind, scheduled or started by hand
-        for wid, kind in ((f"tidemark-{task}", "RunPlan"), (f"tidemark-unwind-{task}",
-                                                             "UnwindPlan")):
-            found.setdefault(wid, kind)
-        parent = await _scheduled_parent(client, f"tidemark-{task}")
-        if parent is not None:  # it exists only to run this task: it goes with it
+        found.setdefault(f"tidemark-{task}", "RunPlan")
+        found.setdefault(f"tidemark-unwind-{task}", "UnwindPlan")
+    if t.scope == (t.tasks[0] if t.tasks else None):  # one task: its ScheduledRun goes with it
+        parent = await _scheduled_parent(client, f"tidemark-{t.scope}")
+        if parent is not None:
             found.setdefault(parent, "ScheduledRun")
-    parents = {k: v for k, v in found.items() if v == "ScheduledRun"}
-    return {**{k: v for k, v in found.items() if k not in parents}, **parents}
+    return found
+
+
+class _Kill:
+    """One kill: what it covers, and its four layers, each returning its report's detail."""
+
+    def __init__(self, client: Client, store: JournalStore, t: Target, reason: str,
+                 by: str, grace_s: float) -> None:
+        self.client, self.store, self.t = client, store, t
+        self.reason, self.by, self.grace_s = reason, by, grace_s
+        self.announced: list[str] = []
+        self.unlisted: str | None = None
+
+    async def announce(self) -> None:
+        """Lists the workflows and sends each the ``kill`` signal (before layer 1, so that a
+        run does not end itself on meeting the stop state before it hears of the kill)."""
+        t = self.t
+        try:
+            t.workflows = await open_workflows(self.client, t)
+        except Exception as e:  # layers 1-3 need no Temporal: they run all the same
+            self.unlisted = f"{type(e).__name__}: {e}"
+            t.workflows = {f"tidemark{kind}-{x}": "" for x in t.tasks for kind in ("",
+                                                                                  "-unwind")}
+        note = {"by": self.by, "reason": self.reason}
+        said = await asyncio.gather(*(_announce(self.client, w, note) for w in t.workflows),
+                                    return_exceptions=True)
+        self.announced = [w for w, ok in zip(t.workflows, said, strict=True) if ok is True]
+
+    async def stop_state(self) -> Any:
+        self.store.set_killed(self.t.scope, self.reason, self.by)
+        return {"scope": self.t.scope, "state": "killed", "by": self.by, "reason": self.reason}
+
+    async def pause(self) -> Any:
+        text = f"killed by {self.by}: {self.reason}"
+        return {s: ("paused" if await schedules.pause(self.client, s, text) else "no schedule")
+                for s in self.t.series}
+
+    async def grants(self) -> Any:
+        revoked: list[dict[str, Any]] = []
+        for one in (self.t.tasks if not self.t.everything else [None]):
+            revoked += revoke_task_grants(self.store, one, self.by)
+        return [{"task_id": g["task_id"], "target": g["target"], "scope": g["scope"],
+                 "revoked": str(g["revoked"]), "revoked_by": g["revoked_by"],
+                 "at_provider": g["at_provider"]} for g in revoked]
+
+    async def terminate(self) -> Any:
+        settled = await _settle(self.client, self.announced, self.grace_s)
+        why = f"killed by {self.by}: {self.reason}"
+        # Children first, each by the kill itself; a killed ScheduledRun waits for its own
+        # termination, not its child's.
+        kinds = self.t.workflows
+        out: dict[str, str] = {}
+        for group in ([w for w, k in kinds.items() if k != "ScheduledRun"],
+                      [w for w, k in kinds.items() if k == "ScheduledRun"]):
+            ended = await asyncio.gather(*(_terminate(self.client, w, why, settled.get(w))
+                                           for w in group))
+            out.update(zip(group, ended, strict=True))
+        if self.unlisted is not None:  # the task's own workflows were tried; others may run on
+            raise KillError(f"could not list the open workflows ({self.unlisted}); "
+                            f"tried: {out}")
+        return out
 
 
 async def kill(client: Client, store: JournalStore, *, task: str | None = None,
@@ -131,59 +190,23 @@ async def kill(client: Client, store: JournalStore, *, task: str | None = None,
     detail}``."""
     t = await target_of(client, store, task=task, series=series, everything=everything,
                         force_unknown=force_unknown)
-    reason = reason or "killed"
-    note = {"by": by, "reason": reason}
-    unlisted: str | None = None
-    try:
-        t.workflows = await open_workflows(client, t)
-    except Exception as e:  # layers 1-3 need no Temporal: they run all the same
-        unlisted = f"{type(e).__name__}: {e}"
-        t.workflows = {f"tidemark{kind}-{x}": "" for x in t.tasks for kind in ("", "-unwind")}
-    said = await asyncio.gather(*(_announce(client, wid, note) for wid in t.workflows),
-                                return_exceptions=True)
-    announced = {wid: ok is True for wid, ok in zip(t.workflows, said, strict=True)}
+    k = _Kill(client, store, t, reason or "killed", by, grace_s)
+    await k.announce()
     layers: list[dict[str, Any]] = []
-
-    async def layer(n: int, what: str, fn: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            detail = await fn()
-            layers.append({"layer": n, "what": what, "done": True, "detail": detail})
-        except Exception as e:  # report it; the next layers still run
-            layers.append({"layer": n, "what": what, "done": False,
-                           "detail": f"{type(e).__name__}: {e}"})
-
-    async def stop_state() -> Any:
-        store.set_killed(t.scope, reason, by)
-        return {"scope": t.scope, "state": "killed", "by": by, "reason": reason}
-
-    async def pause() -> Any:
-        text = f"killed by {by}: {reason}"
-        return {s: ("paused" if await schedules.pause(client, s, text) else "no schedule")
-                for s in t.series}
-
-    async def grants() -> Any:
-        revoked: list[dict[str, Any]] = []
-        for one in (t.tasks if not t.everything else [None]):
-            revoked += revoke_task_grants(store, one, by)
-        return [{"task_id": g["task_id"], "target": g["target"], "scope": g["scope"],
-                 "revoked": str(g["revoked"]), "revoked_by": g["revoked_by"],
-                 "at_provider": g["at_provider"]} for g in revoked]
-
-    async def terminate() -> Any:
-        settled = await _settle(client, [w for w, ok in announced.items() if ok], grace_s)
-        out: dict[str, str] = {}
-        for wid in t.workflows:
-            out[wid] = await _terminate(client, wid, f"killed by {by}: {reason}",
-                                        settled.get(wid))
-        if unlisted is not None:  # the task's own workflows were tried; others may run on
-            raise KillError(f"could not list the open workflows ({unlisted}); tried: {out}")
-        return out
-
-    await layer(1, "durable stop state killed", stop_state)
-    await layer(2, "pause the schedules of the series", pause)
-    await layer(3, "revoke credential grants", grants)
-    await layer(4, "terminate the workflows (run, unwind, scheduled runs)", terminate)
+    for n, what, fn in ((1, "durable stop state killed", k.stop_state),
+                        (2, "pause the schedules of the series", k.pause),
+                        (3, "revoke credential grants", k.grants),
+                        (4, "terminate the workflows (run, unwind, scheduled runs)",
+                         k.terminate)):
+        layers.append(await _layer(n, what, fn))
     return layers
+
+
+async def _layer(n: int, what: str, fn: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    try:
+        return {"layer": n, "what": what, "done": True, "detail": await fn()}
+    except Exception as e:  # report it; the next layers still run
+        return {"layer": n, "what": what, "done": False, "detail": f"{type(e).__name__}: {e}"}
 
 
 def stopped_workflows(layers: list[dict[str, Any]]) -> list[str]:
