@@ -107,6 +107,8 @@ async def test_kill_refuses_an_unknown_or_invalid_id_an_unknown_series_and_two_t
     assert store.stop_state("series:nightly") is None
     code, out, err = await cli("kill", "sync-7", "--series", "nightly")
     assert (code, out) == (2, "") and "give one of a task id, --series S or --all" in err
+    code, out, err = await cli("kill", "sync-7", "--grace", "-1")
+    assert (code, out) == (2, "") and "--grace must be 0 or more seconds" in err
     assert store.stop_state("sync-7") is None
     assert [e["kind"] for e in store.events("sync-7")] == ["plan"]
 
