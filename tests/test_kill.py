@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -237,10 +240,14 @@ async def test_kill_stops_an_unwind_under_way_and_says_so(
     workers.start()
     doc = {"task_id": "unw-k", "steps": renames(tmp_path / "docs", 60)}
     assert (await run_result(await start(client, doc, task_queue))).state == "completed"
-    flags = ["--task-queue", task_queue]
-    code, out, _ = await cli("unwind", "unw-k", "--yes", *flags)
-    assert code == 0 and "started tidemark-unwind-unw-k" in out
-    assert_eventually(lambda: store.progress("unw-k").undo_rows >= 3, timeout=30)
+    # A person runs the unwind and waits for it, in another terminal.
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.tools.cli", "unwind", "unw-k", "--yes", "--wait",
+         "--task-queue", task_queue], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "DATABASE_URL": store.conninfo,
+                        "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]})
+    assert_eventually(lambda: store.task_known("unw-k")
+                      and store.progress("unw-k").undo_rows >= 3, timeout=30)
 
     code, out, _ = await cli("kill", "unw-k", "--by", "ops", "--reason", "wrong undo")
     assert code == 0, out
@@ -251,6 +258,11 @@ async def test_kill_stops_an_unwind_under_way_and_says_so(
     assert await tidemark_state(unwind) == ("TERMINATED", "killed")
     assert "stopped: tidemark-unwind-unw-k" in out
     assert store.stop_state("unw-k")["state"] == "killed"
+    # The waiting unwind command says it was killed, with the kill's reason; no trace.
+    out, err = await asyncio.to_thread(waiting.communicate, timeout=30)
+    assert waiting.returncode == 0 and err == ""
+    said = json.loads(out)
+    assert (said["state"], said["error"]["message"]) == ("killed", "killed by ops: wrong undo")
 
 
 # -- kill then approve, stop then approve, approve --wait ---------------------------------------
