@@ -375,3 +375,18 @@ async def test_kill_of_a_scheduled_task_takes_its_scheduled_run_with_it(
         assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
     assert f"stopped: tidemark-{run['task_id']}, {parent}\n" in out
     await schedules.delete(client, "solo")
+
+
+async def test_kill_without_temporal_still_sets_the_stop_state_and_revokes_the_grants(
+        cli: Any, store: JournalStore, tmp_path: Path) -> None:
+    store.persist_plan(load_plan({"task_id": "dark-1", "steps": ledger_steps(
+        tmp_path / "ledger", "e", 1)}, SPECS))
+    code, out, err = await cli("kill", "dark-1", "--by", "ops", "--address", "127.0.0.1:1",
+                               "--json")
+    layers = json.loads(out)
+    assert code == 1 and err == ""
+    assert [(x["layer"], x["done"]) for x in layers] == [(1, True), (2, True), (3, True),
+                                                         (4, False)]
+    assert layers[3]["detail"].startswith("KillError: Temporal is unreachable (cannot reach "
+                                          "Temporal at 127.0.0.1:1")
+    assert store.stop_state("dark-1")["state"] == "killed"

@@ -75,7 +75,7 @@ class Target:
     workflows: dict[str, str] = field(default_factory=dict)
 
 
-async def target_of(client: Client, store: JournalStore, *, task: str | None,
+async def target_of(client: Client | None, store: JournalStore, *, task: str | None,
                     series: str | None, everything: bool, force_unknown: bool) -> Target:
     """Checks what the kill names (KillError, UnknownStopTarget, UnknownSeries: nothing has
     been written) and lists what it covers."""
@@ -90,12 +90,14 @@ async def target_of(client: Client, store: JournalStore, *, task: str | None,
     if series is not None:
         runs = [r["task_id"] for r in store.series_runs(series)]
         if not (runs or store.task_known("series:" + series)
-                or await schedules.describe(client, series) is not None):
-            raise UnknownSeries(f"no series {series!r} is known (no run, no schedule, no "
-                                "stop); check the name with `tidemark schedule list`")
+                or (client is not None and await schedules.describe(client, series))):
+            raise UnknownSeries(f"no series {series!r} is known (no run, "
+                                + ("no schedule" if client else "its schedule not checked: "
+                                   "Temporal is unreachable")
+                                + ", no stop); check the name with `tidemark schedule list`")
         return Target("series:" + series, runs, [series])
-    return Target("*", [], [s["series"] for s in await schedules.list_all(client)],
-                  everything=True)
+    listed = await schedules.list_all(client) if client is not None else []
+    return Target("*", [], [s["series"] for s in listed], everything=True)
 
 
 async def open_workflows(client: Client, t: Target) -> dict[str, str]:
@@ -125,23 +127,34 @@ async def open_workflows(client: Client, t: Target) -> dict[str, str]:
 class _Kill:
     """One kill: what it covers, and its four layers, each returning its report's detail."""
 
-    def __init__(self, client: Client, store: JournalStore, t: Target, reason: str,
-                 by: str, grace_s: float) -> None:
-        self.client, self.store, self.t = client, store, t
+    def __init__(self, client: Client | None, store: JournalStore, t: Target, reason: str,
+                 by: str, grace_s: float, unreachable: str) -> None:
+        self._client, self.store, self.t = client, store, t
+        self.unreachable = unreachable
         self.reason, self.by, self.grace_s = reason, by, grace_s
         self.announced: list[str] = []
         self.unlisted: str | None = None
+
+    @property
+    def client(self) -> Client:
+        """Temporal, for layers 2 and 4; KillError when it cannot be reached (layers 1 and 3
+        need only Postgres and the providers: they still run)."""
+        if self._client is None:
+            raise KillError(f"Temporal is unreachable ({self.unreachable}); not done")
+        return self._client
 
     async def announce(self) -> None:
         """Lists the workflows and sends each the ``kill`` signal (before layer 1, so that a
         run does not end itself on meeting the stop state before it hears of the kill)."""
         t = self.t
         try:
-            t.workflows = await open_workflows(self.client, t)
+            t.workflows = await open_workflows(self.client, t)  # KillError without Temporal
         except Exception as e:  # layers 1-3 need no Temporal: they run all the same
             self.unlisted = f"{type(e).__name__}: {e}"
             t.workflows = {f"tidemark{kind}-{x}": "" for x in t.tasks for kind in ("",
                                                                                   "-unwind")}
+        if self._client is None:
+            return
         note = {"by": self.by, "reason": self.reason}
         said = await asyncio.gather(*(_announce(self.client, w, note) for w in t.workflows),
                                     return_exceptions=True)
@@ -182,15 +195,16 @@ class _Kill:
         return out
 
 
-async def kill(client: Client, store: JournalStore, *, task: str | None = None,
+async def kill(client: Client | None, store: JournalStore, *, task: str | None = None,
                series: str | None = None, everything: bool = False, reason: str,
-               by: str, force_unknown: bool = False,
-               grace_s: float = KILL_GRACE_S) -> list[dict[str, Any]]:
+               by: str, force_unknown: bool = False, grace_s: float = KILL_GRACE_S,
+               unreachable: str = "") -> list[dict[str, Any]]:
     """Runs the four layers and returns one report per layer: ``{layer, what, done,
-    detail}``."""
+    detail}``. Without a client (Temporal is unreachable: ``unreachable`` says why) layers 1
+    and 3 still run, and layers 2 and 4 are reported as not done."""
     t = await target_of(client, store, task=task, series=series, everything=everything,
                         force_unknown=force_unknown)
-    k = _Kill(client, store, t, reason or "killed", by, grace_s)
+    k = _Kill(client, store, t, reason or "killed", by, grace_s, unreachable)
     await k.announce()
     layers: list[dict[str, Any]] = []
     for n, what, fn in ((1, "durable stop state killed", k.stop_state),

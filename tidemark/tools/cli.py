@@ -523,11 +523,17 @@ def _cmd_kill(a: argparse.Namespace) -> int:
         raise UsageError("kill: --grace must be 0 or more seconds")
 
     async def go() -> list[dict[str, Any]]:
-        client = await _temporal(a)
+        from tidemark.tools.starter import TemporalUnavailable
+
+        client, unreachable = None, ""
+        try:
+            client = await _temporal(a)
+        except TemporalUnavailable as e:  # the stop state and the grants need no Temporal
+            unreachable = str(e)
         with commands.open_store(_db(a)) as store:
             return await kill(client, store, task=a.task, series=a.series, everything=a.all,
                               reason=a.reason, by=a.by, force_unknown=a.force_unknown,
-                              grace_s=a.grace)
+                              grace_s=a.grace, unreachable=unreachable)
 
     layers = asyncio.run(go())
     if a.json:
