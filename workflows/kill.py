@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.api.enums.v1 import PendingWorkflowTaskState
+from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -305,7 +305,11 @@ async def _standing(client: Client, workflow_id: str, waited: float) -> str | No
     task = raw.pending_workflow_task
     never_taken = (raw.HasField("pending_workflow_task") and task.state
                    == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED)
-    if never_taken and waited >= NO_WORKER_S:
+    # An activity some worker is running says a worker lives (its workflow task may only be
+    # waiting out a dead worker's sticky queue): then the grace is waited out.
+    acting = any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                 for a in raw.pending_activities)
+    if never_taken and waited >= NO_WORKER_S and not acting:
         return "no worker"
     return "busy: " + ", ".join(pending) if pending else "waiting"
 
