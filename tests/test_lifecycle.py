@@ -24,7 +24,7 @@ from tidemark.store import JournalStore
 from tidemark.tools import commands
 from tidemark.tools.cli import main
 from tidemark.tools.devstack import temporal_binary
-from workflows.outcome import run_result
+from workflows.outcome import run_result, unwind_result
 from workflows.types import RunResult, UnwindResult
 
 RESULT_TIMEOUT = 60
@@ -41,7 +41,7 @@ async def unwind(client: Client, task_id: str, task_queue: str) -> UnwindResult:
     handle = await client.start_workflow("UnwindPlan", {"task_id": task_id},
                                          id=f"tidemark-unwind-{task_id}",
                                          task_queue=task_queue, result_type=UnwindResult)
-    return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    return await asyncio.wait_for(unwind_result(handle), RESULT_TIMEOUT)
 
 
 def renames(tmp_path: Path, n: int) -> list[dict[str, Any]]:

@@ -28,7 +28,9 @@ class Report:
         if p.undo_rows:
             return "partly_unwound"  # some steps put back: it never runs forward either
         if p.stop is not None:
-            return "stopped"
+            # A kill is named as such: it was out of band (workflow terminated, grants revoked),
+            # and a person reading the report at 03:14 must not take it for a plain stop.
+            return "killed" if p.stop.get("state") == "killed" else "stopped"
         if p.finished:
             return "completed"
         if p.failed:
@@ -105,8 +107,11 @@ class Report:
                 verdict = f"{status} (journaled)"
             lines.append(f"  irreversible   step {n} {action}: {verdict}")
         if p.stop:
-            lines.append(f"  stop state     {p.stop['state']} by {p.stop['set_by']}: "
-                         f"{p.stop['reason']}")
+            at = str(p.stop.get("set_at") or "")[:19].replace("T", " ")
+            lines.append(f"  stop state     {p.stop['state']} by {p.stop['set_by']}"
+                         + (f" at {at}" if at else "") + f": {p.stop['reason']}"
+                         + ("" if p.stop.get("scope") in (None, p.task_id)
+                            else f" (scope {p.stop['scope']})"))
         if p.undo_rows:
             lines.append(f"  unwind rows    {p.undo_rows}")
         v = self.boundary.get("verification")

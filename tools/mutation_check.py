@@ -416,9 +416,19 @@ MUTANTS: tuple[Mutant, ...] = (
            '"provably_not_attempted": n >= p.last_step}',
            (f"{T_RE}::test_each_irreversible_step_gets_the_verdict_its_rows_prove",)),
     Mutant("the report hides the stop state behind completion", "tidemark/report.py",
-           "if p.stop is not None:\n            return \"stopped\"",
-           "if p.stop is not None and not p.finished and False:\n            return \"stopped\"",
+           "if p.stop is not None:\n            # A kill is named",
+           "if p.stop is not None and not p.finished and False:\n            # A kill is named",
            (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
+    # -- kill and decisions under a stop -----------------------------------------------------------
+    Mutant("an approval after a kill is journaled", "tidemark/tools/commands.py",
+           "        _check_not_stopped(store, task_id, decision)\n",
+           "",
+           ("tests/test_kill.py::test_an_approval_after_a_kill_changes_nothing_and_says_why",)),
+    Mutant("kill terminates without letting the step under way finish", "workflows/kill.py",
+           "settled = await _settle(self.client, self.announced, self.grace_s)",
+           "settled = await _settle(self.client, self.announced, 0.0)",
+           ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
+            "in_doubt",)),
     # -- RunPlan's end states and halt ----------------------------------------------------------
     Mutant("runplan: a step that needs a decision ends as failed", "workflows/run_plan.py",
            '"NeedsDecision": NEEDS_DECISION,',

@@ -173,11 +173,42 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     return [h]
 
 
+async def killed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+    """`tidemark kill` while step 2 is under way: the run says killed, lets the step finish,
+    and is terminated."""
+    from workflows.kill import kill
+
+    h = await s.start({"task_id": "killed", "steps": s.ledger_steps(4, hold_s=0.5)})
+    await s.wait_for(lambda: (s.scratch / "ledger").exists())
+    await kill(s.client, s.store, task="killed", reason="wrong supplier", by="ana")
+    await s.wait(h)
+    return [h]
+
+
+async def unwind_failed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+    """An unwind whose compensation of step 2 is refused (somebody took its file): Failed."""
+    docs = s.scratch / "docs"
+    docs.mkdir()
+    steps = []
+    for i in (1, 2, 3):
+        (docs / f"scan-{i}.pdf").write_text(str(i))
+        steps.append({"action": "fs.rename", "args": {"path": str(docs / f"scan-{i}.pdf"),
+                                                      "name": f"invoice {i}.pdf"}})
+    run = await s.start({"task_id": "unwind-failed", "steps": steps})
+    await s.wait(run)
+    (docs / "invoice 2.pdf").rename(docs / "theirs.pdf")
+    commands.stop(s.store.conninfo, "unwind-failed", "wrong supplier", "ana")
+    h = await s.start({"task_id": "unwind-failed"}, "UnwindPlan", "tidemark-unwind-unwind-failed")
+    await s.wait(h)
+    return [h]
+
+
 SCENARIOS: dict[str, Callable[[Stage], Awaitable[list[WorkflowHandle[Any, Any]]]]] = {
     "run_completed": completed, "run_halted": halted, "run_resumed_in_doubt": resumed_in_doubt,
     "run_continued_as_new": continued_as_new, "run_fast": fast,
     "run_fast_halted": fast_halted, "run_fast_continued_as_new": fast_continued_as_new,
     "run_fast_resumed_in_doubt": fast_resumed_in_doubt, "unwind": unwound,
+    "run_killed": killed, "unwind_failed": unwind_failed,
 }
 # What each scenario's last run must end in: a history is only worth keeping if it shows what
 # its name says.
@@ -185,7 +216,7 @@ ENDS = {"run_completed": "completed", "run_halted": "halted",
         "run_resumed_in_doubt": "completed", "run_continued_as_new": "completed",
         "run_fast": "completed", "run_fast_halted": "halted",
         "run_fast_continued_as_new": "completed", "run_fast_resumed_in_doubt": "completed",
-        "unwind": "unwound"}
+        "unwind": "unwound", "run_killed": "killed", "unwind_failed": "failed"}
 
 
 async def record(names: list[str]) -> None:

@@ -3,96 +3,319 @@
 1. the durable stop state ``killed`` on the task, ``series:<S>`` or ``*``: every later step and
    every start refuses until a person runs ``tidemark release`` (recorded with who and why);
 2. every Temporal Schedule of the series is paused, so nothing restarts it;
-3. the task's credential grants are revoked, in the table and at the provider, so the next
-   outbound call fails with Unauthorized, even from a wedged worker whose workflow is gone;
-4. the workflow is terminated (and, for a series or everything, its scheduled runs).
+3. every credential grant of the task is revoked (those of its steps and of its compensations),
+   in the table and at the provider, so the next outbound call fails with Unauthorized, even
+   from a wedged worker whose workflow is gone;
+4. the task's workflows are terminated: its run ``tidemark-<T>``, its unwind
+   ``tidemark-unwind-<T>`` and, for a series, the ``ScheduledRun`` workflows that the series'
+   schedule started (matched by Temporal's ``TemporalScheduledById``, never by a prefix of the
+   workflow id: series ``k`` is not series ``k-b``).
 
-A layer that fails is reported and the next layers still run.
+Before layer 1 each open workflow of the kill gets the ``kill`` signal: it shows
+``TidemarkState = killed`` at once (a terminated workflow can no longer change its search
+attributes, so this is the only moment to say it), lets the attempt under way finish and starts
+nothing more, then waits to be terminated. Layer 4 waits up to ``grace_s`` for that (the state
+says killed and no activity is pending), so the step under way is settled, not left in doubt,
+and the run ends **Terminated** rather than Failed by meeting layer 1's stop state. A workflow
+still busy after the grace is terminated all the same, and the report says so.
+
+Refused before anything is written or run, like ``tidemark stop``: a task id that names no task
+(``force_unknown`` kills an id whose plan has not arrived yet), an invalid id, a series that
+has no run, schedule nor stop, and two targets at once. A layer that fails is reported and the
+next layers still run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
 from tidemark.store import JournalStore
+from tidemark.tools.commands import check_scope
 from workflows import schedules
+from workflows.types import KILLED
+
+# How long layer 4 waits for the killed workflows to settle (the attempt under way finished)
+# before it terminates them anyway. A step's own calls time out within 30 s, and layer 3 makes
+# its next call fail at once, so most steps end well within it.
+KILL_GRACE_S = 10.0
+# A workflow whose pending workflow task no worker has started for this long has no live worker
+# to take the signal: waiting out the grace would change nothing.
+NO_WORKER_S = 2.0
+POLL_S = 0.1
+STATE_ATTRIBUTE = "TidemarkState"
 
 
 class KillError(TidemarkError):
     """A kill asked for in a way that cannot be done."""
 
 
-async def kill(client: Client, store: JournalStore, *, task: str | None = None,
-               series: str | None = None, everything: bool = False, reason: str,
-               by: str) -> list[dict[str, Any]]:
-    """Runs the four layers and returns one report per layer: ``{layer, what, done,
-    detail}``."""
+class UnknownSeries(TidemarkError):
+    """``kill --series S`` named a series that has no run, no schedule and no stop."""
+
+
+@dataclass
+class Target:
+    """What a kill acts on: its stop scope, tasks, series (for schedules) and workflows."""
+
+    scope: str
+    tasks: list[str]
+    series: list[str]
+    everything: bool = False
+    # workflow id -> type (RunPlan, UnwindPlan, ScheduledRun)
+    workflows: dict[str, str] = field(default_factory=dict)
+
+
+async def target_of(client: Client | None, store: JournalStore, *, task: str | None,
+                    series: str | None, everything: bool, force_unknown: bool) -> Target:
+    """Checks what the kill names (KillError, UnknownStopTarget, UnknownSeries: nothing has
+    been written) and lists what it covers."""
     if sum(x is not None for x in (task, series, everything or None)) != 1:
         raise KillError("kill exactly one of: a task, --series S, --all")
-    reason = reason or "killed"
     if task is not None:
-        scope, tasks = task, [task]
+        if task.startswith("series:") or task == "*":
+            raise KillError(f"{task!r} is not a task id; use --series S or --all")
+        check_scope(store, task, "kill", force_unknown)
         named = store.series_of(task)
-        series_list = [named] if named else []
-    elif series is not None:
-        scope = "series:" + series
-        tasks = [r["task_id"] for r in store.series_runs(series)]
-        series_list = [series]
-    else:
-        scope, tasks = "*", []
-        series_list = [s["series"] for s in await schedules.list_all(client)]
-    layers: list[dict[str, Any]] = []
+        return Target(task, [task], [named] if named else [])
+    if series is not None:
+        runs = [r["task_id"] for r in store.series_runs(series)]
+        if not (runs or store.task_known("series:" + series)
+                or (client is not None and await schedules.describe(client, series))):
+            raise UnknownSeries(f"no series {series!r} is known (no run, "
+                                + ("no schedule" if client else "its schedule not checked: "
+                                   "Temporal is unreachable")
+                                + ", no stop); check the name with `tidemark schedule list`")
+        return Target("series:" + series, runs, [series])
+    listed = await schedules.list_all(client) if client is not None else []
+    return Target("*", [], [s["series"] for s in listed], everything=True)
 
-    async def layer(n: int, what: str, fn: Any) -> None:
+
+async def open_workflows(client: Client, t: Target) -> dict[str, str]:
+    """The workflows the kill covers, by id, each with its type: the run and the unwind of
+    each task (open or not: layer 4 says which it found), and the open ScheduledRuns."""
+    found: dict[str, str] = {}
+    queries: list[str] = []
+    if t.everything:
+        queries = ['ExecutionStatus="Running" AND WorkflowId STARTS_WITH "tidemark-"']
+    elif t.scope.startswith("series:"):
+        # Temporal stamps the schedule's id on every workflow a schedule starts: an exact match.
+        queries = [f'ExecutionStatus="Running" AND TemporalScheduledById='
+                   f'"{schedules.schedule_id(s)}"' for s in t.series]
+    for q in queries:
+        async for wf in client.list_workflows(q):
+            found[wf.id] = wf.workflow_type
+    for task in t.tasks:  # a run or an unwind, scheduled or started by hand
+        found.setdefault(f"tidemark-{task}", "RunPlan")
+        found.setdefault(f"tidemark-unwind-{task}", "UnwindPlan")
+    if t.scope == (t.tasks[0] if t.tasks else None):  # one task: its ScheduledRun goes with it
+        parent = await _scheduled_parent(client, f"tidemark-{t.scope}")
+        if parent is not None:
+            found.setdefault(parent, "ScheduledRun")
+    return found
+
+
+class _Kill:
+    """One kill: what it covers, and its four layers, each returning its report's detail."""
+
+    def __init__(self, client: Client | None, store: JournalStore, t: Target, reason: str,
+                 by: str, grace_s: float, unreachable: str) -> None:
+        self._client, self.store, self.t = client, store, t
+        self.unreachable = unreachable
+        self.reason, self.by, self.grace_s = reason, by, grace_s
+        self.announced: list[str] = []
+        self.unlisted: str | None = None
+
+    @property
+    def client(self) -> Client:
+        """Temporal, for layers 2 and 4; KillError when it cannot be reached (layers 1 and 3
+        need only Postgres and the providers: they still run)."""
+        if self._client is None:
+            raise KillError(f"Temporal is unreachable ({self.unreachable}); not done")
+        return self._client
+
+    async def announce(self) -> None:
+        """Lists the workflows and sends each the ``kill`` signal (before layer 1, so that a
+        run does not end itself on meeting the stop state before it hears of the kill)."""
+        t = self.t
         try:
-            detail = await fn()
-            layers.append({"layer": n, "what": what, "done": True, "detail": detail})
-        except Exception as e:  # report it; the next layers still run
-            layers.append({"layer": n, "what": what, "done": False,
-                           "detail": f"{type(e).__name__}: {e}"})
+            t.workflows = await open_workflows(self.client, t)  # KillError without Temporal
+        except Exception as e:  # layers 1-3 need no Temporal: they run all the same
+            self.unlisted = f"{type(e).__name__}: {e}"
+            t.workflows = {f"tidemark{kind}-{x}": "" for x in t.tasks for kind in ("",
+                                                                                  "-unwind")}
+        if self._client is None:
+            return
+        note = {"by": self.by, "reason": self.reason}
+        said = await asyncio.gather(*(_announce(self.client, w, note) for w in t.workflows),
+                                    return_exceptions=True)
+        self.announced = [w for w, ok in zip(t.workflows, said, strict=True) if ok is True]
 
-    async def stop_state() -> Any:
-        store.set_killed(scope, reason, by)
-        return {"scope": scope, "state": "killed", "by": by, "reason": reason}
+    async def stop_state(self) -> Any:
+        self.store.set_killed(self.t.scope, self.reason, self.by)
+        return {"scope": self.t.scope, "state": "killed", "by": self.by, "reason": self.reason}
 
-    async def pause() -> Any:
-        note = f"killed by {by}: {reason}"
-        return {s: ("paused" if await schedules.pause(client, s, note) else "no schedule")
-                for s in series_list}
+    async def pause(self) -> Any:
+        text = f"killed by {self.by}: {self.reason}"
+        return {s: ("paused" if await schedules.pause(self.client, s, text) else "no schedule")
+                for s in self.t.series}
 
-    async def grants() -> Any:
+    async def grants(self) -> Any:
         revoked: list[dict[str, Any]] = []
-        for t in (tasks if not everything else [None]):
-            revoked += revoke_task_grants(store, t, by)
+        for one in (self.t.tasks if not self.t.everything else [None]):
+            revoked += revoke_task_grants(self.store, one, self.by)
         return [{"task_id": g["task_id"], "target": g["target"], "scope": g["scope"],
                  "revoked": str(g["revoked"]), "revoked_by": g["revoked_by"],
                  "at_provider": g["at_provider"]} for g in revoked]
 
-    async def terminate() -> Any:
-        ids = [f"tidemark-{t}" for t in tasks]
-        query = 'ExecutionStatus="Running"'
-        async for wf in client.list_workflows(query):
-            scheduled = any(wf.id.startswith(f"tidemark-sched-{s}-") for s in series_list)
-            if scheduled or (everything and wf.id.startswith("tidemark-")):
-                ids.append(wf.id)
+    async def terminate(self) -> Any:
+        settled = await _settle(self.client, self.announced, self.grace_s)
+        why = f"killed by {self.by}: {self.reason}"
+        # Children first, each by the kill itself; a killed ScheduledRun waits for its own
+        # termination, not its child's.
+        kinds = self.t.workflows
         out: dict[str, str] = {}
-        for wid in dict.fromkeys(ids):
-            out[wid] = await _terminate(client, wid, f"killed by {by}: {reason}")
+        for group in ([w for w, k in kinds.items() if k != "ScheduledRun"],
+                      [w for w, k in kinds.items() if k == "ScheduledRun"]):
+            ended = await asyncio.gather(*(_terminate(self.client, w, why, settled.get(w))
+                                           for w in group))
+            out.update(zip(group, ended, strict=True))
+        if self.unlisted is not None:  # the task's own workflows were tried; others may run on
+            raise KillError(f"could not list the open workflows ({self.unlisted}); "
+                            f"tried: {out}")
         return out
 
-    await layer(1, "durable stop state killed", stop_state)
-    await layer(2, "pause the schedules of the series", pause)
-    await layer(3, "revoke credential grants", grants)
-    await layer(4, "terminate the workflow", terminate)
+
+async def kill(client: Client | None, store: JournalStore, *, task: str | None = None,
+               series: str | None = None, everything: bool = False, reason: str,
+               by: str, force_unknown: bool = False, grace_s: float = KILL_GRACE_S,
+               unreachable: str = "") -> list[dict[str, Any]]:
+    """Runs the four layers and returns one report per layer: ``{layer, what, done,
+    detail}``. Without a client (Temporal is unreachable: ``unreachable`` says why) layers 1
+    and 3 still run, and layers 2 and 4 are reported as not done."""
+    t = await target_of(client, store, task=task, series=series, everything=everything,
+                        force_unknown=force_unknown)
+    k = _Kill(client, store, t, reason or "killed", by, grace_s, unreachable)
+    await k.announce()
+    layers: list[dict[str, Any]] = []
+    for n, what, fn in ((1, "durable stop state killed", k.stop_state),
+                        (2, "pause the schedules of the series", k.pause),
+                        (3, "revoke credential grants", k.grants),
+                        (4, "terminate the workflows (run, unwind, scheduled runs)",
+                         k.terminate)):
+        layers.append(await _layer(n, what, fn))
     return layers
 
 
-async def _terminate(client: Client, workflow_id: str, reason: str) -> str:
+async def _layer(n: int, what: str, fn: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    try:
+        return {"layer": n, "what": what, "done": True, "detail": await fn()}
+    except Exception as e:  # report it; the next layers still run
+        return {"layer": n, "what": what, "done": False, "detail": f"{type(e).__name__}: {e}"}
+
+
+def stopped_workflows(layers: list[dict[str, Any]]) -> list[str]:
+    """The workflows layer 4 terminated: what the kill stopped in Temporal."""
+    detail = layers[3]["detail"] if len(layers) > 3 and layers[3]["done"] else {}
+    return [wid for wid, said in detail.items() if said.startswith("terminated")]
+
+
+async def _scheduled_parent(client: Client, workflow_id: str) -> str | None:
+    """The open ScheduledRun that started ``workflow_id`` as its child, if any."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    parent = desc.parent_id
+    if desc.status != WorkflowExecutionStatus.RUNNING or not parent:
+        return None
+    return parent if parent.startswith("tidemark-sched-") else None
+
+
+async def _announce(client: Client, workflow_id: str, note: dict[str, str]) -> bool:
+    """Sends the ``kill`` signal to an open workflow; False when there is none."""
+    try:
+        await client.get_workflow_handle(workflow_id).signal("kill", note)
+    except RPCError as e:
+        if e.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+            return False
+        raise
+    return True
+
+
+async def _settle(client: Client, workflow_ids: list[str],
+                  grace_s: float) -> dict[str, str]:
+    """Waits until each announced workflow shows ``killed`` with no activity pending, up to
+    ``grace_s``; returns for each how it stood when the wait ended."""
+    deadline = time.monotonic() + grace_s
+    since = time.monotonic()
+    left = set(workflow_ids)
+    busy: dict[str, str] = {}
+    said: dict[str, str] = {}
+    while left:
+        for wid in sorted(left):
+            stood = await _standing(client, wid, time.monotonic() - since)
+            if stood is None or stood == "no worker":
+                said[wid] = ("no worker took the kill signal; its TidemarkState still says what "
+                             "it said before" if stood else "ended meanwhile")
+                left.discard(wid)
+            elif stood == "settled":
+                said[wid] = ("killed; the attempt under way ended first: " + busy[wid]
+                             if wid in busy else "killed; nothing was under way")
+                left.discard(wid)
+            elif stood.startswith("busy"):
+                busy.setdefault(wid, stood.removeprefix("busy: "))
+        if left and time.monotonic() >= deadline:
+            for wid in left:
+                said[wid] = (f"still under way after {grace_s:g} s "
+                             f"({busy.get(wid, 'the kill signal not yet taken')}): "
+                             "`tidemark status` tells whether its step is in doubt")
+            break
+        if left:
+            await asyncio.sleep(POLL_S)
+    return said
+
+
+async def _standing(client: Client, workflow_id: str, waited: float) -> str | None:
+    """``settled``, ``busy: <activities>``, ``waiting``, ``no worker``, or None (closed)."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    raw = desc.raw_description
+    pending = [f"{a.activity_type.name} (attempt {a.attempt})" for a in raw.pending_activities]
+    state = dict((k.name, v) for k, v in desc.typed_search_attributes).get(STATE_ATTRIBUTE)
+    if state == KILLED:
+        return "busy: " + ", ".join(pending) if pending else "settled"
+    task = raw.pending_workflow_task
+    never_taken = (raw.HasField("pending_workflow_task") and task.state
+                   == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED)
+    # An activity some worker is running says a worker lives (its workflow task may only be
+    # waiting out a dead worker's sticky queue): then the grace is waited out.
+    acting = any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                 for a in raw.pending_activities)
+    if never_taken and waited >= NO_WORKER_S and not acting:
+        return "no worker"
+    return "busy: " + ", ".join(pending) if pending else "waiting"
+
+
+async def _terminate(client: Client, workflow_id: str, reason: str,
+                     settled: str | None) -> str:
     h = client.get_workflow_handle(workflow_id)
     try:
         desc = await h.describe()
@@ -107,4 +330,4 @@ async def _terminate(client: Client, workflow_id: str, reason: str) -> str:
         except RPCError:
             return "no such workflow"
         return f"not running ({desc.status.name.lower() if desc.status else '?'}): {e.message}"
-    return "terminated"
+    return "terminated" + (f" ({settled})" if settled else "")

@@ -8,7 +8,9 @@ the ``RunResult``. The ``TidemarkState`` search attribute says the same. So
 ``temporal workflow list --query 'ExecutionStatus="Failed"'`` (red in the Web UI) is the list of
 runs waiting for a person, ``ExecutionStatus="Completed"`` the finished ones.
 
-``run_result(handle)`` gives the ``RunResult`` either way.
+``run_result(handle)`` gives the ``RunResult`` either way, ``unwind_result(handle)`` an
+UnwindResult. A terminated run carries no result: both then say ``killed`` (terminated by
+``tidemark kill``, whose reason begins "killed by") or ``terminated``, with the reason.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import dataclasses
 from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, TerminatedError
 
-from workflows.types import COMPLETED, RunResult
+from workflows.types import COMPLETED, KILLED, RunResult, UnwindResult
 
 TYPE_PREFIX = "Tidemark"
 
@@ -65,9 +67,47 @@ async def run_result(handle: WorkflowHandle[Any, Any]) -> RunResult:
         result = await handle.result()
     except WorkflowFailureError as e:
         found = result_of(e)
+        if found is None and isinstance(e.cause, TerminatedError):
+            state, error = _terminated(e.cause)
+            return RunResult(task_id=handle.id.removeprefix("tidemark-"), state=state, steps=0,
+                             confirmed=0, error=error)
         if found is None:
             raise
         return found
     if isinstance(result, RunResult):
         return result
     return RunResult(**_known(result))
+
+
+async def unwind_result(handle: WorkflowHandle[Any, Any]) -> UnwindResult:
+    """The UnwindResult of an UnwindPlan, whether it ended ``unwound`` (Completed) or in any
+    other state (Failed, the result in the typed error's details). Any other failure is
+    raised."""
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as e:
+        cause: BaseException | None = e.cause
+        if (isinstance(cause, ApplicationError) and (cause.type or "").startswith(TYPE_PREFIX)
+                and cause.details and isinstance(cause.details[0], dict)):
+            return _unwind_result(cause.details[0])
+        if isinstance(cause, TerminatedError):
+            state, error = _terminated(cause)
+            return UnwindResult(task_id=handle.id.removeprefix("tidemark-unwind-"), state=state,
+                                error=error)
+        raise
+    if isinstance(result, UnwindResult):
+        return result
+    return _unwind_result(result)
+
+
+def _unwind_result(d: dict[str, Any]) -> UnwindResult:
+    names = {f.name for f in dataclasses.fields(UnwindResult)}
+    return UnwindResult(**{k: v for k, v in d.items() if k in names})
+
+
+def _terminated(cause: TerminatedError) -> tuple[str, dict[str, Any]]:
+    """The state and error of a terminated run: ``tidemark kill`` terminates with a reason
+    that begins "killed by"; anything else (``temporal workflow terminate``) is terminated."""
+    reason = cause.message or ""
+    state = KILLED if reason.startswith("killed by ") else "terminated"
+    return state, {"type": "Terminated", "message": reason}

@@ -108,6 +108,11 @@ GATE_PER_STEP = timedelta(milliseconds=500)
 # approval (the details are metadata of every workflow task: kept small).
 DETAILS_LINES = 40
 
+# After the `kill` signal the run starts nothing more and waits this long for `tidemark kill`
+# to terminate it (it does so within seconds, once the step under way has ended). Only if the
+# kill command died before its last layer does the run end by itself: Failed, state killed.
+KILL_WAIT = timedelta(minutes=5)
+
 # Errors that another attempt cannot fix: they end the run in a named state instead of looping.
 # Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
 # retry is safe: it goes through the journal and, if the step is in doubt, through its probe.
@@ -162,6 +167,22 @@ class RunPlan:
         self._approval_news = False
         self._fast = False
         self._batched = False
+        self._killed: dict[str, Any] | None = None
+
+    @workflow.signal
+    def kill(self, note: dict[str, Any] | None = None) -> None:
+        """``tidemark kill`` announces itself before it terminates the run. The search
+        attribute says ``killed`` at once (a terminated run cannot change it afterwards); the
+        attempt under way may finish, so that its step is settled rather than left in doubt,
+        and nothing after it starts. The run then waits for its termination."""
+        if self._killed is not None:
+            return
+        self._killed = dict(note or {})
+        self._result.state = KILLED
+        workflow.upsert_search_attributes([STATE.value_set(KILLED)])
+        workflow.set_current_details(
+            f"**killed** by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}; "
+            "the attempt under way may finish, nothing after it starts")
 
     @workflow.signal
     def approval(self, decision: dict[str, Any] | None = None) -> None:
@@ -181,7 +202,7 @@ class RunPlan:
         return {"task_id": r.task_id, "state": r.state, "current_step": self._current,
                 "steps": r.steps, "confirmed": r.confirmed, "executed": r.executed,
                 "resolved_by_probe": r.resolved_by_probe, "skipped": r.skipped,
-                "halt_requested": self._halt_reason,
+                "halt_requested": self._halt_reason, "killed": self._killed,
                 "execution": "fast" if self._fast else "activity"}
 
     @workflow.run
@@ -189,7 +210,12 @@ class RunPlan:
         """Completes only when every step is done; every other end state fails the workflow
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
-        return ended(await self._run(document))
+        result = await self._run(document)
+        if self._killed is not None:
+            # Ended by `tidemark kill`, which terminates the run: waiting for it is what makes
+            # the run end Terminated, as a killed run should, rather than Failed.
+            await workflow.sleep(KILL_WAIT)
+        return ended(result)
 
     async def _run(self, document: Any) -> RunResult:
         if not isinstance(document, dict):
@@ -229,8 +255,8 @@ class RunPlan:
         r.executed = carried.get("executed", 0)
         r.resolved_by_probe = carried.get("resolved_by_probe", 0)
         r.skipped = carried.get("skipped", 0)
-        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id),
-                                           STATE.value_set(RUNNING)])
+        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
+            KILLED if self._killed is not None else RUNNING)])
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "
@@ -258,6 +284,8 @@ class RunPlan:
                 return ended
             last = ended
         for step in range(first, last + 1) if not self._batched else ():
+            if self._killed is not None:
+                return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(step)
             # A history from before the boundary existed has no first_irreversible in its
@@ -292,6 +320,8 @@ class RunPlan:
 
         self._current = None
         if last < prep.step_count:
+            if self._killed is not None:
+                return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(last + 1)
             workflow.continue_as_new({"task_id": prep.task_id, "execution": execution,
@@ -318,6 +348,8 @@ class RunPlan:
         the stop state at its next step; the run goes on where the batch ended."""
         count, step = prep.step_count, first
         while step <= last:
+            if self._killed is not None:
+                return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(step)
             if step == prep.first_irreversible:
@@ -417,6 +449,8 @@ class RunPlan:
                             + "plan gates, approval")
             except ActivityError as e:
                 return self._end_on(e, step)
+            if self._killed is not None:
+                return self._end(KILLED)
             if not out.passed:
                 return self._end(VERIFICATION_FAILED, {
                     "type": "VerificationFailed", "message": out.summary, "step": step,
@@ -449,7 +483,10 @@ class RunPlan:
                    if len(out.irreversible) > DETAILS_LINES else ""))
             workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
             await workflow.wait_condition(
-                lambda: self._approval_news or self._halt_reason is not None)
+                lambda: self._approval_news or self._halt_reason is not None
+                or self._killed is not None)
+            if self._killed is not None:
+                return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(step)
             self._approval_news = False
@@ -475,6 +512,14 @@ class RunPlan:
         return self._end(*end_state_of(e, step))
 
     def _end(self, state: str, error: dict[str, Any] | None = None) -> RunResult:
+        if self._killed is not None:
+            # Whatever ended the run after the kill (most often its next step meeting the stop
+            # state `killed`), the run was killed: that is its state, the rest is the detail.
+            k = self._killed
+            error = {"type": "Killed", "message": f"killed by {k.get('by', '?')}: "
+                     f"{k.get('reason', '')}", "step": (error or {}).get("step"),
+                     **({"then": error} if error and state != KILLED else {})}
+            state = KILLED
         self._current = None
         self._result.state = state
         self._result.error = error or {}

@@ -21,11 +21,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
+        KILL_WAIT,
         STATE,
         TASK_ID,
         end_state_of,
     )
-    from workflows.types import FAILED, PlannerInput, RunResult
+    from workflows.types import FAILED, KILLED, PlannerInput, RunResult
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 # An agent may think for a while; a planner that fails is tried a few times, then the run fails.
@@ -40,14 +41,37 @@ def task_id_for(series: str, when: datetime) -> str:
 
 @workflow.defn(name="ScheduledRun")
 class ScheduledRun:
+    def __init__(self) -> None:
+        self._killed = False
+
+    @workflow.signal
+    def kill(self, note: dict[str, Any] | None = None) -> None:
+        """``tidemark kill`` announces itself before it terminates this run (and its child):
+        the list shows ``killed`` from now on, also after the termination."""
+        self._killed = True
+        workflow.upsert_search_attributes([STATE.value_set(KILLED)])
+
+    def _state(self, state: str) -> None:
+        if not self._killed:  # a killed run keeps saying so whatever its child did
+            workflow.upsert_search_attributes([STATE.value_set(state)])
+
     @workflow.run
     async def run(self, inp: dict[str, Any]) -> RunResult:
+        result = await self._run(inp)
+        if self._killed:
+            # `tidemark kill` terminates it (after its child) meanwhile: it ends Terminated, not
+            # Failed on the child it was running.
+            await workflow.sleep(KILL_WAIT)
+            result.state = KILLED
+        return ended(result)
+
+    async def _run(self, inp: dict[str, Any]) -> RunResult:
         series = str(inp.get("series") or "")
         when = workflow.info().typed_search_attributes.get(SCHEDULED_START) or workflow.now()
         task_id = task_id_for(series, when)
         result = RunResult(task_id=task_id, state="running", steps=0, confirmed=0)
-        workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
-                                           STATE.value_set("running")])
+        workflow.upsert_search_attributes([TASK_ID.value_set(task_id), STATE.value_set(
+            KILLED if self._killed else "running")])
         ask = PlannerInput(series, str(inp.get("planner") or ""), dict(inp.get("args") or {}),
                            when.isoformat(), task_id)
         try:
@@ -64,17 +88,23 @@ class ScheduledRun:
             else:
                 state, error = end_state_of(e, None)
             result.state, result.error = state, error
-            workflow.upsert_search_attributes([STATE.value_set(state)])
+            self._state(state)
             workflow.set_current_details(f"**{state}**: {error.get('message')}")
-            return ended(result)
+            return result
+        if self._killed:  # killed while it planned: the plan is not run
+            result.state = KILLED
+            return result
         try:
             done: RunResult = await workflow.execute_child_workflow(
                 "RunPlan", plan, id=f"tidemark-{task_id}", result_type=RunResult)
         except ChildWorkflowError as e:
             found = result_of(e)
+            if found is None and self._killed:  # the kill terminated the child first
+                result.state = KILLED
+                return result
             if found is None:
                 raise
             done = found
-        workflow.upsert_search_attributes([STATE.value_set(done.state)])
-        return ended(done)
+        self._state(done.state)
+        return done
 

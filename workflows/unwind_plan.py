@@ -10,20 +10,29 @@ compensation the target refused does not stop the others; the run then ends ``fa
 names it, and a later unwind (after a person cleared the way) tries it again. Only when nothing
 is left to compensate is the task marked ``unwound`` — terminal — in the statement that checks
 it; the candidates are listed again until that holds.
+
+Only ``unwound`` ends the workflow Completed; every other end (``failed``, ``stopped``, ``killed``)
+ends it Failed with the typed error that carries the UnwindResult (workflows/outcome.py), so a
+failed unwind is red in the Web UI like any run that needs a person. ``tidemark kill`` sends
+the ``kill`` signal first: the compensation under way may finish, no other one starts, and the
+run waits to be terminated.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.outcome import failure_type
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
+        KILL_WAIT,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
@@ -33,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.types import (
         FAILED,
+        KILLED,
         RUNNING,
         STOPPED,
         UNWOUND,
@@ -48,12 +58,26 @@ UNDO_GRANTS = "undo-grants"
 # The candidates are listed again after each pass; a pass finds new ones only when an intent
 # landed while the previous one ran, so a few passes are plenty.
 MAX_PASSES = 5
+# Runs started before an unwind that did not unwind ended Failed completed with that state in
+# their result; they replay that way.
+UNWIND_ENDS_FAILED = "unwind-ends-failed"
 
 
 @workflow.defn(name="UnwindPlan")
 class UnwindPlan:
     def __init__(self) -> None:
         self._result = UnwindResult(task_id="", state=RUNNING)
+        self._killed: dict[str, Any] | None = None
+
+    @workflow.signal
+    def kill(self, note: dict[str, Any] | None = None) -> None:
+        """``tidemark kill`` announces itself before it terminates the unwind: the state says
+        ``killed`` at once, the compensation under way may finish, no other one starts."""
+        if self._killed is not None:
+            return
+        self._killed = dict(note or {})
+        self._result.state = KILLED
+        workflow.upsert_search_attributes([STATE.value_set(KILLED)])
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -64,6 +88,17 @@ class UnwindPlan:
 
     @workflow.run
     async def run(self, document: Any) -> UnwindResult:
+        result = await self._run(document)
+        if self._killed is not None:
+            await workflow.sleep(KILL_WAIT)  # `tidemark kill` terminates it meanwhile
+        if result.state == UNWOUND or not workflow.patched(UNWIND_ENDS_FAILED):
+            return result
+        err = result.error or {}
+        raise ApplicationError(
+            f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip(),
+            dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
+
+    async def _run(self, document: Any) -> UnwindResult:
         if not isinstance(document, dict):
             return self._end(FAILED, {"type": "PlanError", "message":
                                       "the input must be {\"task_id\": ...}, not "
@@ -93,6 +128,8 @@ class UnwindPlan:
                     summary="find completed reversible steps")
             except ActivityError as e:
                 return self._end_on(e, None)
+            if self._killed is not None:
+                return self._end(KILLED)
             workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
                                                STATE.value_set("unwinding")])
             r.irreversible_done = planned.irreversible_done
@@ -102,6 +139,8 @@ class UnwindPlan:
             todo = [(n, line) for n, line in zip(planned.steps, planned.summaries, strict=True)
                     if n not in visited]
             for step, summary in todo:
+                if self._killed is not None:
+                    return self._end(KILLED)
                 visited.add(step)
                 try:
                     out: UndoOutput = await workflow.execute_activity(
@@ -146,6 +185,12 @@ class UnwindPlan:
         return self._end(*end_state_of(e, step))
 
     def _end(self, state: str, error: dict[str, Any] | None = None) -> UnwindResult:
+        if self._killed is not None:
+            k = self._killed
+            error = {"type": "Killed", "message": f"killed by {k.get('by', '?')}: "
+                     f"{k.get('reason', '')}",
+                     **({"then": error} if error and state != KILLED else {})}
+            state = KILLED
         self._result.state = state
         self._result.error = error or {}
         workflow.upsert_search_attributes([STATE.value_set(state)])

@@ -9,12 +9,14 @@ from typing import Any
 
 
 def nightly(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
-    """Appends a line to ``args["calls"]`` and plans ``args["n"]`` ledger entries."""
+    """Appends a line to ``args["calls"]`` and plans ``args["n"]`` ledger entries (each held
+    ``args["hold_s"]`` seconds, if given, so that a test finds the run under way)."""
     with Path(args["calls"]).open("a") as f:
         f.write(scheduled.isoformat() + "\n")
     stamp = f"{scheduled:%H%M%S%f}"
+    hold = {"hold_s": float(args["hold_s"])} if "hold_s" in args else {}
     return {"steps": [{"action": "ledger.record",
-                       "args": {"ledger": args["ledger"], "entry": f"{stamp}-{i}"}}
+                       "args": {"ledger": args["ledger"], "entry": f"{stamp}-{i}", **hold}}
                       for i in range(1, int(args["n"]) + 1)]}
 
 

@@ -189,7 +189,7 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import signal_approval
+    from tidemark.tools.starter import decision_taken, signal_approval
 
     decision = "approve" if a.command == "approve" else "reject"
     out = commands.decide_approval(_db(a), a.task, decision, a.by, a.reason)
@@ -201,7 +201,8 @@ def _cmd_decide(a: argparse.Namespace) -> int:
               "when the run next reaches the boundary", file=sys.stderr)
         woke = None
     if a.json:
-        _print_json({**out, "signalled": woke})
+        stands = asyncio.run(decision_taken(a.settings, a.task)) if a.wait and woke else None
+        _print_json({**out, "signalled": woke, **({"stands": stands} if a.wait else {})})
         return 0
     print(f"{decision} of task {a.task} by {a.by} is journaled; the irreversible steps:")
     for line in out["irreversible"]:
@@ -213,7 +214,19 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         print(f"the waiting run of tidemark-{a.task} was told" if woke else
               f"no run of tidemark-{a.task} is open; the decision counts when it is next "
               "started")
+    if a.wait and woke:
+        print(_where_it_stands(a.task, asyncio.run(decision_taken(a.settings, a.task))))
     return 0
+
+
+def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
+    """One line after `approve/reject --wait`: what the run did with the decision."""
+    if stands["open"]:
+        return (f"tidemark-{task} took the decision: {stands['state']} "
+                f"(`tidemark status {task}` follows its steps)")
+    err = stands["error"] or {}
+    why = f" ({err.get('type')}: {err.get('message')})" if err.get("type") else ""
+    return f"tidemark-{task} took the decision and ended {stands['status']}: {stands['state']}{why}"
 
 
 def _cmd_unwind(a: argparse.Namespace) -> int:
@@ -418,7 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     user_args.add_argument("--by", default=user, help=f"who decides (default: {user})")
     add_temporal_arguments(user_args)
     user_args.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
-    user_args.add_argument("--wait", action="store_true", help="wait for the run's result")
+    user_args.add_argument("--wait", action="store_true",
+                           help="resume, unwind: wait for the result; approve, reject: wait "
+                                "until the run has taken the decision, then say where it stands")
     res = sub.add_parser("resume", parents=[user_args],
                          help="release a stopped task and start it again on its stored plan")
     res.set_defaults(func=_cmd_resume)
@@ -510,17 +525,28 @@ async def _temporal(a: argparse.Namespace) -> Any:
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
-    from workflows.kill import kill
+    from workflows.kill import kill, stopped_workflows
 
+    if sum((a.task is not None, a.series is not None, a.all)) != 1:
+        raise UsageError("kill: give one of a task id, --series S or --all")
     if a.all and not a.yes:
         print("tidemark: kill --all stops every task and schedule; pass --yes", file=sys.stderr)
         return EXIT_USAGE
+    if a.grace < 0:
+        raise UsageError("kill: --grace must be 0 or more seconds")
 
     async def go() -> list[dict[str, Any]]:
-        client = await _temporal(a)
+        from tidemark.tools.starter import TemporalUnavailable
+
+        client, unreachable = None, ""
+        try:
+            client = await _temporal(a)
+        except TemporalUnavailable as e:  # the stop state and the grants need no Temporal
+            unreachable = str(e)
         with commands.open_store(_db(a)) as store:
             return await kill(client, store, task=a.task, series=a.series, everything=a.all,
-                              reason=a.reason, by=a.by)
+                              reason=a.reason, by=a.by, force_unknown=a.force_unknown,
+                              grace_s=a.grace, unreachable=unreachable)
 
     layers = asyncio.run(go())
     if a.json:
@@ -530,6 +556,9 @@ def _cmd_kill(a: argparse.Namespace) -> int:
             mark = "ok  " if layer["done"] else "FAIL"
             print(f"{mark} layer {layer['layer']}: {layer['what']}: "
                   f"{json.dumps(layer['detail'], default=str)}")
+        stopped = stopped_workflows(layers)
+        print("stopped: " + ", ".join(stopped) if stopped else
+              "stopped: no workflow was running; the stop state holds every later start")
     return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
 
 
@@ -575,6 +604,11 @@ def add_series_commands(sub: Any, user: str) -> None:
     k.add_argument("--series")
     k.add_argument("--all", action="store_true", help="every task and schedule (needs --yes)")
     k.add_argument("--yes", action="store_true")
+    k.add_argument("--force-unknown", action="store_true",
+                   help="accept a task id that has no plan yet")
+    k.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="how long to let the attempt under way finish before terminating "
+                        "(default 10)")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=_cmd_kill)
 

@@ -67,9 +67,9 @@ def status(url: str, task_id: str) -> Report:
 ALL_TASKS = "*"  # the control scope that stops every task
 
 
-def _check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
+def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
     """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
-    to a file name, must not report "stopped" while the real task runs on."""
+    to a file name, must not report "stopped" (or "killed") while the real task runs on."""
     if task_id == ALL_TASKS or task_id.startswith("series:") or store.task_known(task_id):
         return  # a series may be stopped before its first run
     if force_unknown and TASK_ID_RE.fullmatch(task_id):
@@ -90,7 +90,7 @@ def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = 
     """Sets the durable stop state of a task, or of every task (``*``). Refuses a task id
     that names no task unless ``force_unknown`` (a task whose plan has not arrived yet)."""
     with open_store(url) as store:
-        _check_scope(store, task_id, "stop", force_unknown)
+        check_scope(store, task_id, "stop", force_unknown)
         store.set_control(task_id, "stopped", reason, by)
 
 
@@ -99,7 +99,7 @@ def release(url: str, task_id: str, reason: str, by: str, *,
     """Releases the stop state of a task, or the global stop (``*``); a task's own stop is
     released only by naming the task."""
     with open_store(url) as store:
-        _check_scope(store, task_id, "release", force_unknown)
+        check_scope(store, task_id, "release", force_unknown)
         store.set_control(task_id, "released", reason, by)
 
 
@@ -213,9 +213,35 @@ def decide_approval(url: str, task_id: str, decision: str, by: str,
         if progress.last_step >= first:
             raise ApprovalError(f"task {task_id!r}: irreversible step {first} was attempted "
                                 "already; a decision now would change nothing")
+        _check_not_stopped(store, task_id, decision)
         store.record_approval(task_id, decision, by, note)
     return {"task_id": task_id, "decision": decision, "by": by, "note": note,
             "irreversible": irreversible_lines(plan)}
+def _check_not_stopped(store: JournalStore, task_id: str, decision: str) -> None:
+    """Refuses a decision that the task's stop state makes meaningless, writing nothing.
+
+    After a kill nothing runs the task until a person releases it: an approval would change
+    nothing now and would quietly count after a release nobody tied to it; a reject would turn
+    the kill into a plain stop. Under a stop, an approval is refused for the first reason (a
+    reject is allowed: the task stays stopped, the refusal is on record)."""
+    stop = store.stop_state(task_id)
+    if stop is None or (decision == "reject" and stop["state"] != "killed"):
+        return
+    what = "killed" if stop["state"] == "killed" else "stopped"
+    scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
+    raise ApprovalError(
+        f"task {task_id!r} is {what}{scope} by {stop['set_by']} at "
+        f"{str(stop['set_at'])[:19].replace('T', ' ')}: {stop['reason'] or 'no reason'}; "
+        f"a {decision} now changes nothing and is not recorded. Release it first "
+        f"(`tidemark release {_release_args(task_id, stop['scope'])}`)")
+
+
+def _release_args(task_id: str, scope: str) -> str:
+    if scope == ALL_TASKS:
+        return "--all"
+    return f"--series {scope.removeprefix('series:')}" if scope.startswith("series:") else task_id
+
+
 DECISIONS = ("done", "absent", "never")
 
 
@@ -224,7 +250,7 @@ class DecisionError(TidemarkError):
 
 
 class UnknownStopTarget(TidemarkError):
-    """``stop`` or ``release`` named a task id that no plan and no control row knows."""
+    """``stop``, ``release`` or ``kill`` named a task id that no plan and no control row knows."""
 
 
 class GloballyStopped(TidemarkError):

@@ -6,16 +6,17 @@ the command line's ``--address``/``--namespace`` applied by the caller."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
 from tidemark.settings import Settings
-from workflows.outcome import run_result
-from workflows.types import TASK_QUEUE, RunResult, UnwindResult
+from workflows.outcome import run_result, unwind_result
+from workflows.types import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 
 
 async def start_plan(client: Client, document: dict[str, Any], task_id: str,
@@ -70,7 +71,7 @@ async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
     client = await connect(settings)
     handle = await _start(client, "UnwindPlan", task_id, f"tidemark-unwind-{task_id}",
                           task_queue, UnwindResult)
-    return await handle.result() if wait else None
+    return await unwind_result(handle) if wait else None
 
 
 async def signal_approval(settings: Settings, task_id: str,
@@ -85,3 +86,28 @@ async def signal_approval(settings: Settings, task_id: str,
             return False
         raise
     return True
+
+
+async def decision_taken(settings: Settings, task_id: str,
+                         poll_s: float = 0.2) -> dict[str, Any]:
+    """Waits until the open run of ``tidemark-<task_id>`` no longer waits for approval (it
+    took the decision: it goes on, or it ended) and says where it stands: ``open``, the
+    Temporal ``status``, the ``state`` (TidemarkState, or the ended run's state) and, for an
+    ended run, its ``error``. Reads only what the server holds, so no worker is needed to
+    answer; while no worker runs, the wait lasts until one does."""
+    client = await connect(settings)
+    handle = client.get_workflow_handle(f"tidemark-{task_id}")
+    while True:
+        desc = await handle.describe()
+        state = dict((k.name, v) for k, v in desc.typed_search_attributes).get("TidemarkState")
+        status = desc.status.name.lower() if desc.status else "?"
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            try:
+                result = await run_result(handle)
+            except WorkflowFailureError:  # terminated, or a failure that is not ours
+                return {"open": False, "status": status, "state": state, "error": {}}
+            return {"open": False, "status": status, "state": result.state,
+                    "error": result.error}
+        if state != AWAITING_APPROVAL:
+            return {"open": True, "status": status, "state": state, "error": {}}
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,392 @@
+"""`tidemark kill` through the real CLI, worker processes, Temporal dev server and Postgres: it
+refuses what names nothing, matches a series exactly, stops a running unwind, leaves the step
+under way settled, and leaves every killed workflow Terminated with `TidemarkState = killed`;
+`status` names the kill; an approval after a kill or under a stop changes nothing; `approve
+--wait` waits for the run to take the decision; a failed unwind ends Failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities.catalog import spec_registry
+from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.wait import assert_eventually
+from tidemark.plan import load_plan
+from tidemark.store import JournalStore
+from tidemark.tools.cli import main
+from workflows import schedules
+from workflows.outcome import run_result
+from workflows.types import RunResult
+
+SPECS = spec_registry(LedgerRecord)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, db_url: str, temporal_env: WorkflowEnvironment,
+        capsys: pytest.CaptureFixture[str]) -> Any:
+    """Runs `tidemark ARGS` as an operator would: returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+
+    async def run(*args: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(main, list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
+
+
+def ledger_steps(ledger: Path, prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
+    return [{"action": "ledger.record", "args": {"ledger": str(ledger), "entry": f"{prefix}{i}",
+                                                 **extra}} for i in range(1, n + 1)]
+
+
+def renames(docs: Path, n: int) -> list[dict[str, Any]]:
+    docs.mkdir()
+    for i in range(n):
+        (docs / f"d{i}.txt").write_text(str(i))
+    return [{"action": "fs.rename", "args": {"path": str(docs / f"d{i}.txt"),
+                                             "name": f"f{i}.txt"}} for i in range(n)]
+
+
+async def start(client: Client, doc: dict[str, Any], task_queue: str,
+                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
+    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task_id or doc['task_id']}",
+                                       task_queue=task_queue, result_type=RunResult)
+
+
+async def tidemark_state(handle: WorkflowHandle[Any, Any]) -> tuple[str, str | None]:
+    """(Temporal status, TidemarkState) as the Web UI's list shows them."""
+    desc = await handle.describe()
+    attrs = dict((k.name, v) for k, v in desc.typed_search_attributes)
+    return (desc.status.name if desc.status else "?"), attrs.get("TidemarkState")
+
+
+async def wait_for_state(handle: WorkflowHandle[Any, Any], state: str,
+                         timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (await tidemark_state(handle))[1] != state:
+        assert time.monotonic() < deadline, await tidemark_state(handle)
+        await asyncio.sleep(0.1)
+
+
+def approval_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
+    return {"task_id": task_id, "steps": renames(tmp_path / "docs", 2)
+            + ledger_steps(tmp_path / "ledger", "mail", 1),
+            "approval": {"required": True, "approvers": ["ana"]}}
+
+
+# -- bad input: one line, a non-zero exit, nothing written, no layer run ---------------------
+
+async def test_kill_refuses_an_unknown_or_invalid_id_an_unknown_series_and_two_targets(
+        cli: Any, store: JournalStore, tmp_path: Path) -> None:
+    store.persist_plan(load_plan({"task_id": "sync-7", "steps": ledger_steps(
+        tmp_path / "ledger", "e", 1)}, SPECS))
+    code, out, err = await cli("kill", "sync-l")  # a typo of sync-7
+    assert code == 1 and out == ""
+    assert err.startswith("tidemark: UnknownStopTarget: no task 'sync-l' is known")
+    assert "--force-unknown" in err and err.count("\n") == 1
+    assert store.stop_state("sync-l") is None and store.events("sync-l") == []
+    code, _, err = await cli("stop", "sync-l")  # nothing was written that would admit it
+    assert code == 1 and "no task 'sync-l'" in err
+
+    code, out, err = await cli("kill", "no such/id!", "--force-unknown")
+    assert (code, out) == (1, "") and "not a valid task id" in err and err.count("\n") == 1
+    code, out, err = await cli("kill", "series:sync")
+    assert (code, out) == (1, "") and "not a task id" in err
+    code, out, err = await cli("kill", "--series", "nightly")  # declared nowhere
+    assert (code, out) == (1, "") and err.startswith("tidemark: UnknownSeries: no series "
+                                                     "'nightly' is known")
+    assert store.stop_state("series:nightly") is None
+    code, out, err = await cli("kill", "sync-7", "--series", "nightly")
+    assert (code, out) == (2, "") and "give one of a task id, --series S or --all" in err
+    code, out, err = await cli("kill", "sync-7", "--grace", "-1")
+    assert (code, out) == (2, "") and "--grace must be 0 or more seconds" in err
+    assert store.stop_state("sync-7") is None
+    assert [e["kind"] for e in store.events("sync-7")] == ["plan"]
+
+    # An id whose plan has not arrived yet is killed on purpose with --force-unknown.
+    code, out, _ = await cli("kill", "sync-8", "--force-unknown", "--by", "ops")
+    assert code == 0 and "stopped: no workflow was running" in out
+    assert store.stop_state("sync-8")["state"] == "killed"
+
+
+# -- a killed run is Terminated and says killed; status names the kill -------------------------
+
+@pytest.mark.parametrize("execution", ["activity", "fast"])
+async def test_kill_of_a_running_plan_ends_terminated_killed_and_status_names_the_kill(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str, execution: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    series, task = f"quick-{execution}", f"quick-{execution}-1"
+    await schedules.create(client, series, "0 3 * * *", "helpers.planners:nightly", {},
+                           task_queue)
+    ledger = tmp_path / "ledger"
+    # Quick steps: between layer 1 (the stop state) and layer 4 the next step meets the stop.
+    hold = {"hold_s": 0.01} if execution == "fast" else {}
+    doc = {"task_id": task, "series": series, "execution": execution,
+           "steps": ledger_steps(ledger, "q", 400, **hold)}
+    handle = await start(client, doc, task_queue)
+    assert_eventually(lambda: len(ledger_lines(ledger)) >= 3, timeout=30)
+    code, out, _ = await cli("kill", task, "--reason", "wrong folder", "--by", "ops")
+    assert code == 0, out
+    assert await tidemark_state(handle) == ("TERMINATED", "killed")
+    assert f"stopped: tidemark-{task}" in out
+    progress = store.progress(task)
+    assert progress.in_doubt is None  # the step under way was let finish
+    time.sleep(0.5)
+    assert len(ledger_lines(ledger)) == progress.confirmed < 400
+
+    code, out, _ = await cli("status", task)
+    assert code == 0 and f"task {task}  (killed)" in out
+    assert "stop state     killed by ops at 20" in out and ": wrong folder" in out
+    code, out, _ = await cli("status", task, "--json")
+    report = json.loads(out)
+    assert report["state"] == "killed" and report["stop"]["set_by"] == "ops"
+    await schedules.delete(client, series)
+
+
+async def test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_in_doubt(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    workers.start()
+    ledger = tmp_path / "ledger"
+    doc = {"task_id": "slow-1", "steps": ledger_steps(ledger, "s", 4, hold_s=2.0)}
+    handle = await start(temporal_env.client, doc, task_queue)
+    # Step 1's intent is written and its action is holding: the step is under way.
+    assert_eventually(lambda: store.task_known("slow-1")
+                      and store.progress("slow-1").in_doubt is not None, timeout=30)
+    code, out, _ = await cli("kill", "slow-1", "--by", "ops", "--json")
+    layers = json.loads(out)
+    assert code == 0 and all(x["done"] for x in layers)
+    progress = store.progress("slow-1")
+    assert progress.in_doubt is None and progress.confirmed == 1
+    assert await tidemark_state(handle) == ("TERMINATED", "killed")
+    said = layers[3]["detail"]["tidemark-slow-1"]
+    assert said.startswith("terminated (killed; the attempt under way ended first: run_step"), said
+    time.sleep(2.5)  # nothing after it starts
+    assert [line.split(" ", 1)[1] for line in ledger_lines(ledger)] == ["s1"]
+
+
+# -- a series is matched exactly, never by a prefix ---------------------------------------------
+
+async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alone(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    args = {"calls": str(tmp_path / "calls"), "ledger": str(tmp_path / "ledger-kb"), "n": 3,
+            "hold_s": 1.0}
+    await schedules.create(client, "k-b", "0 3 * * *", "helpers.planners:nightly", args,
+                           task_queue)
+    await schedules.create(client, "k", "0 3 * * *", "helpers.planners:nightly",
+                           {**args, "ledger": str(tmp_path / "ledger-k"), "n": 30},
+                           task_queue)
+    await schedules.trigger(client, "k-b")
+    await schedules.trigger(client, "k")
+    runs = await _scheduled(client, 2, "tidemark-sched-k-")
+    kb = next(wid for wid in runs if wid.startswith("tidemark-sched-k-b-"))
+    k = next(wid for wid in runs if wid != kb)
+    assert_eventually(lambda: ledger_lines(tmp_path / "ledger-kb")
+                      and ledger_lines(tmp_path / "ledger-k"), timeout=30)
+
+    code, out, _ = await cli("kill", "--series", "k", "--by", "ops", "--json")
+    layers = json.loads(out)
+    assert code == 0 and layers[1]["detail"] == {"k": "paused"}
+    killed = layers[3]["detail"]
+    assert kb not in killed and not any(w.startswith("tidemark-k-b-") for w in killed)
+    assert killed[k].startswith("terminated (killed; ")
+    [child] = [w for w in killed if w.startswith("tidemark-k-2")]  # its RunPlan, from the journal
+    for wid in (k, child):
+        assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
+    # Series k-b runs on to the end, untouched; its schedule is not paused.
+    result = await run_result(client.get_workflow_handle(kb))
+    assert (result.state, result.confirmed) == ("completed", 3)
+    assert (await schedules.describe(client, "k-b"))["paused"] is False
+    assert store.stop_state(result.task_id) is None
+    for s in ("k", "k-b"):
+        await schedules.delete(client, s)
+
+
+async def _scheduled(client: Client, n: int, prefix: str = "tidemark-sched-") -> list[str]:
+    deadline = time.monotonic() + 30
+    while True:
+        ids = [wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun" AND '
+                                                           'ExecutionStatus="Running"')
+               if wf.id.startswith(prefix)]
+        if len(ids) >= n:
+            return ids
+        assert time.monotonic() < deadline, ids
+        await asyncio.sleep(0.2)
+
+
+# -- kill while an unwind runs -------------------------------------------------------------------
+
+async def test_kill_stops_an_unwind_under_way_and_says_so(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    doc = {"task_id": "unw-k", "steps": renames(tmp_path / "docs", 60)}
+    assert (await run_result(await start(client, doc, task_queue))).state == "completed"
+    # A person runs the unwind and waits for it, in another terminal.
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.tools.cli", "unwind", "unw-k", "--yes", "--wait",
+         "--task-queue", task_queue], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "DATABASE_URL": store.conninfo,
+                        "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]})
+    assert_eventually(lambda: store.task_known("unw-k")
+                      and store.progress("unw-k").undo_rows >= 3, timeout=30)
+
+    code, out, _ = await cli("kill", "unw-k", "--by", "ops", "--reason", "wrong undo")
+    assert code == 0, out
+    at_kill = store.progress("unw-k").undo_rows
+    time.sleep(1.5)
+    assert store.progress("unw-k").undo_rows == at_kill < 60  # no compensation after the kill
+    unwind = client.get_workflow_handle("tidemark-unwind-unw-k")
+    assert await tidemark_state(unwind) == ("TERMINATED", "killed")
+    assert "stopped: tidemark-unwind-unw-k" in out
+    assert store.stop_state("unw-k")["state"] == "killed"
+    # The waiting unwind command says it was killed, with the kill's reason; no trace.
+    out, err = await asyncio.to_thread(waiting.communicate, timeout=30)
+    assert waiting.returncode == 0 and err == ""
+    said = json.loads(out)
+    assert (said["state"], said["error"]["message"]) == ("killed", "killed by ops: wrong undo")
+
+
+# -- kill then approve, stop then approve, approve --wait ---------------------------------------
+
+async def test_an_approval_after_a_kill_changes_nothing_and_says_why(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    workers.start()
+    handle = await start(temporal_env.client, approval_plan(tmp_path, "appr-k"), task_queue)
+    await wait_for_state(handle, "awaiting_approval")
+    code, out, _ = await cli("kill", "appr-k", "--by", "ops", "--reason", "incident")
+    assert code == 0
+    assert await tidemark_state(handle) == ("TERMINATED", "killed")
+    assert "stopped: tidemark-appr-k" in out
+
+    for verb in ("approve", "reject"):
+        code, out, err = await cli(verb, "appr-k", "--by", "ana", "--wait")
+        assert (code, out) == (1, ""), (verb, out)
+        assert err.startswith("tidemark: ApprovalError: task 'appr-k' is killed by ops at ")
+        assert f"a {verb} now changes nothing" in err and err.count("\n") == 1
+    assert [e for e in store.events("appr-k") if e["kind"] == "approval"] == []
+    assert store.stop_state("appr-k")["state"] == "killed"  # a reject did not turn it into a stop
+    assert ledger_lines(tmp_path / "ledger") == []
+
+
+async def test_an_approval_under_a_stop_is_refused_then_approve_wait_follows_the_run(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    workers.start()
+    handle = await start(temporal_env.client, approval_plan(tmp_path, "appr-s"), task_queue)
+    await wait_for_state(handle, "awaiting_approval")
+    assert (await cli("stop", "appr-s", "--by", "ops", "--reason", "audit"))[0] == 0
+    code, out, err = await cli("approve", "appr-s", "--by", "ana")
+    assert (code, out) == (1, "") and "is stopped by ops at " in err
+    assert "`tidemark release appr-s`" in err and err.count("\n") == 1
+    assert store.approval_decision("appr-s") is None and ledger_lines(tmp_path / "ledger") == []
+
+    assert (await cli("release", "appr-s"))[0] == 0
+    code, out, _ = await cli("approve", "appr-s", "--by", "ana", "--wait")
+    assert code == 0
+    last = out.strip().splitlines()[-1]
+    # It waited until the run took the decision: going on, or already completed.
+    assert last in ("tidemark-appr-s took the decision: running (`tidemark status appr-s` "
+                    "follows its steps)",
+                    "tidemark-appr-s took the decision and ended completed: completed"), last
+    result = await run_result(handle)
+    assert (result.state, result.confirmed) == ("completed", 3)
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+async def test_reject_wait_prints_that_the_run_ended_stopped(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    workers.start()
+    handle = await start(temporal_env.client, approval_plan(tmp_path, "appr-r"), task_queue)
+    await wait_for_state(handle, "awaiting_approval")
+    code, out, _ = await cli("reject", "appr-r", "--by", "ana", "--wait")
+    assert code == 0
+    assert out.strip().splitlines()[-1].startswith(
+        "tidemark-appr-r took the decision and ended failed: stopped (Rejected: ana rejected")
+    assert (await tidemark_state(handle)) == ("FAILED", "stopped")
+
+
+# -- an unwind that fails ends Failed ---------------------------------------------------------
+
+async def test_an_unwind_with_a_refused_compensation_ends_failed(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    docs = tmp_path / "docs"
+    doc = {"task_id": "unw-f", "steps": renames(docs, 3)}
+    assert (await run_result(await start(client, doc, task_queue))).state == "completed"
+    (docs / "f1.txt").rename(docs / "theirs.txt")  # somebody else took step 2's file
+    code, out, _ = await cli("unwind", "unw-f", "--yes", "--wait", "--task-queue", task_queue)
+    assert code == 0
+    result = json.loads(out)
+    assert (result["state"], result["refused"], result["undone"]) == ("failed", [2], [3, 1])
+    handle = client.get_workflow_handle("tidemark-unwind-unw-f")
+    assert await tidemark_state(handle) == ("FAILED", "failed")
+    assert await _eventually_listed(client)  # on the list of runs that need a person
+
+
+async def _eventually_listed(client: Client) -> bool:
+    deadline = time.monotonic() + 10  # the list is Temporal's visibility store: it lags a little
+    while time.monotonic() < deadline:
+        if [wf.id async for wf in client.list_workflows(
+                'ExecutionStatus="Failed" AND WorkflowId="tidemark-unwind-unw-f"')]:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_kill_of_a_scheduled_task_takes_its_scheduled_run_with_it(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    await schedules.create(client, "solo", "0 3 * * *", "helpers.planners:nightly",
+                           {"calls": str(tmp_path / "calls"), "ledger": str(tmp_path / "ledger"),
+                            "n": 20, "hold_s": 0.5}, task_queue)
+    await schedules.trigger(client, "solo")
+    [parent] = await _scheduled(client, 1, "tidemark-sched-solo-")
+    assert_eventually(lambda: ledger_lines(tmp_path / "ledger"), timeout=30)
+    [run] = store.series_runs("solo")
+    code, out, _ = await cli("kill", run["task_id"], "--by", "ops")
+    assert code == 0, out
+    # Not Failed on its terminated child: killed with it, and saying so.
+    for wid in (parent, f"tidemark-{run['task_id']}"):
+        assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
+    assert f"stopped: tidemark-{run['task_id']}, {parent}\n" in out
+    await schedules.delete(client, "solo")
+
+
+async def test_kill_without_temporal_still_sets_the_stop_state_and_revokes_the_grants(
+        cli: Any, store: JournalStore, tmp_path: Path) -> None:
+    store.persist_plan(load_plan({"task_id": "dark-1", "steps": ledger_steps(
+        tmp_path / "ledger", "e", 1)}, SPECS))
+    code, out, err = await cli("kill", "dark-1", "--by", "ops", "--address", "127.0.0.1:1",
+                               "--json")
+    layers = json.loads(out)
+    assert code == 1 and err == ""
+    assert [(x["layer"], x["done"]) for x in layers] == [(1, True), (2, True), (3, True),
+                                                         (4, False)]
+    assert layers[3]["detail"].startswith("KillError: Temporal is unreachable (cannot reach "
+                                          "Temporal at 127.0.0.1:1")
+    assert store.stop_state("dark-1")["state"] == "killed"
