@@ -107,7 +107,7 @@ def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
     """Lifts a task's kill for unwinding: the task stays stopped (nothing runs it forward),
     and `tidemark unwind` may then compensate. Refuses a task that is not killed itself."""
     with open_store(url) as store:
-        _check_scope(store, task_id, "release", False)
+        check_scope(store, task_id, "release", False)
         if store.release_kill_for_unwind(task_id, reason or "released for unwind", by):
             return
         stop = store.stop_state(task_id)
