@@ -13,8 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import PlanError, TidemarkError
 from tidemark.store import JournalStore
+
+# Task ids of scheduled runs: ``sched-<series>-<YYYYMMDDTHHMMSSZ>``. Only a series'
+# ScheduledRun (workflow id ``tidemark-sched-<series>-…``) may start a plan under one, so a plan
+# submitted by hand cannot take tomorrow's id and make tomorrow's run fail as a changed plan.
+SCHEDULED_PREFIX = "sched-"
+SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
 
 SETTLED = ("completed", "unwound")
 
@@ -42,6 +48,31 @@ class SeriesBlocked(TidemarkError):
     def details(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
                 "stopped": self.stop is not None}
+
+
+def scheduled_task_id(series: str, stamp: str) -> str:
+    return f"{SCHEDULED_PREFIX}{series}-{stamp}"
+
+
+def check_declared(store: JournalStore, series: str | None) -> None:
+    """Refuses a plan that names a series nobody declared (PlanError, before anything is
+    stored): a series belongs to the operator, not to whoever writes a plan."""
+    if series is not None and store.declared_series(series) is None:
+        raise PlanError("series", f"series {series!r} is not declared; `tidemark series "
+                                  f"declare {series}` or `tidemark schedule create {series} …` "
+                                  "declares it")
+
+
+def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str | None) -> None:
+    """Refuses a task id of the scheduled namespace unless the plan comes from its series'
+    ScheduledRun (the run's parent workflow)."""
+    if not task_id.startswith(SCHEDULED_PREFIX):
+        return
+    own = series is not None and task_id.startswith(f"{SCHEDULED_PREFIX}{series}-") and \
+        (parent_workflow_id or "").startswith(f"{SCHEDULED_WORKFLOW_PREFIX}{series}-")
+    if not own:
+        raise PlanError("task_id", f"task ids {SCHEDULED_PREFIX}… are reserved for the runs a "
+                                   "series' schedule starts; choose another task id")
 
 
 def run_state(row: dict[str, Any]) -> str:

@@ -3,7 +3,8 @@
 It reads the stop and series state first (activity ``series_gate``); if anything says stop it
 ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity
 ``call_planner``), and runs the validated plan with RunPlan as a child workflow
-``tidemark-<task_id>``, the task id derived from the series and the scheduled time. Its end
+``tidemark-<task_id>``, the task id ``sched-<series>-<time>`` derived from the series and the
+scheduled time (a namespace no plan submitted by hand may take). Its end
 follows RunPlan's (workflows/outcome.py): Completed only when the run completed.
 """
 
@@ -17,6 +18,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.series import scheduled_task_id
     from workflows.outcome import ended, result_of
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
@@ -35,7 +37,8 @@ PLANNER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attem
 
 
 def task_id_for(series: str, when: datetime) -> str:
-    return f"{series}-{when:%Y%m%dT%H%M%SZ}"
+    """``sched-<series>-<time>``: a namespace only this workflow may start plans in."""
+    return scheduled_task_id(series, f"{when:%Y%m%dT%H%M%SZ}")
 
 
 @workflow.defn(name="ScheduledRun")

@@ -30,6 +30,9 @@ class PrepareInput:
     check_gates: bool = True
     # The id of the workflow that asks; it must be ``tidemark-<task_id>`` (None: not checked).
     workflow_id: str | None = None
+    # The id of the workflow that started it as a child (a series' ScheduledRun), or None:
+    # only a ScheduledRun may take a task id of the scheduled namespace (``sched-<S>-…``).
+    parent_workflow_id: str | None = None
 
 
 @dataclass

@@ -21,3 +21,19 @@ def nightly(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
 def calls(path: str | Path) -> list[str]:
     p = Path(path)
     return p.read_text().splitlines() if p.exists() else []
+
+
+def paying(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
+    """A planner whose plan ends in a mail and a payment (``args["amount"]`` of
+    ``args["currency"]``), and that may try to set its own ``approval`` (``args["approval"]``):
+    what a model might return."""
+    doc: dict[str, Any] = {"steps": [
+        {"action": "ledger.record", "args": {"ledger": args["ledger"],
+                                             "entry": f"{scheduled:%H%M%S%f}"}},
+        {"action": "gmail.send", "args": {"to": ["ap@supplier.example"], "subject": "Paid",
+                                          "body": "Paid tonight."}},
+        {"action": "stripe.payment_intent", "args": {"amount": int(args["amount"]),
+                                                     "currency": args["currency"]}}]}
+    if "approval" in args:
+        doc["approval"] = args["approval"]
+    return doc

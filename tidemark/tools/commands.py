@@ -7,6 +7,8 @@ prints as one line.
 from __future__ import annotations
 
 import os
+import pwd
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,9 @@ from activities.catalog import spec_registry
 from activities.fs import FsRename
 from probes.fs import parse_roots
 from tidemark.actions import GateRefused
-from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
-from tidemark.errors import PlanError, TidemarkError
+from tidemark.approval import ApprovalPolicy, parse_policy
+from tidemark.boundary import ApprovalError, check_approver
+from tidemark.errors import ConfigError, PlanError, TidemarkError
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -169,19 +172,34 @@ def journal(url: str, task_id: str) -> dict[str, Any]:
                 "events": [{**e, "at": e["at"].isoformat()} for e in store.events(task_id)]}
 
 
-def decide_approval(url: str, task_id: str, decision: str, by: str,
-                    note: str = "") -> dict[str, Any]:
+def os_user() -> str:
+    """The operating-system user running this command: the identity a decision is recorded
+    under, which a person cannot simply type (``--by`` is only a label beside it)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container): the number itself
+        return str(os.geteuid())
+
+
+def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = "", *,
+                    user: str | None = None,
+                    show: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
     """Journals a person's approve or reject of a task's irreversible steps.
 
-    The plan must ask for approval and name ``by`` among its approvers (if it names any), and
-    no irreversible step may have been attempted yet. A reject also sets the stop state: the
+    A run of the task must wait for approval under the operator's policy, the deciding
+    operating-system user (``user``, default this process's) must be among the approvers it
+    configured, and no irreversible step may have been attempted yet. ``show`` is given what
+    those steps will do before anything is recorded. A reject also sets the stop state: the
     task stays stopped, ready for unwind. The latest decision is the one that counts.
     """
     if decision not in ("approve", "reject"):
         raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
+    who = user if user is not None else os_user()
     with open_store(url) as store:
-        plan = store.load_plan(task_id)  # UnknownTask
-        check_approver(plan.approval, by)
+        store.load_plan(task_id)  # UnknownTask
+        asked = store.approval_request(task_id)
+        check_approver(asked, task_id, who)
+        assert asked is not None
         progress = store.progress(task_id)
         first = progress.first_irreversible
         if first is None:
@@ -189,9 +207,38 @@ def decide_approval(url: str, task_id: str, decision: str, by: str,
         if progress.last_step >= first:
             raise ApprovalError(f"task {task_id!r}: irreversible step {first} was attempted "
                                 "already; a decision now would change nothing")
-        store.record_approval(task_id, decision, by, note)
-    return {"task_id": task_id, "decision": decision, "by": by, "note": note,
-            "irreversible": irreversible_lines(plan)}
+        lines = list(asked["lines"])
+        if show is not None:
+            show(lines)
+        store.record_approval(task_id, decision, who, note, label=by or None)
+    return {"task_id": task_id, "decision": decision, "by": who, "label": by, "note": note,
+            "irreversible": lines, "waiting": list(asked["steps"])}
+
+
+def series_policy(series: str, approval: str | None,
+                  approvers: list[str] | None) -> ApprovalPolicy:
+    """Checks a series name and its --approval / --approvers; ConfigError or PlanError."""
+    if not TASK_ID_RE.fullmatch(series):
+        raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
+                                  "starting with a letter or digit")
+    if approvers is not None and not approvers:
+        raise ConfigError("--approvers must name at least one user")
+    return parse_policy(approval if approval is not None else "all", approvers or (),
+                        where="--approval")
+
+
+def declare_series(url: str, series: str, by: str, approval: str | None = None,
+                   approvers: list[str] | None = None) -> dict[str, Any]:
+    """Declares a series, so that plans may name it; ``approval`` and ``approvers`` (checked
+    here) replace the worker's policy for its runs."""
+    policy = series_policy(series, approval, approvers)
+    with open_store(url) as store:
+        store.declare_series(series, by, os_user(), policy.text if approval else None,
+                             list(policy.approvers) if approvers is not None else None)
+    return {"series": series, "approval": policy.text if approval else None,
+            "approvers": list(policy.approvers) if approvers is not None else None}
+
+
 DECISIONS = ("done", "absent", "never")
 
 
