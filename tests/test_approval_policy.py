@@ -369,7 +369,7 @@ async def test_the_verification_gate_presents_the_tasks_grant_and_a_revoked_one_
     doc = {"task_id": "grant-gate", "steps": [
         *({"action": "drive.rename", "args": {"file_id": f.id, "name": f"invoice {i}.pdf"}}
           for i, f in enumerate(files, 1)),
-        {"action": "gmail.send", "args": MAIL}]}
+        {"action": "gmail.send", "args": MAIL}], "approval": {"required": True}}
     handle = await start(temporal_env.client, doc, task_queue)
     await wait_state(handle, "awaiting_approval")  # the gate has probed both files
 
@@ -415,3 +415,38 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
     assert ("drive", "read") in {(g["target"], g["scope"]) for g in store.grants(result.task_id)}
     await schedules.delete(client, "supplier-sync")
 
+
+
+async def test_a_planner_still_reading_when_its_task_is_killed_is_refused(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        drive: DriveTarget, workers, task_queue: str, tmp_path: Path) -> None:
+    client = temporal_env.client
+    drive.seed("scan-001.pdf")
+    ready, go, ledger = tmp_path / "ready", tmp_path / "go", tmp_path / "ledger"
+    workers.start(TIDEMARK_STAGING_URL=server.url)
+    store.declare_series("reader", "ops", ME)
+    await schedules.create(client, "reader", "0 3 * * *", "helpers.planners:reads_twice",
+                           {"ready": str(ready), "go": str(go), "ledger": str(ledger)},
+                           task_queue)
+    run = await triggered(client, client.service_client.config.target_host, "reader")
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert time.monotonic() < deadline, "the planner never read"
+        await asyncio.sleep(0.05)
+    desc = await run.describe()
+    task_id = dict((k.name, v) for k, v in desc.typed_search_attributes)["TidemarkTaskId"]
+    read_grants = [g for g in store.grants(task_id) if g["target"] == "drive"]
+    assert read_grants  # the first read presented the task's grant
+    # What `tidemark kill` does to the task first: the stop state `killed`, its grants revoked.
+    store.set_killed(task_id, "incident", "ops")
+    revoke_task_grants(store, task_id, "ops")
+    seen = len(server.staging.calls_of("drive"))
+    go.write_text("go")
+    result = await run_result(run)
+    assert (result.state, result.error["type"]) == ("stopped", "Unauthorized"), result.error
+    listed_after = [c for c in server.staging.calls_of("drive")[seen:] if c.allowed]
+    assert listed_after == []  # the planner's second read never reached the Drive
+    assert not ledger.exists()
+    with pytest.raises(UnknownTask):
+        commands.status(store.conninfo, task_id)
+    await schedules.delete(client, "reader")

@@ -37,3 +37,23 @@ def paying(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
     if "approval" in args:
         doc["approval"] = args["approval"]
     return doc
+
+
+def reads_twice(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
+    """Lists the Drive, says so in ``args["ready"]``, waits (up to 30 s) for ``args["go"]`` to
+    exist, lists again, and plans one ledger entry: a planner still reading when its task is
+    killed."""
+    import os
+    import time
+
+    from activities.drive_list import list_files, reader_from_env
+
+    reader = reader_from_env(os.environ)
+    list_files(reader, "trashed = false")
+    Path(args["ready"]).write_text(scheduled.isoformat())
+    deadline = time.monotonic() + 30
+    while not Path(args["go"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    list_files(reader, "trashed = false")
+    return {"steps": [{"action": "ledger.record",
+                       "args": {"ledger": args["ledger"], "entry": "read twice"}}]}
