@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -55,6 +55,9 @@ class PlannerActivities:
         """Raises SeriesBlocked while anything says stop: the series' or the global stop
         state, or an earlier run of the series that is not settled."""
         try:
+            series_rules.check_started_by_schedule(inp.series, inp.scheduled_by,
+                                                   datetime.fromisoformat(inp.scheduled),
+                                                   datetime.now(UTC))
             series_rules.check_declared(self.store, inp.series)
             series_rules.check(self.store, inp.series, inp.task_id)
         except TidemarkError as e:

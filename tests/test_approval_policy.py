@@ -10,6 +10,7 @@ import os
 import pwd
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,45 @@ async def test_a_scheduled_task_id_cannot_be_taken_by_a_plan_submitted_by_hand(
     assert result.task_id.startswith("sched-night-")
     assert (result.state, result.confirmed) == ("completed", 2)
     await schedules.delete(client, "night")
+
+
+async def test_a_scheduled_run_started_by_hand_calls_no_planner_and_takes_no_scheduled_id(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers, task_queue: str,
+        tmp_path: Path) -> None:
+    from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+    client = temporal_env.client
+    workers.start()
+    calls, ledger = tmp_path / "calls", tmp_path / "ledger"
+    store.declare_series("night2", "ops", ME)
+    arg = {"series": "night2", "planner": "helpers.planners:nightly",
+           "args": {"calls": str(calls), "ledger": str(ledger), "n": 1}}
+    run = await client.start_workflow("ScheduledRun", arg, id="tidemark-sched-night2-by-hand",
+                                      task_queue=task_queue, result_type=RunResult)
+    result = await run_result(run)
+    assert (result.state, result.error["type"]) == ("failed", "PlanError")
+    assert "was not started by its schedule" in result.error["message"]
+    assert not calls.exists() and not ledger.exists()
+    with pytest.raises(UnknownTask):
+        commands.status(store.conninfo, result.task_id)
+    # Temporal lets a starter write the schedule's attributes; tomorrow's time is refused all
+    # the same (a schedule never fires early), so tomorrow's task id stays free.
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    forged = TypedSearchAttributes([
+        SearchAttributePair(SearchAttributeKey.for_keyword("TemporalScheduledById"),
+                            "tidemark-series-night2"),
+        SearchAttributePair(SearchAttributeKey.for_datetime("TemporalScheduledStartTime"),
+                            tomorrow)])
+    run = await client.start_workflow("ScheduledRun", arg, id="tidemark-sched-night2-forged",
+                                      task_queue=task_queue, search_attributes=forged,
+                                      result_type=RunResult)
+    result = await run_result(run)
+    assert (result.state, result.error["type"]) == ("failed", "PlanError")
+    assert "which is still ahead" in result.error["message"]
+    assert result.task_id == f"sched-night2-{tomorrow:%Y%m%dT%H%M%SZ}"
+    assert not calls.exists() and not ledger.exists()
+    with pytest.raises(UnknownTask):
+        commands.status(store.conninfo, result.task_id)
 
 
 # -- item 10: every call a task makes, gates and planner included, goes through its grant ----

@@ -11,6 +11,7 @@ run gets no place: it may run later, after the person settled what blocked it.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from tidemark.errors import PlanError, TidemarkError
@@ -21,6 +22,8 @@ from tidemark.store import JournalStore
 # submitted by hand cannot take tomorrow's id and make tomorrow's run fail as a changed plan.
 SCHEDULED_PREFIX = "sched-"
 SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
+SCHEDULE_PREFIX = "tidemark-series-"  # the Temporal Schedule of a series (workflows/schedules)
+CLOCK_SKEW = timedelta(minutes=1)  # between the Temporal server's clock and a worker's
 
 SETTLED = ("completed", "unwound")
 
@@ -73,6 +76,23 @@ def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str
     if not own:
         raise PlanError("task_id", f"task ids {SCHEDULED_PREFIX}… are reserved for the runs a "
                                    "series' schedule starts; choose another task id")
+
+
+def check_started_by_schedule(series: str, scheduled_by: str | None, scheduled: datetime,
+                              now: datetime) -> None:
+    """Refuses a ScheduledRun that its series' Temporal Schedule did not start (one started by
+    hand, whose planner and time are whatever its starter wrote), and one whose scheduled time
+    lies ahead: a schedule fires at or after its time, so a run claiming tomorrow's time (the
+    search attributes can be written by whoever starts a workflow) would take tomorrow's task
+    id. Either may not take a scheduled task id."""
+    if scheduled_by != SCHEDULE_PREFIX + series:
+        raise PlanError("series", f"this run of series {series!r} was not started by its "
+                                  f"schedule {SCHEDULE_PREFIX}{series}; `temporal schedule "
+                                  "trigger` runs it now")
+    if scheduled > now + CLOCK_SKEW:
+        raise PlanError("series", f"this run of series {series!r} claims the scheduled time "
+                                  f"{scheduled.isoformat()}, which is still ahead; a schedule "
+                                  "never fires early")
 
 
 def run_state(row: dict[str, Any]) -> str:

@@ -329,6 +329,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if not task_id.startswith(SCHEDULED_PREFIX):\n        return",
            "    if True:\n        return",
            (f"{T_AP}::test_a_scheduled_task_id_cannot_be_taken_by_a_plan_submitted_by_hand",)),
+    Mutant("a scheduled run claiming tomorrow's time takes tomorrow's task id",
+           "tidemark/series.py", "if scheduled > now + CLOCK_SKEW:",
+           "if scheduled > now + CLOCK_SKEW * 10**6:",
+           (f"{T_AP}::test_a_scheduled_run_started_by_hand_calls_no_planner_and_takes_no_"
+            "scheduled_id",)),
     Mutant("the verification gate calls the targets with the worker's credentials",
            "activities/boundary.py",
            "with _heartbeating(), acting_for(self.grants, inp.task_id):",

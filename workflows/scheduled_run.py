@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import FAILED, PlannerInput, RunResult
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 # An agent may think for a while; a planner that fails is tried a few times, then the run fails.
 PLANNER_TIMEOUT = timedelta(minutes=10)
 PLANNER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3,
@@ -52,7 +53,8 @@ class ScheduledRun:
         workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
                                            STATE.value_set("running")])
         ask = PlannerInput(series, str(inp.get("planner") or ""), dict(inp.get("args") or {}),
-                           when.isoformat(), task_id)
+                           when.isoformat(), task_id,
+                           workflow.info().typed_search_attributes.get(SCHEDULED_BY))
         try:
             await workflow.execute_activity(
                 "series_gate", ask, start_to_close_timeout=BOOKKEEPING_TIMEOUT,

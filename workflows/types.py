@@ -204,3 +204,6 @@ class PlannerInput:
     args: dict[str, Any]
     scheduled: str  # ISO 8601, the schedule's time for this run (UTC)
     task_id: str  # derived from series and scheduled time
+    # The schedule that started the run (Temporal's TemporalScheduledById), or None when it was
+    # started by hand: only the series' own schedule may take a scheduled task id.
+    scheduled_by: str | None = None
