@@ -101,6 +101,8 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
                               settings.approval)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
                  settings.task_queue, ", ".join(registry.names()))
+        log.info("approval before irreversible steps: %s; approvers: %s",
+                 settings.approval.text, ", ".join(settings.approval.approvers) or "nobody")
         if seen.metrics_address:
             log.info("metrics on http://%s/metrics", seen.metrics_address)
         async with worker:

@@ -106,6 +106,9 @@ class Token:
     parent: str | None = None  # minted like this token: revoking the parent revokes it too
 
 
+MAX_CALLS = 200_000  # token log entries kept (Staging.calls)
+
+
 @dataclass(frozen=True)
 class TokenCall:
     """One request a target authorized (or refused), with the bearer token it presented."""
@@ -318,6 +321,8 @@ class Staging:
 
     def _log_call(self, target: Target, request: web.Request, token: str, allowed: bool) -> None:
         with self.lock:
+            if len(self.calls) >= MAX_CALLS:  # a long-lived dev server keeps the recent ones
+                del self.calls[:MAX_CALLS // 2]
             self.calls.append(TokenCall(target.name, request.method, request.path, token,
                                         allowed))
 
