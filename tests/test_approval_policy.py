@@ -399,6 +399,20 @@ async def test_a_scheduled_run_started_by_hand_calls_no_planner_and_takes_no_sch
         commands.status(store.conninfo, result.task_id)
 
 
+async def test_an_undeclared_series_given_to_a_control_is_one_line_and_changes_nothing(
+        temporal_env: WorkflowEnvironment, store: JournalStore, cli) -> None:
+    for args in (["stop", "--series", "nightly-typo"], ["release", "--series", "nightly-typo"],
+                 ["status", "--series", "nightly-typo"]):
+        code, out, err = await cli(*args)
+        assert (code, out) == (1, ""), args
+        assert err.count("\n") == 1 and "no series 'nightly-typo' is declared" in err, err
+    assert store.stop_state("series:nightly-typo") is None
+    assert not store.task_known("series:nightly-typo")
+    assert (await cli("series", "declare", "nightly-typo"))[0] == 0
+    assert (await cli("stop", "--series", "nightly-typo"))[0] == 0
+    assert store.stop_state("series:nightly-typo") is not None
+
+
 # -- item 10: every call a task makes, gates and planner included, goes through its grant ----
 
 async def test_the_verification_gate_presents_the_tasks_grant_and_a_revoked_one_is_refused(

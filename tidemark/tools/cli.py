@@ -488,6 +488,7 @@ def _series_status(a: argparse.Namespace) -> int:
     from tidemark import series
 
     with commands.open_store(_db(a)) as store:
+        commands.check_series_known(store, a.series)
         data = series.listing(store, a.series)
     if a.json:
         _print_json(data)

@@ -73,8 +73,11 @@ ALL_TASKS = "*"  # the control scope that stops every task
 def _check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
     """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
     to a file name, must not report "stopped" while the real task runs on."""
-    if task_id == ALL_TASKS or task_id.startswith("series:") or store.task_known(task_id):
-        return  # a series may be stopped before its first run
+    if task_id.startswith("series:"):
+        check_series_known(store, task_id.removeprefix("series:"))
+        return  # a declared series may be stopped before its first run
+    if task_id == ALL_TASKS or store.task_known(task_id):
+        return
     if force_unknown and TASK_ID_RE.fullmatch(task_id):
         return
     hint = ""
@@ -87,6 +90,16 @@ def _check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bo
         hint = (f"; check the id (`temporal workflow list`), or pass --force-unknown to {verb} "
                 "a task whose plan has not arrived yet")
     raise UnknownStopTarget(f"no task {task_id!r} is known{hint}")
+
+
+def check_series_known(store: JournalStore, series: str) -> None:
+    """Refuses a series nobody declared (and that has no runs or stop from before series were
+    declared): a typo must not report "stopped" while the real series runs on."""
+    if (store.declared_series(series) is None and not store.series_runs(series)
+            and not store.task_known("series:" + series)):
+        raise UnknownStopTarget(f"no series {series!r} is declared; check the name "
+                                "(`tidemark schedule list`), or `tidemark series declare "
+                                f"{series}` first")
 
 
 def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = False) -> None:
