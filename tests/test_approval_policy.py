@@ -322,8 +322,13 @@ async def test_a_plan_naming_an_undeclared_series_is_refused_before_anything_is_
         commands.status(store.conninfo, "ser-1")
     assert store.series_runs("theirs") == [] and not ledger.exists()
 
-    code, out, _ = await cli("series", "declare", "theirs")
-    assert code == 0 and json.loads(out)["series"] == "theirs"
+    code, out, _ = await cli("series", "declare", "theirs", "--approval", "payments")
+    assert code == 0 and json.loads(out) == {"series": "theirs", "approval": "payments",
+                                             "approvers": None}
+    # Declared again without the flag (as a later `schedule create` does): the policy stays.
+    code, out, _ = await cli("series", "declare", "theirs", "--approvers", ME)
+    assert code == 0 and json.loads(out) == {"series": "theirs", "approval": "payments",
+                                             "approvers": [ME]}
     doc["task_id"] = "ser-2"
     done = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (done.state, done.confirmed) == ("completed", 2)

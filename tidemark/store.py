@@ -324,12 +324,15 @@ class JournalStore:
 
     def declare_series(self, series: str, by: str, os_user: str, approval: str | None = None,
                        approvers: list[str] | None = None) -> None:
-        """Declares a series (again: its policy and approvers are replaced)."""
+        """Declares a series. Declared again, the policy or approvers given replace the
+        earlier ones and those not given (None) are kept: a schedule created later without
+        --approval does not lower the series' policy."""
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO tidemark.series (series, approval, approvers, declared_by, os_user)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (series) DO UPDATE SET"
-                " approval = EXCLUDED.approval, approvers = EXCLUDED.approvers,"
+                " approval = coalesce(EXCLUDED.approval, tidemark.series.approval),"
+                " approvers = coalesce(EXCLUDED.approvers, tidemark.series.approvers),"
                 " declared_by = EXCLUDED.declared_by, os_user = EXCLUDED.os_user,"
                 " declared_at = clock_timestamp()",
                 (series, approval, approvers, by, os_user))

@@ -243,13 +243,16 @@ def series_policy(series: str, approval: str | None,
 def declare_series(url: str, series: str, by: str, approval: str | None = None,
                    approvers: list[str] | None = None) -> dict[str, Any]:
     """Declares a series, so that plans may name it; ``approval`` and ``approvers`` (checked
-    here) replace the worker's policy for its runs."""
+    here) replace the worker's policy for its runs, and any given earlier (a flag not given
+    keeps what the series had). Returns the declaration as it now stands."""
     policy = series_policy(series, approval, approvers)
     with open_store(url) as store:
         store.declare_series(series, by, os_user(), policy.text if approval else None,
                              list(policy.approvers) if approvers is not None else None)
-    return {"series": series, "approval": policy.text if approval else None,
-            "approvers": list(policy.approvers) if approvers is not None else None}
+        declared = store.declared_series(series)
+    assert declared is not None
+    return {"series": series, "approval": declared["approval"],
+            "approvers": declared["approvers"]}
 
 
 DECISIONS = ("done", "absent", "never")
