@@ -359,8 +359,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
     Mutant("stop accepts a task id that names no task", "tidemark/tools/commands.py",
-           "or task_id.startswith(\"series:\") or store.task_known(task_id):",
-           "or task_id.startswith(\"series:\") or store.task_known(task_id) is not None:",
+           "if task_id == ALL_TASKS or store.task_known(task_id):",
+           "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
     # -- unwind ---------------------------------------------------------------------------------
     Mutant("unwind runs on a task that is not stopped", ST,
