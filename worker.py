@@ -31,6 +31,7 @@ from activities.steps import StepActivities
 from activities.telemetry import metrics_address, telemetry
 from activities.wiring import worker_registry
 from tidemark.actions import Registry
+from tidemark.approval import ApprovalPolicy
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
@@ -58,11 +59,14 @@ EXIT_CONFIG = 78
 
 
 def build_worker(client: Client, store: JournalStore, registry: Registry,
-                 executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE) -> Worker:
-    """The worker with every workflow and activity; tests build it the same way."""
-    activities = StepActivities(store, registry, GrantBroker(store))
-    boundary = BoundaryActivities(store, registry)
-    planning = PlannerActivities(store, registry)
+                 executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE,
+                 approval: ApprovalPolicy | None = None) -> Worker:
+    """The worker with every workflow and activity; tests build it the same way. ``approval``
+    is the operator's policy (default: every irreversible step waits for a person)."""
+    grants = GrantBroker(store)  # one broker: every call of a task presents its grant
+    activities = StepActivities(store, registry, grants)
+    boundary = BoundaryActivities(store, registry, grants, approval)
+    planning = PlannerActivities(store, registry, grants)
     return Worker(
         client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun],
         activities=[*activities.all(), *boundary.all(), *planning.all()],
@@ -93,9 +97,12 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
     with telemetry(settings.env) as seen, ThreadPoolExecutor(MAX_CONCURRENT_STEPS) as executor:
         client = await Client.connect(**connect, runtime=seen.runtime,
                                       interceptors=seen.interceptors)
-        worker = build_worker(client, store, registry, executor, settings.task_queue)
+        worker = build_worker(client, store, registry, executor, settings.task_queue,
+                              settings.approval)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
                  settings.task_queue, ", ".join(registry.names()))
+        log.info("approval before irreversible steps: %s; approvers: %s",
+                 settings.approval.text, ", ".join(settings.approval.approvers) or "nobody")
         if seen.metrics_address:
             log.info("metrics on http://%s/metrics", seen.metrics_address)
         async with worker:

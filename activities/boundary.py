@@ -8,27 +8,36 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.granted import acting_for
 from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
-from tidemark.boundary import irreversible_lines, verify_reversible
+from tidemark.approval import ApprovalPolicy, policy_from_env
+from tidemark.boundary import approval_needed, verify_reversible
 from tidemark.errors import TidemarkError
+from tidemark.grants import GrantBroker
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
 from workflows.types import BoundaryInput, BoundaryOutcome
 
 
 class BoundaryActivities:
-    def __init__(self, store: JournalStore, registry: Registry) -> None:
+    def __init__(self, store: JournalStore, registry: Registry,
+                 grants: GrantBroker | None = None,
+                 approval: ApprovalPolicy | None = None) -> None:
         self.store = store
         self.registry = registry
+        self.grants = grants  # the gate's probes present the task's grant (activities/granted)
+        # The operator's policy; without one, every irreversible step waits for a person.
+        self.approval = approval or policy_from_env({})
 
     @activity.defn(name="reach_boundary")
     def reach_boundary(self, inp: BoundaryInput) -> BoundaryOutcome:
         """Verifies the done reversible steps before ``inp.step``, runs the plan gates, and
-        reads whether a person must still approve (the latest decision in the journal: a
-        signal only wakes the run) and the stop state. Reads only; logs one verification
-        event."""
-        with _heartbeating():
+        reads whether a person must still approve (the operator's policy, and the latest
+        decision in the journal: a signal only wakes the run) and the stop state. Every call
+        to a target presents the task's grant. Logs one verification event, and what the run
+        asks a person to approve."""
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 plan = self.store.load_plan(inp.task_id)
                 checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step)
@@ -37,25 +46,24 @@ class BoundaryActivities:
                                            failures=checked.failures,
                                            verified=checked.verified)
                 check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
-                decided = (self.store.approval_decision(inp.task_id)
-                           if plan.approval else None)
-                approvers = (plan.approval or {}).get("approvers")
-                if decided and approvers is not None and decided["actor"] not in approvers:
+                asked = approval_needed(self.store, self.approval, plan)
+                decided = self.store.approval_decision(inp.task_id) if asked else None
+                if decided and asked and decided["actor"] not in asked["approvers"]:
                     # Only `tidemark approve` writes these, and it checks the list; a decision
                     # by anybody else is not one, however it got into the journal.
                     activity.logger.warning("ignoring an approval event by %s, who is not "
-                                            "among the plan's approvers", decided["actor"])
+                                            "among the task's approvers", decided["actor"])
                     decided = None
                 stop = self.store.stop_state(inp.task_id)
             except TidemarkError as e:
                 raise _as_application_error(e) from e
         return BoundaryOutcome(
             passed=True, summary=checked.summary(), verified=checked.verified,
-            approval_required=plan.approval is not None,
-            approvers=(plan.approval or {}).get("approvers"),
+            approval_required=asked is not None,
+            approvers=asked["approvers"] if asked else None,
             decision=decided["detail"].get("decision") if decided else None,
             decided_by=decided["actor"] if decided else None,
-            irreversible=irreversible_lines(plan),
+            irreversible=asked["lines"] if asked else [],
             stopped=(stop["reason"] or "stopped") if stop else None)
 
     def all(self) -> list[Callable[..., Any]]:

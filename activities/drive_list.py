@@ -8,11 +8,10 @@ from typing import Any
 
 from activities.drive import drive_client
 from activities.granted import granted_google
-from activities.wiring import credentials
+from activities.wiring import credentials, grant_minter
 from probes.drive import drive_error
 from probes.google_http import CLIENT_ERRORS
 from tidemark.errors import ConfigError
-from tidemark.grants import LocalMinter
 
 PAGE_SIZE = 100
 
@@ -41,6 +40,7 @@ def reader_from_env(env: Mapping[str, str]) -> Any:
     if creds is None:
         raise ConfigError("drive is not configured (TIDEMARK_DRIVE_URL, _WRITE_TOKEN, "
                           "_READ_TOKEN or TIDEMARK_STAGING_URL)")
-    # Outside a task's grant the client presents the read credential itself, kept fresh.
-    return granted_google(drive_client(creds.url, ""), "drive", "read", LocalMinter(creds.url),
-                          creds.read)
+    # Inside a task (a scheduled run's planner) it presents the task's read grant, minted like
+    # the actions' grants; outside one, the read credential itself, kept fresh.
+    return granted_google(drive_client(creds.url, ""), "drive", "read",
+                          grant_minter(env, creds.url), creds.read)

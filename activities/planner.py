@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.granted import acting_for
 from activities.steps import _as_application_error
 from tidemark import series as series_rules
 from tidemark.actions import Registry
 from tidemark.errors import PlanError, TidemarkError
+from tidemark.grants import GrantBroker
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from workflows.types import PlannerInput
@@ -42,15 +44,21 @@ def load_planner(ref: str) -> Any:
 
 
 class PlannerActivities:
-    def __init__(self, store: JournalStore, registry: Registry) -> None:
+    def __init__(self, store: JournalStore, registry: Registry,
+                 grants: GrantBroker | None = None) -> None:
         self.store = store
         self.registry = registry
+        self.grants = grants  # the planner's reads present the scheduled task's grant
 
     @activity.defn(name="series_gate")
     def series_gate(self, inp: PlannerInput) -> None:
         """Raises SeriesBlocked while anything says stop: the series' or the global stop
         state, or an earlier run of the series that is not settled."""
         try:
+            series_rules.check_started_by_schedule(inp.series, inp.scheduled_by,
+                                                   datetime.fromisoformat(inp.scheduled),
+                                                   datetime.now(UTC))
+            series_rules.check_declared(self.store, inp.series)
             series_rules.check(self.store, inp.series, inp.task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
@@ -60,7 +68,10 @@ class PlannerActivities:
         """Calls the planner and returns its plan, validated, with task id and series set."""
         try:
             fn = load_planner(inp.planner)
-            doc = fn(dict(inp.args), datetime.fromisoformat(inp.scheduled))
+            # What the planner reads of the targets goes through the task's grant, like every
+            # call the task makes: a kill of the task cuts its planner off too.
+            with acting_for(self.grants, inp.task_id):
+                doc = fn(dict(inp.args), datetime.fromisoformat(inp.scheduled))
             if not isinstance(doc, dict):
                 raise PlanError("planner", f"{inp.planner} returned {type(doc).__name__}, "
                                            "not a plan object")

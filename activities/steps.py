@@ -86,6 +86,8 @@ class StepActivities:
                 plan = load_plan(doc, self.registry)
                 task_id = plan.task_id
                 _check_workflow_id(inp.workflow_id, task_id)  # before anything is persisted
+                series.check_declared(self.store, plan.series)
+                series.check_scheduled_id(task_id, plan.series, inp.parent_workflow_id)
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
                 if plan.series is not None and inp.check_gates:
@@ -106,7 +108,8 @@ class StepActivities:
                 raise PartlyUnwound(task_id)  # never forward, even with every step done
             if (inp.check_gates and progress.next_step is not None
                     and progress.unwound is None):  # again on every start
-                check_stored_plan_gates(self.store, self.registry, task_id)
+                with acting_for(self.grants, task_id):  # a gate that reads presents the grant
+                    check_stored_plan_gates(self.store, self.registry, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop = progress.stop

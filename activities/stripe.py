@@ -26,16 +26,13 @@ from tidemark.actions import (
     nonempty_str,
 )
 from tidemark.errors import ConfigError, NeedsDecision
+from tidemark.money import shown
 
 CREDENTIALS = "TIDEMARK_STRIPE_WRITE_TOKEN and TIDEMARK_STRIPE_READ_TOKEN"
 
 DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 30 s only
 #                         ever cuts off an answer that is lost, not one that is slow
 
-# Currencies whose amounts have no minor unit, or three decimals (Stripe's lists), for describe.
-ZERO_DECIMAL = frozenset({"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf",
-                          "ugx", "vnd", "vuv", "xaf", "xof", "xpf"})
-THREE_DECIMAL = frozenset({"bhd", "jod", "kwd", "omr", "tnd"})
 
 
 def stripe_client(base_url: str, api_key: str, *,
@@ -148,14 +145,7 @@ class StripePaymentIntent(Action):
 
     @classmethod
     def describe(cls, args: dict[str, Any]) -> str:
-        amount, currency = args.get("amount", 0), str(args.get("currency", ""))
-        if currency in ZERO_DECIMAL:
-            money = f"{amount}"
-        elif currency in THREE_DECIMAL:
-            money = f"{amount / 1000:.3f}"
-        else:
-            money = f"{amount / 100:.2f}"
-        line = f"{money} {currency.upper()}"
+        line = shown(int(args.get("amount", 0)), str(args.get("currency", "")))
         if args.get("customer"):
             line += f" from {args['customer']}"
         return line

@@ -211,6 +211,12 @@ def _minter(env: Mapping[str, str], url: str) -> Minter:
         else LocalMinter(url)
 
 
+def grant_minter(env: Mapping[str, str], url: str) -> Minter:
+    """How per-task grants for the target at ``url`` are minted (for clients built outside
+    this module, such as a planner's reader)."""
+    return _minter(env, url)
+
+
 def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str,
             source: CredentialSource) -> Any:
     return granted_google(client, target, scope, _minter(env, url), source)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from journal_overhead import SEED_MS_PER_STEP, Noop, bench_store
 
 from tidemark.actions import Registry
+from tidemark.approval import parse_policy
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -60,7 +61,9 @@ async def measure(store: JournalStore, steps: int, rounds: int) -> tuple[list[fl
     journal_ms: list[float] = []
     try:
         with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_STEPS) as pool:
-            async with build_worker(env.client, store, registry, pool, task_queue="bench"):
+            # The benchmark's steps run unattended: the operator's policy says so.
+            async with build_worker(env.client, store, registry, pool, task_queue="bench",
+                                    approval=parse_policy("none")):
                 for r in range(rounds):
                     task = f"bench-t-{time.time_ns()}"
                     t0 = time.perf_counter()

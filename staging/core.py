@@ -106,6 +106,20 @@ class Token:
     parent: str | None = None  # minted like this token: revoking the parent revokes it too
 
 
+MAX_CALLS = 200_000  # token log entries kept (Staging.calls)
+
+
+@dataclass(frozen=True)
+class TokenCall:
+    """One request a target authorized (or refused), with the bearer token it presented."""
+
+    target: str
+    method: str
+    path: str
+    token: str
+    allowed: bool
+
+
 @dataclass
 class WriteRequest:
     target: str
@@ -199,6 +213,9 @@ class Staging:
         self.targets: dict[str, Target] = {}
         self.effects: list[Effect] = []
         self.requests: list[WriteRequest] = []
+        # Every authorization a target asked for: which token made which call, and whether it
+        # was let through. Tests read it to see that a task's calls present its grant.
+        self.calls: list[TokenCall] = []
         self.faults: list[Fault] = []
         self.tokens: dict[str, Token] = {}
         from staging.oauth import OAuth  # it builds on this module's Token
@@ -214,6 +231,7 @@ class Staging:
         with self.lock:
             self.effects.clear()
             self.requests.clear()
+            self.calls.clear()
             self.faults.clear()
             self.tokens = {tok.token: Token(tok.token, tok.target, list(tok.scopes),
                                             client=tok.client)
@@ -293,6 +311,26 @@ class Staging:
     def authorize(self, target: Target, request: web.Request, scopes: tuple[str, ...]) -> Token:
         header = request.headers.get("Authorization", "")
         value = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        try:
+            tok = self._authorize(target, value, scopes)
+        except Reply:
+            self._log_call(target, request, value, False)
+            raise
+        self._log_call(target, request, value, True)
+        return tok
+
+    def _log_call(self, target: Target, request: web.Request, token: str, allowed: bool) -> None:
+        with self.lock:
+            if len(self.calls) >= MAX_CALLS:  # a long-lived dev server keeps the recent ones
+                del self.calls[:MAX_CALLS // 2]
+            self.calls.append(TokenCall(target.name, request.method, request.path, token,
+                                        allowed))
+
+    def calls_of(self, target: str | None = None) -> list[TokenCall]:
+        with self.lock:
+            return [c for c in self.calls if target is None or c.target == target]
+
+    def _authorize(self, target: Target, value: str, scopes: tuple[str, ...]) -> Token:
         with self.lock:
             tok = self.tokens.get(value)
         if tok is None or tok.target != target.name:

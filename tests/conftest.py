@@ -153,7 +153,10 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
     wp = WorkerProcesses({**STAGING_CLIENTS, **os.environ, "TEMPORAL_ADDRESS": address,
                           ENV_URL: db_url,
                           "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
-                          "TIDEMARK_FS_ROOTS": FS_ROOTS})
+                          "TIDEMARK_FS_ROOTS": FS_ROOTS,
+                          # The tests that are not about approval run their irreversible steps
+                          # unattended, configured explicitly (the default asks a person).
+                          "TIDEMARK_APPROVAL": "none"})
     yield wp
     wp.stop_all()
 

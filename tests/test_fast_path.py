@@ -5,6 +5,8 @@ path, and a batch ends where the single-step path would have stopped."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 import signal
 import time
 from pathlib import Path
@@ -339,7 +341,7 @@ async def test_a_step_whose_target_is_down_inside_a_batch_is_retried_and_runs_on
 async def test_a_batch_stops_before_the_boundary_and_waits_for_approval(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
-    workers.start()
+    workers.start(TIDEMARK_APPROVERS=pwd.getpwuid(os.geteuid()).pw_name)  # who runs the tests
     docs = tmp_path / "docs"
     docs.mkdir()
     steps: list[dict[str, Any]] = []
@@ -349,7 +351,7 @@ async def test_a_batch_stops_before_the_boundary_and_waits_for_approval(
                                                       "name": f"invoice {i}.pdf"}})
     steps += fast_plan(tmp_path, "x", 3)["steps"]
     doc = {"task_id": "fast-appr", "execution": "fast", "steps": steps,
-           "approval": {"required": True, "approvers": ["ana"]}}
+           "approval": {"required": True}}
     handle = await start(temporal_env.client, doc, task_queue)
 
     async def waiting() -> bool:

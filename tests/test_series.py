@@ -89,6 +89,7 @@ async def test_a_killed_run_blocks_the_next_until_a_person_settles_and_releases_
     address = workers.env["TEMPORAL_ADDRESS"]
     ledger, calls_file = tmp_path / "ledger", tmp_path / "planner-calls"
     workers.start()
+    store.declare_series("nightly", "ops", "ops")  # what `tidemark schedule create` does too
     await schedules.create(client, "nightly", "0 3 * * *", "helpers.planners:nightly",
                            {"calls": str(calls_file), "ledger": str(ledger), "n": 3},
                            task_queue, by="ops")
@@ -150,6 +151,7 @@ async def test_a_stopped_series_or_an_unsettled_earlier_run_blocks_a_direct_star
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"
     workers.start()
     gate.write_text("closed")
+    store.declare_series("sync", "ops", "ops")
     first = {"task_id": "s-1", "series": "sync",
              "steps": ledger_steps(ledger, "a", 2, gate_file=str(gate))}
     r1 = await run_result(await start(client, first, task_queue))
@@ -396,12 +398,13 @@ async def test_a_scheduled_supplier_sync_plans_from_the_drive_inbox_and_runs_it(
     other = drive.seed("contract.pdf")
     root = str(Path(__file__).resolve().parent.parent)  # the worker imports examples.*
     workers.start(TIDEMARK_STAGING_URL=server.url, PYTHONPATH=root)
+    store.declare_series("supplier-sync", "ops", "ops")
     await schedules.create(client, "supplier-sync", "0 3 * * *",
                            "examples.supplier_sync_planner:plan",
                            {"prefix": "scan-", "to": ["ap@supplier.example"]}, task_queue)
     result = await triggered_run(client, workers.env["TEMPORAL_ADDRESS"], "supplier-sync", set())
     assert (result.state, result.confirmed, result.executed) == ("completed", 4, 4)
-    assert result.task_id.startswith("supplier-sync-2")
+    assert result.task_id.startswith("sched-supplier-sync-2")
     names = sorted(drive.files[f.id].name for f in inbox)
     assert all(n.endswith((" supplier 001.pdf", " supplier 002.pdf", " supplier 003.pdf"))
                for n in names) and drive.files[other.id].name == "contract.pdf"

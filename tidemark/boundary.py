@@ -8,8 +8,8 @@ the first irreversible step of its plan it first
    the step must still be *done*. A file somebody renamed since answers *unknown* (our stamp,
    another name) and stops the task for a person, naming the step and what the probe saw;
 2. runs the plan-level gates again (the per-task payment limit);
-3. if the plan asks for it, waits for a person to approve or reject (``tidemark approve`` /
-   ``tidemark reject``), journaled as events.
+3. if the operator's policy (tidemark/approval.py) or the plan asks for it, waits for a person
+   to approve or reject (``tidemark approve`` / ``tidemark reject``), journaled as events.
 
 The gate never executes or records an outcome: it only reads the targets and logs one
 ``verification`` event. It costs one probe per verified step. Steps a person settled as done
@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.actions import ProbeResult, ProbeStatus, Registry, StepContext
-from tidemark.errors import TidemarkError, Unauthorized
+from tidemark.approval import ApprovalPolicy, effective, steps_needing_person
+from tidemark.errors import ConfigError, TidemarkError, Unauthorized
+from tidemark.money import shown
 from tidemark.plan import Plan
 from tidemark.store import JournalRow, JournalStore
 
@@ -112,14 +114,16 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
 # -- what the irreversible steps will do ----------------------------------------------------
 
 def _money(amount: Any, currency: Any) -> str:
-    cur = str(currency or "").upper()
-    if isinstance(amount, int) and not isinstance(amount, bool):
-        return f"{amount} {cur} (minor units; {amount / 100:,.2f} in a two-decimal currency)"
-    return f"{amount} {cur}"
+    """In the currency's own units (50,000 JPY, 42.00 EUR), with the minor units the target is
+    sent."""
+    cur = str(currency or "")
+    if isinstance(amount, int) and not isinstance(amount, bool) and cur:
+        return f"amount {shown(amount, cur)} ({amount} minor units)"
+    return f"amount {amount} {cur.upper()}"
 
 
 def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
-    """One line per irreversible step for the person who approves: recipients, subject,
+    """One line per irreversible step for the person who approves: every recipient, subject,
     amount and currency, whatever the action."""
     parts = []
     for k in ("to", "cc", "bcc"):
@@ -133,9 +137,9 @@ def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
     for k in ("customer", "description"):
         if args.get(k):
             parts.append(f"{k} {args[k]!r}")
-    shown = {"to", "cc", "bcc", "subject", "amount", "currency", "customer", "description",
-             "body"}
-    parts += [f"{k} {args[k]!r}" for k in sorted(set(args) - shown)]
+    shown_keys = {"to", "cc", "bcc", "subject", "amount", "currency", "customer",
+                  "description", "body"}
+    parts += [f"{k} {args[k]!r}" for k in sorted(set(args) - shown_keys)]
     return f"step {number} {action}: " + "; ".join(parts)
 
 
@@ -143,17 +147,43 @@ def irreversible_lines(plan: Plan) -> list[str]:
     return [what_it_will_do(s.number, s.action, s.args) for s in plan.steps if s.irreversible]
 
 
-def check_approver(approval: dict[str, Any] | None, by: str) -> None:
-    """Raises ApprovalError unless the plan asks for approval and ``by`` may give it."""
-    if approval is None:
-        raise ApprovalError("this task's plan asks for no approval")
-    if not by.strip():
-        raise ApprovalError("--by must name the person who decides")
-    approvers = approval.get("approvers")
-    if approvers is not None and by not in approvers:
-        raise ApprovalError(f"{by!r} may not decide on this task; its plan names "
-                            f"{', '.join(approvers)}")
+def approval_needed(store: JournalStore, worker: ApprovalPolicy,
+                    plan: Plan) -> dict[str, Any] | None:
+    """What a person must approve before the plan's irreversible steps, under the operator's
+    policy (the series' declaration, else the worker's) and the plan's own ask for more; None
+    when nothing waits. Recorded (``approval_requests``), so that ``tidemark approve`` checks
+    the decider against these approvers and shows these lines."""
+    series = store.series_of(plan.task_id)
+    declared = store.declared_series(series) if series else None
+    try:
+        policy, plan_asks = effective(worker, declared, plan.approval is not None)
+    except ConfigError as e:  # a declaration that no longer parses: the safest reading
+        log.warning("%s; every irreversible step waits for a person", e)
+        policy, plan_asks = worker, True
+    waiting = steps_needing_person(policy, plan_asks, [(s.number, s.args) for s in plan.steps
+                                                       if s.irreversible])
+    if not waiting:
+        return None
+    lines = irreversible_lines(plan)
+    store.ask_approval(plan.task_id, policy.text + (" + plan" if plan_asks else ""),
+                       list(policy.approvers), waiting, lines)
+    return {"approvers": list(policy.approvers), "lines": lines, "steps": waiting,
+            "policy": policy.text}
+
+
+def check_approver(asked: dict[str, Any] | None, task_id: str, user: str) -> None:
+    """Raises ApprovalError unless a run of the task waits for a person and the operating-
+    system user ``user`` is among the approvers the operator configured."""
+    if asked is None:
+        raise ApprovalError(f"task {task_id!r} is not waiting for approval: no run of it "
+                            "reached its irreversible steps under a policy that asks a person")
+    approvers = list(asked["approvers"])
+    if user not in approvers:
+        who = ", ".join(approvers) if approvers else (
+            "nobody: set TIDEMARK_APPROVERS on the worker, or the series' --approvers")
+        raise ApprovalError(f"{user} (the operating-system user running this command) may not "
+                            f"decide on task {task_id!r}; its approvers are {who}")
 
 
 class ApprovalError(TidemarkError):
-    """An approve or reject that the plan or the journal does not allow."""
+    """An approve or reject that the operator's policy or the journal does not allow."""

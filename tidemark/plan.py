@@ -9,9 +9,10 @@ A plan file is JSON::
 ``task_id`` is optional; without it the task id is derived from the plan's hash, so the same plan
 file started twice is the same task. Steps are numbered from 1 and the number goes into the key.
 
-``approval`` is optional: ``{"required": true, "approvers": ["ana", "ben"]}`` makes a run wait
-at its first irreversible step until a person approves (``approvers`` limits who may; without
-it anybody may). It is part of the plan hash: asking for approval, or not, is a different plan.
+``approval`` is optional: ``{"required": true}`` makes every irreversible step wait for a
+person, whatever the operator's policy says (tidemark/approval.py). A plan can ask for more
+approval, never for less, and cannot name approvers: who may approve is the operator's. It is
+part of the plan hash.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class Step:
 class Plan:
     task_id: str
     steps: tuple[Step, ...]
-    # {"required": True, "approvers": [...]?} when a person must approve the irreversible
-    # steps; None otherwise (also for {"required": false}).
+    # {"required": True} when the plan asks a person to approve every irreversible step; None
+    # otherwise (also for {"required": false}: the operator's policy decides).
     approval: dict[str, Any] | None = None
     series: str | None = None  # runs of one series are ordered (tidemark.series)
 
@@ -151,36 +152,23 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
 
 
 def load_approval(raw: Any) -> dict[str, Any] | None:
-    """The normalised approval requirement: None, or ``{"required": True}`` plus a sorted,
-    de-duplicated ``approvers`` list when one is given."""
+    """The normalised approval ask: None, or ``{"required": True}``. Names of approvers are
+    refused: they are the operator's."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise PlanError("approval", f"must be an object, got {type(raw).__name__}")
     extra = sorted(set(raw) - {"required", "approvers"})
     if extra:
-        raise PlanError(f"approval.{extra[0]}",
-                        "unknown field (approval has required and approvers)")
+        raise PlanError(f"approval.{extra[0]}", "unknown field (approval has required)")
     required = raw.get("required")
     if not isinstance(required, bool):
         raise PlanError("approval.required", "must be true or false")
-    approvers = raw.get("approvers")
-    if approvers is not None:
-        if not isinstance(approvers, list) or not approvers:
-            raise PlanError("approval.approvers", "must be a non-empty list of names")
-        for j, name in enumerate(approvers):
-            if not isinstance(name, str) or not name.strip() or len(name) > 200:
-                raise PlanError(f"approval.approvers[{j}]",
-                                "must be a name of 1-200 characters")
-            _check_text(name, f"approval.approvers[{j}]")
-    if not required:
-        if approvers is not None:
-            raise PlanError("approval.approvers", "names approvers but required is false")
-        return None
-    out: dict[str, Any] = {"required": True}
-    if approvers is not None:
-        out["approvers"] = sorted({a.strip() for a in approvers})
-    return out
+    if "approvers" in raw:
+        raise PlanError("approval.approvers",
+                        "a plan cannot name its own approvers: who may approve is the "
+                        "operator's (TIDEMARK_APPROVERS, or the series' --approvers)")
+    return {"required": True} if required else None
 
 
 def _check_text(value: Any, where: str) -> None:

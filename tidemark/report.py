@@ -50,11 +50,13 @@ class Report:
 
     @property
     def approval(self) -> dict[str, Any] | None:
-        required = self.boundary.get("approval")
-        if not required:
+        # What a run asked under the operator's policy; before any run reached the boundary,
+        # only the plan's own ask is known (its approvers are the operator's, not yet read).
+        asked = self.boundary.get("asked") or self.boundary.get("approval")
+        if not asked:
             return None
         decided = self.boundary.get("decision") or {}
-        return {"approvers": required.get("approvers"), "decision": decided.get("decision"),
+        return {"approvers": asked.get("approvers"), "decision": decided.get("decision"),
                 "by": decided.get("by"), "at": _jsonable(decided.get("at"))}
 
     def as_json(self) -> dict[str, Any]:
@@ -123,7 +125,7 @@ class Report:
             lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
         a = self.approval
         if a:
-            who = ", ".join(a["approvers"]) if a["approvers"] else "anybody"
+            who = ", ".join(a["approvers"]) if a["approvers"] else "nobody configured"
             lines.append(f"  approval       {a['decision'] or 'awaited'}"
                          + (f" by {a['by']}" if a["by"] else "") + f" (may decide: {who})")
         if p.unwound:

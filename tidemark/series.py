@@ -11,10 +11,19 @@ run gets no place: it may run later, after the person settled what blocked it.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import PlanError, TidemarkError
 from tidemark.store import JournalStore
+
+# Task ids of scheduled runs: ``sched-<series>-<YYYYMMDDTHHMMSSZ>``. Only a series'
+# ScheduledRun (workflow id ``tidemark-sched-<series>-…``) may start a plan under one, so a plan
+# submitted by hand cannot take tomorrow's id and make tomorrow's run fail as a changed plan.
+SCHEDULED_PREFIX = "sched-"
+SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
+SCHEDULE_PREFIX = "tidemark-series-"  # the Temporal Schedule of a series (workflows/schedules)
+CLOCK_SKEW = timedelta(minutes=1)  # between the Temporal server's clock and a worker's
 
 SETTLED = ("completed", "unwound")
 
@@ -42,6 +51,48 @@ class SeriesBlocked(TidemarkError):
     def details(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
                 "stopped": self.stop is not None}
+
+
+def scheduled_task_id(series: str, stamp: str) -> str:
+    return f"{SCHEDULED_PREFIX}{series}-{stamp}"
+
+
+def check_declared(store: JournalStore, series: str | None) -> None:
+    """Refuses a plan that names a series nobody declared (PlanError, before anything is
+    stored): a series belongs to the operator, not to whoever writes a plan."""
+    if series is not None and store.declared_series(series) is None:
+        raise PlanError("series", f"series {series!r} is not declared; `tidemark series "
+                                  f"declare {series}` or `tidemark schedule create {series} …` "
+                                  "declares it")
+
+
+def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str | None) -> None:
+    """Refuses a task id of the scheduled namespace unless the plan comes from its series'
+    ScheduledRun (the run's parent workflow)."""
+    if not task_id.startswith(SCHEDULED_PREFIX):
+        return
+    own = series is not None and task_id.startswith(f"{SCHEDULED_PREFIX}{series}-") and \
+        (parent_workflow_id or "").startswith(f"{SCHEDULED_WORKFLOW_PREFIX}{series}-")
+    if not own:
+        raise PlanError("task_id", f"task ids {SCHEDULED_PREFIX}… are reserved for the runs a "
+                                   "series' schedule starts; choose another task id")
+
+
+def check_started_by_schedule(series: str, scheduled_by: str | None, scheduled: datetime,
+                              now: datetime) -> None:
+    """Refuses a ScheduledRun that its series' Temporal Schedule did not start (one started by
+    hand, whose planner and time are whatever its starter wrote), and one whose scheduled time
+    lies ahead: a schedule fires at or after its time, so a run claiming tomorrow's time (the
+    search attributes can be written by whoever starts a workflow) would take tomorrow's task
+    id. Either may not take a scheduled task id."""
+    if scheduled_by != SCHEDULE_PREFIX + series:
+        raise PlanError("series", f"this run of series {series!r} was not started by its "
+                                  f"schedule {SCHEDULE_PREFIX}{series}; `temporal schedule "
+                                  "trigger` runs it now")
+    if scheduled > now + CLOCK_SKEW:
+        raise PlanError("series", f"this run of series {series!r} claims the scheduled time "
+                                  f"{scheduled.isoformat()}, which is still ahead; a schedule "
+                                  "never fires early")
 
 
 def run_state(row: dict[str, Any]) -> str:

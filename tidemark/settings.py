@@ -23,6 +23,7 @@ from typing import Any
 
 from temporalio.envconfig import ClientConfigProfile
 
+from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.errors import ConfigError
 from tidemark.secret_files import unreadable
 
@@ -68,6 +69,9 @@ class Settings:
     # The Temporal profile as loaded (address, namespace, TLS, API key). Not in the repr: it
     # may hold an API key.
     temporal: ClientConfigProfile = field(repr=False)
+    # The operator's approval policy (TIDEMARK_APPROVAL, TIDEMARK_APPROVERS): which
+    # irreversible steps wait for a person, and who may approve. Default: every one, nobody.
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
 
     @property
     def temporal_address(self) -> str:
@@ -170,4 +174,5 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
         temporal_profile=source.get(ENV_TEMPORAL_PROFILE) or None,
         temporal_config_file=source.get(ENV_TEMPORAL_CONFIG_FILE) or None,
         temporal=load_temporal_profile(source),
+        approval=policy_from_env(source),
     )

@@ -273,8 +273,9 @@ class JournalStore:
                 (task_id,)).fetchone()
 
     def boundary_state(self, task_id: str) -> dict[str, Any]:
-        """The plan's approval requirement, the latest approval decision and the latest
-        verification event of a task (for the report)."""
+        """The plan's approval ask, what a run asked a person to approve under the operator's
+        policy, the latest approval decision and the latest verification event of a task (for
+        the report)."""
         with self._conn() as conn:
             return conn.execute(
                 """
@@ -286,16 +287,24 @@ class JournalStore:
                   (SELECT e.detail || jsonb_build_object('at', e.at)
                      FROM tidemark.events e
                      WHERE e.task_id = p.task_id AND e.kind = 'verification'
-                     ORDER BY e.id DESC LIMIT 1) AS verification
+                     ORDER BY e.id DESC LIMIT 1) AS verification,
+                  (SELECT jsonb_build_object('approvers', a.approvers, 'steps', a.steps,
+                                             'policy', a.policy)
+                     FROM tidemark.approval_requests a WHERE a.task_id = p.task_id) AS asked
                 FROM tidemark.plans p WHERE p.task_id = %s
                 """, (task_id,)).fetchone() or {}
 
-    def record_approval(self, task_id: str, decision: str, by: str, note: str = "") -> None:
-        """Journals a person's approve or reject; a reject also sets the durable stop state,
-        in the same transaction, so that nothing starts the irreversible steps afterwards."""
+    def record_approval(self, task_id: str, decision: str, by: str, note: str = "",
+                        label: str | None = None) -> None:
+        """Journals a person's approve or reject, ``by`` the identity that counts (the
+        operating-system user) and ``label`` the name they gave (``--by``); a reject also sets
+        the durable stop state, in the same transaction, so that nothing starts the
+        irreversible steps afterwards."""
+        detail = {"decision": decision, "note": note}
+        if label is not None:
+            detail["label"] = label
         with self._conn() as conn, conn.transaction():
-            StepSession(conn).event(task_id, "approval", {"decision": decision, "note": note},
-                                    None, by)
+            StepSession(conn).event(task_id, "approval", detail, None, by)
             if decision == "reject":
                 reason = f"irreversible steps rejected by {by}" + (f": {note}" if note else "")
                 conn.execute(
@@ -305,6 +314,49 @@ class JournalStore:
                     " set_by = EXCLUDED.set_by, set_at = clock_timestamp()",
                     (task_id, reason, by))
                 StepSession(conn).event(task_id, "stop", {"reason": reason}, None, by)
+
+    def ask_approval(self, task_id: str, policy: str, approvers: list[str], steps: list[int],
+                     lines: list[str]) -> None:
+        """Records what the run waits for a person to approve (the latest ask replaces the
+        one before: the boundary asks again on every pass)."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO tidemark.approval_requests (task_id, policy, approvers, steps, lines)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task_id) DO UPDATE SET"
+                " policy = EXCLUDED.policy, approvers = EXCLUDED.approvers,"
+                " steps = EXCLUDED.steps, lines = EXCLUDED.lines, asked_at = clock_timestamp()",
+                (task_id, policy, approvers, steps, Jsonb(lines)))
+
+    def approval_request(self, task_id: str) -> dict[str, Any] | None:
+        """What a run of the task last asked a person to approve, or None."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT policy, approvers, steps, lines, asked_at FROM tidemark.approval_requests"
+                " WHERE task_id = %s", (task_id,)).fetchone()
+
+    # series declarations ---------------------------------------------------------------------
+
+    def declare_series(self, series: str, by: str, os_user: str, approval: str | None = None,
+                       approvers: list[str] | None = None) -> None:
+        """Declares a series. Declared again, the policy or approvers given replace the
+        earlier ones and those not given (None) are kept: a schedule created later without
+        --approval does not lower the series' policy."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO tidemark.series (series, approval, approvers, declared_by, os_user)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (series) DO UPDATE SET"
+                " approval = coalesce(EXCLUDED.approval, tidemark.series.approval),"
+                " approvers = coalesce(EXCLUDED.approvers, tidemark.series.approvers),"
+                " declared_by = EXCLUDED.declared_by, os_user = EXCLUDED.os_user,"
+                " declared_at = clock_timestamp()",
+                (series, approval, approvers, by, os_user))
+
+    def declared_series(self, series: str) -> dict[str, Any] | None:
+        """The declaration of a series, or None when it was never declared."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT series, approval, approvers, declared_by, os_user, declared_at"
+                " FROM tidemark.series WHERE series = %s", (series,)).fetchone()
 
     # steps -----------------------------------------------------------------------------------
 

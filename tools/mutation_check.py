@@ -73,6 +73,7 @@ T_SC = "tests/test_schema.py"
 T_UW = "tests/test_unwind.py"
 T_UC = "tests/test_unwind_cli.py"
 T_RP = "tests/test_run_plan.py"
+T_AP = "tests/test_approval_policy.py"
 T_LS = "tests/test_lease.py"
 T_RE = "tests/test_report.py"
 T_SS = "tests/test_stop_state.py"
@@ -340,10 +341,35 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_boundary.py::test_the_gate_reprobes_done_steps_only_and_takes_a_persons_"
             "word_for_the_ones_she_settled",)),
     Mutant("an approval by somebody not among the approvers counts", "activities/boundary.py",
-           'if decided and approvers is not None and decided["actor"] not in approvers:',
-           'if decided and approvers is None and decided["actor"] not in approvers:',
+           'if decided and asked and decided["actor"] not in asked["approvers"]:',
+           'if decided and not asked and decided["actor"] not in asked["approvers"]:',
            ("tests/test_boundary.py::test_a_decision_by_somebody_not_among_the_approvers_does_"
             "not_count",)),
+    Mutant("a plan that leaves out approval pays unattended", "tidemark/approval.py",
+           "return [n for n, args in steps if plan_asks or policy.needs_person(args)]",
+           "return [n for n, args in steps if plan_asks]",
+           (f"{T_AP}::test_by_default_every_irreversible_step_waits_and_only_a_listed_os_user_"
+            "decides",)),
+    Mutant("a plan names a series nobody declared", "tidemark/series.py",
+           "if series is not None and store.declared_series(series) is None:",
+           "if False and series is not None and store.declared_series(series) is None:",
+           (f"{T_AP}::test_a_plan_naming_an_undeclared_series_is_refused_before_anything_is_"
+            "stored",)),
+    Mutant("a plan submitted by hand takes a scheduled task id", "tidemark/series.py",
+           "    if not task_id.startswith(SCHEDULED_PREFIX):\n        return",
+           "    if True:\n        return",
+           (f"{T_AP}::test_a_scheduled_task_id_cannot_be_taken_by_a_plan_submitted_by_hand",)),
+    Mutant("a scheduled run claiming tomorrow's time takes tomorrow's task id",
+           "tidemark/series.py", "if scheduled > now + CLOCK_SKEW:",
+           "if scheduled > now + CLOCK_SKEW * 10**6:",
+           (f"{T_AP}::test_a_scheduled_run_started_by_hand_calls_no_planner_and_takes_no_"
+            "scheduled_id",)),
+    Mutant("the verification gate calls the targets with the worker's credentials",
+           "activities/boundary.py",
+           "with _heartbeating(), acting_for(self.grants, inp.task_id):",
+           "with _heartbeating(), acting_for(None, inp.task_id):",
+           (f"{T_AP}::test_the_verification_gate_presents_the_tasks_grant_and_a_revoked_one_is_"
+            "refused",)),
     Mutant("stripe: a replayed 500 is retried for ever instead of left for a person",
            "activities/stripe.py",
            "if (e.http_status or 0) >= 500 and (e.headers or {}).get(",
@@ -363,8 +389,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
     Mutant("stop accepts a task id that names no task", "tidemark/tools/commands.py",
-           "or task_id.startswith(\"series:\") or store.task_known(task_id):",
-           "or task_id.startswith(\"series:\") or store.task_known(task_id) is not None:",
+           "if task_id == ALL_TASKS or store.task_known(task_id):",
+           "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
     # -- unwind ---------------------------------------------------------------------------------
     Mutant("unwind runs on a task that is not stopped", ST,

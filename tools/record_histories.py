@@ -34,6 +34,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from activities.fs import FsRename  # noqa: E402
 from helpers.ledger import LedgerRecord  # noqa: E402
 from tidemark.actions import Registry  # noqa: E402
+from tidemark.approval import parse_policy  # noqa: E402
 from tidemark.database import EmbeddedPostgres  # noqa: E402
 from tidemark.errors import TargetUnavailable  # noqa: E402
 from tidemark.plan import load_plan  # noqa: E402
@@ -236,7 +237,9 @@ async def record(names: list[str]) -> None:
             registry = Registry([LedgerRecord(), FsRename([str(base)])])
             queue = f"record-{uuid.uuid4().hex[:8]}"
             with ThreadPoolExecutor(max_workers=16) as pool:
-                async with build_worker(env.client, store, registry, pool, queue):
+                # The scenarios' ledger steps run unattended, as they did when recorded.
+                async with build_worker(env.client, store, registry, pool, queue,
+                                        approval=parse_policy("none")):
                     handles = await SCENARIOS[name](
                         Stage(env.client, store, registry, queue, scratch))
                     state = (await handles[-1].query("status"))["state"]

@@ -89,9 +89,10 @@ async def target_of(client: Client | None, store: JournalStore, *, task: str | N
         return Target(task, [task], [named] if named else [])
     if series is not None:
         runs = [r["task_id"] for r in store.series_runs(series)]
-        if not (runs or store.task_known("series:" + series)
+        if not (runs or store.declared_series(series) is not None
+                or store.task_known("series:" + series)
                 or (client is not None and await schedules.describe(client, series))):
-            raise UnknownSeries(f"no series {series!r} is known (no run, "
+            raise UnknownSeries(f"no series {series!r} is known (not declared, no run, "
                                 + ("no schedule" if client else "its schedule not checked: "
                                    "Temporal is unreachable")
                                 + ", no stop); check the name with `tidemark schedule list`")

@@ -245,7 +245,8 @@ class RunPlan:
                 "prepare", PrepareInput({k: v for k, v in document.items()
                                          if k not in ("continued", "execution")},
                                         check_gates=not hop,
-                                        workflow_id=workflow.info().workflow_id),
+                                        workflow_id=workflow.info().workflow_id,
+                                        parent_workflow_id=self._parent_id()),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
@@ -428,6 +429,11 @@ class RunPlan:
             start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
             retry_policy=STEP_RETRY, summary=summary)
 
+    @staticmethod
+    def _parent_id() -> str | None:
+        parent = workflow.info().parent
+        return parent.workflow_id if parent is not None else None
+
     async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
         """The irreversible boundary (tidemark/boundary.py): the verification gate and the plan
         gates, then a person's approval if the plan asks for one. Not a numbered step: keys
@@ -473,11 +479,13 @@ class RunPlan:
                     workflow.upsert_search_attributes([STATE.value_set(RUNNING)])
                 return None
             self._result.state = AWAITING_APPROVAL
-            who = ", ".join(out.approvers) if out.approvers else "anybody"
+            who = ", ".join(out.approvers) if out.approvers else (
+                "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
             workflow.set_current_details(
                 f"**awaiting approval** before step {step}/{count} ({out.summary}); may "
-                f"approve: {who}.\n\n`tidemark approve {task_id} --by NAME` or "
-                f"`tidemark reject {task_id} --by NAME`. The irreversible steps will do:\n\n"
+                f"approve: {who}.\n\n`tidemark approve {task_id}` or "
+                f"`tidemark reject {task_id}`, run as one of them. The irreversible steps "
+                "will do:\n\n"
                 + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
                 + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
                    if len(out.irreversible) > DETAILS_LINES else ""))

@@ -3,7 +3,8 @@
 It reads the stop and series state first (activity ``series_gate``); if anything says stop it
 ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity
 ``call_planner``), and runs the validated plan with RunPlan as a child workflow
-``tidemark-<task_id>``, the task id derived from the series and the scheduled time. Its end
+``tidemark-<task_id>``, the task id ``sched-<series>-<time>`` derived from the series and the
+scheduled time (a namespace no plan submitted by hand may take). Its end
 follows RunPlan's (workflows/outcome.py): Completed only when the run completed.
 """
 
@@ -17,6 +18,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.series import scheduled_task_id
     from workflows.outcome import ended, result_of
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
@@ -29,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import FAILED, KILLED, PlannerInput, RunResult
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 # An agent may think for a while; a planner that fails is tried a few times, then the run fails.
 PLANNER_TIMEOUT = timedelta(minutes=10)
 PLANNER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3,
@@ -36,7 +39,8 @@ PLANNER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attem
 
 
 def task_id_for(series: str, when: datetime) -> str:
-    return f"{series}-{when:%Y%m%dT%H%M%SZ}"
+    """``sched-<series>-<time>``: a namespace only this workflow may start plans in."""
+    return scheduled_task_id(series, f"{when:%Y%m%dT%H%M%SZ}")
 
 
 @workflow.defn(name="ScheduledRun")
@@ -73,7 +77,8 @@ class ScheduledRun:
         workflow.upsert_search_attributes([TASK_ID.value_set(task_id), STATE.value_set(
             KILLED if self._killed else "running")])
         ask = PlannerInput(series, str(inp.get("planner") or ""), dict(inp.get("args") or {}),
-                           when.isoformat(), task_id)
+                           when.isoformat(), task_id,
+                           workflow.info().typed_search_attributes.get(SCHEDULED_BY))
         try:
             await workflow.execute_activity(
                 "series_gate", ask, start_to_close_timeout=BOOKKEEPING_TIMEOUT,

@@ -37,6 +37,9 @@ class PrepareInput:
     check_gates: bool = True
     # The id of the workflow that asks; it must be ``tidemark-<task_id>`` (None: not checked).
     workflow_id: str | None = None
+    # The id of the workflow that started it as a child (a series' ScheduledRun), or None:
+    # only a ScheduledRun may take a task id of the scheduled namespace (``sched-<S>-…``).
+    parent_workflow_id: str | None = None
 
 
 @dataclass
@@ -208,3 +211,6 @@ class PlannerInput:
     args: dict[str, Any]
     scheduled: str  # ISO 8601, the schedule's time for this run (UTC)
     task_id: str  # derived from series and scheduled time
+    # The schedule that started the run (Temporal's TemporalScheduledById), or None when it was
+    # started by hand: only the series' own schedule may take a scheduled task id.
+    scheduled_by: str | None = None

@@ -23,3 +23,39 @@ def nightly(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
 def calls(path: str | Path) -> list[str]:
     p = Path(path)
     return p.read_text().splitlines() if p.exists() else []
+
+
+def paying(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
+    """A planner whose plan ends in a mail and a payment (``args["amount"]`` of
+    ``args["currency"]``), and that may try to set its own ``approval`` (``args["approval"]``):
+    what a model might return."""
+    doc: dict[str, Any] = {"steps": [
+        {"action": "ledger.record", "args": {"ledger": args["ledger"],
+                                             "entry": f"{scheduled:%H%M%S%f}"}},
+        {"action": "gmail.send", "args": {"to": ["ap@supplier.example"], "subject": "Paid",
+                                          "body": "Paid tonight."}},
+        {"action": "stripe.payment_intent", "args": {"amount": int(args["amount"]),
+                                                     "currency": args["currency"]}}]}
+    if "approval" in args:
+        doc["approval"] = args["approval"]
+    return doc
+
+
+def reads_twice(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
+    """Lists the Drive, says so in ``args["ready"]``, waits (up to 30 s) for ``args["go"]`` to
+    exist, lists again, and plans one ledger entry: a planner still reading when its task is
+    killed."""
+    import os
+    import time
+
+    from activities.drive_list import list_files, reader_from_env
+
+    reader = reader_from_env(os.environ)
+    list_files(reader, "trashed = false")
+    Path(args["ready"]).write_text(scheduled.isoformat())
+    deadline = time.monotonic() + 30
+    while not Path(args["go"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    list_files(reader, "trashed = false")
+    return {"steps": [{"action": "ledger.record",
+                       "args": {"ledger": args["ledger"], "entry": "read twice"}}]}

@@ -192,10 +192,19 @@ def _cmd_decide(a: argparse.Namespace) -> int:
     from tidemark.tools.starter import decision_taken, signal_approval
 
     decision = "approve" if a.command == "approve" else "reject"
-    out = commands.decide_approval(_db(a), a.task, decision, a.by, a.reason)
+
+    def show(lines: list[str]) -> None:
+        # What the person decides on, in full, before the decision is recorded.
+        if not a.json:
+            print(f"task {a.task}: the irreversible steps you {decision}:")
+            for line in lines:
+                print(f"  {line}")
+            sys.stdout.flush()
+
+    out = commands.decide_approval(_db(a), a.task, decision, a.by, a.reason, show=show)
     try:
         woke: bool | None = asyncio.run(signal_approval(a.settings, a.task,
-                                                        {"decision": decision, "by": a.by}))
+                                                        {"decision": decision, "by": out["by"]}))
     except TidemarkError as e:  # journaled all the same: the run reads it at the boundary
         print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
               "when the run next reaches the boundary", file=sys.stderr)
@@ -204,9 +213,8 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         stands = asyncio.run(decision_taken(a.settings, a.task)) if a.wait and woke else None
         _print_json({**out, "signalled": woke, **({"stands": stands} if a.wait else {})})
         return 0
-    print(f"{decision} of task {a.task} by {a.by} is journaled; the irreversible steps:")
-    for line in out["irreversible"]:
-        print(f"  {line}")
+    label = f" ({a.by})" if a.by and a.by != out["by"] else ""
+    print(f"{decision} of task {a.task} by {out['by']}{label} is journaled")
     if decision == "reject":
         print(f"the task is stopped; nothing from its first irreversible step on will run. "
               f"`tidemark unwind {a.task}` puts the reversible steps back")
@@ -251,13 +259,18 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
 
 
 def _cmd_dev(a: argparse.Namespace) -> int:
+    from tidemark.approval import ENV_APPROVERS
     from tidemark.database import redacted
     from tidemark.metrics import METRICS_ENV, dev_address
     from tidemark.tools.devstack import DevStack
 
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
                      with_worker=not a.no_worker, settings=a.settings,
-                     worker_env={METRICS_ENV: dev_address(a.settings.env)})
+                     worker_env={METRICS_ENV: dev_address(a.settings.env),
+                                 # Who may approve on a laptop stack: the user running it,
+                                 # unless configured.
+                                 ENV_APPROVERS: a.settings.env.get(ENV_APPROVERS)
+                                 or commands.os_user()})
     # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
     # children run in sessions of their own and would outlive a plain SIGTERM of this process.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -503,6 +516,7 @@ def _series_status(a: argparse.Namespace) -> int:
     from tidemark import series
 
     with commands.open_store(_db(a)) as store:
+        commands.check_series_known(store, a.series)
         data = series.listing(store, a.series)
     if a.json:
         _print_json(data)
@@ -574,8 +588,11 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
                 raise commands.DecisionError(f"--args is not JSON: {e.msg}") from None
             if not isinstance(args, dict):
                 raise commands.DecisionError("--args must be a JSON object")
-            return {"created": await schedules.create(client, a.series, a.cron, a.planner, args,
-                                                      a.task_queue, by=a.by)}
+            commands.series_policy(a.series, a.approval, _approvers(a))  # before anything
+            created = await schedules.create(client, a.series, a.cron, a.planner, args,
+                                             a.task_queue, by=a.by)
+            return {"created": created, **commands.declare_series(
+                _db(a), a.series, a.by, a.approval, _approvers(a))}
         if a.schedule_command == "list":
             return await schedules.list_all(client)
         if a.schedule_command == "pause":
@@ -591,7 +608,34 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
     return 0
 
 
+def _approvers(a: argparse.Namespace) -> list[str] | None:
+    from tidemark.approval import split_names
+
+    return None if a.approvers is None else split_names(a.approvers)
+
+
+def _cmd_series(a: argparse.Namespace) -> int:
+    _print_json(commands.declare_series(_db(a), a.series, a.by, a.approval, _approvers(a)))
+    return 0
+
+
+def _policy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--approval", help="which irreversible steps of its runs wait for a "
+                        "person: all, none, payments, amount>CUR:FIGURE (comma-separated; "
+                        "default: the worker's TIDEMARK_APPROVAL)")
+    parser.add_argument("--approvers", help="operating-system users who may approve its runs, "
+                        "comma-separated (default: the worker's TIDEMARK_APPROVERS)")
+
+
 def add_series_commands(sub: Any, user: str) -> None:
+    se = sub.add_parser("series", help="declare a series, so that plans may name it")
+    sesub = se.add_subparsers(dest="series_command", required=True)
+    de = sesub.add_parser("declare", help="declare series S (again: replace its policy)")
+    de.add_argument("series")
+    de.add_argument("--by", default=user, help=f"who declares (default: {user})")
+    _policy_arguments(de)
+    de.set_defaults(func=_cmd_series)
+
     temporal = argparse.ArgumentParser(add_help=False)
     add_temporal_arguments(temporal)
     temporal.add_argument("--by", default=user, help=f"who decides (default: {user})")
@@ -620,6 +664,7 @@ def add_series_commands(sub: Any, user: str) -> None:
     cr.add_argument("--planner", required=True, help="MODULE:FUNCTION, importable by the worker")
     cr.add_argument("--args", default="{}", help="JSON object handed to the planner")
     cr.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
+    _policy_arguments(cr)
     cr.set_defaults(func=_cmd_schedule)
     ssub.add_parser("list", parents=[temporal]).set_defaults(func=_cmd_schedule)
     for name in ("pause", "unpause", "delete"):

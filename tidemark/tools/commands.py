@@ -7,6 +7,8 @@ prints as one line.
 from __future__ import annotations
 
 import os
+import pwd
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,9 @@ from activities.catalog import spec_registry
 from activities.fs import FsRename
 from probes.fs import parse_roots
 from tidemark.actions import GateRefused
-from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
-from tidemark.errors import PlanError, TaskKilled, TidemarkError
+from tidemark.approval import ApprovalPolicy, parse_policy
+from tidemark.boundary import ApprovalError, check_approver
+from tidemark.errors import ConfigError, PlanError, TaskKilled, TidemarkError
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -70,8 +73,11 @@ ALL_TASKS = "*"  # the control scope that stops every task
 def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
     """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
     to a file name, must not report "stopped" (or "killed") while the real task runs on."""
-    if task_id == ALL_TASKS or task_id.startswith("series:") or store.task_known(task_id):
-        return  # a series may be stopped before its first run
+    if task_id.startswith("series:"):
+        check_series_known(store, task_id.removeprefix("series:"))
+        return  # a declared series may be stopped before its first run
+    if task_id == ALL_TASKS or store.task_known(task_id):
+        return
     if force_unknown and TASK_ID_RE.fullmatch(task_id):
         return
     hint = ""
@@ -84,6 +90,16 @@ def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: boo
         hint = (f"; check the id (`temporal workflow list`), or pass --force-unknown to {verb} "
                 "a task whose plan has not arrived yet")
     raise UnknownStopTarget(f"no task {task_id!r} is known{hint}")
+
+
+def check_series_known(store: JournalStore, series: str) -> None:
+    """Refuses a series nobody declared (and that has no runs or stop from before series were
+    declared): a typo must not report "stopped" while the real series runs on."""
+    if (store.declared_series(series) is None and not store.series_runs(series)
+            and not store.task_known("series:" + series)):
+        raise UnknownStopTarget(f"no series {series!r} is declared; check the name "
+                                "(`tidemark schedule list`), or `tidemark series declare "
+                                f"{series}` first")
 
 
 def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = False) -> None:
@@ -193,19 +209,34 @@ def journal(url: str, task_id: str) -> dict[str, Any]:
                 "events": [{**e, "at": e["at"].isoformat()} for e in store.events(task_id)]}
 
 
-def decide_approval(url: str, task_id: str, decision: str, by: str,
-                    note: str = "") -> dict[str, Any]:
+def os_user() -> str:
+    """The operating-system user running this command: the identity a decision is recorded
+    under, which a person cannot simply type (``--by`` is only a label beside it)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container): the number itself
+        return str(os.geteuid())
+
+
+def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = "", *,
+                    user: str | None = None,
+                    show: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
     """Journals a person's approve or reject of a task's irreversible steps.
 
-    The plan must ask for approval and name ``by`` among its approvers (if it names any), and
-    no irreversible step may have been attempted yet. A reject also sets the stop state: the
+    A run of the task must wait for approval under the operator's policy, the deciding
+    operating-system user (``user``, default this process's) must be among the approvers it
+    configured, and no irreversible step may have been attempted yet. ``show`` is given what
+    those steps will do before anything is recorded. A reject also sets the stop state: the
     task stays stopped, ready for unwind. The latest decision is the one that counts.
     """
     if decision not in ("approve", "reject"):
         raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
+    who = user if user is not None else os_user()
     with open_store(url) as store:
-        plan = store.load_plan(task_id)  # UnknownTask
-        check_approver(plan.approval, by)
+        store.load_plan(task_id)  # UnknownTask
+        asked = store.approval_request(task_id)
+        check_approver(asked, task_id, who)
+        assert asked is not None
         progress = store.progress(task_id)
         first = progress.first_irreversible
         if first is None:
@@ -214,9 +245,14 @@ def decide_approval(url: str, task_id: str, decision: str, by: str,
             raise ApprovalError(f"task {task_id!r}: irreversible step {first} was attempted "
                                 "already; a decision now would change nothing")
         _check_not_stopped(store, task_id, decision)
-        store.record_approval(task_id, decision, by, note)
-    return {"task_id": task_id, "decision": decision, "by": by, "note": note,
-            "irreversible": irreversible_lines(plan)}
+        lines = list(asked["lines"])
+        if show is not None:
+            show(lines)
+        store.record_approval(task_id, decision, who, note, label=by or None)
+    return {"task_id": task_id, "decision": decision, "by": who, "label": by, "note": note,
+            "irreversible": lines, "waiting": list(asked["steps"])}
+
+
 def _check_not_stopped(store: JournalStore, task_id: str, decision: str) -> None:
     """Refuses a decision that the task's stop state makes meaningless, writing nothing.
 
@@ -240,6 +276,33 @@ def _release_args(task_id: str, scope: str) -> str:
     if scope == ALL_TASKS:
         return "--all"
     return f"--series {scope.removeprefix('series:')}" if scope.startswith("series:") else task_id
+
+
+def series_policy(series: str, approval: str | None,
+                  approvers: list[str] | None) -> ApprovalPolicy:
+    """Checks a series name and its --approval / --approvers; ConfigError or PlanError."""
+    if not TASK_ID_RE.fullmatch(series):
+        raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
+                                  "starting with a letter or digit")
+    if approvers is not None and not approvers:
+        raise ConfigError("--approvers must name at least one user")
+    return parse_policy(approval if approval is not None else "all", approvers or (),
+                        where="--approval")
+
+
+def declare_series(url: str, series: str, by: str, approval: str | None = None,
+                   approvers: list[str] | None = None) -> dict[str, Any]:
+    """Declares a series, so that plans may name it; ``approval`` and ``approvers`` (checked
+    here) replace the worker's policy for its runs, and any given earlier (a flag not given
+    keeps what the series had). Returns the declaration as it now stands."""
+    policy = series_policy(series, approval, approvers)
+    with open_store(url) as store:
+        store.declare_series(series, by, os_user(), policy.text if approval else None,
+                             list(policy.approvers) if approvers is not None else None)
+        declared = store.declared_series(series)
+    assert declared is not None
+    return {"series": series, "approval": declared["approval"],
+            "approvers": declared["approvers"]}
 
 
 DECISIONS = ("done", "absent", "never")

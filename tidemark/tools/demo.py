@@ -22,6 +22,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from tidemark.approval import ENV_APPROVAL
 from tidemark.database import redacted
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -179,8 +180,11 @@ def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = 
     if third_party and kill_at <= THIRD_PARTY_STEP:
         raise ValueError(f"--third-party renames step {THIRD_PARTY_STEP}'s file: --kill-at "
                          f"must come after it")
+    # The essay's morning pays and mails unattended once the gate passes: its operator says
+    # so explicitly (the default asks a person before every irreversible step).
     with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False,
-                  settings=settings or load_settings()) as stack:
+                  settings=settings or load_settings(),
+                  worker_env={ENV_APPROVAL: "none"}) as stack:
         say(f"stack: Temporal {stack.address}, Web UI {stack.ui_url}, staging "
             f"{stack.staging.url if stack.staging else '-'}, journal {redacted(stack.db_url)}")
         outcome = asyncio.run(_demo(stack, kill_at, third_party, say))
