@@ -4,6 +4,7 @@ test, and a migrated JournalStore on it."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from tidemark.tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_b
 from workflows.run_plan import STATE, TASK_ID
 
 pytest_plugins = ["helpers.staging_fixtures"]
+OS_USER = pwd.getpwuid(os.geteuid()).pw_name  # who decides approvals in the tests
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 
@@ -155,8 +157,9 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
                           "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
                           "TIDEMARK_FS_ROOTS": FS_ROOTS,
                           # The tests that are not about approval run their irreversible steps
-                          # unattended, configured explicitly (the default asks a person).
-                          "TIDEMARK_APPROVAL": "none"})
+                          # unattended, configured explicitly (the default asks a person); a
+                          # plan that asks for approval is decided by the user the tests run as.
+                          "TIDEMARK_APPROVAL": "none", "TIDEMARK_APPROVERS": OS_USER})
     yield wp
     wp.stop_all()
 

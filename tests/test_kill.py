@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -83,7 +84,7 @@ async def wait_for_state(handle: WorkflowHandle[Any, Any], state: str,
 def approval_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
     return {"task_id": task_id, "steps": renames(tmp_path / "docs", 2)
             + ledger_steps(tmp_path / "ledger", "mail", 1),
-            "approval": {"required": True, "approvers": ["ana"]}}
+            "approval": {"required": True}}
 
 
 # -- bad input: one line, a non-zero exit, nothing written, no layer run ---------------------
@@ -130,6 +131,7 @@ async def test_kill_of_a_running_plan_ends_terminated_killed_and_status_names_th
     client = temporal_env.client
     workers.start()
     series, task = f"quick-{execution}", f"quick-{execution}-1"
+    store.declare_series(series, "ops", "ops")
     await schedules.create(client, series, "0 3 * * *", "helpers.planners:nightly", {},
                            task_queue)
     ledger = tmp_path / "ledger"
@@ -188,8 +190,10 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
     workers.start()
     args = {"calls": str(tmp_path / "calls"), "ledger": str(tmp_path / "ledger-kb"), "n": 3,
             "hold_s": 1.0}
+    store.declare_series("k-b", "ops", "ops")
     await schedules.create(client, "k-b", "0 3 * * *", "helpers.planners:nightly", args,
                            task_queue)
+    store.declare_series("k", "ops", "ops")
     await schedules.create(client, "k", "0 3 * * *", "helpers.planners:nightly",
                            {**args, "ledger": str(tmp_path / "ledger-k"), "n": 30},
                            task_queue)
@@ -205,9 +209,10 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
     layers = json.loads(out)
     assert code == 0 and layers[1]["detail"] == {"k": "paused"}
     killed = layers[3]["detail"]
-    assert kb not in killed and not any(w.startswith("tidemark-k-b-") for w in killed)
+    assert kb not in killed and not any(w.startswith("tidemark-sched-k-b-") for w in killed)
     assert killed[k].startswith("terminated (killed; ")
-    [child] = [w for w in killed if w.startswith("tidemark-k-2")]  # its RunPlan, from the journal
+    # Its RunPlan, found from the journal (task id sched-k-<stamp>).
+    [child] = [w for w in killed if w != k and w.startswith("tidemark-sched-k-2")]
     for wid in (k, child):
         assert await tidemark_state(client.get_workflow_handle(wid)) == ("TERMINATED", "killed")
     # Series k-b runs on to the end, untouched; its schedule is not paused.
@@ -322,7 +327,8 @@ async def test_reject_wait_prints_that_the_run_ended_stopped(
     code, out, _ = await cli("reject", "appr-r", "--by", "ana", "--wait")
     assert code == 0
     assert out.strip().splitlines()[-1].startswith(
-        "tidemark-appr-r took the decision and ended failed: stopped (Rejected: ana rejected")
+        "tidemark-appr-r took the decision and ended failed: stopped (Rejected: "
+        f"{pwd.getpwuid(os.geteuid()).pw_name} rejected")
     assert (await tidemark_state(handle)) == ("FAILED", "stopped")
 
 
@@ -361,6 +367,7 @@ async def test_kill_of_a_scheduled_task_takes_its_scheduled_run_with_it(
         workers, task_queue: str) -> None:
     client = temporal_env.client
     workers.start()
+    store.declare_series("solo", "ops", "ops")
     await schedules.create(client, "solo", "0 3 * * *", "helpers.planners:nightly",
                            {"calls": str(tmp_path / "calls"), "ledger": str(tmp_path / "ledger"),
                             "n": 20, "hold_s": 0.5}, task_queue)

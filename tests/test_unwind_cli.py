@@ -30,7 +30,7 @@ from workflows.outcome import run_result
 from workflows.types import RunResult
 
 MAIL = {"to": ["ap@supplier.example"], "subject": "Q3 invoices filed", "body": "All filed."}
-APPROVAL = {"required": True, "approvers": ["ana"]}
+APPROVAL = {"required": True}
 
 
 @pytest.fixture
