@@ -220,15 +220,16 @@ class JournalStore:
         """The pool's ``check``, run on every connection before it is handed out.
 
         A pooled connection can be dead without the pool knowing (Postgres restarted, a
-        failover, a terminated session); handed out, it fails the step attempt that got it, and
-        a restart used to cost one failed attempt, and its retry wait, per pooled connection.
-        ``check_connection`` sends an empty query first; a dead connection is discarded and the
-        pool hands out another (psycopg_pool 3.2+). One dead connection also says the server
-        went away after it was made, so every connection made before it is as dead: they are
-        all dropped at once (``drain``), since the pool would otherwise try them one by one,
-        waiting after each failed check (1 s, then doubling) and running out of ``timeout``.
-        Connections made after that drain are not drained again by a later failure of an
-        older one. Costs one round trip per connection handed out (about 0.1 ms on a socket).
+        failover, a terminated session); handed out, it would fail the step attempt that got
+        it, so a restart would cost one failed attempt, and its retry wait, per pooled
+        connection. ``check_connection`` sends an empty query first; a dead connection is
+        discarded and the pool hands out another (psycopg_pool 3.2+). One dead connection also
+        says the server went away after it was made, so every connection made before it is as
+        dead: they are all dropped at once (``drain``, psycopg_pool 3.3+), since the pool would
+        otherwise try them one by one, waiting after each failed check (1 s, then doubling)
+        and running out of ``timeout``. Connections made after that drain are not drained
+        again by a later failure of an older one. Costs one round trip per connection handed
+        out.
         """
         try:
             ConnectionPool.check_connection(conn)
