@@ -1071,7 +1071,11 @@ class LeaseKeeper:
                 self._watch = threading.Thread(target=self._watching, daemon=True,
                                                name="tidemark-deadlines")
                 self._watch.start()
-        self._wake.set()
+            # Woken only when this cover runs out before the next renewal is due (a quick
+            # step, the fast path's usual one, costs the renewer nothing).
+            soon = covered_until - LAPSE_MARGIN_S - RENEW_AHEAD_S < self._last + self.every
+        if soon:
+            self._wake.set()
 
     def cover(self, key: str, until: float, deadline_s: float) -> None:
         """A lease committed for a new call on ``key`` (stage, then execute) covers requests
@@ -1126,7 +1130,7 @@ class LeaseKeeper:
                     self._last = time.monotonic()
                     held = {k: (h.renew_s, h.horizon_s) for k, h in self._held.items()}
                     overran, self._overran = self._overran, []
-                if held:
+                if held or overran:  # an overrun is journaled even once its call ended
                     self._renew(held, overran)
 
     def _renew(self, held: dict[str, tuple[float, float]],

@@ -134,8 +134,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
             "connection",)),
     Mutant("the lease is never renewed", ST,
-           "if held:\n                    self._renew(held, overran)",
-           "if held:\n                    pass",
+           "if held or overran:  # an overrun is journaled even once its call ended\n"
+           "                    self._renew(held, overran)",
+           "if held or overran:\n                    pass",
            (f"{T_LS}::test_the_lease_is_renewed_while_the_attempt_acts_past_its_first_period",)),
     Mutant("a call past its deadline goes on after its lease lapsed", ST,
            "            if lapsing:\n                self.on_lapse(lapsing)",
