@@ -30,6 +30,7 @@ from tidemark.store import EXIT_LEASE_LAPSED, LEASE_S, JournalStore
 pytestmark = pytest.mark.postgres  # a server of its own, started in the test's fixture
 
 TESTS = Path(__file__).resolve().parent
+HOLD_WAIT_S = 20  # how long the first attempt may take to end once the test lets go of it
 ATTEMPT = """
 import sys
 from helpers.ledger import LedgerRecord
@@ -123,5 +124,3 @@ def test_an_attempt_past_its_deadline_never_acts_after_a_twin_could(
     assert [(e["step"], e["detail"]["deadline_s"]) for e in overran] == [
         (1, LedgerRecord.deadline_s)]
 
-
-HOLD_WAIT_S = 20
