@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import itertools
 import shutil
+from dataclasses import replace
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +75,34 @@ def test_the_kit_catches_a_probe_that_matches_on_the_name_alone(server: StagingS
         check_third_party_is_never_done(ledger_case(server, ByReference))
 
 
+def test_the_kit_catches_a_call_that_outlives_its_declared_deadline(
+        server: StagingServer) -> None:
+    class Optimistic(PostInvoice):  # its client waits TIMEOUT, it declares a fifth of that
+        def __init__(self, writer: LedgerClient, reader: LedgerClient) -> None:
+            super().__init__(writer, reader)
+            self.deadline_s = TIMEOUT / 5
+
+    from tidemark.tools.testing import check_deadline_and_horizon
+    with pytest.raises(AssertionError, match=r"past its declared deadline_s 1\.0"):
+        check_deadline_and_horizon(ledger_case(server, Optimistic))
+
+
+def test_the_kit_catches_horizon_zero_declared_without_a_fence(
+        server: StagingServer) -> None:
+    class Unfenced(PostInvoice):  # a fresh Idempotency-Key per request: no fence at all
+        def execute(self, ctx: StepContext) -> dict[str, Any]:
+            return super().execute(replace(ctx, key=f"{ctx.key}-{next(_n)}"))
+
+    def ours(key: str) -> int:  # the invoices posted under keys this step made from its own
+        return sum(1 for e in server.staging.effects_of("ledger", "invoices.post")
+                   if (e.key or "").startswith(key))
+
+    from tidemark.tools.testing import check_deadline_and_horizon
+    case = replace(ledger_case(server, Unfenced), effects=ours)
+    with pytest.raises(AssertionError, match=r"declares horizon_s = 0 \(a fence\)"):
+        check_deadline_and_horizon(case)
+
+
 def test_the_kit_catches_a_probe_that_reads_through_the_write_client(
         server: StagingServer) -> None:
     class ReadsWithWriter(PostInvoice):
@@ -122,7 +151,7 @@ class TestDriveRename(ActionContract):
             build=lambda: DriveRename(drive_client(server.url, sd.DEFAULT_WRITE_TOKEN,
                                                    timeout=TIMEOUT),
                                       drive_client(server.url, sd.DEFAULT_READ_TOKEN,
-                                                   timeout=TIMEOUT)),
+                                                   timeout=TIMEOUT), timeout=TIMEOUT),
             args=args, staging_url=server.url, write_ops=[("drive", "files.update")],
             secrets=[sd.DEFAULT_WRITE_TOKEN, sd.DEFAULT_READ_TOKEN],
             mimic=third_party("2026-Q3 invoice.pdf"), tamper=third_party("someone else.pdf"),
@@ -150,7 +179,8 @@ class TestGmailSend(ActionContract):
 
         return ContractCase(
             build=lambda: GmailSend(gmail_client(server.url, sg.COMPOSE_TOKEN, timeout=TIMEOUT),
-                                    gmail_client(server.url, sg.READ_TOKEN, timeout=TIMEOUT)),
+                                    gmail_client(server.url, sg.READ_TOKEN, timeout=TIMEOUT),
+                                    timeout=TIMEOUT),
             args=mail_args, staging_url=server.url,
             write_ops=[("gmail", "drafts.create"), ("gmail", "drafts.send")],
             secrets=[sg.COMPOSE_TOKEN, sg.READ_TOKEN], mimic=somebody_sends_the_same)
@@ -188,15 +218,16 @@ class TestStripePaymentIntent(ActionContract):
             build=lambda: StripePaymentIntent(
                 stripe_client(server.url, ss.DEFAULT_SECRET_KEY, timeout=TIMEOUT),
                 stripe_client(server.url, ss.DEFAULT_READ_KEY, timeout=TIMEOUT),
-                max_amount=50_000),
+                max_amount=50_000, timeout=TIMEOUT),
             args=args, staging_url=server.url,
             write_ops=[("stripe", "payment_intents.create")],
             secrets=[ss.DEFAULT_SECRET_KEY, ss.DEFAULT_READ_KEY], mimic=another_payment_alike)
 
 
 class TestFsRename(ActionContract):
-    # A local rename holds no credential and has no answer to lose.
-    not_applicable: ClassVar[tuple[str, ...]] = ("no_secrets", "lost_answer")
+    # A local rename holds no credential, and has no answer to lose nor a provider that could
+    # hold the request (rename(2) is applied or refused within the call).
+    not_applicable: ClassVar[tuple[str, ...]] = ("no_secrets", "lost_answer", "deadline")
 
     @pytest.fixture
     def case(self, tmp_path: Path) -> ContractCase:

@@ -23,7 +23,10 @@ of one step can never both act, and a crash leaves exactly one row in doubt. The
 so its lock) was lost while its call to the target may still be in flight. It is written before
 the call to cover the action's deadline plus its horizon, kept fresh by renewals that may fail
 without harm, and after an ambiguous failure held for the target's horizon: a request that left
-us may still be applied until then, so a probe's *absent* is not asked for before.
+us may still be applied until then, so a probe's *absent* is not asked for before. A call that
+runs past its deadline while renewals fail ends the worker before its lease could lapse
+(guarded_call): an overrunning attempt is covered while it is renewed, and stopped before a
+twin could take the step.
 """
 
 from __future__ import annotations
@@ -122,17 +125,19 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *
             if done is not None:
                 return StepResult.from_row(done, skipped=False)
             _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
+            lease_from = time.monotonic()  # before the statement: the cover it gives errs early
             s.claim(task_id, key, call_lease(action))  # a stop since the lock was taken holds
         else:
             _gate(action, ctx, s)
             before = action.snapshot(ctx)
             crash_point("before_intent", step)
+            lease_from = time.monotonic()
             row = s.begin(task_id=task_id, step=step, key=key, action=spec.action,
                           args=spec.args, before_state=before, lease_s=call_lease(action))
             ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
 
         crash_point("after_intent", step)
-        return _execute(store, action, ctx, s, flush_outcome)
+        return _execute(store, action, ctx, s, flush_outcome, lease_from)
 
 
 @dataclass(frozen=True)
@@ -226,15 +231,38 @@ def check_lease(s: StepSession, ctx: StepContext) -> None:
                        f"on it for {s.lease_left:.1f}s")
 
 
+def covered_call_s(action: Action) -> float:
+    """Seconds of an action's call that the lease written before it covers with no renewal:
+    its declared deadline, but never less than what one renewal adds (LEASE_S). Past it, only
+    committed renewals cover the call, and the deadline watch ends the process rather than let
+    the lease lapse under a call still running; the floor leaves a short-deadline action time
+    for its first renewal (LEASE_RENEW_S later) before the watch would have to act."""
+    return max(float(action.deadline_s), LEASE_S)
+
+
 def call_lease(action: Action) -> float:
     """Seconds the lease written before an action's call must cover: the call itself (its
     deadline) and then the time the target may still apply the request (its horizon)."""
-    return float(action.deadline_s) + float(action.horizon_s)
+    return covered_call_s(action) + float(action.horizon_s)
 
 
 def renewal_lease(action: Action) -> float:
     """Seconds each renewal extends the lease to while the action is still running."""
     return LEASE_S + float(action.horizon_s)
+
+
+def guarded_call(store: JournalStore, key: str, action: Action,
+                 lease_from: float) -> contextlib.AbstractContextManager[None]:
+    """The block in which an action's call runs: its lease is renewed, and the process ends
+    before the lease could lapse while the call still runs (tidemark.store.LeaseKeeper).
+
+    ``lease_from`` is this machine's monotonic time just before the statement that wrote the
+    call's lease (call_lease seconds from then, on the database's clock): a request that leaves
+    us before ``lease_from + covered_call_s(action)`` is covered by it whether or not any
+    renewal succeeds. Past that, only committed renewals cover the call."""
+    return store.keep_lease(key, renewal_lease(action), horizon_s=float(action.horizon_s),
+                            covered_until=lease_from + covered_call_s(action),
+                            deadline_s=float(action.deadline_s))
 
 
 def end_attempt(s: StepSession, key: str, action: Action) -> None:
@@ -297,14 +325,17 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
 
 
 def _execute(store: JournalStore, action: Action, ctx: StepContext,
-             s: StepSession, flush_outcome: bool) -> StepResult:
+             s: StepSession, flush_outcome: bool, lease_from: float) -> StepResult:
     try:
-        with store.keep_lease(ctx.key, renewal_lease(action)):
+        with guarded_call(store, ctx.key, action, lease_from):
             if ctx.staged is None:
                 staged = action.stage(ctx)
                 if staged is not None:
                     # journaled before anything consumes it; the lease now covers the send
+                    staged_from = time.monotonic()
                     s.stage(ctx.key, staged, call_lease(action))
+                    store.cover_lease(ctx.key, staged_from + covered_call_s(action),
+                                      float(action.deadline_s))
                     ctx = replace(ctx, staged=staged)
                     crash_point("after_stage", ctx.step)
             outcome = action.execute(ctx)

@@ -16,6 +16,7 @@ again under a new undo row (attempt 2, 3, ...), so no outcome is ever rewritten.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,8 +28,8 @@ from tidemark.run_step import (
     call_lease,
     check_lease,
     end_attempt,
+    guarded_call,
     note_error,
-    renewal_lease,
     resolve_in_doubt,
 )
 from tidemark.store import JournalStore
@@ -102,16 +103,18 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
         if last is None or last.status == "failed":  # first try, or again after a refusal
             attempt = 1 if last is None else last.attempt + 1
             ukey = undo_key(task_id, step, spec.action, spec.args, attempt)
+            lease_from = time.monotonic()
             u.begin(task_id=task_id, step=step, key=ukey, action=spec.action, args=spec.args,
                     before_state=row.outcome or {}, lease_s=call_lease(action), phase="undo",
                     attempt=attempt)
         else:  # in doubt: a compensation states an end state, so it is applied again
             ukey = last.idem_key
             check_lease(u, ctx)
+            lease_from = time.monotonic()
             u.claim(task_id, ukey, call_lease(action), phase="undo")
         crash_point("undo_after_intent", step)
         try:
-            with store.keep_lease(ukey, renewal_lease(action)):
+            with guarded_call(store, ukey, action, lease_from):
                 outcome = action.compensate(ctx)
         except Refused as e:
             u.complete(key=ukey, outcome={"error": str(e), "type": type(e).__name__},

@@ -87,6 +87,8 @@ T_CT = "tests/test_controls.py"
 T_FP = "tests/test_fast_path.py"
 T_GF = "tests/test_graph_fence.py"
 T_MF = "tests/test_gmail_fence.py"
+T_DO = "tests/test_deadline_overrun.py"
+T_PO = "tests/test_pool_restart.py"
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,19 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
             "connection",)),
     Mutant("the lease is never renewed", ST,
-           "if leases:\n                    self._renew(leases)",
-           "if leases:\n                    pass",
+           "if held or overran:  # an overrun is journaled even once its call ended\n"
+           "                    self._renew(held, overran)",
+           "if held or overran:\n                    pass",
            (f"{T_LS}::test_the_lease_is_renewed_while_the_attempt_acts_past_its_first_period",)),
+    Mutant("a call past its deadline goes on after its lease lapsed", ST,
+           "            if lapsing:\n                self.on_lapse(lapsing)",
+           "            if lapsing:\n                pass",
+           (f"{T_DO}::test_an_attempt_past_its_deadline_never_acts_after_a_twin_could",)),
+    Mutant("the pool hands out connections unchecked", ST,
+           "check=self._check, configure=self._born,",
+           "configure=self._born,",
+           (f"{T_PO}::test_steps_started_after_a_restart_of_postgres_never_get_a_dead_"
+            "connection",)),
     Mutant("a failed attempt keeps its lease", RS,
            "s.renew_lease(key, float(action.horizon_s))",
            "s.renew_lease(key, renewal_lease(action))",
@@ -146,8 +158,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "s.renew_lease(key, 0.0)",
            (f"{T_LZ}::test_a_provider_slower_than_the_client_is_waited_out_not_sent_again",)),
     Mutant("the lease written with the intent does not cover the horizon", RS,
-           "return float(action.deadline_s) + float(action.horizon_s)",
-           "return float(action.deadline_s)",
+           "return covered_call_s(action) + float(action.horizon_s)",
+           "return covered_call_s(action)",
            (f"{T_LZ}::test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it",)),
     # -- the store's SQL ----------------------------------------------------------------------
     Mutant("a twin attempt takes a held step", ST,

@@ -23,7 +23,12 @@ base class:
      (TargetUnavailable), applied as often as normally, and the probe then says done;
   6. compensate restores before_state (reversible actions);
   7. no secret (``ContractCase.secrets``: the tokens and keys) appears in an outcome, a
-     before_state, a probe's answer or an error's text.
+     before_state, a probe's answer or an error's text;
+  8. the declared deadline and horizon hold: with the target holding the last write longer
+     than ``deadline_s`` (staging ``delay``), the call ends within ``deadline_s`` (the lease
+     written before it covers no more), and an action that declares ``horizon_s = 0`` (it
+     fences) applies once when it executes again under the key while that request is still
+     held and then lands.
 
 The checks are also plain functions (``check_*``) for use outside pytest.
 """
@@ -33,6 +38,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
+import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -344,6 +352,77 @@ def check_no_secrets(case: ContractCase) -> None:
             assert s not in text, f"a secret appears in {text[:200]!r}"
 
 
+# How much longer than the action's deadline the target holds the write in the deadline check,
+# and how much later than its deadline a call may end (thread scheduling on a loaded machine).
+HELD_PAST_DEADLINE_S = 1.0
+DEADLINE_SLACK_S = 0.5
+
+
+def check_deadline_and_horizon(case: ContractCase) -> None:
+    """The target holds the last write ``deadline_s + HELD_PAST_DEADLINE_S`` before applying
+    it (staging ``delay``), as a provider that is slow to answer does. The call must end (with
+    an error that leaves the step in doubt) within ``deadline_s``: run_step writes the lease to
+    cover the call for its declared deadline, and a call that outlives it is covered only by
+    renewals, so a worker that cannot renew ends itself. With ``horizon_s == 0`` the action
+    claims a fence; so it executes again under the same key while the first request is still
+    held, and once that one lands, the key's effects are what one normal run makes."""
+    action = case.build()
+    deadline, horizon = float(action.deadline_s), float(action.horizon_s)
+    assert math.isfinite(deadline) and deadline > 0, f"deadline_s must be > 0, is {deadline}"
+    assert math.isfinite(horizon) and horizon >= 0, f"horizon_s must be >= 0, is {horizon}"
+    ctx, _ = _begin(case, action)
+    ctx, _ = act(action, ctx)
+    normal = case.count(ctx.key)
+    action = case.build()
+    ctx, _ = _begin(case, action)
+    ctx = replace(ctx, staged=action.stage(ctx))
+    target, op = case.write_ops[-1]
+    staging_post(case.staging_url, "/_staging/faults",
+                 {"target": target, "op": op, "kind": "delay",
+                  "seconds": deadline + HELD_PAST_DEADLINE_S})
+    ended: list[BaseException | dict[str, Any]] = []
+
+    def call() -> None:
+        try:
+            ended.append(action.execute(ctx))
+        except BaseException as e:  # reported below, whatever it is
+            ended.append(e)
+
+    started = time.monotonic()
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(deadline + DEADLINE_SLACK_S)
+    took = time.monotonic() - started
+    assert not caller.is_alive(), (
+        f"{action.name}: the call still runs {took:.1f}s after it began, past its declared "
+        f"deadline_s {deadline}: its clients' timeouts must end it within the deadline")
+    assert not isinstance(ended[0], dict), (
+        f"{action.name}: the call returned an outcome although the target held the write")
+    assert isinstance(ended[0], ActionError), (
+        f"{action.name}: a write the target held ended in {ended[0]!r}, not an ActionError")
+    if horizon == 0:
+        with contextlib.suppress(ActionError):
+            action.execute(ctx)
+    # The held request lands now (an action with a horizon waits that long before a retry).
+    landed = started + deadline + HELD_PAST_DEADLINE_S + DEADLINE_SLACK_S
+    time.sleep(max(0.0, landed - time.monotonic()))
+    _settled(case.staging_url, target)
+    if horizon == 0:
+        assert case.count(ctx.key) <= normal, (
+            f"{action.name} declares horizon_s = 0 (a fence), but a request the target held "
+            f"and a second execute under the same key applied {case.count(ctx.key)} times, "
+            f"normally {normal}: declare how long the target may still apply a request")
+
+
+def _settled(url: str, target: str, timeout: float = 10.0) -> None:
+    """Waits until the target has no write request still in its handler."""
+    give_up = time.monotonic() + timeout
+    while any(r.get("status") is None
+              for r in staging_get(url, f"/_staging/requests?target={target}")):
+        assert time.monotonic() < give_up, f"a {target} request is still held after {timeout}s"
+        time.sleep(0.05)
+
+
 CHECKS: dict[str, Callable[[ContractCase], None]] = {
     "probe_absent_then_done": check_probe_absent_then_done,
     "third_party_is_never_done": check_third_party_is_never_done,
@@ -352,6 +431,7 @@ CHECKS: dict[str, Callable[[ContractCase], None]] = {
     "read_only_parts": check_read_only_parts,
     "compensate_restores": check_compensate_restores,
     "no_secrets": check_no_secrets,
+    "deadline_and_horizon": check_deadline_and_horizon,
 }
 
 
@@ -361,8 +441,8 @@ class ActionContract:
 
     reversible = True
     # Checks that cannot apply, with the reason in a comment where set: "no_secrets" for an
-    # action that holds no credential, "lost_answer" for one with no remote answer to lose
-    # (both: a local rename).
+    # action that holds no credential, "lost_answer" and "deadline" for one with no remote
+    # target to lose an answer or hold a request (all three: a local rename).
     not_applicable: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
@@ -373,6 +453,8 @@ class ActionContract:
             cls.test_no_secret_in_outcome_before_state_or_errors = None  # type: ignore
         if "lost_answer" in cls.not_applicable:
             cls.test_a_lost_answer_is_in_doubt_and_the_probe_finds_it_done = None  # type: ignore
+        if "deadline" in cls.not_applicable:
+            cls.test_a_held_write_ends_within_the_deadline_and_horizon = None  # type: ignore
 
     def test_probe_absent_before_execute_and_done_after(self, case: ContractCase) -> None:
         check_probe_absent_then_done(case)
@@ -396,6 +478,10 @@ class ActionContract:
 
     def test_no_secret_in_outcome_before_state_or_errors(self, case: ContractCase) -> None:
         check_no_secrets(case)
+
+    def test_a_held_write_ends_within_the_deadline_and_horizon(self,
+                                                              case: ContractCase) -> None:
+        check_deadline_and_horizon(case)
 
 
 # -- fixtures -------------------------------------------------------------------------------
