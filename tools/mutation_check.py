@@ -31,10 +31,10 @@ How it runs, and why it stays inside CI's budget on two cores:
   without a mutant would "kill" every mutant it is named for, so a red baseline is an error,
   not a result. ``--full`` (nightly) runs the baseline over every tier instead, so that a kill
   by the rest of a tier cannot be a test that fails anyway; in CI the suite has just passed.
-* two mutants run at a time (``--jobs``, default 2): every pytest session starts its own
+* three mutants run at a time (``--jobs``, default 3): every pytest session starts its own
   embedded Postgres and staging servers in a private ``--basetemp``, so runs share no state.
-  The runs mostly wait (leases lapsing, subprocesses starting), so two at a time halves the
-  wall time at little CPU cost.
+  The runs mostly wait (leases lapsing, subprocesses starting), so running several at once cuts
+  the wall time at little CPU cost (docs/safety-rules.md, Measured).
 * the rules list: docs/safety-rules.md names each rule of the safety surface with its mutants
   and a status; ``--rules`` checks it without running anything, and every run checks it too:
   every covered rule names at least one mutant, every name is a mutant here, every mutant
@@ -438,6 +438,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "if prep.stopped is not None:\n            return self._end(STOPPED",
            "if prep.stopped is not None and False:\n            return self._end(STOPPED",
            (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+    Mutant("runplan: on the fast path a halt between batches lets the next batch start",
+           "workflows/run_plan.py",
+           "        while step <= last:\n            if self._halt_reason is not None:\n",
+           "        while step <= last:\n            if self._halt_reason is not None and False:\n",
+           (f"{T_FP}::test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_"
+            "refuses",)),
     # -- batches: outcomes on disk before they are reported, counts -------------------------------
     Mutant("a batch that ends on a later step's error returns before its outcomes are on disk",
            RS,
@@ -716,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules", action="store_true",
                     help="check the rules list of docs/safety-rules.md against the mutants only")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=3)
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unmutated run of the selected tests")
     ap.add_argument("--full", action="store_true",
