@@ -21,6 +21,7 @@ from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.staging_fixtures import effects, post
+from helpers.steps import crash_at
 from staging.core import StagingServer
 from tidemark.actions import Registry
 from tidemark.boundary import ApprovalError, verify_reversible
@@ -347,14 +348,17 @@ async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
 
 
 def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones_she_settled(
-        store: JournalStore, tmp_path: Path) -> None:
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
     registry = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
     doc = {"task_id": "gate-unit",
            "steps": [*fs_steps(tmp_path / "docs", 3), ledger_step(tmp_path)]}
     plan = load_plan(doc, registry)
     store.persist_plan(plan)
-    for n in (1, 2):
-        run_step(store, registry, "gate-unit", n)
+    run_step(store, registry, "gate-unit", 1)
+    # Step 2 acts, its worker dies before the outcome, and the next attempt's probe settles it.
+    crash_at(db_url, "gate-unit", 2, "after_execute")
+    row2 = run_step(store, registry, "gate-unit", 2)
+    assert (row2.status, row2.resolved_by) == ("done", "probe")
     s3 = plan.step(3)
     with store.execution("gate-unit", 3) as s:  # an intent whose probe could not tell
         s.begin(task_id="gate-unit", step=3, key=key_for("gate-unit", 3, s3.action, s3.args),
@@ -366,6 +370,11 @@ def test_the_gate_reprobes_done_steps_only_and_takes_a_persons_word_for_the_ones
     (tmp_path / "docs" / "invoice 1.pdf").unlink()  # gone since
     checked = verify_reversible(store, registry, "gate-unit", 4)
     assert [(f["step"], f["status"]) for f in checked.failures] == [(1, "unknown")]
+    # A step the probe settled is probed again like one that executed.
+    (tmp_path / "docs" / "invoice 2.pdf").unlink()
+    checked = verify_reversible(store, registry, "gate-unit", 4)
+    assert [(f["step"], f["status"]) for f in checked.failures] == [(1, "unknown"),
+                                                                    (2, "unknown")]
     assert store.rows("gate-unit") == rows_before  # the gate never writes a row
     assert [e["detail"]["passed"] for e in store.events("gate-unit")
-            if e["kind"] == "verification"] == [True, False]
+            if e["kind"] == "verification"] == [True, False, False]

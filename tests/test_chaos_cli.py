@@ -1,5 +1,13 @@
-"""`tidemark chaos` on the ledger plugin (installed from examples/ledger-plugin): it passes
-twenty interrupted runs, and a probe that matches on the name alone is caught."""
+"""`tidemark chaos` on the ledger plugin (installed from examples/ledger-plugin) and on Stripe:
+it passes twenty interrupted runs covering every (action, phase) pair, and it fails a probe that
+matches on the name alone and a Stripe probe that always answers absent, judging by what reached
+the staging servers.
+
+The wrong probes come in through chaos's own ``--action MODULE:CLASS`` (tests/helpers): the
+action is the real one, bound by the worker's wiring, with only its probe replaced. Nothing of
+chaos, run_step or the journal is touched, so what fails is chaos's judgement of a wrong probe,
+the thing it exists to catch. (The other honest way, a copy of the tree with the probe broken as
+tools/mutation_check.py makes one, shows the same and costs a tree copy per case.)"""
 
 from __future__ import annotations
 
@@ -10,24 +18,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from activities.catalog import spec_registry
 from activities.wiring import worker_registry
-from staging.core import StagingServer
+from helpers.ledger import LedgerRecord
+from staging.core import Staging, StagingServer, Switch, Target
 from tidemark.plan import load_plan
 from tidemark.tools import chaos
+from tidemark.tools.cli import build_parser
 
 ROOT = Path(__file__).parent.parent
 LEDGER_PLAN = ROOT / "examples" / "ledger-invoices.json"
-KEYS = {"runs", "duplicates", "mismatches", "phases", "seed", "failures"}
+KEYS = {"runs", "duplicates", "misses", "absorbed", "mismatches", "harness_errors", "phases",
+        "requests", "coverage", "seed", "failures"}
+LEDGER_PHASES = {"before_intent", "after_intent", "after_execute", "after_outcome",
+                 "lost_response", "slow_provider"}
 
 
-def tidemark_chaos(db_url: str, server: StagingServer, *args: str) -> tuple[int, dict[str, Any]]:
+def tidemark_chaos(db_url: str, server: StagingServer, *args: str,
+                   plan: Path = LEDGER_PLAN) -> tuple[int, dict[str, Any]]:
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(LEDGER_PLAN),
+    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(plan),
                            "--staging-url", server.url, "--json", *args],
                           env=env, capture_output=True, text=True, timeout=280)
     assert proc.stdout, proc.stderr[-2000:]
-    assert "/20" in proc.stderr or "/3" in proc.stderr  # the progress bar went to stderr
+    assert "] " in proc.stderr  # the progress bar went to stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -35,39 +50,108 @@ def test_the_ledger_plugin_passes_twenty_interrupted_runs(db_url: str,
                                                           server: StagingServer) -> None:
     code, out = tidemark_chaos(db_url, server, "--runs", "20", "--seed", "5")
     assert set(out) == KEYS
-    assert (out["runs"], out["duplicates"], out["mismatches"], out["failures"]) == (20, 0, 0, [])
+    assert (out["runs"], out["duplicates"], out["misses"], out["mismatches"], out["failures"],
+            out["harness_errors"]) == (20, 0, 0, 0, [], []), out
     assert sum(out["phases"].values()) == 20 and out["seed"] == 5
-    assert {"lost_response", "slow_provider"} & set(out["phases"]), out["phases"]
+    # Every (action, phase) pair of the plan, whatever the seed.
+    assert set(out["coverage"]["pairs"]) == {"ledger.post_invoice"}
+    assert set(out["coverage"]["pairs"]["ledger.post_invoice"]) == LEDGER_PHASES
+    assert out["coverage"]["missing"] == []
+    # What reached the ledger's staging server: at least the reference's four posts per run,
+    # and no retry a key absorbed (the real probe settles every step in doubt).
+    [(route, counts)] = out["requests"]["ledger"].items()
+    assert route.startswith("POST ") and counts["sent"] >= 4 * 20, out["requests"]
+    assert out["absorbed"] == 0 and counts["absorbed"] == 0
     assert code == 0
+
+
+def seed_hitting(plan_file: Path, server: StagingServer, runs: int,
+                 want: set[tuple[str, int]]) -> int:
+    """A seed whose first ``runs`` kills include one of ``want`` (phase, step), found with
+    chaos's own schedule, so that the test says which kill it relies on."""
+    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
+    plan = load_plan(json.loads(plan_file.read_text()), registry)
+    writes = {s.number: [("ledger", "invoices.post")] for s in plan.steps}
+    for seed in range(100):
+        if want & {(k.phase, k.step) for k in chaos.choose_kills(plan, registry, writes, runs,
+                                                                  seed)}:
+            return seed
+    raise AssertionError(f"no seed below 100 kills at {want}")
 
 
 def test_chaos_catches_a_probe_that_matches_on_the_name_alone(db_url: str,
                                                              server: StagingServer) -> None:
-    # Seed 3 kills the first run after the intent of step 2, the second invoice with the
-    # same customer and reference as step 1's: the name-only probe takes step 1's invoice
-    # for step 2's, and step 2 is never posted.
-    code, out = tidemark_chaos(db_url, server, "--runs", "3", "--seed", "3",
+    # Killed after the intent of step 2 (or 4), an invoice with the same customer and
+    # reference as step 1's: the name-only probe takes step 1's invoice for its own, and the
+    # step is never posted. Seen from outside: one post missing, and a step settled by the
+    # probe that never acted.
+    seed = seed_hitting(LEDGER_PLAN, server, 6, {("after_intent", 2), ("after_intent", 4)})
+    code, out = tidemark_chaos(db_url, server, "--runs", "6", "--seed", str(seed),
                                "--action", "helpers.wrong_ledger:ByReference")
     assert code == 1
-    assert out["mismatches"] >= 1, out
-    first = out["failures"][0]
-    assert (first["phase"], first["step"]) == ("after_intent", 2)
-    assert any("step 2 left" in m for m in first["mismatch"]), first
-    code, out = tidemark_chaos(db_url, server, "--runs", "3", "--seed", "3")  # the real probe
-    assert (code, out["mismatches"], out["duplicates"]) == (0, 0, 0), out
+    assert out["mismatches"] >= 1 and out["misses"] >= 1, out
+    [first] = [f for f in out["failures"] if f["phase"] == "after_intent"]
+    assert first["step"] in (2, 4) and first["misses"] == 1, first
+    assert any("missing ledger invoices.post" in m for m in first["mismatch"]), first
+    assert any(f"step {first['step']} resolved_by 'probe'" in m for m in first["mismatch"])
+    code, out = tidemark_chaos(db_url, server, "--runs", "6", "--seed", str(seed))  # real probe
+    assert (code, out["mismatches"], out["duplicates"], out["misses"]) == (0, 0, 0, 0), out
 
 
-def test_the_same_seed_gives_the_same_kills(server: StagingServer) -> None:
+def test_chaos_fails_a_stripe_probe_that_always_answers_absent(
+        db_url: str, server: StagingServer, tmp_path: Path) -> None:
+    """Stripe's Idempotency-Key absorbs the second payment request, so the effect log alone
+    shows no duplicate; chaos must still fail the run: the request log shows the retry the key
+    absorbed, and a kill after the payment was settled by executing again, not by the probe."""
+    plan = tmp_path / "pay.json"
+    plan.write_text(json.dumps({"task_id": "blind-pay", "steps": [
+        {"action": "stripe.payment_intent",
+         "args": {"amount": 4200, "currency": "eur", "description": "blind"}}]}))
+    # Stripe's pairs: four crash points (it does not stage) and a lost answer: five runs,
+    # two of them after the payment committed, on every seed.
+    code, out = tidemark_chaos(db_url, server, "--runs", "5", "--action",
+                               "helpers.blind_stripe:AlwaysAbsent", plan=plan)
+    assert code == 1, out
+    assert out["coverage"]["pairs"] == {"stripe.payment_intent": {
+        "after_execute": 1, "after_intent": 1, "after_outcome": 1, "before_intent": 1,
+        "lost_response": 1}}
+    assert out["duplicates"] == 0 and out["absorbed"] == 2, out  # the key held, twice
+    failed = {f["phase"]: f for f in out["failures"]}
+    assert set(failed) == {"after_execute", "lost_response"}, out["failures"]
+    for f in failed.values():
+        assert any("step 1 resolved_by 'execute'" in m and "expected probe" in m
+                   for m in f["mismatch"]), f
+    [(route, counts)] = out["requests"]["stripe"].items()
+    assert route == "POST /v1/payment_intents" and counts["absorbed"] == 2, out["requests"]
+    # The real probe passes the same runs, and nothing is absorbed: no request was sent twice.
+    code, out = tidemark_chaos(db_url, server, "--runs", "5", plan=plan)
+    assert (code, out["mismatches"], out["duplicates"], out["misses"], out["absorbed"]) == (
+        0, 0, 0, 0, 0), out
+
+
+def test_too_few_runs_to_cover_every_pair_are_refused(db_url: str, server: StagingServer
+                                                      ) -> None:
+    env = {**os.environ, "DATABASE_URL": db_url}
+    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(LEDGER_PLAN),
+                           "--staging-url", server.url, "--runs", "3"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "--runs 3 cannot cover the plan's 6 (action, phase) pairs" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr  # one line
+
+
+def test_the_same_seed_gives_the_same_kills_and_every_seed_covers_every_pair(
+        server: StagingServer) -> None:
     registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
     plan = load_plan(json.loads(LEDGER_PLAN.read_text()), registry)
     writes = {n: [("ledger", "invoices.post")] for n in range(1, 5)}
     a = chaos.choose_kills(plan, registry, writes, 30, seed=9)
     assert a == chaos.choose_kills(plan, registry, writes, 30, seed=9)
     assert a != chaos.choose_kills(plan, registry, writes, 30, seed=10)
-    phases = {k.phase for k in a}
-    assert "after_stage" not in phases  # the ledger action does not stage
-    assert {"before_intent", "after_intent", "after_execute", "after_outcome",
-            "lost_response", "slow_provider"} <= phases
+    assert "after_stage" not in {k.phase for k in a}  # the ledger action does not stage
+    for seed in range(50):
+        first = chaos.choose_kills(plan, registry, writes, 6, seed)
+        assert {k.phase for k in first} == LEDGER_PHASES, (seed, first)
 
 
 def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
@@ -82,3 +166,28 @@ def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
                           text=True, timeout=60)
     assert proc.returncode == 1
     assert "fs.rename acts on this machine" in proc.stderr
+
+
+class Switched(Target):
+    """A target with one switch, to see what chaos's --worst-case does to every switch."""
+
+    name = "switched"
+    switches = (Switch("lag_s", default=0, worst=30, doc="a provider documents up to 30 s"),)
+
+
+def test_worst_case_sets_every_switch_to_its_worst_after_each_reset(
+        tmp_path: Path) -> None:
+    plan = load_plan({"task_id": "switches", "steps": [
+        {"action": "ledger.record", "args": {"ledger": str(tmp_path / "l"), "entry": "e"}}]},
+        spec_registry(LedgerRecord))
+    with StagingServer(Staging([Switched()])) as server:
+        target = server.staging.targets["switched"]
+        chaos.seed_world(server.url, plan, worst_case=True)
+        assert target.switch("lag_s") == 30
+        chaos.seed_world(server.url, plan)  # a reset returns to this server's baseline
+        assert target.switch("lag_s") == 0
+    with StagingServer(Staging([Switched()], worst_case=True)) as server:  # build_staging's
+        chaos.seed_world(server.url, plan)
+        assert server.staging.targets["switched"].switch("lag_s") == 30
+    args = build_parser().parse_args(["chaos", "plan.json", "--worst-case"])
+    assert args.worst_case is True

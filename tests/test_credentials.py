@@ -24,17 +24,19 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+from googleapiclient.errors import HttpError
 
-from activities.granted import acting_for
+from activities.drive import drive_client
+from activities.granted import acting_for, granted_google
 from activities.wiring import credentials, worker_registry
 from staging.core import DEFAULT_ACCOUNT, StagingServer
-from staging.drive import DriveTarget
+from staging.drive import DEFAULT_WRITE_TOKEN, DriveTarget
 from staging.graph import GraphTarget
 from staging.targets import build_staging
 from tidemark.actions import StepContext
 from tidemark.credentials import RefreshingSource
 from tidemark.errors import ConfigError, Unauthorized
-from tidemark.grants import GrantBroker, revoke_task_grants
+from tidemark.grants import GrantBroker, LocalMinter, revoke_task_grants
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -491,3 +493,63 @@ def test_threads_share_one_refresh_and_a_withdrawn_consent_stops_with_unauthoriz
     control(oauth, "/_staging/oauth/revoke", {"refresh_token": "1//consent"})
     with pytest.raises(Unauthorized, match=r"refused to refresh.*invalid_grant"):
         source.renew(tokens.pop())
+
+
+def drive_writes(server: StagingServer) -> list[int | None]:
+    """The statuses of the Drive writes the staging server received, in order."""
+    return [r.status for r in server.staging.requests if r.target == "drive"]
+
+
+def test_a_refused_token_that_cannot_be_renewed_is_not_sent_again(
+        oauth: StagingServer) -> None:
+    """A static token (staging, a Stripe-style key) has nothing fresher to offer: after its
+    401 the request is not sent again, and the 401 stands."""
+    drive = oauth.staging.targets["drive"]
+    assert isinstance(drive, DriveTarget)
+    f = drive.seed("static.pdf")
+    control(oauth, "/_staging/tokens", {"token": "static-write", "like": DEFAULT_WRITE_TOKEN})
+    control(oauth, "/_staging/tokens/static-write/revoke", {})
+    service = granted_google(drive_client(oauth.url, "static-write"), "drive", "write",
+                             LocalMinter())
+    with pytest.raises(HttpError) as refused:
+        service.files().update(fileId=f.id, body={"name": "renamed.pdf"}).execute()
+    assert refused.value.resp.status == 401
+    assert drive_writes(oauth) == [401]  # sent once, never again with the same token
+    assert drive.files[f.id].name == "static.pdf"
+
+
+class RefusedOnArrival(RefreshingSource):
+    """A token endpoint whose every token the provider refuses (its clock is ahead of ours:
+    each token has expired by the time it is presented), up to ``limit`` tokens."""
+
+    def __init__(self, server: StagingServer, limit: int = 6) -> None:
+        super().__init__()
+        self.server, self.limit = server, limit
+
+    def describe(self) -> str:
+        return "tokens expired on arrival"
+
+    def _fetch(self, forced: bool) -> tuple[str, float]:
+        if self.refreshes >= self.limit:
+            raise Unauthorized("the token endpoint gave up")
+        token = f"skewed-{self.refreshes}"
+        control(self.server, "/_staging/tokens",
+                {"token": token, "like": DEFAULT_WRITE_TOKEN, "expires_in": 0})
+        return token, time.time() + 3600.0  # what our clock believes
+
+
+def test_after_a_401_a_request_is_sent_again_at_most_once(oauth: StagingServer) -> None:
+    """Each renewal brings a new token, and the provider refuses that one too: the request
+    goes out twice (the second time with the renewed token), then the 401 stands."""
+    drive = oauth.staging.targets["drive"]
+    assert isinstance(drive, DriveTarget)
+    f = drive.seed("skewed.pdf")
+    source = RefusedOnArrival(oauth)
+    service = granted_google(drive_client(oauth.url, "unused"), "drive", "write",
+                             LocalMinter(), source)
+    with pytest.raises(HttpError) as refused:
+        service.files().update(fileId=f.id, body={"name": "renamed.pdf"}).execute()
+    assert refused.value.resp.status == 401
+    assert drive_writes(oauth) == [401, 401]
+    assert source.refreshes == 2  # the first token, and one renewal
+    assert drive.files[f.id].name == "skewed.pdf"

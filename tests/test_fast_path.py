@@ -5,6 +5,7 @@ path, and a batch ends where the single-step path would have stopped."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pwd
 import signal
@@ -27,6 +28,17 @@ from tidemark.tools import commands
 from workflows.outcome import run_result
 from workflows.run_plan import FAST_BATCH_BUDGET, FAST_BATCH_STEPS, FAST_STEPS_PER_RUN
 from workflows.types import RunResult
+
+
+async def batches_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """The first step of every run_steps batch the run scheduled, from its history."""
+    firsts = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "run_steps":
+                firsts.append(json.loads(attrs.input.payloads[0].data)["first"])
+    return firsts
 
 
 def fast_plan(tmp_path: Path, task_id: str, n: int, **extra: Any) -> dict[str, Any]:
@@ -137,13 +149,16 @@ async def test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_re
     ran = entries(tmp_path)
     assert 2 <= len(ran) < n and ran == [f"e{i}" for i in range(1, len(ran) + 1)]
     assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
+    # The batch under way met the halt's stop state; no batch started after the halt.
+    assert max(await batches_started(handle)) <= len(ran)
 
     assert (await handle.query("status"))["execution"] == "fast"
-    again = await run_result(await start(temporal_env.client,
-                               {"task_id": "fast-halt", "execution": "fast"},
-                               task_queue))
+    again_handle = await start(temporal_env.client, {"task_id": "fast-halt", "execution": "fast"},
+                               task_queue)
+    again = await run_result(again_handle)
     assert again.state == "stopped" and "tidemark release fast-halt" in again.error["message"]
     assert len(entries(tmp_path)) == len(ran)
+    assert await batches_started(again_handle) == []  # the start-of-run check, on its own
 
 
 async def test_a_stop_committed_mid_run_ends_the_fast_path_at_its_next_step(

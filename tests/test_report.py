@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.steps import crash_at, persist
 from tidemark.actions import Registry
+from tidemark.errors import StepFailed
 from tidemark.report import build_report
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -38,3 +41,22 @@ def test_each_irreversible_step_gets_the_verdict_its_rows_prove(
             ] == [(1, "done", False), (2, None, False), (3, None, True), (4, None, True)]
     assert (doc["state"], doc["confirmed"], doc["not_started"], doc["next_step"]) == (
         "in_doubt", 1, 2, 2)
+
+
+def test_a_failed_step_is_counted_as_failed_never_as_confirmed(
+        store: JournalStore, tmp_path: Path) -> None:
+    # Step 2's target refuses it for good: a journaled failed outcome, the last step of the plan.
+    refuse = tmp_path / "closed"
+    refuse.touch()
+    task = persist(store, SPECS, [ledger_step(tmp_path, "e1"),
+                                  ledger_step(tmp_path, "e2", refused_while=str(refuse))],
+                   task_id="refused")
+    run_step(store, REGISTRY, task, 1)
+    with pytest.raises(StepFailed):
+        run_step(store, REGISTRY, task, 2)
+    doc = build_report(store, task).as_json()
+    assert (doc["state"], doc["rows"], doc["confirmed"], doc["failed"]) == ("failed", 2, 1, 1)
+    assert [(i["step"], i["status"]) for i in doc["irreversible"]] == [(1, "done"),
+                                                                        (2, "failed")]
+    text = build_report(store, task).text()
+    assert "confirmed      1" in text and "failed         1" in text

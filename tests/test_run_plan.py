@@ -56,6 +56,18 @@ def entries(tmp_path: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in ledger_lines(tmp_path / "ledger")]
 
 
+async def steps_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """The steps whose run_step activity the run scheduled, from its history: what it started,
+    whether or not the step then met the stop state."""
+    started = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "run_step":
+                started.append(json.loads(attrs.input.payloads[0].data)["step"])
+    return started
+
+
 async def test_readme_start_command_renames_the_files(
         temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path, workers) -> None:
     docs = tmp_path / "docs"
@@ -99,12 +111,17 @@ async def test_halt_signal_stops_cleanly_and_durably(
     ran = entries(tmp_path)
     assert 2 <= len(ran) < 12 and ran == [f"e{i}" for i in range(1, len(ran) + 1)]
     assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
+    # The halt came between two steps or during one: either way the step after it was never
+    # started (not merely refused by the stop state once started).
+    assert await steps_started(handle) == list(range(1, len(ran) + 1))
 
-    # Starting again, by any means, refuses and acts on nothing.
+    # Starting again, by any means, refuses and acts on nothing: the run's own check of the
+    # stop state at its start holds, before any step is started.
     again = await start(temporal_env.client, {"task_id": "halt-1"}, task_queue)
     refused = await run_result(again)
     assert refused.state == "stopped" and "tidemark release halt-1" in refused.error["message"]
     assert len(entries(tmp_path)) == len(ran)
+    assert await steps_started(again) == []
 
     # A person releases it; starting again resumes where it stopped.
     commands.release(store.conninfo, "halt-1", "window over", "ops")
@@ -216,12 +233,19 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
     result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", n, n)
     assert entries(tmp_path) == [f"e{i}" for i in range(1, n + 1)]
-    runs = []
-    async for event in handle.fetch_history_events():  # the last run's history only
-        runs.append(event.event_type)
-    assert len(runs) < 6 * STEPS_PER_RUN  # bounded by the window, not by the plan
     chain = [w async for w in temporal_env.client.list_workflows('WorkflowId = "tidemark-long-1"')]
     assert len(chain) == 3  # two continue-as-new hops: three runs
+    # Each run's history holds the steps of its own window and grows with them alone (about
+    # six events a step: a workflow task and the activity's scheduled, started and completed),
+    # so the last run, with five steps, is small however long the plan.
+    sizes = []
+    for w in chain:
+        run = temporal_env.client.get_workflow_handle(w.id, run_id=w.run_id)
+        events = [e async for e in run.fetch_history_events()]
+        sizes.append((len(await steps_started(run)), len(events)))
+    sizes.sort()
+    assert [steps for steps, _ in sizes] == [5, STEPS_PER_RUN, STEPS_PER_RUN], sizes
+    assert all(events <= 7 * steps + 40 for steps, events in sizes), sizes
 
 
 async def test_a_postgres_outage_mid_run_is_ridden_out_without_duplicates(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +28,7 @@ from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.unwind import undo_key, unwind_step
+from tidemark.unwind import unwind_step
 
 RUN_ONE = str(Path(__file__).parent / "helpers" / "run_one.py")
 REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
@@ -40,6 +43,14 @@ def setup_task(store: JournalStore, tmp_path: Path, n: int = 3) -> str:
                   "args": {"ledger": str(tmp_path / "ledger"), "entry": "sent"}})
     store.persist_plan(load_plan({"task_id": "uw", "steps": steps}, spec_registry(LedgerRecord)))
     return "uw"
+
+
+def documented_undo_key(task_id: str, step: int, action: str, args: dict[str, Any]) -> str:
+    """A compensation's key as documented, computed here without the code's own functions:
+    the forward key's recipe (sha256 of the JSON of task, step, action and args,
+    keys sorted, first 32 hex digits) with ``#undo`` after the action's name."""
+    payload = json.dumps([task_id, step, action + "#undo", args], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def names(tmp_path: Path) -> list[str]:
@@ -68,11 +79,14 @@ def test_unwind_restores_reversible_steps_last_first_and_journals_them(
     results = [unwind_step(store, REGISTRY, task, s) for s in store.undo_candidates(task)]
     assert [(r.step, r.status) for r in results] == [(3, "undone"), (2, "undone"), (1, "undone")]
     assert names(tmp_path) == ["draft-0.txt", "draft-1.txt", "draft-2.txt"]
-    assert ledger_lines(tmp_path / "ledger") != []  # the irreversible step is left alone
+    # The irreversible step is left alone: its one entry, neither undone nor written again.
+    assert [line.split(" ", 1)[1] for line in ledger_lines(tmp_path / "ledger")] == ["sent"]
     undo_rows = [r for r in store.rows(task) if r.phase == "undo"]
     assert [(r.step, r.status, r.resolved_by) for r in undo_rows] == [
         (1, "done", "execute"), (2, "done", "execute"), (3, "done", "execute")]
-    assert undo_rows[0].idem_key == undo_key(task, 1, "fs.rename", undo_rows[0].args)
+    forward = {r.step: r.args for r in store.rows(task) if r.phase == "do"}
+    assert [r.idem_key for r in undo_rows] == [
+        documented_undo_key(task, n, "fs.rename", forward[n]) for n in (1, 2, 3)]
     assert store.undo_candidates(task) == []
     assert unwind_step(store, REGISTRY, task, 1).status == "already_undone"
 
@@ -146,6 +160,7 @@ def test_drive_rename_compensation_is_journaled_and_restores_the_name(
     undo = store.step_row("uw-drive", 1, "undo")
     assert undo is not None and (undo.status, undo.resolved_by) == ("done", "execute")
     assert undo.before_state == done.outcome  # what the step left, recorded before undoing it
-    assert undo.idem_key == undo_key("uw-drive", 1, "drive.rename", plan.steps[0].args)
+    assert undo.idem_key == documented_undo_key("uw-drive", 1, "drive.rename",
+                                                plan.steps[0].args)
     updates = effects(server, "drive", "files.update")
     assert [e["detail"]["name"] for e in updates] == ["2026-Q3 invoice 7.pdf", "scan-7.pdf"]

@@ -1,13 +1,16 @@
-"""Mutation check of the safety core: break one rule at a time and require a test to notice.
+"""Mutation check of the safety surface: break one rule at a time and measure whether the suite
+notices.
 
-``python tools/mutation_check.py [--json] [--list] [--only NAME ...] [--jobs N] [--no-baseline]``
+``python tools/mutation_check.py [--json] [--list] [--rules] [--only NAME ...] [--jobs N]
+[--no-baseline] [--full] [--named-only]``
 
-Each mutant below is the smallest plausible bug against one rule Tidemark promises (the README's
-promises and runbook): an inverted condition, a dropped check, a wrong default. It is anchored
-on a small source snippet that must occur exactly once in its file; a snippet found zero or
-several times is an ERROR (the code moved: re-anchor it), never counted as killed.
+Each mutant below is the smallest plausible bug against one rule Tidemark promises (listed in
+docs/safety-rules.md with the mutants that break it): an inverted condition, a dropped check, a
+wrong default. It is anchored on a small source snippet that must occur exactly once in its
+file; a snippet found zero or several times is an ERROR (the code moved: re-anchor it), never
+counted as killed.
 
-How it runs, and why it fits in ten minutes on two cores:
+How it runs, and why it stays inside CI's budget on two cores:
 
 * the tracked files of the working tree are copied to a temporary directory once; each mutant
   gets its own copy of that copy (a few hundred small files), with one edit applied. The real
@@ -18,18 +21,24 @@ How it runs, and why it fits in ten minutes on two cores:
   processes) inherit that environment. Before any mutant runs, the script checks from a
   subprocess that ``tidemark``, ``activities``, ``probes``, ``workflows`` and ``staging`` are
   imported from the copy, and stops with an error otherwise.
-* each mutant names only the tests that should notice it (node ids), run with
-  ``-x -q -p no:cacheprovider``: most mutants need one test of a few seconds; only RunPlan's
-  mutants and the approval mutant start a Temporal dev server.
-* a baseline run of the union of those tests on the unmutated copy comes first: a test that
-  fails without a mutant would "kill" every mutant it is named for, so a red baseline is an
-  error, not a result.
-* two mutants run at a time (``--jobs``, default 2): every pytest session starts its own
+* each mutant runs against the whole tier of tests of the module it touches (``TIERS``): first
+  the tests named with it, which are known to notice it, with ``-x``; if they all pass, the
+  rest of the tier with ``-x``. A killed mutant thus costs its named tests (seconds, a minute
+  for RunPlan's), and a survivor has been measured against every test of its module, so a
+  survivor means the suite is weak, not that the wrong test was picked. A kill by the rest of
+  the tier is reported (``killed_by_tier``): name that test with the mutant.
+* a baseline run of the named tests on the unmutated copy comes first: a test that fails
+  without a mutant would "kill" every mutant it is named for, so a red baseline is an error,
+  not a result. ``--full`` (nightly) runs the baseline over every tier instead, so that a kill
+  by the rest of a tier cannot be a test that fails anyway; in CI the suite has just passed.
+* three mutants run at a time (``--jobs``, default 3): every pytest session starts its own
   embedded Postgres and staging servers in a private ``--basetemp``, so runs share no state.
-  The runs mostly wait (leases lapsing, subprocesses starting), so two at a time halves the
-  wall time at little CPU cost. Measured on the shared 2-core machine while other test runs
-  were going: 65 mutants, baseline included, in 4 min 41 s wall, 3 min 44 s of CPU (user and
-  system).
+  The runs mostly wait (leases lapsing, subprocesses starting), so running several at once cuts
+  the wall time at little CPU cost (docs/safety-rules.md, Measured).
+* the rules list: docs/safety-rules.md names each rule of the safety surface with its mutants
+  and a status; ``--rules`` checks it without running anything, and every run checks it too:
+  every covered rule names at least one mutant, every name is a mutant here, every mutant
+  breaks a listed rule. Pending rules (no mutant yet) are reported as such.
 
 Where a rule is checked twice on purpose, the mutant breaks the check that enforces it. The stop
 and unwound states are read when a step's lock is taken (run_step, unwind_step) and checked
@@ -38,11 +47,13 @@ read only saves work, so dropping it alone changes nothing a test could see. Tho
 the statement, and the tests that kill them commit the stop (or the release) after the lock was
 taken, during the snapshot or the probe.
 
-A mutant is killed when one of its tests fails (or they time out); it survives when they pass.
-A mutant that only makes the tests' set-up fail (pytest ``ERROR``, no ``FAILED``: e.g. a
-migration that no longer runs) is an error, not a kill: no test showed the rule broken. The exit
-code is 0 only when every mutant was killed and there were no errors. ``--json`` prints
-``{"mutants": N, "killed": K, "survived": [...], "errors": [...]}``.
+A mutant is killed when one of its tests fails (or they time out); it survives when its whole
+tier passes. A mutant that only makes the tests' set-up fail (pytest ``ERROR``, no ``FAILED``:
+e.g. a migration that no longer runs) is an error, not a kill: no test showed the rule broken.
+The exit code is 0 only when every mutant was killed, there were no errors and the rules list
+has no problem. ``--json`` prints ``{"mutants": N, "killed": K, "survived": [...], "rules":
+{"listed", "covered", "pending", "problems"}, "score": K/N, "errors": [...],
+"killed_by_tier": [...]}``.
 """
 
 from __future__ import annotations
@@ -58,9 +69,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PER_MUTANT_TIMEOUT_S = 240
+PER_MUTANT_TIMEOUT_S = 240  # the named tests
+PER_TIER_TIMEOUT_S = 1200  # the rest of the tier, for a mutant they let through
 PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "worker")
 
 RS = "tidemark/run_step.py"
@@ -89,6 +102,7 @@ T_GF = "tests/test_graph_fence.py"
 T_MF = "tests/test_gmail_fence.py"
 T_DO = "tests/test_deadline_overrun.py"
 T_PO = "tests/test_pool_restart.py"
+T_CR = "tests/test_credentials.py"
 
 
 @dataclass(frozen=True)
@@ -508,7 +522,99 @@ MUTANTS: tuple[Mutant, ...] = (
                                " = 'off' RETURNING"),
            (f"{T_OF}::test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_"
             "intent_is_not",)),
+    # -- RunPlan's halt and start-of-run stop check ------------------------------------------------
+    Mutant("runplan: a halt that arrives between two steps lets the next step start",
+           "workflows/run_plan.py",
+           "for step in range(first, last + 1) if not self._batched else ():\n"
+           "            if self._halt_reason is not None:\n",
+           "for step in range(first, last + 1) if not self._batched else ():\n"
+           "            if self._halt_reason is not None and False:\n",
+           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+    Mutant("runplan: the stop check at the start of a run is left to the per-step one",
+           "workflows/run_plan.py",
+           "if prep.stopped is not None:\n            return self._end(STOPPED",
+           "if prep.stopped is not None and False:\n            return self._end(STOPPED",
+           (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
+    Mutant("runplan: on the fast path a halt between batches lets the next batch start",
+           "workflows/run_plan.py",
+           "        while step <= last:\n            if self._halt_reason is not None:\n",
+           "        while step <= last:\n            if self._halt_reason is not None and False:\n",
+           (f"{T_FP}::test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_"
+            "refuses",)),
+    # -- batches: outcomes on disk before they are reported, counts -------------------------------
+    Mutant("a batch that ends on a later step's error returns before its outcomes are on disk",
+           RS,
+           "            error = e\n            break\n",
+           "            return Batch(results, e)\n",
+           (f"{T_OF}::test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_"
+            "reports",)),
+    # -- the verification gate --------------------------------------------------------------------
+    Mutant("the verification gate re-probes only the steps that executed", "tidemark/boundary.py",
+           'if row.resolved_by == "operator":',
+           'if row.resolved_by in ("operator", "probe"):',
+           ("tests/test_boundary.py::test_the_gate_reprobes_done_steps_only_and_takes_a_persons_"
+            "word_for_the_ones_she_settled",)),
+    # -- the report's counts ----------------------------------------------------------------------
+    Mutant("a journaled failed step is counted as confirmed", ST,
+           "WHERE j.task_id = p.task_id AND j.phase = 'do' AND j.status = 'done')\n"
+           "                     AS confirmed,",
+           "WHERE j.task_id = p.task_id AND j.phase = 'do' AND j.status <> 'skipped')\n"
+           "                     AS confirmed,",
+           (f"{T_RE}::test_a_failed_step_is_counted_as_failed_never_as_confirmed",)),
+    # -- credential renewal after a 401 -----------------------------------------------------------
+    Mutant("a refused token is never renewed, so the request is not sent again",
+           "tidemark/credentials.py",
+           "if self._token is None or self._token == stale:",
+           "if self._token is None:",
+           (f"{T_CR}::test_a_write_whose_token_expired_early_is_renewed_and_sent_once",)),
+    Mutant("after a 401 a request is sent again without a renewed token",
+           "activities/granted.py",
+           "if response.status != 401 or not self.credentials.renew():",
+           "if response.status != 401:",
+           (f"{T_CR}::test_a_refused_token_that_cannot_be_renewed_is_not_sent_again",)),
+    Mutant("after a 401 a request is sent again for as long as renewals come",
+           "activities/granted.py",
+           "        # Safe for writes: a 401 was not processed (see GrantedCredentials).\n"
+           "        return super().request(uri, method, body, headers, **kwargs)",
+           "        # Safe for writes: a 401 was not processed (see GrantedCredentials).\n"
+           "        return self.request(uri, method, body, headers, **kwargs)",
+           (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
 )
+
+
+# The tier of tests of each module a mutant touches: every test file that exercises that
+# module's rules. A mutant runs its named tests first (a known bug is still caught, in seconds),
+# then, if they all pass, the rest of its module's tier with ``-x``: a survivor is one that the
+# whole tier lets through, not one that a single chosen test missed. tests/test_mutation_check.py
+# checks that every mutant's file has a tier and every tier file exists.
+T_ST = "tests/test_stripe_payment.py"
+T_DR = "tests/test_drive_rename.py"
+T_BD = "tests/test_boundary.py"
+TIERS: dict[str, tuple[str, ...]] = {
+    RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py"),
+    ST: (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, "tests/test_plan.py"),
+    M1: (T_SC, T_RS, T_CT),
+    M_STOP: (T_CT, T_SS, T_SC),
+    "tidemark/migrate.py": (T_SC,),
+    "tidemark/plan.py": ("tests/test_plan.py", T_HZ),
+    "tidemark/boundary.py": (T_BD,),
+    "activities/boundary.py": (T_BD,),
+    "tidemark/report.py": (T_RE, T_SS),
+    "tidemark/unwind.py": (T_UW, T_SS, T_CT),
+    "tidemark/tools/commands.py": ("tests/test_cli.py", T_CT),
+    "tidemark/credentials.py": (T_CR,),
+    "activities/granted.py": (T_CR, "tests/test_google_http.py"),
+    "activities/drive.py": (T_DR, T_PR),
+    "probes/drive.py": (T_DR, T_PR),
+    "activities/fs.py": ("tests/test_fs_rename.py", T_PR),
+    "probes/fs.py": (T_PR, "tests/test_fs_rename.py"),
+    "activities/stripe.py": (T_ST,),
+    "probes/stripe.py": (T_ST,),
+    "probes/gmail.py": ("tests/test_gmail_send.py", T_MF),
+    "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
+    "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
+}
+RULES_DOC = ROOT / "docs" / "safety-rules.md"
 
 
 @dataclass
@@ -517,6 +623,68 @@ class Result:
     outcome: str  # killed | survived | error
     seconds: float
     detail: str = ""
+    by_tier: bool = False  # killed by the rest of the tier, not by a named test
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of docs/safety-rules.md: its text, status (covered | pending) and mutants."""
+
+    text: str
+    status: str
+    mutants: tuple[str, ...]
+
+
+def read_rules(path: Path = RULES_DOC) -> list[Rule]:
+    """The rules listed in the docs. Each is a ``### `` heading followed by ``- status: covered``
+    or ``- status: pending`` and, for a covered rule, one ``- mutant: NAME`` line per mutant."""
+    rules: list[Rule] = []
+    text: str | None = None
+    status, names = "", []
+
+    def close() -> None:
+        if text is not None:
+            rules.append(Rule(text, status, tuple(names)))
+
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            close()
+            text, status, names = line[4:].strip(), "", []
+        elif text is not None and line.startswith("- status: "):
+            status = line.removeprefix("- status: ").strip()
+        elif text is not None and line.startswith("- mutant: "):
+            names.append(line.removeprefix("- mutant: ").strip())
+    close()
+    return rules
+
+
+def rule_problems(rules: list[Rule], mutants: tuple[Mutant, ...] = MUTANTS) -> list[str]:
+    """What is wrong with the rules list against the mutants: a covered rule without a mutant,
+    a mutant name no mutant has, a mutant no rule names, a status other than the two."""
+    known = {m.name for m in mutants}
+    problems = []
+    for r in rules:
+        if r.status not in ("covered", "pending"):
+            problems.append(f"rule {r.text!r}: status {r.status!r} is not covered or pending")
+        elif r.status == "covered" and not r.mutants:
+            problems.append(f"rule {r.text!r}: covered, but names no mutant")
+        for name in r.mutants:
+            if name not in known:
+                problems.append(f"rule {r.text!r}: no mutant is named {name!r}")
+    named = {n for r in rules for n in r.mutants}
+    problems += [f"mutant {m.name!r} breaks no rule listed in {RULES_DOC.name}"
+                 for m in mutants if m.name not in named]
+    return problems
+
+
+def tier_of(mutant: Mutant) -> list[str]:
+    """The test files of the mutant's module, its named tests' files included."""
+    files = list(TIERS.get(mutant.path, ()))
+    for t in mutant.tests:
+        f = t.split("::")[0]
+        if f not in files:
+            files.append(f)
+    return files
 
 
 def tracked_copy(dest: Path) -> Path:
@@ -557,11 +725,13 @@ def anchor_errors(base: Path, mutant: Mutant) -> str | None:
     return None
 
 
-def pytest(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, str]:
+def pytest(copy: Path, tests: list[str], timeout: float,
+           deselect: tuple[str, ...] = ()) -> tuple[int | None, str]:
     # A private basetemp: pytest prunes old numbered temp dirs, which would delete the
     # embedded Postgres of a session running next to this one.
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-           f"--basetemp={copy.parent / 'pytest-tmp'}", *tests]
+           f"--basetemp={copy.parent / 'pytest-tmp'}", *tests,
+           *(f"--deselect={t}" for t in deselect)]
     try:
         p = subprocess.run(cmd, cwd=copy, env=env_for(copy), capture_output=True, text=True,
                            timeout=timeout)
@@ -577,7 +747,23 @@ def failure_line(out: str) -> str:
     return (hits or lines or [""])[0][:300]
 
 
-def run_mutant(base: Path, mutant: Mutant) -> Result:
+def verdict(name: str, code: int | None, out: str, took: float) -> Result | None:
+    """A pytest run's verdict on a mutant; None when every test passed (not killed yet)."""
+    if code == 1 and "\nFAILED " not in out and "\nERROR " in out:
+        # Only set-up or collection errors: the mutant broke the tests' machinery (e.g. SQL
+        # that no longer migrates), so no test showed the rule broken.
+        return Result(name, "error", took,
+                      f"no test failed, the tests' set-up did: {failure_line(out)}")
+    if code is None or code == 1:
+        return Result(name, "killed", took, failure_line(out))
+    if code in (0, 5):  # 5: no test left to run once the named ones are deselected
+        return None
+    return Result(name, "error", took, f"pytest exit {code}: {out}")
+
+
+def run_mutant(base: Path, mutant: Mutant, tier: bool = True) -> Result:
+    """Applies the mutant to a copy of ``base`` and runs its named tests, then (``tier``) the
+    rest of its module's tier, each with ``-x``."""
     started = time.monotonic()
     error = anchor_errors(base, mutant)
     if error:
@@ -594,27 +780,53 @@ def run_mutant(base: Path, mutant: Mutant) -> Result:
             except SyntaxError as e:
                 return Result(mutant.name, "error", 0.0, f"mutant does not compile: {e}")
         code, out = pytest(copy, list(mutant.tests), PER_MUTANT_TIMEOUT_S)
-    took = time.monotonic() - started
-    if code == 1 and "\nFAILED " not in out and "\nERROR " in out:
-        # Only set-up or collection errors: the mutant broke the tests' machinery (e.g. SQL
-        # that no longer migrates), so no test showed the rule broken.
-        return Result(mutant.name, "error", took,
-                      f"no test failed, the tests' set-up did: {failure_line(out)}")
-    if code is None or code == 1:
-        return Result(mutant.name, "killed", took, failure_line(out))
-    if code == 0:
-        return Result(mutant.name, "survived", took)
-    return Result(mutant.name, "error", took, f"pytest exit {code}: {out}")
+        found = verdict(mutant.name, code, out, time.monotonic() - started)
+        if found is not None or not tier:
+            return found or Result(mutant.name, "survived", time.monotonic() - started)
+        code, out = pytest(copy, tier_of(mutant), PER_TIER_TIMEOUT_S, deselect=mutant.tests)
+        if code is None:  # a slow tier is no kill: the mutant was not measured to the end
+            return Result(mutant.name, "error", time.monotonic() - started,
+                          f"the rest of the tier did not finish in {PER_TIER_TIMEOUT_S}s")
+        found = verdict(mutant.name, code, out, time.monotonic() - started)
+    if found is None:
+        return Result(mutant.name, "survived", time.monotonic() - started,
+                      f"the whole tier passed: {' '.join(tier_of(mutant))}")
+    found.by_tier = found.outcome == "killed"
+    return found
+
+
+def summarize(results: list[Result], rules: list[Rule], problems: list[str]
+              ) -> dict[str, Any]:
+    killed = [r for r in results if r.outcome == "killed"]
+    covered = [r for r in rules if r.status == "covered" and r.mutants]
+    return {
+        "mutants": len(results), "killed": len(killed),
+        "survived": [r.name for r in results if r.outcome == "survived"],
+        "errors": [f"{r.name}: {r.detail[:300]}" for r in results if r.outcome == "error"],
+        # Killed only by the rest of the tier: worth naming the test that did it.
+        "killed_by_tier": [f"{r.name}: {r.detail}" for r in killed if r.by_tier],
+        "rules": {"listed": len(rules), "covered": len(covered),
+                  "pending": [r.text for r in rules if r.status == "pending"],
+                  "problems": problems},
+        "score": round(len(killed) / len(results), 4) if results else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--json", action="store_true", help="print the summary as JSON only")
     ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    ap.add_argument("--rules", action="store_true",
+                    help="check the rules list of docs/safety-rules.md against the mutants only")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=3)
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unmutated run of the selected tests")
+    ap.add_argument("--full", action="store_true",
+                    help="the baseline runs every selected mutant's whole tier, not only the "
+                         "named tests (nightly; see README, Testing)")
+    ap.add_argument("--named-only", action="store_true",
+                    help="run each mutant against its named tests only (quick; not a score)")
     args = ap.parse_args(argv)
     mutants = list(MUTANTS)
     if args.only:
@@ -622,12 +834,20 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"no such mutant: {', '.join(sorted(unknown))}")
         mutants = [m for m in mutants if m.name in args.only]
+    rules = read_rules()
+    problems = rule_problems(rules)
     if args.list:
         for m in mutants:
             print(f"- {m.name} ({m.path}; {', '.join(t.split('::')[-1] for t in m.tests)})")
         return 0
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (
         lambda *a: print(*a, flush=True))
+    if args.rules:
+        for p in problems:
+            say(p)
+        say(f"{len(rules)} rules, {sum(r.status == 'pending' for r in rules)} pending, "
+            f"{len(problems)} problems")
+        return 1 if problems else 0
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutation-base-") as tmp:
         base = tracked_copy(Path(tmp) / "tree")
@@ -635,28 +855,32 @@ def main(argv: list[str] | None = None) -> int:
         results: list[Result] = []
         if not args.no_baseline:
             tests = sorted({t for m in mutants for t in m.tests})
-            code, out = pytest(base, tests, PER_MUTANT_TIMEOUT_S * 2)
-            say(f"baseline: {len(tests)} tests, exit {code}")
+            if args.full:
+                tests = sorted({f for m in mutants for f in tier_of(m)})
+            code, out = pytest(base, tests, PER_TIER_TIMEOUT_S * 2)
+            say(f"baseline: {len(tests)} {'test files' if args.full else 'tests'}, exit {code}")
             if code != 0:
                 results = [Result(m.name, "error", 0.0, "baseline failed") for m in mutants]
                 say(out)
         if not results:
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                for r in pool.map(lambda m: run_mutant(base, m), mutants):
+                for r in pool.map(lambda m: run_mutant(base, m, not args.named_only), mutants):
                     say(f"{r.outcome:8} {r.seconds:6.1f}s  {r.name}"
+                        + (" (by the rest of its tier)" if r.by_tier else "")
                         + (f"\n         {r.detail}" if r.detail else ""))
                     results.append(r)
-    killed = [r.name for r in results if r.outcome == "killed"]
-    survived = [r.name for r in results if r.outcome == "survived"]
-    errors = [f"{r.name}: {r.detail[:300]}" for r in results if r.outcome == "error"]
-    summary = {"mutants": len(results), "killed": len(killed), "survived": survived,
-               "errors": errors}
+    summary = summarize(results, rules, problems)
+    for p in problems:
+        say(f"rules: {p}")
     if args.json:
         print(json.dumps(summary))
     else:
-        say(f"{len(killed)}/{len(results)} killed, {len(survived)} survived, "
-            f"{len(errors)} errors in {time.monotonic() - started:.0f}s")
-    return 0 if not survived and not errors else 1
+        say(f"{summary['killed']}/{len(results)} killed (score {summary['score']}), "
+            f"{len(summary['survived'])} survived, {len(summary['errors'])} errors; "
+            f"{summary['rules']['covered']}/{len(rules)} rules covered, "
+            f"{len(summary['rules']['pending'])} pending; "
+            f"{time.monotonic() - started:.0f}s")
+    return 0 if not (summary["survived"] or summary["errors"] or problems) else 1
 
 
 if __name__ == "__main__":

@@ -12,11 +12,31 @@ fresh task id (the plan's, suffixed), each interrupted once by one of:
 * ``slow_provider``: the target takes longer over one step's write than the client waits (the
   ``delay`` fault, with the client timeout cut short through the action's timeout variable);
 
-then resumed in order, as a new worker would, and compared with the reference: each step's
-journal status, the target's state as each step's snapshot reads it (keys and task ids factored
-out), and the writes per target and operation in the staging effect log. A write applied twice
-under one key is a duplicate. The kills come from ``random.Random(seed)``: the same seed gives
-the same kills.
+then resumed in order, as a new worker would, and judged from the outside, by what reached the
+staging servers and what an observer reads there, never by the journal's word for it:
+
+* **duplicates and misses** come from the staging servers' effect log (``/_staging/effects``):
+  the writes applied per target and operation, counted whatever key they carried, against the
+  reference run's counts. More is a duplicate, fewer a miss. The request log
+  (``/_staging/requests``) gives every write request that reached a target: a retry that the
+  provider answered from its idempotency key (``replayed``) is counted as *absorbed*, not as a
+  duplicate, and a request refused with an error as *refused*;
+* **resolved_by** of the interrupted step is checked against the kill: a kill after the action
+  committed (``after_execute``, a ``lost_response`` to the final write) must be settled by the
+  probe as done; a kill before it (``before_intent``, ``after_intent``, ``after_stage``) or
+  after the outcome must end *executed* (a probe found it absent, then it ran; or it had run);
+  a ``slow_provider`` may end either way; every other step executed;
+* each reversible step's snapshot (what compensation would restore, read now, keys and task ids
+  factored out) and each step's journal status are compared with the reference.
+
+Every (action, phase) pair the plan has is covered on every invocation, whatever the seed: the
+first runs are a schedule with one run per pair (the step of that action, the order, and the
+write a fault hits drawn from ``random.Random(seed)``), the rest are random draws; ``--runs``
+smaller than the number of pairs is refused. The same seed gives the same kills.
+
+An error of the harness itself (seeding a target, binding the registry, reading a snapshot for
+the comparison, e.g. an identity check that timed out) is reported as a harness error of that
+run, never as a mismatch: such a run was not judged, and it fails the invocation as such.
 
 The plan's steps run in a subprocess (``python -m tidemark.tools.chaos --run ...``) so that a crash
 point can SIGKILL it; the resume runs here. Actions come from the worker's registry (built-ins
@@ -81,14 +101,28 @@ class Kill:
     op: tuple[str, str] | None = None  # (target, op) of the write a fault hits
 
 
+class HarnessError(Exception):
+    """Chaos's own machinery failed (seeding, binding, reading the world): the run could not be
+    judged. Never a mismatch: it says nothing about Tidemark."""
+
+
 @dataclass
 class RunResult:
     run: int
     kill: Kill
+    action: str
     duplicates: int
     mismatch: list[str]
     error: str = ""
     left_over: int = 0  # provisional handles (drafts) an interrupted stage left behind
+    misses: int = 0
+    absorbed: int = 0  # write requests answered from an idempotency key (replayed)
+    harness_error: str = ""
+    requests: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.duplicates or self.misses or self.mismatch or self.error)
 
 
 @dataclass
@@ -96,40 +130,75 @@ class ChaosReport:
     seed: int
     runs: list[RunResult] = field(default_factory=list)
     reference_duplicates: int = 0
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # what the plan has
 
     def as_json(self) -> dict[str, Any]:
         failures = [{"run": r.run, "phase": r.kill.phase, "step": r.kill.step,
-                     "duplicates": r.duplicates, "mismatch": r.mismatch, "error": r.error}
-                    for r in self.runs if r.duplicates or r.mismatch or r.error]
+                     "action": r.action, "duplicates": r.duplicates, "misses": r.misses,
+                     "mismatch": r.mismatch, "error": r.error}
+                    for r in self.runs if r.failed]
+        harness = [{"run": r.run, "phase": r.kill.phase, "step": r.kill.step,
+                    "action": r.action, "error": r.harness_error}
+                   for r in self.runs if r.harness_error]
+        requests: dict[str, dict[str, dict[str, int]]] = {}
+        for r in self.runs:
+            for (target, op), counts in r.requests.items():
+                into = requests.setdefault(target, {}).setdefault(
+                    op, {"sent": 0, "absorbed": 0, "refused": 0})
+                for k, n in counts.items():
+                    into[k] += n
+        coverage: dict[str, dict[str, int]] = {}
+        for r in self.runs:
+            by_phase = coverage.setdefault(r.action, {})
+            by_phase[r.kill.phase] = by_phase.get(r.kill.phase, 0) + 1
+        covered = {(r.action, r.kill.phase) for r in self.runs}
         return {"runs": len(self.runs),
                 "duplicates": self.reference_duplicates + sum(r.duplicates for r in self.runs),
+                "misses": sum(r.misses for r in self.runs),
+                "absorbed": sum(r.absorbed for r in self.runs),
                 "mismatches": sum(1 for r in self.runs if r.mismatch or r.error),
+                "harness_errors": harness,
                 "phases": dict(sorted(Counter(r.kill.phase for r in self.runs).items())),
+                "requests": {t: dict(sorted(ops.items())) for t, ops in sorted(requests.items())},
+                "coverage": {"pairs": {a: dict(sorted(p.items()))
+                                       for a, p in sorted(coverage.items())},
+                             "missing": [f"{a} {p}" for a, p in self.pairs
+                                         if (a, p) not in covered]},
                 "seed": self.seed, "failures": failures}
 
     @property
     def ok(self) -> bool:
         data = self.as_json()
-        return data["duplicates"] == 0 and data["mismatches"] == 0
+        return (data["duplicates"] == 0 and data["misses"] == 0 and data["mismatches"] == 0
+                and not data["harness_errors"] and not data["coverage"]["missing"])
 
     def table(self) -> str:
-        rows = ["phase            runs  duplicates  mismatches"]
+        rows = ["phase            runs  duplicates  misses  mismatches  absorbed"]
         for phase in PHASES:
             mine = [r for r in self.runs if r.kill.phase == phase]
             if mine:
                 rows.append(f"{phase:<16} {len(mine):>4}  {sum(r.duplicates for r in mine):>10}"
-                            f"  {sum(1 for r in mine if r.mismatch or r.error):>10}")
+                            f"  {sum(r.misses for r in mine):>6}"
+                            f"  {sum(1 for r in mine if r.mismatch or r.error):>10}"
+                            f"  {sum(r.absorbed for r in mine):>8}")
         data = self.as_json()
         rows.append(f"{'total':<16} {data['runs']:>4}  {data['duplicates']:>10}  "
-                    f"{data['mismatches']:>10}   (seed {self.seed})")
+                    f"{data['misses']:>6}  {data['mismatches']:>10}  {data['absorbed']:>8}"
+                    f"   (seed {self.seed})")
+        rows.append(f"coverage: {len(self.pairs) - len(data['coverage']['missing'])}/"
+                    f"{len(self.pairs)} (action, phase) pairs")
         left = sum(r.left_over for r in self.runs)
         if left:
             rows.append(f"{left} unsent draft(s) left behind by a lost answer to their creation "
                         "(not sent, not journaled; see PROVISIONAL_OPS)")
+        for h in data["harness_errors"]:
+            rows.append(f"  run {h['run']}: HARNESS ERROR, not judged ({h['phase']} at step "
+                        f"{h['step']}): {h['error']}")
         for f in data["failures"][:20]:
-            rows.append(f"  run {f['run']}: {f['phase']} at step {f['step']}: "
+            rows.append(f"  run {f['run']}: {f['phase']} at step {f['step']} ({f['action']}): "
                         + "; ".join([*f["mismatch"], f["error"]] if f["error"] else f["mismatch"])
-                        + (f" ({f['duplicates']} duplicate writes)" if f["duplicates"] else ""))
+                        + (f" ({f['duplicates']} duplicate writes)" if f["duplicates"] else "")
+                        + (f" ({f['misses']} missing writes)" if f["misses"] else ""))
         return "\n".join(rows)
 
 
@@ -145,12 +214,15 @@ def _http(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
         return json.loads(resp.read())
 
 
-def seed_world(staging_url: str, plan: Plan) -> None:
+def seed_world(staging_url: str, plan: Plan, worst_case: bool = False) -> None:
     """A reset staging server with what the plan's steps act on: the Drive files it renames
-    (under the supplier-sync demo's original names where the ids are the demo's)."""
+    (under the supplier-sync demo's original names where the ids are the demo's); with
+    ``worst_case`` every switch of every target set to its documented worst case."""
     from tidemark.supplier_sync import seed_requests
 
     _http(staging_url, "/_staging/reset", {})
+    if worst_case:  # a reset returns to the server's baseline, which may be the defaults
+        _http(staging_url, "/_staging/switches", {"worst": True})
     demo = {body["id"]: (path, body) for path, body in seed_requests()}
     for s in plan.steps:
         if s.action == "drive.rename":
@@ -202,11 +274,11 @@ def _passthrough_env() -> dict[str, str]:
 
 # -- one run ----------------------------------------------------------------------------
 
-def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]],
-                 runs: int, seed: int) -> list[Kill]:
-    """The interruption of each run, drawn from ``random.Random(seed)``: a phase uniformly
-    among those the plan has, then a step uniformly among those it applies to."""
-    rng = random.Random(seed)
+def phase_steps(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]]
+                ) -> dict[str, list[int]]:
+    """The steps each phase applies to: a crash point to every step (``after_stage`` to those
+    whose action stages), a lost answer to steps that write, a slow provider to those whose
+    client timeout can be cut short."""
     steps = [s.number for s in plan.steps]
     applies: dict[str, list[int]] = {p: steps for p in CRASH_PHASES}
     applies["after_stage"] = [s.number for s in plan.steps
@@ -214,13 +286,45 @@ def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[st
     applies["lost_response"] = [n for n in steps if writes.get(n)]
     applies["slow_provider"] = [s.number for s in plan.steps if writes.get(s.number)
                                 and _timeout_env(registry.bound(s.action))]
+    return applies
+
+
+def plan_pairs(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]]
+               ) -> list[tuple[str, str]]:
+    """Every (action, phase) pair the plan has, in plan order."""
+    applies = phase_steps(plan, registry, writes)
+    actions = list(dict.fromkeys(s.action for s in plan.steps))
+    return [(a, p) for a in actions for p in PHASES
+            if any(plan.step(n).action == a for n in applies[p])]
+
+
+def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]],
+                 runs: int, seed: int) -> list[Kill]:
+    """The interruption of each run. First one run per (action, phase) pair of the plan, so
+    every pair is covered whatever the seed (the order, the step of that action and the write
+    a fault hits drawn from ``random.Random(seed)``); then random draws: a phase uniformly
+    among those the plan has, then a step uniformly among those it applies to.
+
+    Raises:
+        TidemarkError: ``runs`` is smaller than the number of pairs.
+    """
+    rng = random.Random(seed)
+    applies = phase_steps(plan, registry, writes)
+    pairs = plan_pairs(plan, registry, writes)
+    if runs < len(pairs):
+        raise TidemarkError(f"chaos: --runs {runs} cannot cover the plan's {len(pairs)} (action, "
+                            f"phase) pairs; give --runs {len(pairs)} or more")
+
+    def kill(phase: str, step: int) -> Kill:
+        return Kill(phase, step, rng.choice(writes[step]) if phase in FAULT_PHASES else None)
+
+    kills = [kill(p, rng.choice([n for n in applies[p] if plan.step(n).action == a]))
+             for a, p in pairs]
+    rng.shuffle(kills)
     phases = [p for p in PHASES if applies[p]]
-    kills = []
-    for _ in range(runs):
+    for _ in range(runs - len(kills)):
         phase = rng.choice(phases)
-        step = rng.choice(applies[phase])
-        op = rng.choice(writes[step]) if phase in FAULT_PHASES else None
-        kills.append(Kill(phase, step, op))
+        kills.append(kill(phase, rng.choice(applies[phase])))
     return kills
 
 
@@ -230,15 +334,22 @@ def _timeout_env(action: Action) -> str | None:
 
 def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_url: str,
              staging_url: str, registry: Registry, store: JournalStore,
-             extra: Sequence[str] = ()) -> tuple[Plan, str, Registry]:
+             extra: Sequence[str] = (), worst_case: bool = False) -> tuple[Plan, str, Registry]:
     """Seeds the world, runs the plan in a subprocess interrupted by ``kill``, then resumes it
     here. Returns the plan, an error text ('' when every step completed) and the registry bound
-    to the seeded world."""
+    to the seeded world.
+
+    Raises:
+        HarnessError: seeding the targets or binding the registry failed.
+    """
     plan = load_plan({**plan_doc, "task_id": task_id}, registry)
-    seed_world(staging_url, plan)
-    # Bound afresh after the reset: an action may cache what it read of the target (Graph
-    # reads the well-known folder ids once), and a reset target is a new one.
-    registry = chaos_registry(staging_url, extra)
+    try:
+        seed_world(staging_url, plan, worst_case)
+        # Bound afresh after the reset: an action may cache what it read of the target (Graph
+        # reads the well-known folder ids once), and a reset target is a new one.
+        registry = chaos_registry(staging_url, extra)
+    except Exception as e:
+        raise HarnessError(f"preparing the run: {type(e).__name__}: {e}") from e
     store.persist_plan(plan)
     env = {**os.environ, **_passthrough_env()}
     env.pop(CRASH_ENV, None)
@@ -290,27 +401,39 @@ def resume(store: JournalStore, registry: Registry, plan: Plan) -> str:
     return ""
 
 
-def world(store: JournalStore, registry: Registry, plan: Plan, staging_url: str
-          ) -> tuple[dict[str, Any], int, int]:
-    """What an observer sees after a run, with keys and task ids factored out; the number of
-    duplicate writes (a write applied again under the same key); and the number of left-over
-    provisional handles (see PROVISIONAL_OPS).
+@dataclass
+class Observed:
+    """What an observer sees after a run, read from the staging servers (and each reversible
+    step's snapshot), with keys and task ids factored out."""
+
+    journal: list[str | None]
+    resolved_by: list[str | None]
+    state: list[Any]
+    effects: Counter[tuple[str, str]]  # writes applied, per (target, op), whatever their key
+    provisional: frozenset[tuple[str, str]]  # (target, op) that create provisional handles
+    self_duplicates: int  # an effect applied twice under the key it carried
+    requests: dict[tuple[str, str], Counter[str]]  # (target, "METHOD route") -> sent, ...
+
+
+SNAPSHOT_TRIES = 3  # a read of the oracle that fails this often is a harness error
+
+
+def world(store: JournalStore, registry: Registry, plan: Plan, staging_url: str) -> Observed:
+    """Reads what the run left behind.
 
     The state compared is each reversible step's snapshot (what compensation would restore,
     read now); an irreversible step's effect is compared through the effect log instead (its
     snapshot may be a cursor, such as a mailbox's history id, that moves with every write).
-    """
-    from tidemark.supplier_sync import effects_summary
 
+    Raises:
+        HarnessError: the staging servers' logs or a snapshot could not be read.
+    """
     keys = {key_for(plan.task_id, s.number, s.action, s.args): s.number for s in plan.steps}
-    provisional = {(key, op) for s in plan.steps
-                   for key in [key_for(plan.task_id, s.number, s.action, s.args)]
-                   for op in _provisional(registry.bound(s.action))}
-    effects = _http(staging_url, "/_staging/effects")
-    final = [e for e in effects if (e.get("key"), e["op"]) not in provisional]
-    summary = effects_summary(final, set(keys))
-    left_over = effects_summary([e for e in effects if (e.get("key"), e["op"]) in provisional],
-                                set(keys))["duplicates"]
+    try:
+        effects = _http(staging_url, "/_staging/effects")
+        requests = _http(staging_url, "/_staging/requests")
+    except Exception as e:
+        raise HarnessError(f"reading the staging logs: {type(e).__name__}: {e}") from e
 
     def plain(value: Any) -> Any:
         text = json.dumps(value, sort_keys=True, default=str)
@@ -326,35 +449,98 @@ def world(store: JournalStore, registry: Registry, plan: Plan, staging_url: str
             continue
         ctx = StepContext(task_id=plan.task_id, step=s.number, action=s.action, args=s.args,
                           key=key_for(plan.task_id, s.number, s.action, s.args))
+        state.append(plain(_snapshot(action, ctx)))
+    provisional = frozenset((e["target"], e["op"]) for e in effects for s in plan.steps
+                            if e["op"] in _provisional(registry.bound(s.action)))
+    keyed = Counter((e["target"], e["op"], e["key"]) for e in effects if e.get("key"))
+    by_route: dict[tuple[str, str], Counter[str]] = {}
+    for q in requests:
+        counts = by_route.setdefault((q["target"], f"{q['method']} {q['route']}"), Counter())
+        counts["sent"] += 1
+        if q.get("replayed"):
+            counts["absorbed"] += 1
+        elif q.get("status") and not 200 <= q["status"] < 300:
+            counts["refused"] += 1
+    rows = {r.step: r for r in store.rows(plan.task_id) if r.phase == "do"}
+    numbers = [s.number for s in plan.steps]
+    return Observed(
+        journal=[rows[n].status if n in rows else None for n in numbers],
+        resolved_by=[rows[n].resolved_by if n in rows else None for n in numbers],
+        state=state, effects=Counter((e["target"], e["op"]) for e in effects),
+        provisional=provisional,
+        self_duplicates=sum(n - 1 for (t, op, _), n in keyed.items()
+                            if (t, op) not in provisional),
+        requests=by_route)
+
+
+def _snapshot(action: Action, ctx: StepContext) -> Any:
+    """The action's snapshot, tried a few times: a read that keeps failing is the harness's
+    problem (a target slow under load), not a finding about the run."""
+    for attempt in range(1, SNAPSHOT_TRIES + 1):
         try:
-            state.append(plain(action.snapshot(ctx)))
+            return action.snapshot(ctx)
         except Exception as e:
-            state.append(f"snapshot failed: {type(e).__name__}")
-    rows = {r.step: r.status for r in store.rows(plan.task_id) if r.phase == "do"}
-    return ({"journal": [rows.get(s.number) for s in plan.steps], "state": state,
-             "writes": summary["by_target"]}, summary["duplicates"], left_over)
+            if attempt == SNAPSHOT_TRIES:
+                raise HarnessError(f"step {ctx.step} {ctx.action}: the snapshot for the "
+                                   f"comparison failed {SNAPSHOT_TRIES} times: "
+                                   f"{type(e).__name__}: {e}") from e
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _provisional(action: Action) -> tuple[str, ...]:
     return PROVISIONAL_OPS.get(action.name) or tuple(getattr(action, "provisional_ops", ()))
 
 
-def _diff(ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
+def expected_resolved_by(kill: Kill | None, step: int, provisional: frozenset[tuple[str, str]]
+                         ) -> set[str]:
+    """How each step must have been settled after ``kill``: see the module docstring."""
+    if kill is None or kill.step != step:
+        return {"execute"}
+    if kill.phase == "after_execute":
+        return {"probe"}  # the effect landed: only the probe may settle it
+    if kill.phase == "lost_response":
+        # The answer to the final write was lost: the write committed, the probe must find it.
+        # A lost answer to a provisional handle's creation (a draft) is staged again instead.
+        return {"execute"} if kill.op in provisional else {"probe"}
+    if kill.phase == "slow_provider":
+        return {"probe", "execute"}  # the late commit seen, or absorbed by a fence or key
+    return {"execute"}  # before the action (absent, then executed), or after its outcome
+
+
+def judge(ref: Observed, got: Observed, kill: Kill) -> tuple[list[str], int, int, int]:
+    """The mismatches of a run against the reference, its duplicate and missing writes, and
+    its left-over provisional handles."""
     out = []
-    for i, (a, b) in enumerate(zip(ref["journal"], got["journal"], strict=True), 1):
+    for i, (a, b) in enumerate(zip(ref.journal, got.journal, strict=True), 1):
         if a != b:
             out.append(f"step {i} is {b}, was {a}")
-    for i, (a, b) in enumerate(zip(ref["state"], got["state"], strict=True), 1):
+    for i, by in enumerate(got.resolved_by, 1):
+        want = expected_resolved_by(kill, i, got.provisional)
+        if by not in want:
+            out.append(f"step {i} resolved_by {by!r} after {kill.phase} at step {kill.step}, "
+                       f"expected {' or '.join(sorted(want))}")
+    for i, (a, b) in enumerate(zip(ref.state, got.state, strict=True), 1):
         if a != b:
             out.append(f"step {i} left {json.dumps(b)[:120]}, the reference {json.dumps(a)[:120]}")
-    if ref["writes"] != got["writes"]:
-        out.append(f"writes {got['writes']} != reference {ref['writes']}")
-    return out
+    duplicates = misses = left_over = 0
+    for t_op in sorted(set(ref.effects) | set(got.effects)):
+        extra = got.effects[t_op] - ref.effects[t_op]
+        if extra > 0 and t_op in got.provisional:
+            left_over += extra
+        elif extra > 0:
+            duplicates += extra
+            out.append(f"{extra} duplicate {t_op[0]} {t_op[1]} write(s)")
+        elif extra < 0:
+            misses -= extra
+            out.append(f"{-extra} missing {t_op[0]} {t_op[1]} write(s)")
+    return out, max(duplicates, got.self_duplicates), misses, left_over
 
 
 def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
               staging_url: str, extra: Sequence[str] = (),
-              progress: Callable[[int, int, str], None] | None = None) -> ChaosReport:
+              progress: Callable[[int, int, str], None] | None = None,
+              worst_case: bool = False) -> ChaosReport:
     """The whole experiment; see the module docstring."""
     registry = chaos_registry(staging_url, extra)
     local = sorted({s["action"] for s in plan_doc.get("steps", [])
@@ -367,29 +553,55 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
     report = ChaosReport(seed)
     with JournalStore(db_url) as store:
         store.migrate()
-        plan, err, bound = run_once(plan_doc, f"{base}-ref", None, db_url=db_url,
-                             staging_url=staging_url, registry=registry, store=store,
-                             extra=extra)
-        if err:
-            raise TidemarkError(f"chaos: {err}")
-        reference, report.reference_duplicates, _ = world(store, bound, plan, staging_url)
+        try:
+            plan, err, bound = run_once(plan_doc, f"{base}-ref", None, db_url=db_url,
+                                        staging_url=staging_url, registry=registry,
+                                        store=store, extra=extra, worst_case=worst_case)
+            if err:
+                raise TidemarkError(f"chaos: {err}")
+            reference = world(store, bound, plan, staging_url)
+        except HarnessError as e:
+            raise TidemarkError(f"chaos: the reference run could not be observed: {e}") from e
+        report.reference_duplicates = reference.self_duplicates
+        # Which writes each step makes, to aim the faults (lost_response, slow_provider) at
+        # them: read once from the reference run's effect log. Only aiming uses the keys the
+        # code computes; judging counts what reached the targets.
         keys = {key_for(plan.task_id, s.number, s.action, s.args): s.number for s in plan.steps}
         writes: dict[int, list[tuple[str, str]]] = {}
-        for e in _http(staging_url, "/_staging/effects"):
-            if e["key"] in keys and (e["target"], e["op"]) not in writes.get(keys[e["key"]], []):
-                writes.setdefault(keys[e["key"]], []).append((e["target"], e["op"]))
+        for eff in _http(staging_url, "/_staging/effects"):
+            where = (eff["target"], eff["op"])
+            if eff["key"] in keys and where not in writes.get(keys[eff["key"]], []):
+                writes.setdefault(keys[eff["key"]], []).append(where)
+        report.pairs = plan_pairs(plan, registry, writes)
         for n, kill in enumerate(choose_kills(plan, registry, writes, runs, seed), 1):
             if progress:
                 progress(n - 1, runs, f"{kill.phase} at step {kill.step}")
-            plan, err, bound = run_once(plan_doc, f"{base}-{n}", kill, db_url=db_url,
-                                 staging_url=staging_url, registry=registry, store=store,
-                                 extra=extra)
-            got, dups, left_over = world(store, bound, plan, staging_url)
-            report.runs.append(RunResult(n, kill, dups, [] if err else _diff(reference, got),
-                                         err, left_over))
+            report.runs.append(one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
+                                       staging_url=staging_url, registry=registry, store=store,
+                                       extra=extra, worst_case=worst_case))
         if progress:
             progress(runs, runs, "done")
     return report
+
+
+def one_run(n: int, kill: Kill, plan_doc: dict[str, Any], task_id: str, reference: Observed, *,
+            db_url: str, staging_url: str, registry: Registry, store: JournalStore,
+            extra: Sequence[str], worst_case: bool) -> RunResult:
+    """One interrupted run, judged against the reference (or a harness error)."""
+    action = str(plan_doc["steps"][kill.step - 1]["action"])
+    try:
+        plan, err, bound = run_once(plan_doc, task_id, kill, db_url=db_url,
+                                    staging_url=staging_url, registry=registry, store=store,
+                                    extra=extra, worst_case=worst_case)
+        got = world(store, bound, plan, staging_url)
+    except HarnessError as e:
+        return RunResult(n, kill, action, 0, [], harness_error=str(e))
+    mismatch, duplicates, misses, left_over = judge(reference, got, kill)
+    if err:  # the resume stopped: what it left undone is that error, not a list of misses
+        mismatch, misses = [], 0
+    return RunResult(n, kill, action, duplicates, mismatch, err, left_over, misses,
+                     sum(c["absorbed"] for c in got.requests.values()),
+                     requests=got.requests)
 
 
 def progress_bar(done: int, total: int, what: str) -> None:

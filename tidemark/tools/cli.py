@@ -327,14 +327,14 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
     if a.staging_url:
         report = run_chaos(doc, a.runs, seed, db_url=_db(a), staging_url=a.staging_url,
-                           extra=a.action, progress=progress_bar)
+                           extra=a.action, progress=progress_bar, worst_case=a.worst_case)
     else:
         from staging.core import StagingServer
         from staging.targets import build_staging
 
-        with StagingServer(build_staging()) as server:
+        with StagingServer(build_staging(worst_case=a.worst_case)) as server:
             report = run_chaos(doc, a.runs, seed, db_url=_db(a), staging_url=server.url,
-                               extra=a.action, progress=progress_bar)
+                               extra=a.action, progress=progress_bar, worst_case=a.worst_case)
     if a.json:
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
@@ -493,7 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--runs", type=int, default=20, help="interrupted runs (default 20)")
     ch.add_argument("--seed", type=int, help="the same seed gives the same kills")
     ch.add_argument("--json", action="store_true", help='print {"runs", "duplicates", '
-                    '"mismatches", "phases", "seed", "failures"}')
+                    '"misses", "absorbed", "mismatches", "harness_errors", "phases", '
+                    '"requests", "coverage", "seed", "failures"}')
+    ch.add_argument("--worst-case", action="store_true",
+                    help="every staging switch at the provider's documented worst case "
+                         "(GET /_staging/switches lists them)")
     ch.add_argument("--staging-url", help="use these staging servers (default: start them here)")
     ch.add_argument("--action", action="append", default=[], metavar="MODULE:CLASS",
                     help="an action class not installed as a plugin, bound by its from_env "
