@@ -130,8 +130,8 @@ class DriveRename(Action):
         """Restores the before_state name and stamp, if the file is still as this step left it.
 
         Raises:
-            Refused: the file changed since (renamed, re-stamped or deleted by someone else);
-                restoring would overwrite their change.
+            Refused: the file changed since (renamed, re-stamped, trashed or deleted by
+                someone else); restoring would overwrite their change.
         """
         file_id, target = ctx.args["file_id"], ctx.args["name"]
         before = ctx.before_state or {}
@@ -142,6 +142,9 @@ class DriveRename(Action):
         if f is None:
             raise Refused(f"drive file {file_id} no longer exists; nothing to restore")
         name, stamp = f.get("name"), (f.get("appProperties") or {}).get(STAMP)
+        if f.get("trashed"):
+            raise Refused(f"drive file {file_id} ({name!r}) is in the trash; someone put it "
+                          "there, so it is not renamed back")
         if name == before["name"] and stamp == old_stamp:
             # Already restored (an earlier attempt of this compensation got through).
             return {"file_id": file_id, "name": name, "tidemark_key": stamp}

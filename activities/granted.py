@@ -27,17 +27,18 @@ from google.oauth2.credentials import Credentials
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.grants import GrantBroker, Minter
 
-_ACTING: contextvars.ContextVar[tuple[GrantBroker, str] | None] = contextvars.ContextVar(
+_ACTING: contextvars.ContextVar[tuple[GrantBroker, str, str] | None] = contextvars.ContextVar(
     "tidemark_acting_for", default=None)
 
 
 @contextlib.contextmanager
-def acting_for(broker: GrantBroker | None, task_id: str) -> Iterator[None]:
-    """Every granted call made in this block (this thread) presents ``task_id``'s grant."""
+def acting_for(broker: GrantBroker | None, task_id: str, purpose: str = "run") -> Iterator[None]:
+    """Every granted call made in this block (this thread) presents ``task_id``'s grant for
+    ``purpose`` (``run``: its steps; ``undo``: the compensations of a person's unwind)."""
     if broker is None:
         yield
         return
-    reset = _ACTING.set((broker, task_id))
+    reset = _ACTING.set((broker, task_id, purpose))
     try:
         yield
     finally:
@@ -73,8 +74,8 @@ class GrantedCredentials(Credentials):
         acting = _ACTING.get()
         if acting is None:
             return base
-        broker, task_id = acting
-        return broker.token(task_id, self._target, self._scope, base, self._minter)
+        broker, task_id, purpose = acting
+        return broker.token(task_id, self._target, self._scope, base, self._minter, purpose)
 
     def apply(self, headers: dict[str, str], token: str | None = None) -> None:
         if token is None:
@@ -129,11 +130,11 @@ def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
     def request(method: str, url: str, headers: Any, post_data: Any = None) -> Any:
         acting = _ACTING.get()
         if acting is not None:
-            broker, task_id = acting
+            broker, task_id, purpose = acting
             headers = dict(headers or {})
             base = str(headers.get("Authorization", "")).removeprefix("Bearer ").strip()
             headers["Authorization"] = "Bearer " + broker.token(task_id, target, scope, base,
-                                                                minter)
+                                                                minter, purpose)
         return send(method, url, headers, post_data)
 
     http.request = request
@@ -162,9 +163,9 @@ class GrantedTokenProvider:
         acting = _ACTING.get()
         if acting is None:
             return base
-        broker, task_id = acting
+        broker, task_id, purpose = acting
         token = await asyncio.to_thread(broker.token, task_id, self._target, self._scope, base,
-                                        self._minter)
+                                        self._minter, purpose)
         with self._lock:
             if len(self._base_of) > 256:
                 self._base_of.clear()

@@ -17,8 +17,8 @@ from temporalio.exceptions import ApplicationError
 from activities.granted import acting_for
 from tidemark import metrics, series
 from tidemark.actions import Registry
-from tidemark.errors import StepFailed, TidemarkError
-from tidemark.grants import GrantBroker
+from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError
+from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.plan import Step, load_plan
 from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
 from tidemark.store import JournalStore
@@ -102,6 +102,8 @@ class StepActivities:
                 if named is not None and inp.check_gates:
                     series.admit(self.store, task_id, named)
             progress = self.store.progress(task_id)
+            if progress.undo_rows and progress.unwound is None:
+                raise PartlyUnwound(task_id)  # never forward, even with every step done
             if (inp.check_gates and progress.next_step is not None
                     and progress.unwound is None):  # again on every start
                 check_stored_plan_gates(self.store, self.registry, task_id)
@@ -202,7 +204,7 @@ class StepActivities:
         """One compensation through the journal (phase undo), heartbeating while it runs. A
         refusal by the target is journaled as that attempt's outcome and reported as
         ``refused``: the unwind goes on with the other steps and counts it apart."""
-        with _heartbeating(), acting_for(self.grants, inp.task_id):
+        with _heartbeating(), acting_for(self.grants, inp.task_id, "undo"):
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
             except StepFailed as e:
@@ -220,9 +222,20 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
+    @activity.defn(name="end_unwind")
+    def end_unwind(self, inp: UnwoundInput) -> int:
+        """Revokes the task's undo grants when its unwind ends, however it ends (they would
+        expire on their own; an unwind's credential should not outlive it). Returns how many
+        were revoked."""
+        try:
+            return len(revoke_task_grants(self.store, inp.task_id, inp.by, purpose="undo"))
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare, self.describe_steps, self.run_step, self.run_steps,
-                self.record_halt, self.plan_unwind, self.unwind_step, self.record_unwound]
+                self.record_halt, self.plan_unwind, self.unwind_step, self.record_unwound,
+                self.end_unwind]
 
 
 def _output(result: StepResult) -> StepOutput:

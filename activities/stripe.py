@@ -25,7 +25,7 @@ from tidemark.actions import (
     StepContext,
     nonempty_str,
 )
-from tidemark.errors import ConfigError, Refused, TargetUnavailable
+from tidemark.errors import ConfigError, NeedsDecision
 
 CREDENTIALS = "TIDEMARK_STRIPE_WRITE_TOKEN and TIDEMARK_STRIPE_READ_TOKEN"
 
@@ -179,8 +179,9 @@ class StripePaymentIntent(Action):
                     f"per-task limit of {self.max_task_amount} (minor units)")
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
-        # Nothing to restore from: a payment is not undone by writing old state back.
-        return {}
+        # Nothing to restore from (a payment is not undone by writing old state back); what is
+        # kept is Stripe's time before the intent, which the probe lists from.
+        return self.reads.snapshot()
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         return self.reads.probe(ctx)
@@ -206,29 +207,29 @@ class StripePaymentIntent(Action):
         return {**observed(pi.to_dict()), "idempotent_replayed": replayed}
 
     def _after_saved_failure(self, ctx: StepContext, e: stripe.StripeError) -> dict[str, Any]:
-        """Settles a step whose Idempotency-Key Stripe answers with a saved 5xx.
+        """Settles a step whose Idempotency-Key Stripe answers with a saved 5xx, or leaves it to
+        a person.
 
         Stripe saves the first answer under a key once the endpoint began executing, 500s
-        included, and replays it for every later request with that key (for at least 24
-        hours): retrying with this key can never succeed, and retrying with a new key is a new
-        payment. A replay (not a 409) also says the first request has finished, so a listing
-        taken now is final for it: a PaymentIntent carrying our key -> done; none -> the step
-        failed, and it is recorded so (Refused), never tried again under another key.
+        included, and replays it for every later request with that key until it prunes the key
+        (at least 24 hours): retrying with this key cannot succeed meanwhile, and retrying with
+        a new key may be a second payment. A 5xx says the outcome is unknown, not that nothing
+        happened: a PaymentIntent made before the error counts. So the listing decides only
+        *done*; anything else is for a person, with the facts, never closed as failed.
 
         Raises:
-            Refused: nothing carries our key; the saved failure is the step's result.
-            TargetUnavailable: the listing could not tell; the next attempt probes again.
+            NeedsDecision: the listing does not show our payment, or cannot tell.
         """
-        status = e.http_status
         probed = self.reads.probe(ctx)
         if probed.status is ProbeStatus.DONE:
             return {**probed.observed, "idempotent_replayed": True}
-        what = (f"stripe payment_intents.create: Stripe saved a {status} under this step's "
-                f"Idempotency-Key and replays it (Idempotent-Replayed: true)")
-        if probed.status is ProbeStatus.ABSENT:
-            raise Refused(f"{what}, and no PaymentIntent carries the key now that the request "
-                          "has finished: the payment did not happen, and this key can never "
-                          "make it happen. If it is still wanted, check the Dashboard and "
-                          "submit it as a new task")
-        raise TargetUnavailable(f"{what}; listing PaymentIntents could not tell whether it "
-                                f"happened: {probed.reason}")
+        headers = e.headers or {}
+        facts = (f"Stripe saved a {e.http_status} under this step's Idempotency-Key {ctx.key} "
+                 f"and replays it (Idempotent-Replayed: true, original request "
+                 f"{headers.get('Original-Request') or 'unknown'}); the listing says: "
+                 f"{probed.reason}. A 5xx leaves the outcome unknown. Look in the Dashboard for "
+                 "a payment of this amount: `tidemark resolve --as done` if it is there; "
+                 "`--as absent` runs it under the same key, which Stripe answers with the saved "
+                 "error until it prunes the key (24 h after the first request) and then pays "
+                 "once; `--as never` on a stopped task if it must not happen")
+        raise NeedsDecision(ctx.step, ctx.action, facts) from e

@@ -100,10 +100,11 @@ class DriveRenameProbe:
                 "app_properties": dict(f.get("appProperties") or {})}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` only for the target name with our stamp; ``absent`` only when both the name
-        and the stamp are still those before_state recorded; ``unknown`` (with what was seen)
-        otherwise: the old name under another writer's stamp may be a rename back made after
-        ours landed, and acting again would overwrite it.
+        """``done`` only for the target name with our stamp, outside the trash; ``absent`` only
+        when both the name and the stamp are still those before_state recorded; ``unknown``
+        (with what was seen) otherwise, a trashed file and one we can no longer read included:
+        the old name under another writer's stamp may be a rename back made after ours landed,
+        and acting again would overwrite it.
 
         Raises:
             Unauthorized: the read credential was rejected; a person must restore it.
@@ -123,6 +124,10 @@ class DriveRenameProbe:
         before = ctx.before_state or {}
         before_stamp = (before.get("app_properties") or {}).get(STAMP)
         ours = stamp == ctx.key
+        if observed["trashed"]:
+            # Our name and stamp may still be on it, but a file in the trash is not the end
+            # state the plan wanted, and whoever trashed it has not said why: a person decides.
+            return ProbeResult.unknown(f"file {file_id} ({name!r}) is in the trash", observed)
         if ours and name == target:
             return ProbeResult.done(observed, "named as intended and stamped with our key")
         if ours:

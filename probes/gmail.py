@@ -2,8 +2,9 @@
 
 The key travels in the message as an ``X-Tidemark-Key`` header, next to a Message-ID derived
 from it. ``gmail.send`` fences at the provider: it creates a draft carrying the key, the draft's
-id is journaled, and only then is that draft sent by id (``drafts.send`` consumes the draft, so
-a second send of it has nothing to send).
+id is journaled, and only then is that draft sent by id (``drafts.send`` consumes the draft;
+that a second send of it then has nothing to send is not documented, so ``gmail.send`` never
+lets two sends of one draft overlap: see its horizon).
 
 The probe counts only our own sent copy: a message carrying our key *and* the SENT label (a
 message mailed to the mailbox can carry any header and Message-ID; keys are predictable). It

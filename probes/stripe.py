@@ -1,13 +1,35 @@
-"""Read-only side of ``stripe.payment_intent``: the amount gate and the probe.
+"""Read-only side of ``stripe.payment_intent``: the amount gate, the snapshot and the probe.
 
-The probe is a consistent read: it lists PaymentIntents created since the intent was written and
-looks for the one whose metadata carries this step's key. It never uses search (Stripe's search
-trails writes by up to about a minute, so "not found" there proves nothing) and never creates
-anything. Run it with a restricted read-only key.
+The probe is a consistent read (it never uses search, which trails writes by up to about a
+minute, and never creates anything; run it with a restricted read-only key). It rests on
+nothing but what Stripe itself returns:
+
+* **Stripe's clock, not ours.** ``created`` is set by Stripe's clock. The snapshot, taken
+  before the intent, records Stripe's own time from the ``Date`` header of a read (RFC 9110:
+  the origin server's clock), and the probe lists PaymentIntents created from then on, less a
+  small margin. Postgres's clock, which stamps the intent, may be minutes off Stripe's; a
+  window drawn from it misses our payment, and "absent" after Stripe forgot the
+  Idempotency-Key (24 h) is a second payment.
+* **Metadata only when it is visible.** Stripe documents metadata for secret keys and says
+  nothing of restricted ones: a read key may get ``metadata: {}``. So besides the PaymentIntent
+  stamped with our key, the probe looks for any whose visible metadata carries no key and whose
+  amount, currency, customer and description are ours; one such makes it *unknown*, never
+  *absent*.
+* A PaymentIntent stamped with our key but another amount, currency or customer is *unknown*
+  (somebody else used our key; keys are predictable), never *done*.
+
+Why there is no replay here: a create sent again with the step's Idempotency-Key and the same
+parameters returns Stripe's saved answer and creates nothing, but only while Stripe remembers
+the key, and only if the first request reached Stripe at all: a key never sent (the worker died
+between the intent and the call) or already pruned makes that "replay" a payment. A probe must
+not be able to pay, so the replay is done by ``execute`` after an *absent* (with the gates and
+the stop state checked again), where it is the payment itself if none was made, and Stripe's
+saved answer if one was.
 """
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any
 
 import stripe
@@ -17,9 +39,13 @@ from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
 
 STAMP = "tidemark_key"  # the metadata key that carries a step's idempotency key
-CLOCK_SKEW = 300  # seconds subtracted from the intent's start: Stripe's `created` comes from
-#                   Stripe's clock, ours from our host's; five minutes covers any sane drift and
-#                   costs only a few more listed objects
+# Seconds listed before Stripe's time at the snapshot: the Date header has whole seconds, and
+# the server that answered it and the one that creates the payment need not agree to the second.
+STRIPE_CLOCK_MARGIN = 120
+# Without a Stripe time in before_state (an intent written before the snapshot recorded one),
+# the window is drawn from the intent's start on Postgres's clock, which may be off Stripe's by
+# any amount: a day back costs a longer listing, once, and covers any clock a person would run.
+UNANCHORED_MARGIN = 24 * 3600
 PAGE_SIZE = 100  # Stripe's maximum page size: fewest round trips
 MAX_PAGES = 1000  # 100,000 PaymentIntents in the window; past that, answer unknown, not absent
 
@@ -80,46 +106,115 @@ class PaymentIntentProbe:
             raise GateRefused(f"amount {amount} {ctx.args['currency']} exceeds the per-task "
                               f"limit of {self.max_amount} (minor units)")
 
+    def snapshot(self) -> dict[str, Any]:
+        """The before_state: Stripe's time now (``stripe_clock``, Unix seconds), read from the
+        ``Date`` header of a one-item listing, so that the probe's window is on Stripe's clock.
+
+        Raises:
+            ActionError: the listing failed (nothing is written yet; the step can be retried).
+        """
+        try:
+            page = self.reader.v1.payment_intents.list(params={"limit": 1})
+        except stripe.StripeError as e:
+            raise stripe_failure(e, "stripe payment_intents.list") from e
+        date = page.last_response.headers.get("Date") if page.last_response else None
+        at = _http_date(date)
+        return {} if at is None else {"stripe_clock": at}
+
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` when exactly one PaymentIntent since the intent carries our key (and our
-        amount and currency); ``absent`` when none does; ``unknown`` when the listing fails or
-        shows something that cannot be ours alone.
+        """``done`` when exactly one PaymentIntent in the window carries our key with our amount,
+        currency and customer; ``absent`` when none carries it and none could be ours with its
+        metadata hidden; ``unknown`` otherwise, or when the listing fails.
 
         Raises:
             Unauthorized: the read key was rejected; a person must restore it.
         """
-        if ctx.started_at is None:
+        since = _window_start(ctx)
+        if since is None:
             return ProbeResult.unknown("the step has no intent start time to list from")
-        since = int(ctx.started_at.timestamp()) - CLOCK_SKEW
-        params: PaymentIntentListParams = {"created": {"gte": since}, "limit": PAGE_SIZE}
-        if ctx.args.get("customer"):
-            params["customer"] = ctx.args["customer"]
-        mine: list[dict[str, Any]] = []
         try:
-            for _ in range(MAX_PAGES):
-                page = self.reader.v1.payment_intents.list(params=params)
-                items = [pi.to_dict() for pi in page.data]
-                mine += [pi for pi in items if (pi.get("metadata") or {}).get(STAMP) == ctx.key]
-                if not page.has_more or not items:
-                    break
-                params = {**params, "starting_after": items[-1]["id"]}
-            else:
-                return ProbeResult.unknown(f"more than {MAX_PAGES * PAGE_SIZE} PaymentIntents "
-                                           "since the intent; gave up listing")
+            listed = self._list_since(since, ctx.args.get("customer"))
         except stripe.StripeError as e:
             failure = stripe_failure(e, "stripe payment_intents.list")
             if isinstance(failure, Unauthorized):
                 raise failure from e
             return ProbeResult.unknown(f"could not list PaymentIntents: {failure}")
-        if not mine:
-            return ProbeResult.absent(f"no PaymentIntent created since {since} carries our key")
-        if len(mine) > 1:
-            ids = ", ".join(pi["id"] for pi in mine)
-            return ProbeResult.unknown(f"{len(mine)} PaymentIntents carry our key ({ids}): "
-                                       "a duplicate, a person must look", observed(mine[0]))
+        if listed is None:
+            return ProbeResult.unknown(f"more than {MAX_PAGES * PAGE_SIZE} PaymentIntents "
+                                       "since the intent; gave up listing")
+        return _judge(ctx, since, listed)
+
+    def _list_since(self, since: int, customer: str | None) -> list[dict[str, Any]] | None:
+        """Every PaymentIntent created at or after ``since`` (Stripe's clock), of ``customer``
+        when given; None past MAX_PAGES."""
+        params: PaymentIntentListParams = {"created": {"gte": since}, "limit": PAGE_SIZE}
+        if customer:
+            params["customer"] = customer
+        listed: list[dict[str, Any]] = []
+        for _ in range(MAX_PAGES):
+            page = self.reader.v1.payment_intents.list(params=params)
+            items = [pi.to_dict() for pi in page.data]
+            listed += items
+            if not page.has_more or not items:
+                return listed
+            params = {**params, "starting_after": items[-1]["id"]}
+        return None
+
+
+def _http_date(value: str | None) -> int | None:
+    """Unix seconds of an HTTP ``Date`` header; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return int(email.utils.parsedate_to_datetime(value).timestamp())
+    except (TypeError, ValueError):
+        return None
+
+
+def _window_start(ctx: StepContext) -> int | None:
+    """The ``created`` (Stripe's clock) from which our PaymentIntent must be listed."""
+    anchor = (ctx.before_state or {}).get("stripe_clock")
+    if isinstance(anchor, int) and not isinstance(anchor, bool):
+        return anchor - STRIPE_CLOCK_MARGIN
+    if ctx.started_at is None:
+        return None
+    return int(ctx.started_at.timestamp()) - UNANCHORED_MARGIN
+
+
+def _same_payment(pi: dict[str, Any], args: dict[str, Any]) -> bool:
+    """Whether ``pi`` asks for what the step asked for (what Stripe returns to every key)."""
+    return (pi.get("amount"), pi.get("currency"), pi.get("customer")) == (
+        args["amount"], args["currency"], args.get("customer"))
+
+
+def _judge(ctx: StepContext, since: int, listed: list[dict[str, Any]]) -> ProbeResult:
+    """The probe's answer from the PaymentIntents created since ``since``."""
+    mine = [pi for pi in listed if (pi.get("metadata") or {}).get(STAMP) == ctx.key]
+    if len(mine) > 1:
+        ids = ", ".join(pi["id"] for pi in mine)
+        return ProbeResult.unknown(f"{len(mine)} PaymentIntents carry our key ({ids}): "
+                                   "a duplicate, a person must look", observed(mine[0]))
+    if mine:
         pi = mine[0]
-        if (pi["amount"], pi["currency"]) != (ctx.args["amount"], ctx.args["currency"]):
+        if not _same_payment(pi, ctx.args):
             return ProbeResult.unknown(
-                f"{pi['id']} carries our key but is for {pi['amount']} {pi['currency']}, not "
-                f"{ctx.args['amount']} {ctx.args['currency']}", observed(pi))
+                f"{pi['id']} carries our key but is for {pi['amount']} {pi['currency']} "
+                f"(customer {pi.get('customer')}), not {ctx.args['amount']} "
+                f"{ctx.args['currency']} (customer {ctx.args.get('customer')}): not ours, "
+                "or not as asked", observed(pi))
         return ProbeResult.done(observed(pi), f"{pi['id']} carries our key")
+    # No key visible. A PaymentIntent like ours whose metadata shows no key at all may be ours
+    # with its metadata withheld from this key: it cannot be told from somebody else's.
+    like = [pi for pi in listed if STAMP not in (pi.get("metadata") or {})
+            and _same_payment(pi, ctx.args)
+            and pi.get("description") == ctx.args.get("description")]
+    if like:
+        ids = ", ".join(pi["id"] for pi in like)
+        return ProbeResult.unknown(
+            f"no PaymentIntent since {since} shows our key, but {ids} ask(s) for "
+            f"{ctx.args['amount']} {ctx.args['currency']} like this step and show(s) no "
+            "tidemark_key at all: their metadata may be hidden from the read key (give it a "
+            "key that sees metadata), so one may be ours",
+            {"candidates": [pi["id"] for pi in like]})
+    return ProbeResult.absent(f"no PaymentIntent created since {since} (Stripe's clock) "
+                              "carries our key or could be ours")

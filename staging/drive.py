@@ -18,7 +18,9 @@ lives in its owner's Drive and is shared with other accounts by role; a user see
 only files it has a role on, and anything else is Drive's 404 ``notFound``. An update by a user
 whose role cannot edit is Drive's 403 ``insufficientFilePermissions``; by a ``drive.file``-only
 token whose app was never granted the file, 403 ``appNotAuthorizedToFile``. Both are answers
-about that one file: the credential is fine.
+about that one file: the credential is fine. Only a file's owner may trash it (``trashed``:
+anyone else gets 403 ``insufficientFilePermissions``), and a trashed file is visible to its
+owner alone, as Drive documents ("Trash or delete files and folders").
 
 ``appProperties`` are private to the requesting app, as on Drive: each file keeps them per OAuth
 client (the token's ``client``), and get, list, ``appProperties has`` and update see and change
@@ -214,9 +216,12 @@ class DriveTarget(Target):
 
     def _visible(self, file_id: str, tok: Token) -> DriveFile:
         """The file, if the token's user can see it; Drive's 404 otherwise (Drive does not
-        tell a file you may not see from one that does not exist)."""
+        tell a file you may not see from one that does not exist). A trashed file is visible
+        to its owner only: "other users can't view files in the owner's trash" (Drive API
+        guide, "Trash or delete files and folders")."""
         f = self.files.get(file_id)
-        if f is None or f.role_of(tok.account) is None:
+        role = f.role_of(tok.account) if f is not None else None
+        if f is None or role is None or (f.trashed and role != "owner"):
             raise self._not_found(file_id)
         return f
 
@@ -269,8 +274,8 @@ class DriveTarget(Target):
             raise self._invalid("pageSize") from None
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise self._invalid("pageSize")
-        hits = [f for f in self.files.values()
-                if f.role_of(tok.account) is not None and match(f)]
+        hits = [f for f in self.files.values() if f.role_of(tok.account) is not None
+                and (not f.trashed or f.role_of(tok.account) == "owner") and match(f)]
         page = hits[start:start + size]
         body: dict[str, Any] = {"kind": "drive#fileList", "incompleteSearch": False,
                                 "files": [f.resource(tok.client) for f in page]}
@@ -300,7 +305,14 @@ class DriveTarget(Target):
         if props is not None and not (isinstance(props, dict) and all(
                 v is None or isinstance(v, str | int | float | bool) for v in props.values())):
             raise self._invalid("appProperties")
-        self._may_edit(self._visible(file_id, tok), tok)
+        visible = self._visible(file_id, tok)
+        self._may_edit(visible, tok)
+        if "trashed" in patch and visible.role_of(tok.account) != "owner":
+            # "Only the file owner can trash a file ... If you attempt to trash a file you
+            # don't own, you receive an insufficientFilePermissions error" (Drive API guide,
+            # "Trash or delete files and folders"; My Drive files, which is all we emulate).
+            message = f"The user does not have sufficient permissions for file {file_id}."
+            raise Reply(_google_error(403, message, reason="insufficientFilePermissions"))
         fault = await self.before_write(request, "files.update")
         f = self._visible(file_id, tok)
         old_name = f.name

@@ -7,7 +7,9 @@ Routes (as on ``https://gmail.googleapis.com/``; ``{userId}`` is ``me`` or the m
   ``GET``/``DELETE gmail/v1/users/{userId}/drafts/{id}``;
 * ``POST gmail/v1/users/{userId}/drafts/send`` — JSON ``{"id": <draft id>}``: sends the draft
   and consumes it in one step; the sent message gets the SENT label (and a new id unless the
-  ``draft_send`` setting says otherwise), and a second send of the same draft id is Gmail's 404;
+  ``draft_send`` setting says otherwise), and a second send of the same draft id is Gmail's 404
+  (switches: ``concurrent_draft_send`` ``both`` lets overlapping sends of one draft all go out,
+  ``gone_draft_send_status`` sets what the send of a consumed draft gets: 404, 400 or 500);
 * ``POST gmail/v1/users/{userId}/messages/send`` — JSON ``{"raw": <base64url RFC 822>,
   "threadId"?}``; also ``POST upload/gmail/v1/users/{userId}/messages/send`` with
   ``uploadType=media`` (a ``message/rfc822`` body) or ``uploadType=multipart``;
@@ -73,7 +75,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, Reply, Switch, Target, Token
 from tidemark import staging_tokens
 
 SCOPE_PREFIX = "https://www.googleapis.com/auth/"
@@ -175,10 +177,31 @@ class Mailbox:
         return self.history_id
 
 
+# Google's reference for users.drafts.send says only "Sends the specified, existing draft to the
+# recipients in the To, Cc, and Bcc headers" (developers.google.com/workspace/gmail/api/
+# reference/rest/v1/users.drafts/send). That a sent draft is gone, that two sends of one draft
+# send it once, and what the second one gets, are all undocumented: the switches below show the
+# worst of each.
+CONCURRENT_DRAFT_SEND = Switch(
+    "concurrent_draft_send", default="once", worst="both", choices=("once", "both"),
+    doc="What two drafts.send of one draft that overlap in time do. Undocumented: the "
+        "reference (users.drafts/send) says only that it sends the specified, existing draft. "
+        "'once': the draft is looked up and consumed in one step when the send does its work, "
+        "so the later one finds nothing. 'both': each send takes the draft as it was when the "
+        "request arrived, and every one that arrived while the draft existed goes out.")
+GONE_DRAFT_STATUS = Switch(
+    "gone_draft_send_status", default=404, worst=400, choices=(404, 400, 500),
+    doc="The status drafts.send answers for a draft that a send already consumed. "
+        "Undocumented (users.drafts/send lists no errors); 404 NOT_FOUND is what Google's "
+        "error model suggests for a missing resource (cloud.google.com/apis/design/errors), "
+        "400 FAILED_PRECONDITION or INVALID_ARGUMENT, or a 500, are as plausible.")
+
+
 class GmailTarget(Target):
     """The emulated Gmail v1 API: one mailbox per account, the default one :data:`MAILBOX`."""
 
     name = "gmail"
+    switches = (CONCURRENT_DRAFT_SEND, GONE_DRAFT_STATUS)
     default_tokens = (
         Token(COMPOSE_TOKEN, "gmail", [COMPOSE_SCOPE]),
         Token(SEND_TOKEN, "gmail", [SEND_SCOPE]),
@@ -448,20 +471,31 @@ class GmailTarget(Target):
         draft_id = body.get("id")
         if not isinstance(draft_id, str) or not draft_id:
             raise Reply(self.error(400, "invalidArgument", "Missing draft id"))
+        # Under concurrent_draft_send=both the send takes the draft as it is on arrival: a twin
+        # that arrives before this one has consumed it sends it as well.
+        taken: StoredMessage | None = None
+        if self.switch("concurrent_draft_send") == "both":
+            with self._lock:
+                mid = box.drafts.get(draft_id)
+                taken = box.messages.get(mid) if mid is not None else None
         # The delay comes first: a slow provider looks the draft up when it gets to the work,
         # so a late send of a draft another send consumed meanwhile finds nothing.
         fault = await self.before_write(request, "drafts.send")
         with self._lock:  # consume the draft and store the sent message in one step
             mid = box.drafts.get(draft_id)
             draft = box.messages.get(mid) if mid is not None else None
-            if draft is None:
-                raise self.not_found()
-            recipients = _recipients(self, draft.parsed)
-            del box.drafts[draft_id]
-            msg = _as_sent(email.message_from_bytes(draft.raw, policy=email.policy.default),
+            if draft is None and taken is None:
+                raise self._gone_draft()
+            source = draft if draft is not None else taken
+            assert source is not None
+            recipients = _recipients(self, source.parsed)
+            msg = _as_sent(email.message_from_bytes(source.raw, policy=email.policy.default),
                            box.address)
             labels = _sent_labels(box.address, recipients)
-            if self.draft_send == "relabel":  # the draft's own message becomes the sent one
+            if draft is None:  # consumed by a twin meanwhile: this send goes out all the same
+                stored = self._add_locked(box, msg, labels, source.thread_id)
+            elif self.draft_send == "relabel":  # the draft's own message becomes the sent one
+                del box.drafts[draft_id]
                 draft.raw, draft.parsed = msg.as_bytes(), msg
                 draft.label_ids = labels
                 draft.internal_ms = self.now_ms()
@@ -469,6 +503,7 @@ class GmailTarget(Target):
                 box.note("labelAdded", draft, labels)
                 stored = draft
             else:
+                del box.drafts[draft_id]
                 del box.messages[draft.id]
                 box.note("messageDeleted", draft)
                 stored = self._add_locked(box, msg, labels, draft.thread_id)
@@ -478,6 +513,15 @@ class GmailTarget(Target):
                     subject=stored.header("Subject"))
         self.after_commit(request, fault)
         return web.json_response(stored.ref())
+
+    def _gone_draft(self) -> Reply:
+        """What a send of a draft that is no longer there gets (``gone_draft_send_status``)."""
+        status = self.switch("gone_draft_send_status")
+        if status == 400:
+            return Reply(self.error(400, "failedPrecondition", "Invalid draft"))
+        if status == 500:
+            return Reply(self.error(500, "backendError", "Backend Error"))
+        return self.not_found()
 
     # -- messages -------------------------------------------------------------------------------
 

@@ -42,6 +42,11 @@ Stripe's 403 on create).
 Keys added over ``/_staging/tokens`` take the permissions ``rak_payment_intent_read``,
 ``rak_payment_intent_write`` and ``rak_accounts_kyc_basic_read`` as scopes.
 
+Switches (``/_staging/switches``, see staging.core): ``clock_offset_s`` (Stripe's clock against
+this host's: ``created`` and the ``Date`` header every answer carries), ``restricted_key_metadata``
+(``hidden``: objects read with an ``rk_`` key come with ``metadata: {}``) and
+``idempotency_ttl_s`` (how long a key is remembered).
+
 Control endpoints:
 
 * ``GET|POST /_staging/stripe/search_lag`` ``{"seconds": 60}`` — how far search trails;
@@ -55,18 +60,19 @@ Faults can be armed on ``payment_intents.create``, ``.retrieve``, ``.list`` and 
 from __future__ import annotations
 
 import base64
+import email.utils
 import json
 import re
 import secrets
 import string
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, Reply, Switch, Target, Token
 from tidemark import staging_tokens
 
 PERM_READ = "rak_payment_intent_read"
@@ -148,11 +154,33 @@ def livemode(key: str) -> bool:
     return bool(re.match(r"(?:sk|rk|pk)_live_", key))
 
 
+CLOCK_OFFSET = Switch(
+    "clock_offset_s", default=0, worst=-600,
+    doc="Seconds Stripe's clock is ahead of this host's (negative: behind). A PaymentIntent's "
+        "`created` is a Unix timestamp set by Stripe (API reference, The PaymentIntent object, "
+        "and List all PaymentIntents: `created` filters on that field), and Stripe's HTTP "
+        "`Date` header comes from the same clock (RFC 9110 section 6.6.1); nothing ties either "
+        "to the caller's clock, nor to Postgres's. -600: Postgres ten minutes ahead of Stripe.")
+RESTRICTED_METADATA = Switch(
+    "restricted_key_metadata", default="shown", worst="hidden", choices=("shown", "hidden"),
+    doc="Whether objects read with a restricted key (rk_) carry their metadata. Stripe's "
+        "metadata page (docs.stripe.com/metadata) says metadata is not shown to publishable "
+        "keys and is returned to requests made with the secret key; it says nothing of "
+        "restricted keys, so the worst case is that they see `metadata: {}`.")
+IDEMPOTENCY_TTL_SWITCH = Switch(
+    "idempotency_ttl_s", default=IDEMPOTENCY_TTL, worst=IDEMPOTENCY_TTL,
+    doc="Seconds Stripe remembers an Idempotency-Key. Stripe (docs.stripe.com/api/"
+        "idempotent_requests) may remove keys once they are at least 24 hours old and then "
+        "runs a reused key as a new request; 24 h is thus both the usual and the worst case. "
+        "A test sets it lower to make a key forgotten without waiting a day.")
+
+
 class StripeTarget(Target):
     """Stripe accounts in memory, each with its test-mode and live-mode data apart. A key
     reaches the data of its token's account in its own mode (``livemode``)."""
 
     name = "stripe"
+    switches = (CLOCK_OFFSET, RESTRICTED_METADATA, IDEMPOTENCY_TTL_SWITCH)
     default_tokens = (
         Token(DEFAULT_SECRET_KEY, "stripe", [PERM_READ, PERM_WRITE, PERM_ACCOUNT_READ]),
         Token(DEFAULT_READ_KEY, "stripe", [PERM_READ, PERM_ACCOUNT_READ]),
@@ -180,19 +208,44 @@ class StripeTarget(Target):
     def _state_for(self, request: web.Request, tok: Token) -> _State:
         return self.state_of(account_id(tok), livemode(_key_of(request)))
 
+    def now(self) -> float:
+        """Stripe's clock: this host's plus the ``clock_offset_s`` switch."""
+        return time.time() + float(self.switch("clock_offset_s"))
+
     def routes(self) -> Iterable[web.RouteDef]:
+        dated = self._dated
         return (
-            web.post("/v1/payment_intents", self._h_create),
-            web.get("/v1/payment_intents", self._h_list),
+            web.post("/v1/payment_intents", dated(self._h_create)),
+            web.get("/v1/payment_intents", dated(self._h_list)),
             # Registered before the {id} route, which would otherwise take "search" for an id.
-            web.get("/v1/payment_intents/search", self._h_search),
-            web.get("/v1/payment_intents/{intent}", self._h_retrieve),
-            web.get("/v1/account", self._h_account),
+            web.get("/v1/payment_intents/search", dated(self._h_search)),
+            web.get("/v1/payment_intents/{intent}", dated(self._h_retrieve)),
+            web.get("/v1/account", dated(self._h_account)),
             web.post("/_staging/stripe/execution_errors", self._h_execution_error),
             web.get("/_staging/stripe/search_lag", self._h_get_lag),
             web.post("/_staging/stripe/search_lag", self._h_set_lag),
             web.post("/_staging/stripe/customers", self._h_add_customer),
         )
+
+    def _dated(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+               ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """``handler`` with Stripe's ``Date`` header (Stripe's clock, not this host's) on every
+        answer, errors and replays included, and with metadata hidden from a restricted key
+        when the ``restricted_key_metadata`` switch says so."""
+
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            try:
+                response = await handler(request)
+            except Reply as r:
+                response = r.response
+            if (isinstance(response, web.Response) and response.status == 200
+                    and _key_of(request).startswith("rk_")
+                    and self.switch("restricted_key_metadata") == "hidden"):
+                response = _without_metadata(response)
+            response.headers["Date"] = email.utils.formatdate(self.now(), usegmt=True)
+            return response
+
+        return wrapped
 
     # Stripe's error shapes --------------------------------------------------------------------
 
@@ -333,7 +386,7 @@ class StripeTarget(Target):
                                      code="resource_missing", param="customer"))
         now = time.time()
         pi_id = "pi_" + _random_id(24)
-        obj = payment_intent_object(pi_id, p, created=int(now), livemode=live)
+        obj = payment_intent_object(pi_id, p, created=int(self.now()), livemode=live)
         with self.staging.lock:
             state.seq += 1
             state.intents[pi_id] = _Intent(obj, now, state.seq)
@@ -422,7 +475,8 @@ class StripeTarget(Target):
                                      f"{MAX_IDEMPOTENCY_KEY} characters."))
         with self.staging.lock:
             seen = state.keys.get(key)
-            if seen is not None and time.time() - seen.at > IDEMPOTENCY_TTL:
+            ttl = float(self.switch("idempotency_ttl_s"))
+            if seen is not None and time.time() - seen.at > ttl:
                 del state.keys[key]
                 seen = None
         if seen is None:
@@ -506,7 +560,7 @@ class StripeTarget(Target):
         """Adds a customer that PaymentIntents may name, and returns it."""
         customer: dict[str, Any] = {
             "id": id or "cus_" + _random_id(14), "object": "customer", "email": email,
-            "name": name, "created": int(time.time()), "livemode": False}
+            "name": name, "created": int(self.now()), "livemode": False}
         with self.staging.lock:
             self.state.customers[customer["id"]] = customer
         return customer
@@ -557,6 +611,20 @@ def mask_key(key: str) -> str:
     prefix = m.group(0) if m else ""
     rest = key[len(prefix):]
     return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
+
+
+def _without_metadata(response: web.Response) -> web.Response:
+    """The same answer with every PaymentIntent's metadata emptied, as a key that may not see
+    metadata would get it (one object, or a list or search page of them)."""
+    body = json.loads(response.body) if isinstance(response.body, bytes) else {}
+    for obj in body.get("data", [body]) if isinstance(body, dict) else []:
+        if isinstance(obj, dict) and "metadata" in obj:
+            obj["metadata"] = {}
+    hidden = web.json_response(body, status=response.status)
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-length", "content-type"):
+            hidden.headers[name] = value
+    return hidden
 
 
 def _key_of(request: web.Request) -> str:

@@ -179,6 +179,9 @@ class Chaos:
                 # Drive has no key and no fence: its horizon (how long it may still apply a
                 # request we gave up on) is what keeps the probe from answering too early.
                 env["TIDEMARK_DRIVE_HORIZON_S"] = str(SLOW_DELAY_S + 1.0)
+                # Gmail's draft fence holds only if two sends of one draft send once, which
+                # Google does not document: its horizon keeps a retry from sending meanwhile.
+                env["TIDEMARK_GMAIL_HORIZON_S"] = str(SLOW_DELAY_S + 1.0)
             if r.phase == "locks_lost":
                 args[2] = psycopg.conninfo.make_conninfo(self.db_url,
                                                          application_name="chaos-runner")

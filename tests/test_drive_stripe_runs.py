@@ -1,6 +1,7 @@
-"""RunPlan end states for Drive and Stripe refusals, on a real Temporal dev server with real
-worker processes, real Postgres and the staging servers: a refusal ends the task ``failed`` at
-that step; it neither stops the task as a revoked credential would nor retries without end."""
+"""RunPlan end states for a Drive refusal and a Stripe 500 saved under the step's key, on a real
+Temporal dev server with real worker processes, real Postgres and the staging servers: a refusal
+ends the task ``failed`` at that step, without stopping it as a revoked credential would; a
+saved 500 (the outcome unknown) stops it for a person. Neither retries without end."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ async def test_a_drive_file_shared_read_only_fails_the_task_at_that_step(
     assert store.step_row("drive-403", 2) is None and drive.files[ours.id].name == "scan.pdf"
 
 
-async def test_a_saved_stripe_500_ends_the_task_failed_not_retrying_forever(
+async def test_a_saved_stripe_500_stops_the_task_for_a_person_not_retrying_forever(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         workers, task_queue: str) -> None:
     post(server, "/_staging/stripe/execution_errors", {"status": 500})
@@ -52,8 +53,11 @@ async def test_a_saved_stripe_500_ends_the_task_failed_not_retrying_forever(
         {"action": "stripe.payment_intent", "args": {"amount": 2500, "currency": "usd"}}]}
     result = await asyncio.wait_for(run_result(await start(temporal_env.client, doc, task_queue)),
                                     timeout=60)
-    assert (result.state, result.error["type"]) == ("failed", "StepFailed")
+    assert (result.state, result.error["type"]) == ("needs_decision", "NeedsDecision")
     assert "saved a 500" in result.error["message"]
+    assert "new task" not in result.error["message"]
     assert effects(server, "stripe", "payment_intents.create") == []
+    row = store.step_row("stripe-500", 1)
+    assert row is not None and row.in_doubt  # never closed as failed: a 5xx proves nothing
     kinds = [e["kind"] for e in store.events("stripe-500")]
-    assert kinds.count("probe") == 1  # one retry probed, then the replay settled it
+    assert kinds.count("probe") == 1  # one retry probed, then the replay stopped it

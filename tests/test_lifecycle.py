@@ -132,7 +132,8 @@ async def test_an_unwind_counts_refused_steps_apart_and_a_later_one_retries_them
     assert first.state == "failed" and first.error["type"] == "CompensationRefused"
     assert (first.undone, first.refused, first.already_undone) == ([3, 1], [2], [])
     assert "cannot restore" in first.reasons["2"]
-    assert build_report(store, "unw-3").state == "stopped"  # not unwound: step 2 is not
+    # Not unwound (step 2 is not), and never to be run forward again.
+    assert build_report(store, "unw-3").state == "partly_unwound"
 
     (tmp_path / "theirs.txt").rename(tmp_path / "f1.txt")  # a person clears the way
     second = await unwind(client, "unw-3", task_queue)

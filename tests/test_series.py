@@ -364,7 +364,8 @@ def test_stripe_and_gmail_calls_present_per_task_grants_that_a_kill_revokes(
     grants = store.grants("pay-1")
     assert sorted((g["target"], g["scope"]) for g in grants) == [
         ("gmail", "read"), ("gmail", "write"), ("graph", "read"), ("graph", "write"),
-        ("stripe", "write")]  # each one issued once; the mail steps read through their grants
+        ("stripe", "read"), ("stripe", "write")]  # each one issued once; every step reads
+    #                                              through its grants (Stripe: its clock)
     minted = {t.token: t for t in server.staging.tokens.values() if "grant-" in t.token}
     assert len(minted) == len(grants)
     assert sum(t.startswith("sk_test_grant-") for t in minted) == 1  # the mode is kept
@@ -382,7 +383,7 @@ def test_stripe_and_gmail_calls_present_per_task_grants_that_a_kill_revokes(
     commands.release(store.conninfo, "pay-1", "settled", "ops")
     with acting_for(broker, "pay-1"):
         assert run_step(store, registry, "pay-1", 4).status == "done"
-    assert len(store.grants("pay-1")) == 6 and len(_effects(server, "stripe")) == 2
+    assert len(store.grants("pay-1")) == 8 and len(_effects(server, "stripe")) == 2
 
 
 async def test_a_scheduled_supplier_sync_plans_from_the_drive_inbox_and_runs_it(

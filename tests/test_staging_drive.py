@@ -318,3 +318,19 @@ def test_a_role_that_cannot_edit_gets_a_403_about_that_file(server: StagingServe
     assert body["error"]["errors"][0]["reason"] == "insufficientFilePermissions"
     assert "f2" in body["error"]["message"]
     assert drive.files["f2"].name == "bobs.txt" and staging.effects_of("drive") == []
+
+
+def test_only_the_owner_trashes_a_file_and_only_the_owner_still_sees_it(
+        server: StagingServer, drive: DriveTarget, writer: Any, reader: Any) -> None:
+    drive.seed("ours.pdf", file_id="f1")
+    drive.seed("bobs.pdf", file_id="f2", owner="bob", shared={"default": "writer"})
+    status, body = http_error(writer.files().update(fileId="f2", body={"trashed": True}))
+    assert (status, body["error"]["errors"][0]["reason"]) == (403, "insufficientFilePermissions")
+    assert drive.files["f2"].trashed is False
+    writer.files().update(fileId="f1", body={"trashed": True}).execute(num_retries=0)
+    assert reader.files().get(fileId="f1", fields="name,trashed").execute(num_retries=0) == {
+        "name": "ours.pdf", "trashed": True}
+    drive.files["f2"].trashed = True  # bob trashed his file
+    assert http_error(reader.files().get(fileId="f2"))[0] == 404
+    listed = reader.files().list(fields="files(id)").execute(num_retries=0)["files"]
+    assert [f["id"] for f in listed] == ["f1"]

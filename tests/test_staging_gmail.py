@@ -329,6 +329,37 @@ def test_a_late_send_finds_the_draft_consumed(mail: StagingServer) -> None:
     assert list_ids(mail) == [sent["id"]]
 
 
+def switch(server: StagingServer, name: str, value: object) -> None:
+    post(server, "/_staging/switches", {"target": "gmail", "name": name, "value": value})
+
+
+def test_overlapping_sends_of_one_draft_both_go_out_under_the_switch(mail: StagingServer) -> None:
+    switch(mail, "concurrent_draft_send", "both")
+    draft = create_draft(mail)
+    arm(mail, "gmail", "drafts.send", "delay", seconds=0.8)
+    with pytest.raises(TimeoutError):
+        send_draft(mail, draft["id"], timeout=0.2)  # still being sent when the second arrives
+    second = send_draft(mail, draft["id"])
+    time.sleep(1.0)
+    sent = [e["detail"]["id"] for e in effects(mail, "gmail", "drafts.send")]
+    assert len(sent) == 2 and second["id"] in sent and sorted(list_ids(mail)) == sorted(sent)
+    with pytest.raises(HttpError) as e:  # a send after both finished finds no draft
+        send_draft(mail, draft["id"])
+    assert e.value.resp.status == 404
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_what_the_send_of_a_consumed_draft_gets_is_a_switch(mail: StagingServer,
+                                                            status: int) -> None:
+    switch(mail, "gone_draft_send_status", status)
+    draft = create_draft(mail)
+    send_draft(mail, draft["id"])
+    with pytest.raises(HttpError) as e:
+        send_draft(mail, draft["id"])
+    assert e.value.resp.status == status
+    assert len(effects(mail, "gmail", "drafts.send")) == 1
+
+
 def test_drafts_need_compose_not_send(mail: StagingServer) -> None:
     for token in (SEND_TOKEN, READ_TOKEN):
         with pytest.raises(HttpError) as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
 import threading
 import time
@@ -312,3 +313,45 @@ def test_a_restricted_key_needs_the_account_permission_to_read_the_account(
     with pytest.raises(stripe.PermissionError) as info:
         stripe_client(server.url, "rk_test_narrow", timeout=5).v1.accounts.retrieve_current()
     assert "rak_accounts_kyc_basic_read" in info.value.json_body["error"]["message"]
+
+
+# -- switches: Stripe's clock, metadata for restricted keys, the idempotency key's life -------
+
+def switch(server: StagingServer, name: str, value: Any) -> None:
+    post(server, "/_staging/switches", {"target": "stripe", "name": name, "value": value})
+
+
+def test_created_and_the_date_header_follow_stripes_clock(server: StagingServer,
+                                                          sk: stripe.StripeClient,
+                                                          rk: stripe.StripeClient) -> None:
+    switch(server, "clock_offset_s", -600)
+    pi = create(sk)
+    assert abs(pi.created - (time.time() - 600)) < 5
+    page = rk.v1.payment_intents.list(params={"limit": 1})
+    assert page.last_response is not None
+    date = email.utils.parsedate_to_datetime(page.last_response.headers["Date"]).timestamp()
+    assert abs(date - (time.time() - 600)) < 5
+    assert [p.id for p in rk.v1.payment_intents.list(
+        params={"created": {"gte": int(time.time()) - 300}}).data] == []  # our clock misses it
+
+
+def test_metadata_can_be_hidden_from_restricted_keys_only(server: StagingServer,
+                                                          sk: stripe.StripeClient,
+                                                          rk: stripe.StripeClient) -> None:
+    pi = create(sk, metadata={"tidemark_key": "k"})
+    assert rk.v1.payment_intents.retrieve(pi.id).metadata.to_dict() == {"tidemark_key": "k"}
+    switch(server, "restricted_key_metadata", "hidden")
+    assert rk.v1.payment_intents.retrieve(pi.id).metadata.to_dict() == {}
+    assert [p.metadata.to_dict() for p in rk.v1.payment_intents.list().data] == [{}]
+    assert sk.v1.payment_intents.retrieve(pi.id).metadata.to_dict() == {"tidemark_key": "k"}
+
+
+def test_a_key_past_its_life_is_forgotten_and_runs_again(server: StagingServer,
+                                                         sk: stripe.StripeClient,
+                                                         staging: Staging) -> None:
+    switch(server, "idempotency_ttl_s", 1)
+    first = create(sk, "life")
+    assert create(sk, "life").id == first.id  # remembered: the saved answer
+    time.sleep(1.5)
+    assert create(sk, "life").id != first.id  # pruned: a new payment
+    assert len(staging.effects_of("stripe", "payment_intents.create")) == 2

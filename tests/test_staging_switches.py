@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from staging.core import Staging, StagingServer, Switch, Target
+from staging.targets import build_staging
 
 
 class Clocked(Target):
@@ -81,3 +82,19 @@ def test_a_worst_case_server_resets_to_the_worst_case() -> None:
     staging.set_switch("clocked", "clock_offset_s", 0)
     staging.reset()
     assert staging.targets["clocked"].switch("second_send") == "sent_again"
+
+
+def test_every_switch_of_the_staging_targets_cites_its_source_and_allows_its_values() -> None:
+    staging = build_staging()
+    listing = staging.switch_list()
+    names = {(s["target"], s["name"]) for s in listing}
+    assert {("gmail", "concurrent_draft_send"), ("gmail", "gone_draft_send_status"),
+            ("stripe", "clock_offset_s"), ("stripe", "restricted_key_metadata"),
+            ("stripe", "idempotency_ttl_s")} <= names
+    for s in listing:
+        assert len(s["doc"]) > 40, s  # what the provider documents, and where
+        for value in (s["default"], s["worst"]):
+            staging.set_switch(s["target"], s["name"], value)  # refused if not allowed
+    worst = build_staging(worst_case=True)
+    assert worst.targets["gmail"].switch("concurrent_draft_send") == "both"
+    assert worst.targets["stripe"].switch("restricted_key_metadata") == "hidden"

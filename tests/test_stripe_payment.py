@@ -4,6 +4,7 @@ and through run_step with a real journal."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from staging.core import Fault, Staging, StagingServer
 from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY, StripeTarget
 from tidemark.actions import GateRefused, ProbeStatus, Registry, StepContext
 from tidemark.errors import (
+    NeedsDecision,
     PlanError,
     PreconditionFailed,
     Refused,
@@ -67,7 +69,8 @@ def test_happy_path_creates_once_with_the_key_and_probes_done(action: StripePaym
                                                               staging: Staging) -> None:
     ctx = context(description="invoice 7")
     action.preconditions(ctx)
-    assert action.snapshot(ctx) == {}
+    before = action.snapshot(ctx)
+    assert abs(before["stripe_clock"] - time.time()) < 5  # Stripe's clock, from its Date header
     assert action.probe(ctx).status is ProbeStatus.ABSENT
     outcome = action.execute(ctx)
     assert outcome["id"].startswith("pi_")
@@ -286,22 +289,24 @@ def arm_execution_error(server: StagingServer, commit: bool = False) -> None:
     post(server, "/_staging/stripe/execution_errors", {"status": 500, "commit": commit})
 
 
-def test_run_step_after_a_saved_500_ends_failed_instead_of_retrying_forever(
+def test_run_step_after_a_replayed_500_leaves_the_step_for_a_person_never_failed(
         server: StagingServer, store: JournalStore, action: StripePaymentIntent,
         staging: Staging) -> None:
     task = persist(store)
     arm_execution_error(server)
     with pytest.raises(TargetUnavailable, match="500"):  # fresh 500: in doubt, retry
         run_step(store, Registry([action]), task, 1)
-    # The retry probes (absent), executes with the same key and gets the saved 500 back:
-    # the key can never succeed, and nothing carries it after the request finished.
-    with pytest.raises(StepFailed, match="saved"):
+    # The retry probes (absent), executes with the same key and gets the saved 500 back: the
+    # key cannot succeed while Stripe remembers it, and a 5xx never proves that nothing
+    # happened, so a person decides with the facts; nothing invites a second payment.
+    with pytest.raises(NeedsDecision) as info:
         run_step(store, Registry([action]), task, 1)
+    message = str(info.value)
+    assert "Idempotent-Replayed" in message and "500" in message
+    assert "new task" not in message and "resolve" in message
     row = store.step_row(task, 1)
-    assert row is not None and row.status == "failed" and row.resolved_by == "execute"
-    assert "Idempotent-Replayed" in row.outcome["error"]
+    assert row is not None and row.in_doubt
     assert staging.effects_of("stripe") == []
-    assert run_step(store, Registry([action]), task, 1).skipped  # the end state holds
 
 
 def test_a_saved_500_after_the_create_committed_is_done_by_probe(
@@ -328,3 +333,91 @@ def test_a_replayed_500_with_our_payment_listed_is_done(server: StagingServer,
     outcome = action.execute(ctx)
     [effect] = staging.effects_of("stripe")
     assert outcome["id"] == effect.detail["id"] and outcome["idempotent_replayed"] is True
+
+
+# -- clocks, forgotten keys, hidden metadata -------------------------------------------------
+
+def switch(server: StagingServer, name: str, value: Any) -> None:
+    post(server, "/_staging/switches", {"target": "stripe", "name": name, "value": value})
+
+
+@pytest.mark.parametrize("offset", [-600, 600])
+def test_clock_skew_and_a_forgotten_key_never_pay_twice(server: StagingServer,
+                                                         store: JournalStore,
+                                                         action: StripePaymentIntent,
+                                                         staging: Staging, offset: int) -> None:
+    # Stripe's clock `offset` s from ours (and Postgres's); the first answer is lost after the
+    # payment was made, and the resume comes after Stripe forgot the Idempotency-Key.
+    switch(server, "clock_offset_s", offset)
+    switch(server, "idempotency_ttl_s", 1)
+    task = persist(store)
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    time.sleep(1.5)  # the key is forgotten: a create with it now makes a new payment
+    resumed = run_step(store, Registry([action]), task, 1)
+    [effect] = staging.effects_of("stripe", "payment_intents.create")
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    assert resumed.outcome["id"] == effect.detail["id"]
+
+
+def test_a_saved_500_whose_payment_was_created_is_done_under_clock_skew(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging) -> None:
+    switch(server, "clock_offset_s", -600)  # Postgres ten minutes ahead of Stripe
+    task = persist(store)
+    arm_execution_error(server, commit=True)
+    with pytest.raises(TargetUnavailable, match="500"):
+        run_step(store, Registry([action]), task, 1)
+    resumed = run_step(store, Registry([action]), task, 1)
+    [effect] = staging.effects_of("stripe", "payment_intents.create")
+    assert (resumed.status, resumed.outcome["id"]) == ("done", effect.detail["id"])
+
+
+def test_metadata_hidden_from_the_read_key_never_reads_absent(
+        server: StagingServer, action: StripePaymentIntent, staging: Staging) -> None:
+    switch(server, "restricted_key_metadata", "hidden")
+    ctx = context(description="invoice 9")
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    assert action.probe(ctx).status is ProbeStatus.ABSENT  # nothing there yet: truly absent
+    outcome = action.execute(ctx)
+    listed = action.reads.reader.v1.payment_intents.list(params={"limit": 1}).data[0]
+    assert listed.id == outcome["id"] and listed.metadata.to_dict() == {}  # the switch holds
+    probed = action.probe(ctx)
+    assert probed.status is not ProbeStatus.ABSENT
+    if probed.status is ProbeStatus.UNKNOWN:
+        assert outcome["id"] in probed.reason and "metadata" in probed.reason
+    else:
+        assert probed.observed["id"] == outcome["id"]
+
+
+def test_hidden_metadata_and_a_forgotten_key_stop_for_a_person_with_one_payment(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging) -> None:
+    switch(server, "restricted_key_metadata", "hidden")
+    switch(server, "clock_offset_s", -600)
+    switch(server, "idempotency_ttl_s", 1)
+    task = persist(store)
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    time.sleep(1.5)
+    with pytest.raises(NeedsDecision, match="metadata"):
+        run_step(store, Registry([action]), task, 1)
+    assert len(staging.effects_of("stripe", "payment_intents.create")) == 1
+    row = store.step_row(task, 1)
+    assert row is not None and row.in_doubt
+
+
+@pytest.mark.parametrize("amount, currency", [(2600, "usd"), (2500, "eur")])
+def test_our_key_on_another_amount_or_currency_is_unknown(server: StagingServer,
+                                                          action: StripePaymentIntent,
+                                                          amount: int, currency: str) -> None:
+    ctx = context(amount=2500)
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    client = stripe_client(server.url, DEFAULT_SECRET_KEY)
+    other = client.v1.payment_intents.create(
+        params={"amount": amount, "currency": currency, "metadata": {"tidemark_key": ctx.key}},
+        options={"idempotency_key": "other-" + ctx.key}).id
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN and other in probed.reason

@@ -138,6 +138,34 @@ class TaskUnwound(TidemarkError):
         return {"task_id": self.task_id}
 
 
+class TaskKilled(TidemarkError):
+    """A kill applies to the task: no compensation acts (an unwind under way stops before its
+    next one) until a person lifts the kill for unwinding."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} is killed; nothing acts on it, compensations "
+                         f"included. `tidemark release {task_id} --for-unwind` lets an unwind "
+                         f"run (the task stays stopped), then `tidemark unwind {task_id} --yes`")
+        self.task_id = task_id
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id}
+
+
+class PartlyUnwound(TidemarkError):
+    """Some of the task's steps were compensated: it never runs forward again, since a run to
+    the end would report done while steps it did are put back."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} is partly unwound; it never runs forward again. "
+                         f"Finish the unwind (`tidemark unwind {task_id} --yes`) or leave it "
+                         "stopped; new work is a new task id")
+        self.task_id = task_id
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id}
+
+
 class ActionError(TidemarkError):
     """Raised by an action. Subclasses say whether the target applied anything."""
 

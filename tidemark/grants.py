@@ -119,11 +119,12 @@ class GrantBroker:
         self.store = store
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        # (task, target, scope) -> (grant id, token, base it was issued for); the token only
-        # ever lives here.
-        self._held: dict[tuple[str, str, str], tuple[int, str, str]] = {}
+        # (task, target, scope, purpose) -> (grant id, token, base it was issued for); the
+        # token only ever lives here.
+        self._held: dict[tuple[str, str, str, str], tuple[int, str, str]] = {}
 
-    def token(self, task_id: str, target: str, scope: str, base: str, minter: Minter) -> str:
+    def token(self, task_id: str, target: str, scope: str, base: str, minter: Minter,
+              purpose: str = "run") -> str:
         """The credential this task presents to ``target`` now.
 
         ``base`` is the worker's own current token (tidemark.credentials): when it was
@@ -131,19 +132,24 @@ class GrantBroker:
         (a local grant presents the base itself; a minted one lives no longer than its base),
         unless the held grant was revoked while the task is stopped.
 
+        ``purpose`` ``undo``: the compensations of a person's unwind, which act on a stopped
+        task. Its grant is issued only while the task is stopped and not killed, on whichever
+        worker runs the unwind and however long after the stop; a kill revokes it and refuses
+        a new one until a person releases the kill for unwinding.
+
         Raises:
             Unauthorized: the task's grant was revoked, or the task is stopped or killed (no
-                grant is issued then).
+                grant is issued then; for an undo grant: killed, or not stopped).
             TargetUnavailable: the provider could not mint one.
         """
-        key = (task_id, target, scope)
+        key = (task_id, target, scope, purpose)
         with self._lock:
             held = self._held.get(key)
         if held is not None:
             state = self.store.grant_state(held[0])
             if state is not None and state["live"] and held[2] == base:
                 return held[1]
-            if state is not None and state["revoked"] is not None and \
+            if purpose == "run" and state is not None and state["revoked"] is not None and \
                     self.store.stop_state(task_id) is not None:
                 # Once released (a person settled it), the task gets a fresh grant below.
                 self._refused(task_id, target, scope, f"grant {held[0]} revoked at "
@@ -158,13 +164,14 @@ class GrantBroker:
                                                        "why": why})
         raise Unauthorized(f"{target}: no live {scope} grant for task {task_id}: {why}")
 
-    def _issue(self, key: tuple[str, str, str], base: str, minter: Minter) -> str:
-        task_id, target, scope = key
+    def _issue(self, key: tuple[str, str, str, str], base: str, minter: Minter) -> str:
+        task_id, target, scope, purpose = key
         token, handle = minter.new_handle(base)
         row = self.store.issue_grant(task_id, target, scope, minter.kind, minter.issuer, handle,
-                                     self.ttl_s)
+                                     self.ttl_s, purpose)
         if row is None:
-            self._refused(task_id, target, scope, "the task is stopped; no grant is issued")
+            self._refused(task_id, target, scope, UNDO_REFUSED if purpose == "undo" else
+                          "the task is stopped; no grant is issued")
         try:
             minter.mint(token, base, self.ttl_s)
         except (OSError, urllib.error.URLError) as e:
@@ -178,14 +185,19 @@ class GrantBroker:
         return token
 
 
-def revoke_task_grants(store: JournalStore, task_id: str | None,
-                       by: str) -> list[dict[str, object]]:
-    """Revokes a task's grants (None: every task's) in the table, then at each provider.
+UNDO_REFUSED = ("no undo grant is issued: the task is killed (`tidemark release T "
+                "--for-unwind` lifts the kill for an unwind), not stopped, or unwound")
+
+
+def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,
+                       purpose: str | None = None) -> list[dict[str, object]]:
+    """Revokes a task's grants (None: every task's; ``purpose``: only those) in the table, then
+    at each provider.
 
     Returns the revoked grants (without handles), each with ``at_provider``: what the provider
     said (``revoked``, ``nothing to revoke`` for local grants, or the error)."""
     out: list[dict[str, object]] = []
-    for g in store.revoke_grants(task_id, by):
+    for g in store.revoke_grants(task_id, by, purpose):
         handle = str(g.pop("handle"))
         try:
             minter_for(str(g["kind"]), str(g["issuer"])).revoke(handle)

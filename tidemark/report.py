@@ -25,6 +25,8 @@ class Report:
         p = self.progress
         if p.unwound is not None:
             return "unwound"  # terminal: nothing runs the task forward again
+        if p.undo_rows:
+            return "partly_unwound"  # some steps put back: it never runs forward either
         if p.stop is not None:
             return "stopped"
         if p.finished:

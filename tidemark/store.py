@@ -27,9 +27,11 @@ from tidemark.errors import (
     InvariantViolation,
     JournalMismatch,
     NotStopped,
+    PartlyUnwound,
     PlanChanged,
     StepBusy,
     StoreUnavailable,
+    TaskKilled,
     TaskStopped,
     TaskUnwound,
     UnknownTask,
@@ -77,6 +79,18 @@ _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state,
 # that must not act once a stop is committed.
 _STOPPED = "(tidemark.stop_of(%(task_id)s) IS NOT NULL)"
 _UNWOUND = "EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = %(task_id)s)"
+# A compensation may act only while no kill applies to the task (stop_of() puts a kill first,
+# so its state tells); a kill lifted by a person's `tidemark release T --for-unwind` becomes a
+# plain stop again. A task with any compensation (partly unwound included) never runs forward.
+_COMPENSATED = ("EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id = %(task_id)s"
+                " AND u.phase = 'undo')")
+_KILLED = "(tidemark.stop_of(%(task_id)s)->>'state' IS NOT DISTINCT FROM 'killed')"
+# Checked, with the stop and unwound state, in the statements that let an attempt act (begin,
+# claim): a forward step not once anything was compensated, a compensation not under a kill.
+_ACT_GUARDS = (f"CASE WHEN %(phase)s = 'undo' THEN NOT {_KILLED}"
+               f" ELSE NOT {_COMPENSATED} END")
+# An undo grant (tidemark.grants) is issued only while a compensation could act.
+_UNDO_ALLOWED = f"({_STOPPED} AND NOT {_KILLED} AND NOT {_UNWOUND})"
 
 
 @dataclass(frozen=True)
@@ -317,6 +331,8 @@ class JournalStore:
                                s.irreversible AS plan_irreversible,
                                (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')
                                   FROM tidemark.stop_of(p.task_id) c) AS stopped,
+                               (SELECT c->>'state' = 'killed'
+                                  FROM tidemark.stop_of(p.task_id) c) AS killed,
                                {_UNWOUND} AS unwound,
                                extract(epoch FROM coalesce(j.lease_until, j.started_at
                                  + make_interval(secs => %(lease)s)) - clock_timestamp()
@@ -342,6 +358,7 @@ class JournalStore:
                     raise UnknownTask(task_id)
                 session = StepSession(conn)
                 session.stopped = r["stopped"]
+                session.killed = bool(r["killed"])
                 session.unwound = r["unwound"]
                 session.lease_left = r["lease_left"]
                 if r["plan_action"] is None:
@@ -553,15 +570,31 @@ class JournalStore:
     # stop state ------------------------------------------------------------------------------
 
     def set_control(self, scope: str, state: str, reason: str, set_by: str) -> None:
-        """Sets the durable stop state of a task (or ``*``) and logs it as an event."""
+        """Sets the durable stop state of a task (or ``*``) and logs it as an event. A stop
+        never turns a kill into a plain stop (an unwind's stop, a halt): only a release does."""
         with self._conn() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO tidemark.controls (scope, state, reason, set_by) VALUES (%s,%s,%s,%s)"
                 " ON CONFLICT (scope) DO UPDATE SET state = EXCLUDED.state,"
-                " reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp()",
+                " reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp()"
+                " WHERE NOT (tidemark.controls.state = 'killed' AND EXCLUDED.state = 'stopped')",
                 (scope, state, reason, set_by))
             StepSession(conn).event(scope, "stop" if state == "stopped" else "release",
                                     {"reason": reason}, None, set_by)
+
+    def release_kill_for_unwind(self, task_id: str, reason: str, by: str) -> bool:
+        """Turns the task's own kill into a plain stop, so that a person's unwind may act (an
+        undo grant is issued, compensations are journaled) while nothing runs it forward.
+        False if the task itself is not killed."""
+        with self._conn() as conn, _translated(), conn.transaction():
+            r = conn.execute(
+                "UPDATE tidemark.controls SET state = 'stopped', reason = %s, set_by = %s,"
+                " set_at = clock_timestamp() WHERE scope = %s AND state = 'killed'"
+                " RETURNING scope", (reason, by, task_id)).fetchone()
+            if r is not None:
+                StepSession(conn).event(task_id, "release", {"reason": reason,
+                                                             "for_unwind": True}, None, by)
+            return r is not None
 
     def task_known(self, task_id: str) -> bool:
         """Whether a plan is stored under ``task_id`` or a control row names it (a task
@@ -676,15 +709,28 @@ class JournalStore:
             StepSession(conn).event(scope, "kill", {"reason": reason}, None, by)
 
     def issue_grant(self, task_id: str, target: str, scope: str, kind: str, issuer: str,
-                    handle: str, ttl_s: float) -> dict[str, Any] | None:
-        """Records a new grant, unless a stop state applies to the task (None then)."""
-        with self._conn() as conn, _translated():
-            return conn.execute(
+                    handle: str, ttl_s: float, purpose: str = "run") -> dict[str, Any] | None:
+        """Records a new grant, or returns None: a ``run`` grant only while no stop state
+        applies to the task; an ``undo`` grant (a person's unwind) only while the task is
+        stopped, not killed, and not unwound. An undo grant is logged (a ``grant`` event)."""
+        with self._conn() as conn, _translated(), conn.transaction():
+            row = conn.execute(
                 "INSERT INTO tidemark.grants (task_id, target, scope, kind, issuer, handle,"
-                " expires) SELECT %s, %s, %s, %s, %s, %s,"
-                " clock_timestamp() + make_interval(secs => %s)"
-                " WHERE tidemark.stop_of(%s) IS NULL RETURNING id, issued, expires",
-                (task_id, target, scope, kind, issuer, handle, ttl_s, task_id)).fetchone()
+                " expires, purpose) SELECT %(task_id)s, %(target)s, %(scope)s, %(kind)s,"
+                " %(issuer)s, %(handle)s, clock_timestamp() + make_interval(secs => %(ttl)s),"
+                " %(purpose)s"
+                " WHERE CASE WHEN %(purpose)s = 'undo'"
+                f"  THEN {_UNDO_ALLOWED}"
+                "   ELSE tidemark.stop_of(%(task_id)s) IS NULL END"
+                " RETURNING id, issued, expires",
+                {"task_id": task_id, "target": target, "scope": scope, "kind": kind,
+                 "issuer": issuer, "handle": handle, "ttl": ttl_s,
+                 "purpose": purpose}).fetchone()
+            if row is not None and purpose == "undo":
+                StepSession(conn).event(task_id, "grant", {
+                    "issued": row["id"], "target": target, "scope": scope, "purpose": purpose,
+                    "expires": row["expires"].isoformat()}, None, "tidemark")
+            return row
 
     def grant_state(self, grant_id: int) -> dict[str, Any] | None:
         """``{live, revoked, revoked_by}`` of a grant; live: neither revoked nor expired."""
@@ -693,17 +739,22 @@ class JournalStore:
                 "SELECT revoked IS NULL AND expires > clock_timestamp() AS live, revoked,"
                 " revoked_by FROM tidemark.grants WHERE id = %s", (grant_id,)).fetchone()
 
-    def revoke_grants(self, task_id: str | None, by: str) -> list[dict[str, Any]]:
-        """Revokes every unrevoked grant of a task (None: of every task); returns them."""
+    def revoke_grants(self, task_id: str | None, by: str,
+                      purpose: str | None = None) -> list[dict[str, Any]]:
+        """Revokes every unrevoked grant of a task (None: of every task), or only those of
+        one ``purpose``; returns them."""
         with self._conn() as conn, _translated(), conn.transaction():
             rows = conn.execute(
                 "UPDATE tidemark.grants SET revoked = clock_timestamp(), revoked_by = %s"
                 " WHERE revoked IS NULL AND (%s::text IS NULL OR task_id = %s)"
+                " AND (%s::text IS NULL OR purpose = %s)"
                 " RETURNING id, task_id, target, scope, kind, issuer, handle, issued, expires,"
-                " revoked, revoked_by", (by, task_id, task_id)).fetchall()
+                " revoked, revoked_by, purpose",
+                (by, task_id, task_id, purpose, purpose)).fetchall()
             for r in rows:
                 StepSession(conn).event(r["task_id"], "grant", {
-                    "revoked": r["id"], "target": r["target"], "scope": r["scope"]}, None, by)
+                    "revoked": r["id"], "target": r["target"], "scope": r["scope"],
+                    "purpose": r["purpose"]}, None, by)
             return rows
 
     def grants(self, task_id: str) -> list[dict[str, Any]]:
@@ -711,7 +762,7 @@ class JournalStore:
         with self._conn() as conn, _translated():
             return conn.execute(
                 "SELECT id, task_id, target, scope, kind, issuer, issued, expires, revoked,"
-                " revoked_by FROM tidemark.grants WHERE task_id = %s ORDER BY id",
+                " revoked_by, purpose FROM tidemark.grants WHERE task_id = %s ORDER BY id",
                 (task_id,)).fetchall()
 
 
@@ -728,6 +779,7 @@ class StepSession:
         self.spec: Step
         self.row: JournalRow | None = None
         self.stopped: str | None = None
+        self.killed: bool = False  # the stop that applies is a kill
         self.unwound: bool = False
         self.lease_left: float | None = None  # seconds the row's last attempt may still act
 
@@ -764,6 +816,7 @@ class StepSession:
                       SELECT 1 FROM tidemark.journal
                       WHERE task_id = %(task_id)s AND phase = 'do' AND step = %(step)s - 1
                         AND status = 'done'))
+                      AND {_ACT_GUARDS}
                       AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}
                     RETURNING {_JOURNAL_COLUMNS}
                     """,
@@ -797,6 +850,7 @@ class StepSession:
                 "UPDATE tidemark.journal"
                 " SET lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
                 " WHERE idem_key = %(key)s AND outcome IS NULL"
+                f"  AND {_ACT_GUARDS}"
                 f"  AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}"
                 " RETURNING step",
                 {"task_id": task_id, "key": key, "lease": lease_s, "phase": phase}).fetchone()
@@ -815,16 +869,22 @@ class StepSession:
         """Raises why the task may not act now, if it is its stop or unwound state."""
         with _translated():
             r = self.conn.execute(
-                f"SELECT {_UNWOUND} AS unwound, (SELECT coalesce(nullif(c->>'reason', ''),"
-                " c->>'state') FROM tidemark.stop_of(%(task_id)s) c) AS stopped",
+                f"SELECT {_UNWOUND} AS unwound, {_COMPENSATED} AS compensated,"
+                " (SELECT c->>'state' FROM tidemark.stop_of(%(task_id)s) c) AS state,"
+                " (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')"
+                " FROM tidemark.stop_of(%(task_id)s) c) AS stopped",
                 {"task_id": task_id}).fetchone()
         assert r is not None
         if r["unwound"]:
             raise TaskUnwound(task_id)
         if phase == "do" and r["stopped"] is not None:
             raise TaskStopped(task_id, r["stopped"])
+        if phase == "do" and r["compensated"]:
+            raise PartlyUnwound(task_id)
         if phase == "undo" and r["stopped"] is None:
             raise NotStopped(task_id)
+        if phase == "undo" and r["state"] == "killed":
+            raise TaskKilled(task_id)
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
                  resolved_by: str, flush: bool = True) -> JournalRow:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidemark.actions import Registry, StepContext
-from tidemark.errors import NotStopped, Refused, StepFailed
+from tidemark.errors import NotStopped, Refused, StepFailed, TaskKilled
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.run_step import (
@@ -57,6 +57,9 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
 
     Raises:
         NotStopped: the task's stop state is not set.
+        TaskKilled: a kill applies to the task (a person lifts it for unwinding with
+            ``tidemark release T --for-unwind``); checked before the compensation and again in
+            the statement that writes its intent, so none starts once a kill is committed.
         NeedsDecision: the forward step is in doubt and its probe cannot tell.
         StepFailed: the compensation was refused (e.g. someone changed the file since); the
             refusal is its attempt's outcome, and a later unwind tries again under a new one.
@@ -66,6 +69,8 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
     with store.execution(task_id, step, "do") as s:
         if s.stopped is None:
             raise NotStopped(task_id)
+        if s.killed:  # before each compensation; the intent's statement checks it again
+            raise TaskKilled(task_id)
         spec, row = s.spec, s.row
         action = registry.bound(spec.action)
         ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args,

@@ -71,6 +71,7 @@ T_RS = "tests/test_run_step.py"
 T_HZ = "tests/test_hazards.py"
 T_SC = "tests/test_schema.py"
 T_UW = "tests/test_unwind.py"
+T_UC = "tests/test_unwind_cli.py"
 T_RP = "tests/test_run_plan.py"
 T_LS = "tests/test_lease.py"
 T_RE = "tests/test_report.py"
@@ -272,6 +273,35 @@ MUTANTS: tuple[Mutant, ...] = (
            "if len(mine) > 1:",
            "if len(mine) > 2:",
            ("tests/test_stripe_payment.py::test_a_duplicate_carrying_our_key_is_unknown",)),
+    Mutant("stripe: our key on another amount or currency counts as done", "probes/stripe.py",
+           "if not _same_payment(pi, ctx.args):",
+           "if False:",
+           ("tests/test_stripe_payment.py::test_our_key_on_another_amount_or_currency_is_"
+            "unknown[2600-usd]",
+            "tests/test_stripe_payment.py::test_our_key_on_another_amount_or_currency_is_"
+            "unknown[2500-eur]")),
+    Mutant("stripe: the probe's window is drawn on Postgres's clock", "probes/stripe.py",
+           "return anchor - STRIPE_CLOCK_MARGIN",
+           "return int(ctx.started_at.timestamp()) - 300 if ctx.started_at else None",
+           ("tests/test_stripe_payment.py::test_clock_skew_and_a_forgotten_key_never_pay_"
+            "twice[-600]",)),
+    Mutant("stripe: a payment like ours with its metadata hidden reads as absent",
+           "probes/stripe.py",
+           "    if like:\n",
+           "    if False:\n",
+           ("tests/test_stripe_payment.py::test_metadata_hidden_from_the_read_key_never_reads_"
+            "absent",)),
+    Mutant("gmail: a 400 closes the step as failed although the mail went out",
+           "activities/gmail.py",
+           "if probed.status is ProbeStatus.ABSENT:",
+           "if True:",
+           (f"{T_MF}::test_any_error_answer_to_a_send_of_a_consumed_draft_leaves_the_step_in_"
+            "doubt[400]",)),
+    Mutant("gmail: a retry sends while an earlier send may still be going out",
+           "activities/gmail.py",
+           "self.horizon_s = horizon_s",
+           "self.horizon_s = 0.0",
+           (f"{T_MF}::test_overlapping_sends_that_both_go_out_still_send_once",)),
     Mutant("gmail: a copy without the SENT label counts as sent", "probes/gmail.py",
            'ours = SENT in msg.get("labelIds", []) and _header',
            "ours = _header",
@@ -314,12 +344,12 @@ MUTANTS: tuple[Mutant, ...] = (
            'if decided and approvers is None and decided["actor"] not in approvers:',
            ("tests/test_boundary.py::test_a_decision_by_somebody_not_among_the_approvers_does_"
             "not_count",)),
-    Mutant("stripe: a replayed 500 is retried for ever instead of settled by a listing",
+    Mutant("stripe: a replayed 500 is retried for ever instead of left for a person",
            "activities/stripe.py",
            "if (e.http_status or 0) >= 500 and (e.headers or {}).get(",
            "if (e.http_status or 0) >= 600 and (e.headers or {}).get(",
-           ("tests/test_stripe_payment.py::test_run_step_after_a_saved_500_ends_failed_instead_"
-            "of_retrying_forever",)),
+           ("tests/test_stripe_payment.py::test_run_step_after_a_replayed_500_leaves_the_step_"
+            "for_a_person_never_failed",)),
     Mutant("stripe: a replayed 500 with our payment listed is not done", "activities/stripe.py",
            "if probed.status is ProbeStatus.DONE:",
            "if probed.status is not ProbeStatus.DONE:",
@@ -353,6 +383,25 @@ MUTANTS: tuple[Mutant, ...] = (
            'if last is not None and last.status == "done":',
            "if last is not None and last.outcome is not None:",
            (f"{T_CT}::test_a_refused_compensation_is_tried_again_after_the_way_is_cleared",)),
+    Mutant("an unwind acts while an attempt of the step may still be acting", "tidemark/unwind.py",
+           "        if row.outcome is None:\n            check_lease(s, ctx)\n",
+           "        if row.outcome is None:\n            pass\n",
+           (f"{T_UC}::test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_"
+            "acting",)),
+    Mutant("a compensation acts without its undo grant", "activities/steps.py",
+           'acting_for(self.grants, inp.task_id, "undo")',
+           "acting_for(self.grants, inp.task_id)",
+           (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
+            "grant",)),
+    Mutant("a partly unwound task runs forward to completed", "activities/steps.py",
+           "if progress.undo_rows and progress.unwound is None:",
+           "if progress.undo_rows and progress.unwound is None and False:",
+           (f"{T_UC}::test_resume_after_a_partial_unwind_is_refused_and_status_says_partly_"
+            "unwound",)),
+    Mutant("drive: a trashed file with our name and stamp counts as done", "probes/drive.py",
+           'if observed["trashed"]:',
+           "if False:",
+           (f"{T_UC}::test_the_gate_stops_on_a_renamed_file_that_was_trashed_or_unshared",)),
     # -- the report -----------------------------------------------------------------------------
     Mutant("the report says provably not attempted of an attempted step", "tidemark/report.py",
            "            if n > p.last_step:\n",

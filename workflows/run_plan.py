@@ -40,7 +40,9 @@ with workflow.unsafe.imports_passed_through():
         COMPLETED,
         FAILED,
         HALTED,
+        KILLED,
         NEEDS_DECISION,
+        PARTLY_UNWOUND,
         PRECONDITION_FAILED,
         RUNNING,
         STOPPED,
@@ -125,6 +127,8 @@ END_STATES = {
     "ActionNotConfigured": FAILED,
     "NotStopped": STOPPED,
     "SeriesBlocked": BLOCKED,
+    "TaskKilled": KILLED,
+    "PartlyUnwound": PARTLY_UNWOUND,
 }
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),

@@ -18,6 +18,10 @@ PRECONDITION_FAILED = "precondition_failed"
 FAILED = "failed"
 UNWOUND = "unwound"  # terminal: the unwind completed; every later start refuses the task
 BLOCKED = "blocked"  # a run of a series refused to start (tidemark.series); nothing acted
+KILLED = "killed"  # a kill applies to the task (tidemark kill); nothing acts on it
+# Some steps were compensated and others not (a refused compensation, an unwind cut short):
+# the task never runs forward again.
+PARTLY_UNWOUND = "partly_unwound"
 
 
 @dataclass

@@ -14,6 +14,7 @@ it; the candidates are listed again until that holds.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from temporalio import workflow
@@ -42,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         UnwoundInput,
     )
 
+# The patch that revokes the undo grants when an unwind ends (workflow.patched).
+UNDO_GRANTS = "undo-grants"
 # The candidates are listed again after each pass; a pass finds new ones only when an intent
 # landed while the previous one ran, so a few passes are plenty.
 MAX_PASSES = 5
@@ -66,6 +69,19 @@ class UnwindPlan:
                                       "the input must be {\"task_id\": ...}, not "
                                       f"{type(document).__name__}"})
         task_id = str(document.get("task_id") or "")
+        result = await self._unwind(task_id)
+        # The compensations' undo grants end with the unwind, however it ended. Histories from
+        # before undo grants existed schedule no such activity.
+        if workflow.patched(UNDO_GRANTS):
+            # If it cannot, they expire on their own (GRANT_TTL_S); the result stands.
+            with contextlib.suppress(ActivityError):
+                await workflow.execute_activity(
+                    "end_unwind", UnwoundInput(task_id, workflow.info().workflow_id),
+                    result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    retry_policy=BOOKKEEPING_RETRY, summary="revoke the undo grants")
+        return result
+
+    async def _unwind(self, task_id: str) -> UnwindResult:
         r = self._result
         r.task_id = task_id
         visited: set[int] = set()

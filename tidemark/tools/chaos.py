@@ -255,6 +255,10 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
             timeout_env = _timeout_env(registry.bound(plan.step(kill.step).action))
             assert timeout_env
             env[timeout_env] = str(SLOW_CLIENT_TIMEOUT_S)
+            # Two overlapping drafts.send of one draft may both go out (Google documents
+            # nothing else): Gmail's horizon keeps the resume from sending while the slow one
+            # may still be sending.
+            env["TIDEMARK_GMAIL_HORIZON_S"] = str(SLOW_CLIENT_TIMEOUT_S + SLOW_EXTRA_S + 1.0)
             fault = {**fault, "kind": "delay",
                      "seconds": SLOW_CLIENT_TIMEOUT_S + SLOW_EXTRA_S}
         cmd += ["--fault", json.dumps({**fault, "step": kill.step})]

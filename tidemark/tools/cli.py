@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from tidemark.database import database_url
-from tidemark.errors import TaskUnwound, TidemarkError
+from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.tools import commands
@@ -139,6 +139,13 @@ def _cmd_stop(a: argparse.Namespace) -> int:
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
+    if a.for_unwind:
+        if a.task is None or a.all or a.series:
+            raise UsageError("release --for-unwind: give one task id")
+        commands.release_for_unwind(_db(a), a.task, a.reason, a.by)
+        print(f"task {a.task}'s kill is lifted for unwinding; it stays stopped. "
+              f"`tidemark unwind {a.task} --yes` puts its reversible steps back")
+        return 0
     if _series_scope(a):
         commands.release(_db(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
@@ -161,6 +168,8 @@ def _cmd_resume(a: argparse.Namespace) -> int:
     report = commands.status(url, a.task)
     if report.progress.unwound is not None:
         raise TaskUnwound(a.task)  # before releasing anything: an unwound task stays put
+    if report.progress.undo_rows:
+        raise PartlyUnwound(a.task)  # so does one with any compensation
     every = commands.global_stop(url)
     if every is not None:
         # Releasing the task alone would start a run that meets the global stop at once.
@@ -218,6 +227,7 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
         print(f"tidemark: unwind compensates {len(plan['undo_steps'])} step(s) as listed; "
               "pass --yes to do it", file=sys.stderr)
         return EXIT_USAGE
+    commands.check_unwind_allowed(url, a.task)  # a kill in force: nothing changes
     commands.stop(url, a.task, a.reason or "unwind", a.by)
     result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
@@ -433,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="accept a task id that has no plan yet")
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
+        if name == "release":
+            c.add_argument("--for-unwind", action="store_true",
+                           help="turn a task's kill into a stop, so that an unwind may act")
         c.set_defaults(func=func)
 
     user_args = argparse.ArgumentParser(add_help=False)

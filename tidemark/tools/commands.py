@@ -15,7 +15,7 @@ from activities.fs import FsRename
 from probes.fs import parse_roots
 from tidemark.actions import GateRefused
 from tidemark.boundary import ApprovalError, check_approver, irreversible_lines
-from tidemark.errors import PlanError, TidemarkError
+from tidemark.errors import PlanError, TaskKilled, TidemarkError
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -101,6 +101,30 @@ def release(url: str, task_id: str, reason: str, by: str, *,
     with open_store(url) as store:
         _check_scope(store, task_id, "release", force_unknown)
         store.set_control(task_id, "released", reason, by)
+
+
+def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
+    """Lifts a task's kill for unwinding: the task stays stopped (nothing runs it forward),
+    and `tidemark unwind` may then compensate. Refuses a task that is not killed itself."""
+    with open_store(url) as store:
+        _check_scope(store, task_id, "release", False)
+        if store.release_kill_for_unwind(task_id, reason or "released for unwind", by):
+            return
+        stop = store.stop_state(task_id)
+    if stop is not None and stop["state"] == "killed":
+        raise DecisionError(f"task {task_id!r} is under the kill of {stop['scope']!r} (by "
+                            f"{stop['set_by']}); release that first, nothing was changed")
+    raise DecisionError(f"task {task_id!r} is not killed; `tidemark unwind {task_id} --yes` "
+                        "works as it is, nothing was changed")
+
+
+def check_unwind_allowed(url: str, task_id: str) -> None:
+    """An unwind starts only when no kill applies to the task (TaskKilled names the command
+    that lifts it for unwinding)."""
+    with JournalStore(url) as store:
+        stop = store.stop_state(task_id)
+    if stop is not None and stop["state"] == "killed":
+        raise TaskKilled(task_id)
 
 
 def global_stop(url: str) -> dict[str, Any] | None:
