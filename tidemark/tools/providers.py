@@ -340,7 +340,7 @@ class Assumption:
     source: str  # the provider's documentation it comes from
     relied_on_by: str  # the code that would be wrong if it did not hold
     required: dict[str, Any]  # facts that must hold for our probes as written
-    switch: str | None  # the staging switch (target.name) that shows the other side, if any
+    switches: tuple[str, ...]  # the staging switches (target.name) that show the other side
     check: Callable[[Session], dict[str, Any]]
 
 
@@ -350,14 +350,14 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "appProperties set by files.update are returned by files.get to the same OAuth client",
         "Drive API: Add custom file properties (appProperties are private to the app)",
         "probes/drive.py: the stamp that tells our rename from anybody's",
-        {"returned_to_same_client": True, "name_unchanged": True}, None,
+        {"returned_to_same_client": True, "name_unchanged": True}, (),
         check_drive_app_properties),
     Assumption(
         "drive.trashed", "drive",
         "a trashed file still answers files.get, with trashed: true",
         "Drive API: files resource, field trashed; Trash or delete files",
         "probes/drive.py and the verification gate: a trashed file is unknown, never done",
-        {"get_answers_trashed_file": True, "trashed_flag": True}, None,
+        {"get_answers_trashed_file": True, "trashed_flag": True}, (),
         check_drive_trashed_visible),
     Assumption(
         "gmail.send", "gmail",
@@ -368,7 +368,7 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "probes/gmail.py (our sent copy: SENT label and X-Tidemark-Key, found in history)",
         {"sent_has_sent_label": True, "history_shows_sent": True, "copies_sent": 1,
          "custom_header_kept": True},
-        "gmail.concurrent_drafts_send", check_gmail_send_once),
+        ("gmail.concurrent_draft_send", "gmail.gone_draft_send_status"), check_gmail_send_once),
     Assumption(
         "graph.submission", "graph",
         "send of a draft answers 202 with no body; the message may stay in Drafts, flagged "
@@ -377,7 +377,7 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "Drafts until the send is processed)",
         "probes/graph.py: a submitted draft is done or in doubt, never absent",
         {"send_answers_202": True, "key_property_kept": True},
-        "graph.submitted_stays_in_drafts_s", check_graph_submission),
+        ("graph.submitted_stays_in_drafts_s",), check_graph_submission),
     Assumption(
         "stripe.idempotency", "stripe",
         "the same Idempotency-Key with the same parameters replays the first answer "
@@ -386,7 +386,7 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "activities/stripe.py and probes/stripe.py: the replay that creates nothing",
         {"replay_same_object": True, "replay_header": True, "other_parameters_refused": True,
          "metadata_to_secret_key": True},
-        "stripe.clock_offset_s", check_stripe_idempotency),
+        ("stripe.clock_offset_s", "stripe.idempotency_ttl_s"), check_stripe_idempotency),
     Assumption(
         "stripe.reads", "stripe",
         "a PaymentIntent is listed by created[gte] at once; a restricted key reads its amount "
@@ -394,7 +394,7 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "Stripe API: List all PaymentIntents (created filter); Restricted API keys; Metadata",
         "probes/stripe.py: matching by what Stripe always returns",
         {"list_by_created_finds_it": True},
-        "stripe.hide_metadata_from_restricted_keys", check_stripe_reads),
+        ("stripe.restricted_key_metadata",), check_stripe_reads),
 )
 
 
@@ -414,7 +414,7 @@ def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, An
     ``status`` is ``held``, ``broken`` (a required fact differs), ``error`` (the check could
     not tell) or ``skipped`` (no credentials for this provider)."""
     out: dict[str, Any] = {"id": a.id, "provider": a.provider, "statement": a.statement,
-                           "source": a.source, "switch": a.switch}
+                           "source": a.source, "switches": list(a.switches)}
     missing = _needs(a, e)
     if missing:
         return {**out, "status": "skipped", "needs": missing}
