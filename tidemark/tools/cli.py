@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -342,6 +343,41 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_ERROR
 
 
+def _cmd_providers(a: argparse.Namespace) -> int:
+    from tidemark.tools import providers
+
+    only = a.only or None
+    if a.live:
+        try:
+            endpoints = providers.live_endpoints()
+        except providers.NoAccounts as e:
+            print(e)
+            return 0
+        results = providers.verify(endpoints, only)
+        source = "live"
+    else:
+        from staging.core import StagingServer
+        from staging.targets import build_staging
+        from tidemark.tools.testing import staging_post
+
+        with StagingServer(build_staging(worst_case=a.worst_case)) as server:
+            seeded = staging_post(server.url, "/_staging/drive/files",
+                                  {"name": "provider-check.txt"})
+            endpoints = providers.staging_endpoints(server.url, seeded["id"])
+            results = providers.verify(endpoints, only)
+        source = "staging (worst case)" if a.worst_case else "staging"
+    if a.record:
+        for path in providers.record(results, Path(a.record), endpoints, source):
+            print(f"recorded {path}", file=sys.stderr)
+    if a.json:
+        _print_json([{k: v for k, v in r.items() if k != "exchanges"} for r in results])
+    else:
+        for r in results:
+            detail = r.get("error") or r.get("needs") or r.get("failed") or r.get("measured")
+            print(f"{r['status']:<8} {r['id']:<22} {json.dumps(detail, default=str)}")
+    return 0 if all(r["status"] in ("held", "skipped") for r in results) else EXIT_ERROR
+
+
 def _interrupt_event() -> threading.Event:
     """An event that SIGINT and SIGTERM set from now on. Installed before the addresses are
     printed: a Ctrl-C that follows them at once must take the clean way out (exit 0), not raise
@@ -503,6 +539,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an action class not installed as a plugin, bound by its from_env "
                          "(replaces an action of the same name)")
     ch.set_defaults(func=_cmd_chaos)
+
+    pv = sub.add_parser("providers", help="check the provider assumptions the probes rely on")
+    pv_sub = pv.add_subparsers(dest="providers_command", required=True)
+    vf = pv_sub.add_parser("verify", help="run each assumption's check (docs/provider-"
+                                          "assumptions.md); default: against staging servers "
+                                          "started here")
+    vf.add_argument("--live", action="store_true",
+                    help="against the real providers, with the test accounts named by "
+                         "TIDEMARK_LIVE_* (never in CI; Stripe test mode only)")
+    vf.add_argument("--worst-case", action="store_true",
+                    help="the staging servers with every switch at its documented worst case")
+    vf.add_argument("--only", action="append", default=[], metavar="ID|PROVIDER",
+                    help="only these assumptions (an id, or a provider: drive, gmail, ...)")
+    vf.add_argument("--record", metavar="DIR",
+                    help="write each result's facts and exchanges, scrubbed, as DIR/<id>.json")
+    vf.add_argument("--json", action="store_true", help="print the results as JSON")
+    vf.set_defaults(func=_cmd_providers)
     add_series_commands(sub, user)
     return p
 
