@@ -6,9 +6,12 @@ Irreversible, and Graph honours no idempotency key, so the step fences at the pr
    with the key twice, as the internet header ``x-tidemark-key`` and as a single-value extended
    property in Tidemark's fixed namespace (the one the probe reads: every copy keeps it). It
    returns the draft's ``id`` and ``internetMessageId``, which run_step journals.
-2. ``execute`` sends exactly that draft (``POST /me/messages/{id}/send``, 202). A draft is sent
-   at most once: the send moves it out of Drafts under a new id, and a second send of the old id
-   is refused with 404 ``ErrorItemNotFound``.
+2. ``execute`` sends exactly that draft (``POST /me/messages/{id}/send``, 202), and only while
+   it is a plain draft in Drafts: Graph keeps a sent draft in Drafts, ``isDraft`` still true,
+   until transport takes it to Sent Items, marked only by the mfSubmitted bit of
+   PR_MESSAGE_FLAGS; what a second send of it does is undocumented (it might go out twice), so
+   ``execute`` reads the draft first and sends nothing once that bit is set. A send of a draft
+   that already left Drafts is refused with 404 ``ErrorItemNotFound``.
 
 So a send that Graph is still working on after our client gave up (Graph keeps a request up to
 about 100 s; our client waits ``TIDEMARK_GRAPH_TIMEOUT_S``) cannot add a second mail: if it
@@ -17,10 +20,16 @@ if the next attempt's send lands first, the late one is refused. Hence ``horizon
 waiting before *absent* is trusted. A 404 on our own send is not a failure of the step but a
 sign that the draft moved on; the step stays in doubt and the probe decides.
 
-Done means *submitted*: the message left Drafts. Graph's 202 means accepted, not submitted (a
-message can stay in Drafts), so ``execute`` confirms with the read token that the draft left
-Drafts, waiting at most ``confirm_s``; if it did not, the step stays in doubt and the next
-attempt's probe finds the draft still in Drafts (*absent*) and sends that same draft again.
+Done means *submitted*: flagged submitted in Drafts, or out of Drafts. Graph's 202 means
+accepted, so ``execute`` confirms with the read token that the draft was submitted, waiting at
+most ``confirm_s``; if it was not, the step stays in doubt and the next attempt's probe decides:
+*done* for a flagged or moved copy, *absent* (send that same draft) only for a draft in Drafts
+whose flags say it was never submitted, *unknown* when the flags cannot be read.
+
+One exposure remains with ``horizon_s = 0``: a send still travelling to Graph when the next
+attempt reads the draft as unsent lands on a draft that attempt is sending too. Against the
+emulator's default (a send moves the draft out at once) the later one is refused; against a
+provider that keeps the draft in Drafts and sends a submitted draft twice, it would be two.
 
 The write token needs ``Mail.ReadWrite`` (create the draft), ``Mail.Send`` and ``User.Read``
 (``check_identity``); the read token ``Mail.Read`` and ``User.Read``.
@@ -66,6 +75,7 @@ DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Dra
 CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
 CONFIRM_POLL_S = 0.2
 CONFIRM_READS = 3  # reads of one probe once folder ids are known: mailbox, Recoverable, a name
+DRAFT_READS = 2  # the draft read before the send, and again after a refused send
 
 SEND_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError, ValueError)
 
@@ -143,11 +153,13 @@ class GraphSendMail(MailAction):
         self.read_client = reader
         self.reader = GraphSendMailProbe(reader)
         self.confirm_s = confirm_timeout() if confirm_s is None else confirm_s
-        # stage: one create; execute: one send, then probes until confirm_s is over, the last
-        # of which may start just before that and take its reads' timeouts (the well-known
-        # folder ids are read once, at check_identity or the first probe).
-        self.deadline_s = (writer.timeout + self.confirm_s + CONFIRM_READS * reader.timeout
-                           + 2 * LOOP_MARGIN_S)
+        # stage: one create; execute: a read of the draft, one send (and a second read of the
+        # draft if it was refused), then probes until confirm_s is over, the last of which
+        # may start just before that and take its reads' timeouts (the well-known folder ids
+        # are read once, at check_identity or the first probe).
+        self.deadline_s = (writer.timeout + self.confirm_s
+                           + (CONFIRM_READS + DRAFT_READS) * reader.timeout
+                           + (2 + DRAFT_READS) * LOOP_MARGIN_S)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         # Marks the intent as fenced by a draft: without a journaled draft, this step's execute
@@ -201,17 +213,44 @@ class GraphSendMail(MailAction):
         if not staged or not staged.get("id"):
             raise ActionError("graph.send_mail: no journaled draft to send")
         draft_id = str(staged["id"])
+        self._check_unsent(draft_id)
         try:
             self.writer.call(
                 lambda g: g.me.messages.by_message_id(draft_id).send.post())
         except SEND_ERRORS as e:
-            if isinstance(e, APIError) and e.response_status_code == 404:
-                # No longer a draft: an earlier send of it went through, or a person moved or
-                # deleted it. Only the probe can tell which.
-                raise TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a "
-                                        f"draft ({describe_error(e)})") from e
-            raise graph_error(e, "graph.send_mail: send draft") from e
+            raise self._send_failed(draft_id, e) from e
         return self._confirm(ctx)
+
+    def _check_unsent(self, draft_id: str) -> None:
+        """Sends nothing unless the draft is still a plain draft: one flagged submitted (Graph
+        keeps a sent draft in Drafts until transport takes it) would be sent a second time,
+        and what Exchange does then is undocumented. Raises TargetUnavailable otherwise: the
+        step stays in doubt and the probe decides."""
+        try:
+            why = self.reader.unsent_draft(draft_id)
+        except READ_ERRORS as e:
+            why = f"draft {draft_id} cannot be read ({describe_error(e)})"
+        if why is not None:
+            raise TargetUnavailable(f"graph.send_mail: not sent: {why}; the step stays in "
+                                    f"doubt")
+
+    def _send_failed(self, draft_id: str, e: BaseException) -> ActionError:
+        """What a failed send means. A refusal counts as one only while the draft is still a
+        plain draft: a 404 (no longer a draft) or any refusal of a draft that was submitted
+        meanwhile (a send of ours that landed late, an earlier attempt's) leaves the step in
+        doubt for the probe, never ``failed`` for a mail that may have gone."""
+        if isinstance(e, APIError) and e.response_status_code == 404:
+            return TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a draft "
+                                     f"({describe_error(e)})")
+        error = graph_error(e, "graph.send_mail: send draft")
+        if isinstance(error, Refused):
+            try:
+                why = self.reader.unsent_draft(draft_id)
+            except READ_ERRORS as read_error:
+                why = f"it cannot be read ({describe_error(read_error)})"
+            if why is not None:
+                return TargetUnavailable(f"{error}; the draft may have been sent ({why})")
+        return error
 
     def _confirm(self, ctx: StepContext) -> dict[str, Any]:
         """Waits until the probe sees our message submitted; raises TargetUnavailable if the
