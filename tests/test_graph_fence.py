@@ -221,7 +221,7 @@ def test_a_refused_send_of_a_draft_submitted_meanwhile_is_in_doubt_not_failed(
     it is refused. That refusal is not the target refusing the step: the mail is out."""
     submission_window(mail, "refused")
     a, ctx = staged_step(mail)
-    arm(mail, "graph", "message.send", "delay", seconds=1.5)  # taken by the first send only
+    arm(mail, "graph", "message.send", "delay", seconds=4.0)  # taken by the first send only
     with ThreadPoolExecutor(1) as pool:
         slow = pool.submit(a.execute, ctx)
         assert_eventually(lambda: len(sends_requested(mail)) == 1, timeout=5)
