@@ -13,12 +13,11 @@ Irreversible, and Graph honours no idempotency key, so the step fences at the pr
    ``execute`` reads the draft first and sends nothing once that bit is set. A send of a draft
    that already left Drafts is refused with 404 ``ErrorItemNotFound``.
 
-So a send that Graph is still working on after our client gave up (Graph keeps a request up to
-about 100 s; our client waits ``TIDEMARK_GRAPH_TIMEOUT_S``) cannot add a second mail: if it
-lands first, the next attempt's probe sees the message out of Drafts, or its send is refused;
-if the next attempt's send lands first, the late one is refused. Hence ``horizon_s = 0``: no
-waiting before *absent* is trusted. A 404 on our own send is not a failure of the step but a
-sign that the draft moved on; the step stays in doubt and the probe decides.
+A send that Graph is still working on after our client gave up (Graph keeps a request up to
+about 100 s; our client waits ``TIDEMARK_GRAPH_TIMEOUT_S``) is waited out inside ``execute``
+(below), so no later attempt sends the draft while it can still land. Hence ``horizon_s = 0``:
+once an attempt has ended, *absent* is trusted at once. A 404 on our own send is not a failure
+of the step but a sign that the draft moved on; the step stays in doubt and the probe decides.
 
 Done means *submitted*: flagged submitted in Drafts, or out of Drafts. Graph's 202 means
 accepted, so ``execute`` confirms with the read token that the draft was submitted, waiting at
@@ -26,10 +25,11 @@ most ``confirm_s``; if it was not, the step stays in doubt and the next attempt'
 *done* for a flagged or moved copy, *absent* (send that same draft) only for a draft in Drafts
 whose flags say it was never submitted, *unknown* when the flags cannot be read.
 
-One exposure remains with ``horizon_s = 0``: a send still travelling to Graph when the next
-attempt reads the draft as unsent lands on a draft that attempt is sending too. Against the
-emulator's default (a send moves the draft out at once) the later one is refused; against a
-provider that keeps the draft in Drafts and sends a submitted draft twice, it would be two.
+A send our client gave up on (a timeout, or Graph's 504) may still land after the attempt
+ends, on a draft the next attempt is sending too; with the draft kept in Drafts that would be
+a second send of a submitted draft. So after such a send ``execute`` watches the draft for
+``late_s`` (``TIDEMARK_GRAPH_LATE_S``, 100 s by default) and only then leaves the step in
+doubt; the lease it wrote before the send covers that wait, so no twin sends meanwhile.
 
 The write token needs ``Mail.ReadWrite`` (create the draft), ``Mail.Send`` and ``User.Read``
 (``check_identity``); the read token ``Mail.Read`` and ``User.Read``.
@@ -74,8 +74,16 @@ from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
 CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
 CONFIRM_POLL_S = 0.2
+# A send our client gave up on (timeout, or Graph's own 504) may still be applied afterwards;
+# Graph publishes no bound (a request is kept for about 100 s), so execute keeps watching the
+# draft this long before it leaves the step in doubt (TIDEMARK_GRAPH_LATE_S): a next attempt
+# must not send the draft while an earlier send of it can still land. A judgment, like Drive's
+# horizon, to be raised where a deployment sees slower commits.
+DEFAULT_LATE_S = 100.0
+LATE_ENV = "TIDEMARK_GRAPH_LATE_S"
+LATE_POLL_S = 2.0  # one read of the draft per poll: gentle on Graph's throttling
 CONFIRM_READS = 3  # reads of one probe once folder ids are known: mailbox, Recoverable, a name
-DRAFT_READS = 2  # the draft read before the send, and again after a refused send
+DRAFT_READS = 2  # the draft read before the send, and once more after it (refused, unanswered)
 
 SEND_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError, ValueError)
 
@@ -121,16 +129,33 @@ def graph_error(e: BaseException, what: str) -> ActionError:
 
 def confirm_timeout(env: Mapping[str, str] | None = None) -> float:
     """``TIDEMARK_GRAPH_CONFIRM_S`` if set, else DEFAULT_CONFIRM_S."""
-    raw = (os.environ if env is None else env).get(CONFIRM_ENV)
+    return _env_seconds(env, CONFIRM_ENV, DEFAULT_CONFIRM_S)
+
+
+def late_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``TIDEMARK_GRAPH_LATE_S`` if set, else DEFAULT_LATE_S."""
+    return _env_seconds(env, LATE_ENV, DEFAULT_LATE_S)
+
+
+def _env_seconds(env: Mapping[str, str] | None, name: str, default: float) -> float:
+    raw = (os.environ if env is None else env).get(name)
     if not raw:
-        return DEFAULT_CONFIRM_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
     if value < 0:
-        raise ConfigError(f"{CONFIRM_ENV} must be a number of seconds >= 0, got {raw!r}")
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {raw!r}")
     return value
+
+
+def unanswered(e: BaseException) -> bool:
+    """Whether a failed send may still be applied by Graph: our client gave up waiting, or
+    Graph's gateway did (504) while the mailbox may still be working on it."""
+    if isinstance(e, APIError):
+        return e.response_status_code == 504
+    return isinstance(e, TimeoutError | httpx.TimeoutException)
 
 
 class GraphSendMail(MailAction):
@@ -139,7 +164,7 @@ class GraphSendMail(MailAction):
     horizon_s: float = 0.0
 
     def __init__(self, writer: GraphClient, reader: GraphClient, *,
-                 confirm_s: float | None = None) -> None:
+                 confirm_s: float | None = None, late_s: float | None = None) -> None:
         """
         Args:
             writer: Graph client whose token has ``Mail.ReadWrite``, ``Mail.Send`` and
@@ -148,18 +173,24 @@ class GraphSendMail(MailAction):
                 probe and to confirm that a sent draft left Drafts.
             confirm_s: How long ``execute`` waits for the sent draft to leave Drafts
                 (default: ``confirm_timeout()``).
+        late_s: How long ``execute`` keeps watching the draft after a send it got no
+                answer to, before it leaves the step in doubt (default: ``late_timeout()``).
         """
         self.writer = writer
         self.read_client = reader
         self.reader = GraphSendMailProbe(reader)
         self.confirm_s = confirm_timeout() if confirm_s is None else confirm_s
-        # stage: one create; execute: a read of the draft, one send (and a second read of the
-        # draft if it was refused), then probes until confirm_s is over, the last of which
-        # may start just before that and take its reads' timeouts (the well-known folder ids
-        # are read once, at check_identity or the first probe).
-        self.deadline_s = (writer.timeout + self.confirm_s
+        self.late_s = late_timeout() if late_s is None else late_s
+        # stage: one create; execute: a read of the draft, one send, then either a second
+        # read of the draft (the send was refused) or reads of it until late_s is over (the
+        # send went unanswered; the last read may start just as that ends), then probes until
+        # confirm_s is over, the last of which may start just before that and take its reads'
+        # timeouts (the well-known folder ids are read once, at check_identity or the first
+        # probe). The lease written before the send covers all of it: a twin never sends the
+        # draft while a send of ours can still land.
+        self.deadline_s = (writer.timeout + self.confirm_s + self.late_s
                            + (CONFIRM_READS + DRAFT_READS) * reader.timeout
-                           + (2 + DRAFT_READS) * LOOP_MARGIN_S)
+                           + 3 * LOOP_MARGIN_S)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         # Marks the intent as fenced by a draft: without a journaled draft, this step's execute
@@ -218,8 +249,31 @@ class GraphSendMail(MailAction):
             self.writer.call(
                 lambda g: g.me.messages.by_message_id(draft_id).send.post())
         except SEND_ERRORS as e:
-            raise self._send_failed(draft_id, e) from e
+            failure = self._send_failed(draft_id, e)
+            if not unanswered(e):
+                raise failure from e
+            self._await_late_send(draft_id, failure)
         return self._confirm(ctx)
+
+    def _await_late_send(self, draft_id: str, failure: ActionError) -> None:
+        """Watches the draft for ``late_s`` after a send that went unanswered: returns once it
+        is no longer a plain draft (the send landed, or something else happened to it: the
+        confirm and the probe tell); raises ``failure`` if it still is by then, when a late
+        send of it can no longer land."""
+        deadline = time.monotonic() + self.late_s
+        while True:
+            try:
+                if self.reader.unsent_draft(draft_id) is not None:
+                    return
+            except APIError as e:
+                if e.response_status_code == 404:
+                    return  # the draft left Drafts under a new id: the send landed
+            except READ_ERRORS:
+                pass  # unreadable for now: keep watching; the probe decides in the end
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise failure
+            time.sleep(min(LATE_POLL_S, left))
 
     def _check_unsent(self, draft_id: str) -> None:
         """Sends nothing unless the draft is still a plain draft: one flagged submitted (Graph
@@ -253,8 +307,8 @@ class GraphSendMail(MailAction):
         return error
 
     def _confirm(self, ctx: StepContext) -> dict[str, Any]:
-        """Waits until the probe sees our message submitted; raises TargetUnavailable if the
-        draft is still in Drafts (or cannot be seen) when confirm_s is over."""
+        """Waits until the probe sees our message submitted; raises TargetUnavailable if it
+        does not (or cannot read the mailbox) when confirm_s is over."""
         deadline = time.monotonic() + self.confirm_s
         while True:
             try:
@@ -265,7 +319,7 @@ class GraphSendMail(MailAction):
                 return {**probed.observed, "accepted": True, "draft": ctx.staged}
             if time.monotonic() >= deadline:
                 raise TargetUnavailable(
-                    f"graph.send_mail: the send was accepted but the message did not leave "
-                    f"Drafts within {self.confirm_s:g}s ({probed.reason}); the step stays in "
-                    f"doubt")
+                    f"graph.send_mail: the send was accepted but the message was not seen "
+                    f"submitted within {self.confirm_s:g}s ({probed.reason}); the step stays "
+                    f"in doubt")
             time.sleep(CONFIRM_POLL_S)

@@ -293,6 +293,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "        self._check_unsent(draft_id)\n",
            "",
            (f"{T_GF}::test_execute_sends_nothing_for_a_draft_already_submitted[sent_again]",)),
+    Mutant("graph: a send that got no answer is not waited out", "activities/graph.py",
+           "            if not unanswered(e):\n                raise failure from e",
+           "            if True:\n                raise failure from e",
+           (f"{T_GF}::test_a_send_slower_than_the_client_is_waited_out_not_sent_again[window, "
+            "sent again]",)),
     Mutant("graph: a refused send of a submitted draft fails the step", "activities/graph.py",
            "            if why is not None:\n                return TargetUnavailable(",
            "            if False:\n                return TargetUnavailable(",
