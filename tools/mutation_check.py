@@ -289,6 +289,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "return self.flags is not None and bool(self.flags & MSGFLAG_SUBMIT)",
            "return False",
            (f"{T_GF}::test_a_lost_202_in_the_window_resolves_by_probe_as_done[sent_again]",)),
+    Mutant("graph: a draft whose flags do not come back reads as absent", "probes/graph.py",
+           "if waiting and waiting[0].flags is None:",
+           "if False:",
+           ("tests/test_graph_send_mail.py::test_our_draft_whose_flags_do_not_come_back_is_"
+            "unknown_not_absent",)),
     Mutant("graph: a draft flagged submitted is sent again", "activities/graph.py",
            "        self._check_unsent(draft_id)\n",
            "",
