@@ -507,3 +507,15 @@ def test_client_timeout_and_confirm_wait_come_from_the_environment() -> None:
             with pytest.raises(ConfigError) as e:
                 read({name: bad})
             assert name in str(e.value)
+
+
+def test_the_worker_takes_the_watch_and_confirm_waits_from_its_configuration(
+        mail: StagingServer) -> None:
+    env = {"TIDEMARK_GRAPH_URL": mail.url, "TIDEMARK_GRAPH_WRITE_TOKEN": SEND_TOKEN,
+           "TIDEMARK_GRAPH_READ_TOKEN": READ_TOKEN, "TIDEMARK_GRAPH_CONFIRM_S": "0.5",
+           "TIDEMARK_GRAPH_LATE_S": "7"}
+    [bound] = [a for a in bound_actions(env) if isinstance(a, GraphSendMail)]
+    assert (bound.confirm_s, bound.late_s) == (0.5, 7.0)
+    with pytest.raises(ConfigError) as e:
+        bound_actions({**env, "TIDEMARK_GRAPH_LATE_S": "soon"})
+    assert "TIDEMARK_GRAPH_LATE_S" in str(e.value)
