@@ -6,21 +6,30 @@ Irreversible, and Graph honours no idempotency key, so the step fences at the pr
    with the key twice, as the internet header ``x-tidemark-key`` and as a single-value extended
    property in Tidemark's fixed namespace (the one the probe reads: every copy keeps it). It
    returns the draft's ``id`` and ``internetMessageId``, which run_step journals.
-2. ``execute`` sends exactly that draft (``POST /me/messages/{id}/send``, 202). A draft is sent
-   at most once: the send moves it out of Drafts under a new id, and a second send of the old id
-   is refused with 404 ``ErrorItemNotFound``.
+2. ``execute`` sends exactly that draft (``POST /me/messages/{id}/send``, 202), and only while
+   it is a plain draft in Drafts: Graph keeps a sent draft in Drafts, ``isDraft`` still true,
+   until transport takes it to Sent Items, marked only by the mfSubmitted bit of
+   PR_MESSAGE_FLAGS; what a second send of it does is undocumented (it might go out twice), so
+   ``execute`` reads the draft first and sends nothing once that bit is set. A send of a draft
+   that already left Drafts is refused with 404 ``ErrorItemNotFound``.
 
-So a send that Graph is still working on after our client gave up (Graph keeps a request up to
-about 100 s; our client waits ``TIDEMARK_GRAPH_TIMEOUT_S``) cannot add a second mail: if it
-lands first, the next attempt's probe sees the message out of Drafts, or its send is refused;
-if the next attempt's send lands first, the late one is refused. Hence ``horizon_s = 0``: no
-waiting before *absent* is trusted. A 404 on our own send is not a failure of the step but a
-sign that the draft moved on; the step stays in doubt and the probe decides.
+A send that Graph is still working on after our client gave up (Graph keeps a request up to
+about 100 s; our client waits ``TIDEMARK_GRAPH_TIMEOUT_S``) is waited out inside ``execute``
+(below), so no later attempt sends the draft while it can still land. Hence ``horizon_s = 0``:
+once an attempt has ended, *absent* is trusted at once. A 404 on our own send is not a failure
+of the step but a sign that the draft moved on; the step stays in doubt and the probe decides.
 
-Done means *submitted*: the message left Drafts. Graph's 202 means accepted, not submitted (a
-message can stay in Drafts), so ``execute`` confirms with the read token that the draft left
-Drafts, waiting at most ``confirm_s``; if it did not, the step stays in doubt and the next
-attempt's probe finds the draft still in Drafts (*absent*) and sends that same draft again.
+Done means *submitted*: flagged submitted in Drafts, or out of Drafts. Graph's 202 means
+accepted, so ``execute`` confirms with the read token that the draft was submitted, waiting at
+most ``confirm_s``; if it was not, the step stays in doubt and the next attempt's probe decides:
+*done* for a flagged or moved copy, *absent* (send that same draft) only for a draft in Drafts
+whose flags say it was never submitted, *unknown* when the flags cannot be read.
+
+A send our client gave up on (a timeout, or Graph's 504) may still land after the attempt
+ends, on a draft the next attempt is sending too; with the draft kept in Drafts that would be
+a second send of a submitted draft. So after such a send ``execute`` watches the draft for
+``late_s`` (``TIDEMARK_GRAPH_LATE_S``, 100 s by default) and only then leaves the step in
+doubt; the lease it wrote before the send covers that wait, so no twin sends meanwhile.
 
 The write token needs ``Mail.ReadWrite`` (create the draft), ``Mail.Send`` and ``User.Read``
 (``check_identity``); the read token ``Mail.Read`` and ``User.Read``.
@@ -65,7 +74,16 @@ from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
 CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
 CONFIRM_POLL_S = 0.2
+# A send our client gave up on (timeout, or Graph's own 504) may still be applied afterwards;
+# Graph publishes no bound (a request is kept for about 100 s), so execute keeps watching the
+# draft this long before it leaves the step in doubt (TIDEMARK_GRAPH_LATE_S): a next attempt
+# must not send the draft while an earlier send of it can still land. A judgment, like Drive's
+# horizon, to be raised where a deployment sees slower commits.
+DEFAULT_LATE_S = 100.0
+LATE_ENV = "TIDEMARK_GRAPH_LATE_S"
+LATE_POLL_S = 2.0  # one read of the draft per poll: gentle on Graph's throttling
 CONFIRM_READS = 3  # reads of one probe once folder ids are known: mailbox, Recoverable, a name
+DRAFT_READS = 2  # the draft read before the send, and once more after it (refused, unanswered)
 
 SEND_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError, ValueError)
 
@@ -111,16 +129,33 @@ def graph_error(e: BaseException, what: str) -> ActionError:
 
 def confirm_timeout(env: Mapping[str, str] | None = None) -> float:
     """``TIDEMARK_GRAPH_CONFIRM_S`` if set, else DEFAULT_CONFIRM_S."""
-    raw = (os.environ if env is None else env).get(CONFIRM_ENV)
+    return _env_seconds(env, CONFIRM_ENV, DEFAULT_CONFIRM_S)
+
+
+def late_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``TIDEMARK_GRAPH_LATE_S`` if set, else DEFAULT_LATE_S."""
+    return _env_seconds(env, LATE_ENV, DEFAULT_LATE_S)
+
+
+def _env_seconds(env: Mapping[str, str] | None, name: str, default: float) -> float:
+    raw = (os.environ if env is None else env).get(name)
     if not raw:
-        return DEFAULT_CONFIRM_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
     if value < 0:
-        raise ConfigError(f"{CONFIRM_ENV} must be a number of seconds >= 0, got {raw!r}")
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {raw!r}")
     return value
+
+
+def unanswered(e: BaseException) -> bool:
+    """Whether a failed send may still be applied by Graph: our client gave up waiting, or
+    Graph's gateway did (504) while the mailbox may still be working on it."""
+    if isinstance(e, APIError):
+        return e.response_status_code == 504
+    return isinstance(e, TimeoutError | httpx.TimeoutException)
 
 
 class GraphSendMail(MailAction):
@@ -129,7 +164,7 @@ class GraphSendMail(MailAction):
     horizon_s: float = 0.0
 
     def __init__(self, writer: GraphClient, reader: GraphClient, *,
-                 confirm_s: float | None = None) -> None:
+                 confirm_s: float | None = None, late_s: float | None = None) -> None:
         """
         Args:
             writer: Graph client whose token has ``Mail.ReadWrite``, ``Mail.Send`` and
@@ -138,16 +173,24 @@ class GraphSendMail(MailAction):
                 probe and to confirm that a sent draft left Drafts.
             confirm_s: How long ``execute`` waits for the sent draft to leave Drafts
                 (default: ``confirm_timeout()``).
+        late_s: How long ``execute`` keeps watching the draft after a send it got no
+                answer to, before it leaves the step in doubt (default: ``late_timeout()``).
         """
         self.writer = writer
         self.read_client = reader
         self.reader = GraphSendMailProbe(reader)
         self.confirm_s = confirm_timeout() if confirm_s is None else confirm_s
-        # stage: one create; execute: one send, then probes until confirm_s is over, the last
-        # of which may start just before that and take its reads' timeouts (the well-known
-        # folder ids are read once, at check_identity or the first probe).
-        self.deadline_s = (writer.timeout + self.confirm_s + CONFIRM_READS * reader.timeout
-                           + 2 * LOOP_MARGIN_S)
+        self.late_s = late_timeout() if late_s is None else late_s
+        # stage: one create; execute: a read of the draft, one send, then either a second
+        # read of the draft (the send was refused) or reads of it until late_s is over (the
+        # send went unanswered; the last read may start just as that ends), then probes until
+        # confirm_s is over, the last of which may start just before that and take its reads'
+        # timeouts (the well-known folder ids are read once, at check_identity or the first
+        # probe). The lease written before the send covers all of it: a twin never sends the
+        # draft while a send of ours can still land.
+        self.deadline_s = (writer.timeout + self.confirm_s + self.late_s
+                           + (CONFIRM_READS + DRAFT_READS) * reader.timeout
+                           + 3 * LOOP_MARGIN_S)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         # Marks the intent as fenced by a draft: without a journaled draft, this step's execute
@@ -201,21 +244,71 @@ class GraphSendMail(MailAction):
         if not staged or not staged.get("id"):
             raise ActionError("graph.send_mail: no journaled draft to send")
         draft_id = str(staged["id"])
+        self._check_unsent(draft_id)
         try:
             self.writer.call(
                 lambda g: g.me.messages.by_message_id(draft_id).send.post())
         except SEND_ERRORS as e:
-            if isinstance(e, APIError) and e.response_status_code == 404:
-                # No longer a draft: an earlier send of it went through, or a person moved or
-                # deleted it. Only the probe can tell which.
-                raise TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a "
-                                        f"draft ({describe_error(e)})") from e
-            raise graph_error(e, "graph.send_mail: send draft") from e
+            failure = self._send_failed(draft_id, e)
+            if not unanswered(e):
+                raise failure from e
+            self._await_late_send(draft_id, failure)
         return self._confirm(ctx)
 
+    def _await_late_send(self, draft_id: str, failure: ActionError) -> None:
+        """Watches the draft for ``late_s`` after a send that went unanswered: returns once it
+        is no longer a plain draft (the send landed, or something else happened to it: the
+        confirm and the probe tell); raises ``failure`` if it still is by then, when a late
+        send of it can no longer land."""
+        deadline = time.monotonic() + self.late_s
+        while True:
+            try:
+                if self.reader.unsent_draft(draft_id) is not None:
+                    return
+            except APIError as e:
+                if e.response_status_code == 404:
+                    return  # the draft left Drafts under a new id: the send landed
+            except READ_ERRORS:
+                pass  # unreadable for now: keep watching; the probe decides in the end
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise failure
+            time.sleep(min(LATE_POLL_S, left))
+
+    def _check_unsent(self, draft_id: str) -> None:
+        """Sends nothing unless the draft is still a plain draft: one flagged submitted (Graph
+        keeps a sent draft in Drafts until transport takes it) would be sent a second time,
+        and what Exchange does then is undocumented. Raises TargetUnavailable otherwise: the
+        step stays in doubt and the probe decides."""
+        try:
+            why = self.reader.unsent_draft(draft_id)
+        except READ_ERRORS as e:
+            why = f"draft {draft_id} cannot be read ({describe_error(e)})"
+        if why is not None:
+            raise TargetUnavailable(f"graph.send_mail: not sent: {why}; the step stays in "
+                                    f"doubt")
+
+    def _send_failed(self, draft_id: str, e: BaseException) -> ActionError:
+        """What a failed send means. A refusal counts as one only while the draft is still a
+        plain draft: a 404 (no longer a draft) or any refusal of a draft that was submitted
+        meanwhile (a send of ours that landed late, an earlier attempt's) leaves the step in
+        doubt for the probe, never ``failed`` for a mail that may have gone."""
+        if isinstance(e, APIError) and e.response_status_code == 404:
+            return TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a draft "
+                                     f"({describe_error(e)})")
+        error = graph_error(e, "graph.send_mail: send draft")
+        if isinstance(error, Refused):
+            try:
+                why = self.reader.unsent_draft(draft_id)
+            except READ_ERRORS as read_error:
+                why = f"it cannot be read ({describe_error(read_error)})"
+            if why is not None:
+                return TargetUnavailable(f"{error}; the draft may have been sent ({why})")
+        return error
+
     def _confirm(self, ctx: StepContext) -> dict[str, Any]:
-        """Waits until the probe sees our message submitted; raises TargetUnavailable if the
-        draft is still in Drafts (or cannot be seen) when confirm_s is over."""
+        """Waits until the probe sees our message submitted; raises TargetUnavailable if it
+        does not (or cannot read the mailbox) when confirm_s is over."""
         deadline = time.monotonic() + self.confirm_s
         while True:
             try:
@@ -226,7 +319,7 @@ class GraphSendMail(MailAction):
                 return {**probed.observed, "accepted": True, "draft": ctx.staged}
             if time.monotonic() >= deadline:
                 raise TargetUnavailable(
-                    f"graph.send_mail: the send was accepted but the message did not leave "
-                    f"Drafts within {self.confirm_s:g}s ({probed.reason}); the step stays in "
-                    f"doubt")
+                    f"graph.send_mail: the send was accepted but the message was not seen "
+                    f"submitted within {self.confirm_s:g}s ({probed.reason}); the step stays "
+                    f"in doubt")
             time.sleep(CONFIRM_POLL_S)

@@ -23,7 +23,7 @@ from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
 from activities.fs import FsRename
 from activities.gmail import GmailSend
 from activities.granted import granted_google, granted_graph, granted_stripe
-from activities.graph import GraphSendMail
+from activities.graph import GraphSendMail, confirm_timeout, late_timeout
 from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.fs import ROOTS_ENV, parse_roots
 from probes.google_http import DEFAULT_TIMEOUT_S
@@ -244,7 +244,9 @@ def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
         granted_graph(graph_client(c.url, c.write, timeout=timeout, user=c.graph_user),
                       "graph", "write", _minter(env, c.url)),
         granted_graph(graph_client(c.url, c.read, timeout=timeout, user=c.graph_user),
-                      "graph", "read", _minter(env, c.url)))
+                      "graph", "read", _minter(env, c.url)),
+        # From the same configuration as the rest, not the process environment alone.
+        confirm_s=confirm_timeout(env), late_s=late_timeout(env))
 
 
 def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:

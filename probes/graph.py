@@ -9,11 +9,20 @@ property (every copy keeps it; Exchange drops internet headers from the sent cop
 filters ``/me/messages`` (every folder of the mailbox) by that property, then Recoverable Items
 (``recoverableitemsdeletions``), which ``/me/messages`` does not list.
 
+Graph answers a send with ``202`` once the message is saved; transport picks it up later, and
+only then does the store move it from Drafts to Sent Items ("Send mail by using the Microsoft
+Graph API", steps 1-4, with no bound on the wait). Meanwhile the message is in Drafts under its
+draft id and ``isDraft`` is still true: only PR_MESSAGE_FLAGS (``Integer 0x0E07``) tells it from
+a plain draft, by its mfSubmitted bit (0x4, [MS-OXCMSG] 2.2.1.6). So the probe asks for that
+property with our key's, and a copy carrying the bit is submitted wherever it is; a draft of
+ours whose flags it cannot read is *unknown*, never *absent*.
+
 Only our own copy counts: keys are predictable from the plan, and anyone can mail the mailbox a
-message carrying our header and property. A copy is ours when it is submitted (out of Drafts,
-not a draft, or in the Outbox) and carries the internetMessageId of the draft we journaled,
-which Exchange assigned when the draft was created and nobody outside the mailbox could know
-before we sent it.
+message carrying our header and property. A copy is ours when it is submitted (flagged
+submitted, in the Outbox, or out of Drafts and no longer a draft) and carries the
+internetMessageId of the draft we journaled, which Exchange assigned when the draft was created
+and nobody outside the mailbox could know before we sent it. PR_MESSAGE_FLAGS is computed by
+the store and not transmitted, so an inbound message cannot bring the bit with it.
 
 The probe needs a token with ``Mail.Read`` and ``User.Read``. msgraph-sdk is async while actions
 are called from worker threads; every call runs on a private event loop in its own thread
@@ -45,6 +54,9 @@ from msgraph.generated.models.message import Message
 from msgraph.generated.users.item.mail_folders.item.messages.messages_request_builder import (
     MessagesRequestBuilder as FolderMessagesRequestBuilder,
 )
+from msgraph.generated.users.item.messages.item.message_item_request_builder import (
+    MessageItemRequestBuilder,
+)
 from msgraph.generated.users.item.messages.messages_request_builder import (
     MessagesRequestBuilder,
 )
@@ -60,6 +72,11 @@ from tidemark.errors import ConfigError
 KEY_PROPERTY_GUID = "5b1f2c7e-8a43-4d0e-9f6b-2c71d3a9e804"
 KEY_PROPERTY_ID = f"String {{{KEY_PROPERTY_GUID}}} Name tidemark_key"
 KEY_HEADER = "x-tidemark-key"
+# PR_MESSAGE_FLAGS (PidTagMessageFlags) as a Graph single-value extended property, and its
+# mfSubmitted bit: "marked for sending as a result of a call to the RopSubmitMessage ROP"
+# ([MS-OXCMSG] 2.2.1.6). Set from the send until transport takes the message out of Drafts.
+MESSAGE_FLAGS_ID = "Integer 0x0E07"
+MSGFLAG_SUBMIT = 0x4
 
 # Well-known folders the probe names in what it observed; "drafts" and "outbox" also decide
 # whether a copy was submitted. A mailbox without an Archive folder simply has none of them.
@@ -279,11 +296,18 @@ class Copy:
     is_draft: bool
     internet_message_id: str | None
     sender: str | None
+    flags: int | None = None  # PR_MESSAGE_FLAGS; None when Graph did not return it
+
+    @property
+    def flagged_submitted(self) -> bool:
+        """mfSubmitted: sent, and not yet taken out of Drafts by transport."""
+        return self.flags is not None and bool(self.flags & MSGFLAG_SUBMIT)
 
     def submitted(self, drafts_id: str | None, outbox_id: str | None) -> bool:
-        """Out of Drafts by a send: waiting in the Outbox, or anywhere but Drafts and no longer a
-        draft (a draft a person merely moved elsewhere is still a draft)."""
-        if self.folder_id == outbox_id:
+        """Sent: flagged submitted (still in Drafts, waiting for transport), waiting in the
+        Outbox, or anywhere but Drafts and no longer a draft (a draft a person merely moved
+        elsewhere is still a draft)."""
+        if self.flagged_submitted or self.folder_id == outbox_id:
             return True
         return self.folder_id != drafts_id and not self.is_draft
 
@@ -307,9 +331,10 @@ class GraphSendMailProbe:
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         """``done`` when our submitted copy exists anywhere in the mailbox (``state``
-        ``submitted`` while in the Outbox, else ``sent``, with its folder and id); ``absent``
-        when nothing was submitted and sending is safe; ``unknown`` when the mailbox cannot be
-        read, or the journaled draft is gone with no submitted copy to show for it."""
+        ``submitted`` while it waits in Drafts or the Outbox, else ``sent``, with its folder
+        and id); ``absent`` when nothing was submitted and sending is safe; ``unknown`` when the
+        mailbox cannot be read, or the journaled draft is gone with no submitted copy to show
+        for it, or its flags cannot be read."""
         try:
             names = self.folder_ids()
             copies = self.copies(ctx.key)
@@ -317,34 +342,49 @@ class GraphSendMailProbe:
             return ProbeResult.unknown(f"cannot read the mailbox: {describe_error(e)}")
         except TooMany as e:
             return ProbeResult.unknown(str(e))
-        drafts, outbox = names.get("drafts"), names.get("outbox")
-        submitted = [c for c in copies if c.submitted(drafts, outbox)]
-        staged = ctx.staged
-        if staged is not None:
-            imid = staged.get("internetMessageId")
-            ours = [c for c in submitted if imid and c.internet_message_id == imid]
-            others = len(submitted) - len(ours)
-            if ours:
-                return self._done(ours, names, others)
-            if any(c.id == staged.get("id") and c.folder_id == drafts and c.is_draft
-                   for c in copies):
-                return ProbeResult.absent(
-                    f"our draft {staged.get('id')} is still in Drafts and nothing was "
-                    f"submitted; sending that draft is safe (a draft is sent at most once)"
-                    + _ignored(others), {"draft": staged.get("id"), "ignored": others})
-            return ProbeResult.unknown(
-                f"our draft {staged.get('id')} is no longer in Drafts and no submitted message "
-                f"{imid} is in the mailbox or Recoverable Items: a person or a policy deleted it "
-                f"(sent or not) or moved it unsent; a person decides" + _ignored(others),
-                {"draft": staged.get("id"), "internetMessageId": imid, "ignored": others})
+        submitted = [c for c in copies if c.submitted(names.get("drafts"), names.get("outbox"))]
+        if ctx.staged is not None:
+            return self._probe_draft(ctx.staged, copies, submitted, names)
         if (ctx.before_state or {}).get("fence") == "draft":
             # No draft was journaled, so this step's execute never ran (it runs only after the
             # draft's id is journaled): whatever carries our key was not sent by this step.
             return ProbeResult.absent(
                 "no draft was journaled, so nothing was sent for this step" + _ignored(
                     len(submitted)), {"ignored": len(submitted)})
-        # An intent written before steps were fenced by a draft (sent with sendMail): the best
-        # we can tell is a submitted copy sent from this mailbox.
+        return self._probe_by_sender(ctx.key, submitted, names)
+
+    def _probe_draft(self, staged: dict[str, Any], copies: list[Copy], submitted: list[Copy],
+                     names: dict[str, str]) -> ProbeResult:
+        """A step fenced by its journaled draft: our copy is the one with its
+        internetMessageId."""
+        imid, draft_id = staged.get("internetMessageId"), staged.get("id")
+        ours = [c for c in submitted if imid and c.internet_message_id == imid]
+        others = len(submitted) - len(ours)
+        if ours:
+            return self._done(ours, names, others)
+        waiting = [c for c in copies if c.id == draft_id and c.folder_id == names.get("drafts")
+                   and c.is_draft]
+        if waiting and waiting[0].flags is None:
+            return ProbeResult.unknown(
+                f"our draft {draft_id} is in Drafts but its PR_MESSAGE_FLAGS "
+                f"({MESSAGE_FLAGS_ID}) did not come back, so whether it was submitted cannot be "
+                f"told; a person decides" + _ignored(others),
+                {"draft": draft_id, "ignored": others})
+        if waiting:
+            return ProbeResult.absent(
+                f"our draft {draft_id} is still in Drafts, not flagged submitted, and nothing "
+                f"was submitted; sending that draft is safe" + _ignored(others),
+                {"draft": draft_id, "ignored": others})
+        return ProbeResult.unknown(
+            f"our draft {draft_id} is no longer in Drafts and no submitted message "
+            f"{imid} is in the mailbox or Recoverable Items: a person or a policy deleted it "
+            f"(sent or not) or moved it unsent; a person decides" + _ignored(others),
+            {"draft": draft_id, "internetMessageId": imid, "ignored": others})
+
+    def _probe_by_sender(self, key: str, submitted: list[Copy],
+                         names: dict[str, str]) -> ProbeResult:
+        """An intent written before steps were fenced by a draft (sent with sendMail): the best
+        we can tell is a submitted copy sent from this mailbox."""
         try:
             address = self.address()
         except READ_ERRORS as e:
@@ -353,14 +393,37 @@ class GraphSendMailProbe:
         if ours:
             return self._done(ours, names, len(submitted) - len(ours))
         return ProbeResult.absent(
-            f"no submitted message with {KEY_PROPERTY_ID} = {ctx.key} sent from {address}"
+            f"no submitted message with {KEY_PROPERTY_ID} = {key} sent from {address}"
             + _ignored(len(submitted)), {"ignored": len(submitted)})
+
+    def unsent_draft(self, draft_id: str) -> str | None:
+        """None when ``draft_id`` is a draft in Drafts that was never submitted (mfSubmitted
+        clear), so that sending it cannot make a second mail; otherwise why it may not be sent.
+        Raises what the SDK raises when the message cannot be read (404 when it is gone)."""
+        query = MessageItemRequestBuilder.MessageItemRequestBuilderGetQueryParameters(
+            select=["id", "isDraft", "parentFolderId"],
+            expand=[f"singleValueExtendedProperties($filter=id eq '{MESSAGE_FLAGS_ID}')"])
+        config = RequestConfiguration(query_parameters=query)
+        m = self.reader.call(
+            lambda g: g.me.messages.by_message_id(draft_id).get(request_configuration=config))
+        if m is None:
+            return f"draft {draft_id} could not be read"
+        flags = message_flags(m)
+        if flags is None:
+            return (f"the PR_MESSAGE_FLAGS ({MESSAGE_FLAGS_ID}) of draft {draft_id} did not "
+                    f"come back, so whether it was submitted cannot be told")
+        if flags & MSGFLAG_SUBMIT:
+            return f"draft {draft_id} was already submitted and waits in Drafts for transport"
+        if not m.is_draft or m.parent_folder_id != self.folder_ids().get("drafts"):
+            return f"message {draft_id} is no longer a draft in Drafts"
+        return None
 
     def _done(self, ours: list[Copy], names: dict[str, str], others: int) -> ProbeResult:
         first = ours[0]
         by_id = {v: k for k, v in names.items()}
         folder = by_id.get(first.folder_id) or self._folder_name(first.folder_id)
-        observed = {"state": "submitted" if by_id.get(first.folder_id) == "outbox" else "sent",
+        waiting = first.flagged_submitted or by_id.get(first.folder_id) == "outbox"
+        observed = {"state": "submitted" if waiting else "sent",
                     "folder": folder, "id": first.id,
                     "internetMessageId": first.internet_message_id, "copies": len(ours)}
         if others:
@@ -406,7 +469,8 @@ class GraphSendMailProbe:
         escaped = key.replace("'", "''")
         flt = (f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' "
                f"and ep/value eq '{escaped}')")
-        expand = [f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}')"]
+        expand = [f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}' "
+                  f"or id eq '{MESSAGE_FLAGS_ID}')"]
         select = ["id", "internetMessageId", "isDraft", "parentFolderId", "from", "sentDateTime"]
         everywhere = RequestConfiguration(query_parameters=(
             MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
@@ -459,7 +523,23 @@ def _has_key(m: Message, key: str) -> bool:
 def _copy(m: Message) -> Copy:
     sender = m.from_.email_address.address if m.from_ and m.from_.email_address else None
     return Copy(id=str(m.id), folder_id=str(m.parent_folder_id or ""), is_draft=bool(m.is_draft),
-                internet_message_id=m.internet_message_id, sender=sender)
+                internet_message_id=m.internet_message_id, sender=sender,
+                flags=message_flags(m))
+
+
+def message_flags(m: Message) -> int | None:
+    """PR_MESSAGE_FLAGS of ``m`` when Graph returned it (ids compared as numbers: Graph may
+    spell ``Integer 0x0E07`` as ``Integer 0xe07``), else None."""
+    for p in m.single_value_extended_properties or []:
+        kind, _, tag = (p.id or "").strip().partition(" ")
+        if kind.lower() != "integer" or not tag.lower().startswith("0x"):
+            continue
+        try:
+            if int(tag, 16) == int(MESSAGE_FLAGS_ID.split()[1], 16):
+                return int(p.value or "")
+        except ValueError:
+            return None  # a value we cannot read tells nothing
+    return None
 
 
 def _ignored(n: int) -> str:

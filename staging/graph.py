@@ -11,7 +11,11 @@ in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
 * ``POST /v1.0/me/messages/{id}/send`` (``Mail.Send``) — sends a draft: 202 with no body; the
   draft leaves Drafts for the Outbox under a NEW id and later reaches Sent Items under another
   one, keeping its single-value extended properties. An id that is no longer a draft (sent
-  already, moved, deleted) answers 404 ``ErrorItemNotFound``, so a draft is sent at most once;
+  already, moved, deleted) answers 404 ``ErrorItemNotFound``. With the switch
+  ``submitted_stays_in_drafts_s`` on, the sent draft instead stays in Drafts under its id,
+  ``isDraft`` true, for that many seconds, with mfSubmitted (0x4) set in PR_MESSAGE_FLAGS
+  (``Integer 0x0E07``, computed, as every message's), then moves to Sent Items; a send of it
+  meanwhile does what the switch ``second_send`` says (refused, ignored, sent again);
 * ``POST /v1.0/me/sendMail`` (``Mail.Send``) — ``{"message": {...}, "saveToSentItems": true}``
   (property names matched without regard to case, as Graph does): 202, accepted not sent;
 * ``POST /v1.0/me/messages/{id}/move`` (``Mail.ReadWrite``) — ``{"destinationId": …}`` (a
@@ -22,7 +26,8 @@ in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
   not part of it, as on Exchange), and ``GET /v1.0/me/mailFolders/{folder}/messages`` — one
   folder; both with ``$filter`` (only ``singleValueExtendedProperties/any(ep: ep/id eq '…' and
   ep/value eq '…')``), ``$expand`` (``singleValueExtendedProperties`` with an optional
-  ``($filter=id eq '…')``), ``$select``, ``$top``, ``$skip`` and ``@odata.nextLink``;
+  ``($filter=id eq '…' [or id eq '…']…)``), ``$select``, ``$top``, ``$skip`` and
+  ``@odata.nextLink``;
 * ``GET /v1.0/me/messages/{id}`` and ``GET /v1.0/me/mailFolders/{folder}/messages/{id}``.
 
 Every route also answers under ``/v1.0/users/{user}`` (an id or userPrincipalName) instead of
@@ -60,13 +65,15 @@ Control endpoints besides the core's (all JSON; ``account`` picks the mailbox, d
   (recoverableitemsdeletions), each message under a new id;
 * ``POST /_staging/graph/inbound`` — ``{"from", "subject"?, "internetMessageHeaders"?,
   "singleValueExtendedProperties"?, "folder"?}`` delivers a message from outside into the
-  Inbox (or ``folder``), carrying whatever headers and properties the sender chose;
+  Inbox (or ``folder``), carrying whatever headers and properties the sender chose (but not
+  PR_MESSAGE_FLAGS, which the store computes);
 * ``GET /_staging/graph/mailbox`` — every folder's messages, with their hidden properties, and
   the sends refused because the id was no longer a draft (``refused_sends``).
 
 Fault ops: ``messages.create``, ``message.send``, ``sendMail`` (writes), ``messages.list``,
 ``messages.get``, ``me.get`` (reads). Effects: ``messages.create`` (a draft), ``message.send``
-and ``sendMail`` (a mail submitted; ``stalled`` true in the detail when it stayed a draft).
+and ``sendMail`` (a mail submitted; ``stalled`` true in the detail when it stayed a draft;
+``again`` true for the second mail of a submitted draft sent again under ``second_send``).
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ from typing import Any
 
 from aiohttp import web
 
-from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, Reply, Switch, Target, Token
 from staging.oauth import APP_ONLY
 from tidemark import staging_tokens
 
@@ -116,6 +123,41 @@ HIDDEN = ("recoverableitemsdeletions",)
 KEY_HEADER = "x-tidemark-key"  # recorded as the effect's key when present
 KEY_PROPERTY_NAME = "tidemark_key"  # ... or a named extended property of that name
 
+# PR_MESSAGE_FLAGS (PidTagMessageFlags), a PT_LONG every message has; Graph reads it as the
+# single-value extended property "Integer 0x0E07". Exchange computes it: a client cannot set it
+# once the message is saved, so a value sent with a message is dropped. Bits per [MS-OXCMSG]
+# 2.2.1.6 (PidTagMessageFlags): mfRead 0x1, mfSubmitted 0x4 ("marked for sending as a result of
+# a call to the RopSubmitMessage ROP"), mfUnsent 0x8 (still being composed, a draft).
+MESSAGE_FLAGS_ID = "Integer 0x0e07"
+MSGFLAG_READ = 0x1
+MSGFLAG_SUBMIT = 0x4
+MSGFLAG_UNSENT = 0x8
+
+SWITCHES = (
+    # "Send mail by using the Microsoft Graph API" (learn.microsoft.com/graph/
+    # outlook-things-to-know-about-send-mail): the 202 comes once the message is saved in
+    # Drafts (step 1); transport picks it up later (steps 2-3), and only then does the store
+    # move it "from the Drafts folder to the Sent Items folder" (step 4). No bound is given
+    # for that wait. While it lasts the message is in Drafts under its draft id, isDraft still
+    # true, with mfSubmitted set in PR_MESSAGE_FLAGS. 0: the message leaves Drafts during the
+    # request (for the Outbox, as before). The worst case is longer than Tidemark's confirm
+    # wait (TIDEMARK_GRAPH_CONFIRM_S, 10 s by default).
+    Switch("submitted_stays_in_drafts_s", default=0, worst=120,
+           doc="Graph 'Send mail by using the Microsoft Graph API', steps 1-4: after the 202 "
+               "a sent message stays in Drafts until transport moves it to Sent Items; "
+               "no bound is documented. Seconds it stays (0: it leaves during the request)."),
+    # What POST /messages/{id}/send does with a draft that was already submitted and still
+    # waits in Drafts is not documented: microsoftgraph/microsoft-graph-docs-contrib issue
+    # #921 ("Please add info about possible idempotency", message-send) asks and is open.
+    # "refused": an error (400 ErrorInvalidRequest here, the code being unknown); "ignored":
+    # 202 and nothing more goes out; "sent_again": 202 and a second copy goes out.
+    Switch("second_send", default="refused", worst="sent_again",
+           choices=("refused", "ignored", "sent_again"),
+           doc="Graph message-send on a draft already submitted (still in Drafts) is "
+               "undocumented (microsoft-graph-docs-contrib issue #921, open): refused with "
+               "an error, ignored (202), or sent again (202 and a second mail)."),
+)
+
 MESSAGE_PROPERTIES = (
     "id", "createdDateTime", "lastModifiedDateTime", "changeKey", "categories",
     "receivedDateTime", "sentDateTime", "hasAttachments", "internetMessageId", "subject",
@@ -132,8 +174,8 @@ _ANY_FILTER = re.compile(
     r"(?is)^\s*singleValueExtendedProperties/any\(\s*(\w+)\s*:\s*(.*)\)\s*$")
 _COMPARISON = re.compile(r"(?is)^\s*(\w+)/(id|value)\s+eq\s+'((?:[^']|'')*)'\s*$")
 _EXPAND = re.compile(
-    r"(?is)^\s*singleValueExtendedProperties(?:\(\s*\$filter\s*=\s*id\s+eq\s+"
-    r"'((?:[^']|'')*)'\s*\))?\s*$")
+    r"(?is)^\s*singleValueExtendedProperties(?:\(\s*\$filter\s*=\s*(.*)\))?\s*$")
+_EXPAND_ID = re.compile(r"(?is)^\s*id\s+eq\s+'((?:[^']|'')*)'\s*$")
 
 
 def normalise_property_id(prop_id: str) -> str | None:
@@ -158,6 +200,7 @@ class GraphMessage:
     properties: list[dict[str, str]]
     save_to_sent: bool = True
     deliver_at: float | None = None  # set while it waits to be sent
+    submitted: bool = False  # mfSubmitted: sent, and still in Drafts waiting for transport
     seq: int = 0  # order of arrival: timestamps have one-second resolution
 
     @property
@@ -232,6 +275,7 @@ class GraphTarget(Target):
         Token(SEND_TOKEN, "graph", ["Mail.Send", "Mail.ReadWrite", "User.Read"]),
         Token(READ_TOKEN, "graph", ["Mail.Read", "User.Read"]),
     )
+    switches = SWITCHES
 
     def __init__(self, address: str = MAILBOX) -> None:
         super().__init__()
@@ -391,22 +435,22 @@ class GraphTarget(Target):
     def _settle(self, box: Mailbox, force: bool = False) -> int:
         """Moves the messages whose delay is over to Sent Items, each under a new id (as
         Exchange does), or drops them when the sender asked not to keep a copy; then applies
-        the mailbox's rule for sent copies."""
+        the mailbox's rule for sent copies. A message waits in the Outbox, or in Drafts while
+        ``submitted_stays_in_drafts_s`` lasts."""
         now = time.time()
         moved = 0
         with self._lock:
             sent = box.well_known("sentitems")
-            for name in ("drafts", "outbox"):
-                folder = box.well_known(name)
+            for folder in list(box.folders.values()):
                 for m in list(folder.messages.values()):
                     if m.deliver_at is None or (m.deliver_at > now and not force):
                         continue
                     del folder.messages[m.id]
                     moved += 1
+                    m.deliver_at, m.submitted = None, False
                     if not m.save_to_sent:
                         continue
                     stamp = _iso(now)
-                    m.deliver_at = None
                     m.fields.update(id=_new_id("AAMkAD"), sentDateTime=stamp,
                                     lastModifiedDateTime=stamp, changeKey=_new_id("CQAAAB"),
                                     isDraft=False)
@@ -419,14 +463,23 @@ class GraphTarget(Target):
 
     def _submit(self, box: Mailbox, m: GraphMessage, source: Folder | None) -> bool:
         """Submits ``m`` (lock held): it leaves ``source`` (Drafts) for the queue folder under
-        a new id and waits there ``send_delay``. Returns False when a stall fault keeps it a
-        draft in Drafts instead."""
+        a new id and waits there ``send_delay``, or, while the ``submitted_stays_in_drafts_s``
+        switch is on, stays a draft in Drafts under its id, flagged submitted, that long.
+        Returns False when a stall fault keeps it a draft in Drafts, unsubmitted, instead."""
         if box.stall > 0:
             box.stall -= 1
             if source is None:  # sendMail saves a draft first; here it stays one
                 m.fields["isDraft"] = True
                 self._add(box.well_known("drafts"), m)
             return False
+        window = float(self.switch("submitted_stays_in_drafts_s"))
+        if window > 0:  # Graph's documented sequence: saved in Drafts, moved by transport
+            if source is None:
+                self._add(box.well_known("drafts"), m)
+            m.fields["isDraft"] = True
+            m.submitted = True
+            m.deliver_at = time.time() + window
+            return True
         if source is not None:
             del source.messages[m.id]
             m.fields.update(id=_new_id("AAMkAD"), changeKey=_new_id("CQAAAB"))
@@ -434,6 +487,25 @@ class GraphTarget(Target):
         m.fields["isDraft"] = queue.name == "drafts"
         m.deliver_at = time.time() + box.send_delay
         self._add(queue, m)
+        return True
+
+    def _send_again(self, box: Mailbox, m: GraphMessage, draft_id: str) -> bool:
+        """A send of a draft already submitted (lock held), as the ``second_send`` switch
+        says: raises the refusal, or returns whether a second copy went out."""
+        behaviour = self.switch("second_send")
+        if behaviour == "refused":
+            box.refused_sends.append(draft_id)
+            raise Reply(self.error(400, "ErrorInvalidRequest",
+                                   "The message has already been submitted for delivery."))
+        if behaviour == "ignored":
+            return False
+        copy = GraphMessage(dict(m.fields), [dict(h) for h in m.headers],
+                            [dict(p) for p in m.properties], m.save_to_sent)
+        stamp = _iso(time.time())
+        copy.fields.update(id=_new_id("AAMkAD"), changeKey=_new_id("CQAAAB"), isDraft=False,
+                           sentDateTime=stamp, lastModifiedDateTime=stamp)
+        if copy.save_to_sent:
+            self._add(box.well_known("sentitems"), copy)
         return True
 
     # -- errors ---------------------------------------------------------------------------------
@@ -575,12 +647,18 @@ class GraphTarget(Target):
                 raise Reply(self.error(400, "ErrorInvalidRecipients", "At least one recipient "
                                        "isn't valid., A message can't be sent because it "
                                        "contains no recipients."))
-            submitted = self._submit(box, m, source)
-            detail = {"id": m.id, "draft": draft_id, "folder": "outbox" if submitted
-                      else "drafts", "account": box.account, "stalled": not submitted,
+            again = m.submitted
+            submitted = self._send_again(box, m, draft_id) if again \
+                else self._submit(box, m, source)
+            detail = {"id": m.id, "draft": draft_id,
+                      "folder": box.folders[m.fields["parentFolderId"]].name,
+                      "account": box.account, "stalled": not submitted, "again": again,
                       "internetMessageId": m.fields["internetMessageId"],
                       "to": [r["emailAddress"]["address"] for r in m.fields["toRecipients"]],
                       "subject": m.fields["subject"]}
+        if again and not submitted:  # ignored: 202, and nothing more went out
+            self.after_commit(request, fault)
+            return web.Response(status=202)
         self.record("message.send", _effect_key(m), **detail)
         self.after_commit(request, fault)
         return web.Response(status=202)
@@ -752,7 +830,8 @@ class GraphTarget(Target):
             if prop_id is None or not isinstance(p.get("value"), str):
                 raise Reply(self.error(400, "ErrorInvalidProperty",
                                        f"The extended property id '{p.get('id')}' is not valid."))
-            out.append({"id": prop_id, "value": p["value"]})
+            if prop_id != MESSAGE_FLAGS_ID:  # computed by the store, never taken from a client
+                out.append({"id": prop_id, "value": p["value"]})
         return out
 
     async def _h_list(self, request: web.Request) -> web.Response:
@@ -808,7 +887,7 @@ class GraphTarget(Target):
         return f
 
     def _view(self, m: GraphMessage, select: list[str] | None,
-              expand: tuple[bool, str | None]) -> dict[str, Any]:
+              expand: tuple[bool, tuple[str, ...] | None]) -> dict[str, Any]:
         out: dict[str, Any] = {"@odata.etag": f'W/"{m.fields["changeKey"]}"'}
         names = MESSAGE_PROPERTIES if select is None else ["id", *select]
         for name in names:
@@ -819,9 +898,11 @@ class GraphTarget(Target):
                     out[name] = [dict(h) for h in m.headers]
             elif name in m.fields:
                 out[name] = m.fields[name]
-        wanted, prop_id = expand
+        wanted, prop_ids = expand
         if wanted:
-            props = [dict(p) for p in m.properties if prop_id is None or p["id"] == prop_id]
+            props = [dict(p) for p in m.properties if prop_ids is None or p["id"] in prop_ids]
+            if prop_ids is not None and MESSAGE_FLAGS_ID in prop_ids:
+                props.append({"id": "Integer 0xe07", "value": str(_message_flags(m))})
             if props:  # Graph leaves the collection out when nothing matches
                 out["singleValueExtendedProperties"] = props
         return out
@@ -928,7 +1009,7 @@ class GraphTarget(Target):
             return web.json_response({
                 "folders": {f.name: [{"fields": m.fields, "internetMessageHeaders": m.headers,
                                       "singleValueExtendedProperties": m.properties,
-                                      "deliver_at": m.deliver_at}
+                                      "deliver_at": m.deliver_at, "submitted": m.submitted}
                                      for m in _newest_first(f.messages.values())]
                             for f in box.folders.values()},
                 "refused_sends": list(box.refused_sends)})
@@ -966,7 +1047,10 @@ def _parse_filter(target: GraphTarget, text: str | None) -> Any:
                            for p in msg.properties)
 
 
-def _parse_expand(target: GraphTarget, text: str | None) -> tuple[bool, str | None]:
+def _parse_expand(target: GraphTarget, text: str | None
+                  ) -> tuple[bool, tuple[str, ...] | None]:
+    """Whether to expand singleValueExtendedProperties, and which ids (None: all of them);
+    the filter is ``id eq '…'`` or several of those joined by ``or``."""
     if text is None:
         return False, None
     m = _EXPAND.match(text)
@@ -976,11 +1060,16 @@ def _parse_expand(target: GraphTarget, text: str | None) -> tuple[bool, str | No
                                  f"only singleValueExtendedProperties, not {text!r}"))
     if m.group(1) is None:
         return True, None
-    prop_id = normalise_property_id(_odata_string(m.group(1)))
-    if prop_id is None:
-        raise Reply(target.error(400, "ErrorInvalidProperty",
-                                 f"The extended property id '{m.group(1)}' is not valid."))
-    return True, prop_id
+    ids = []
+    for term in re.split(r"(?i)\s+or\s+", m.group(1)):
+        c = _EXPAND_ID.match(term)
+        prop_id = normalise_property_id(_odata_string(c.group(1))) if c else None
+        if prop_id is None:
+            raise Reply(target.error(400, "ErrorInvalidProperty",
+                                     f"The extended property id in '{term.strip()}' is not "
+                                     f"valid."))
+        ids.append(prop_id)
+    return True, tuple(ids)
 
 
 def _parse_select(target: GraphTarget, text: str | None) -> list[str] | None:
@@ -1029,6 +1118,17 @@ def _iso(t: float) -> str:
 
 def _newest_first(messages: Iterable[GraphMessage]) -> list[GraphMessage]:
     return sorted(messages, key=lambda m: m.seq, reverse=True)
+
+
+def _message_flags(m: GraphMessage) -> int:
+    """PR_MESSAGE_FLAGS as the store computes it: read, unsent while a draft, submitted while
+    a sent draft waits in Drafts for transport."""
+    flags = MSGFLAG_READ if m.fields.get("isRead") else 0
+    if m.fields.get("isDraft"):
+        flags |= MSGFLAG_UNSENT
+    if m.submitted:
+        flags |= MSGFLAG_SUBMIT
+    return flags
 
 
 def _effect_key(m: GraphMessage) -> str | None:

@@ -6,7 +6,9 @@ real Postgres journal; the staging effect log counts the mails that left."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -16,10 +18,17 @@ from msgraph.generated.users.item.messages.item.move.move_post_request_body impo
     MovePostRequestBody,
 )
 
-from activities.graph import DEFAULT_CONFIRM_S, GraphSendMail, build_request, confirm_timeout
+from activities.graph import (
+    DEFAULT_CONFIRM_S,
+    DEFAULT_LATE_S,
+    GraphSendMail,
+    build_request,
+    confirm_timeout,
+    late_timeout,
+)
 from activities.wiring import bound_actions
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, arm, effects, get, post, target_of
-from helpers.steps import persist, step_context
+from helpers.steps import persist, run_one, step_context, wait_unlocked
 from helpers.wait import assert_eventually
 from probes.graph import (
     DEFAULT_TIMEOUT_S,
@@ -38,14 +47,16 @@ from tidemark.store import JournalStore
 ARGS = {"to": ["bob@example.com"], "subject": "Invoice 42", "body": "Details below."}
 SPECS = Registry([GraphSendMail])
 SEND_OPS = ("sendMail", "message.send")  # the old step used sendMail, the fenced one sends drafts
+LATE_S = 5.0
 
 
 def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S,
            read_token: str = READ_TOKEN, send_token: str = SEND_TOKEN) -> GraphSendMail:
-    # A message still in Drafts a second after its send is taken as not submitted.
+    # A message not seen submitted a second after its send is left in doubt; a send that got
+    # no answer is watched for five seconds (longer than any delay these tests arm).
     return GraphSendMail(writer=graph_client(server.url, send_token, timeout=timeout),
                          reader=graph_client(server.url, read_token, timeout=CLIENT_TIMEOUT_S),
-                         confirm_s=1.0)
+                         confirm_s=1.0, late_s=LATE_S)
 
 
 def graph(server: StagingServer) -> GraphTarget:
@@ -80,31 +91,51 @@ def sent_copy(server: StagingServer) -> str:
 
 # -- 1: the provider commits after our client gave up -----------------------------------------
 
-def test_send_slower_than_the_client_is_fenced_by_the_draft(mail: StagingServer,
-                                                            store: JournalStore) -> None:
+@pytest.mark.parametrize("world", ["default", "window, sent again"])
+def test_a_send_slower_than_the_client_is_waited_out_not_sent_again(
+        mail: StagingServer, store: JournalStore, world: str) -> None:
+    """Graph works on the send long after our client gave up. Sending the draft again at once
+    was safe only while a send moved it out of Drafts; where it stays there, submitted, and a
+    second send goes out too, the late send and the next one would be two mails."""
+    if world != "default":
+        submission_window(mail, "sent_again")
     task = persist_step(store)
     registry = Registry([action(mail, timeout=1.0)])
-    arm_all(mail, "delay", seconds=3.0)  # Graph works on the send long after we gave up
-    with pytest.raises(TargetUnavailable):
+    arm(mail, "graph", "message.send", "delay", seconds=3.0)
+    with contextlib.suppress(TargetUnavailable):
         run_step(store, registry, task, 1)
-    started = time.monotonic()
-    result = run_step(store, registry, task, 1)  # at once: nobody waits for the late commit
-    assert time.monotonic() - started < 1.9  # the late send is still asleep at the provider
-    assert result.status == "done" and result.resolved_by == "execute"
-    # The late send lands now; it must find nothing left to send.
-    assert_eventually(lambda: mailbox(mail)["refused_sends"] or len(mails_sent(mail)) > 1,
-                      timeout=5)
+    result = run_step(store, registry, task, 1)
+    assert result.status == "done"
+    assert_eventually(lambda: all(r["status"] is not None for r in sends_requested(mail)),
+                      timeout=10)  # the held send has been worked on
+    assert len(sends_requested(mail)) == 1, "the draft was sent again"
     assert len(mails_sent(mail)) == 1
     staged = store.step_row(task, 1).staged
-    assert staged is not None and mailbox(mail)["refused_sends"] == [staged["id"]]
+    assert staged is not None
     assert result.outcome["internetMessageId"] == staged["internetMessageId"]
+
+
+def test_a_send_that_never_lands_is_watched_for_late_s_then_in_doubt(
+        mail: StagingServer, store: JournalStore) -> None:
+    task = persist_step(store)
+    registry = Registry([action(mail, timeout=0.5)])
+    arm(mail, "graph", "message.send", "delay", seconds=LATE_S + 3)  # lands after the watch
+    started = time.monotonic()
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    assert time.monotonic() - started >= LATE_S
+    # The held send lands now, on a draft nobody sent meanwhile: one mail.
+    assert_eventually(lambda: len(mails_sent(mail)) == 1, timeout=10)
+    result = run_step(store, registry, task, 1)
+    assert result.status == "done" and result.resolved_by == "probe"
+    assert len(sends_requested(mail)) == 1
 
 
 def test_deadline_follows_the_client_timeout_and_horizon_is_zero(mail: StagingServer) -> None:
     fast, slow = action(mail, timeout=0.3), action(mail, timeout=20)
     assert GraphSendMail.horizon_s == 0.0 and fast.horizon_s == 0.0
     assert fast.deadline_s < slow.deadline_s
-    assert slow.deadline_s >= 20 + CLIENT_TIMEOUT_S + slow.confirm_s
+    assert slow.deadline_s >= 20 + CLIENT_TIMEOUT_S + slow.confirm_s + slow.late_s
 
 
 # -- 7: a message that never left Drafts ------------------------------------------------------
@@ -123,23 +154,113 @@ def test_a_sendmail_draft_stuck_in_drafts_is_not_done(mail: StagingServer) -> No
     assert probed.status is ProbeStatus.ABSENT, probed
 
 
-def test_a_sent_draft_that_stays_in_drafts_is_sent_again_by_id(mail: StagingServer,
-                                                               store: JournalStore) -> None:
-    task = persist_step(store)
-    registry = Registry([action(mail)])
-    post(mail, "/_staging/graph/settings", {"stall": 1, "send_delay": 60})
-    with contextlib.suppress(TargetUnavailable):
-        run_step(store, registry, task, 1)  # accepted (202), yet still in Drafts
-    result = run_step(store, registry, task, 1)
-    assert result.status == "done"
-    assert graph(mail).messages_in("drafts") == []  # done only once it left Drafts
-    [queued] = graph(mail).messages_in("outbox")
-    assert len(mails_sent(mail)) == 1
+# -- a sent draft waits in Drafts until transport takes it (the submission window) ------------
+
+WINDOW_S = 120  # the documented wait has no bound: far longer than the confirm wait (1 s here)
+SECOND_SENDS = ("refused", "ignored", "sent_again")
+
+
+def submission_window(server: StagingServer, second_send: str) -> None:
+    """A sent draft stays in Drafts, flagged submitted, for WINDOW_S; a second send of it does
+    what ``second_send`` says."""
+    for name, value in (("submitted_stays_in_drafts_s", WINDOW_S),
+                        ("second_send", second_send)):
+        post(server, "/_staging/switches", {"target": "graph", "name": name, "value": value})
+
+
+def sends_requested(server: StagingServer) -> list[dict[str, Any]]:
+    """Every POST .../messages/{id}/send the server received, whatever became of it."""
+    return [r for r in get(server, "/_staging/requests?target=graph")
+            if r["route"].endswith("/messages/{id}/send")]
+
+
+def assert_sent_once(server: StagingServer, store: JournalStore, task: str) -> None:
+    assert len(mails_sent(server)) == 1
+    assert len(sends_requested(server)) == 1, "the draft was sent again"
+    post(server, "/_staging/graph/deliver")  # transport takes it at last: one copy, ours
+    [copy] = graph(server).messages_in("sentitems")
     staged = store.step_row(task, 1).staged
     assert staged is not None
-    assert queued.fields["internetMessageId"] == staged["internetMessageId"]
-    assert [e["detail"]["draft"] for e in effects(mail, "graph", "message.send")] == [
-        staged["id"], staged["id"]]  # the very draft, twice; it left Drafts once
+    assert copy.fields["internetMessageId"] == staged["internetMessageId"]
+
+
+@pytest.mark.parametrize("second_send", SECOND_SENDS)
+def test_a_sent_draft_still_in_drafts_is_done_and_not_sent_again(
+        mail: StagingServer, store: JournalStore, second_send: str) -> None:
+    """Graph keeps a sent draft in Drafts (isDraft true) until transport moves it, for longer
+    than the confirm wait; only its PR_MESSAGE_FLAGS say it was submitted."""
+    submission_window(mail, second_send)
+    task = persist_step(store)
+    registry = Registry([action(mail)])
+    with contextlib.suppress(TargetUnavailable):  # a confirm that gave up leaves it in doubt
+        run_step(store, registry, task, 1)
+    result = run_step(store, registry, task, 1)
+    assert result.status == "done"
+    assert result.outcome["state"] == "submitted" and result.outcome["folder"] == "drafts"
+    [waiting] = graph(mail).messages_in("drafts")
+    assert waiting.submitted and waiting.fields["isDraft"] is True  # still in the window
+    assert_sent_once(mail, store, task)
+
+
+@pytest.mark.parametrize("second_send", SECOND_SENDS)
+def test_a_lost_202_in_the_window_resolves_by_probe_as_done(
+        mail: StagingServer, store: JournalStore, second_send: str) -> None:
+    submission_window(mail, second_send)
+    task = persist_step(store)
+    registry = Registry([action(mail)])
+    arm(mail, "graph", "message.send", "drop_after_commit")  # submitted; the 202 is lost
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    result = run_step(store, registry, task, 1)
+    assert result.status == "done" and result.resolved_by == "probe"
+    assert result.outcome["state"] == "submitted"
+    assert_sent_once(mail, store, task)
+
+
+def graph_env(server: StagingServer) -> dict[str, str]:
+    """A worker's Graph configuration; short timeouts keep the killed attempt's lease (its
+    deadline, written before the send) short enough to wait out."""
+    return {"TIDEMARK_GRAPH_URL": server.url, "TIDEMARK_GRAPH_WRITE_TOKEN": SEND_TOKEN,
+            "TIDEMARK_GRAPH_READ_TOKEN": READ_TOKEN, "TIDEMARK_GRAPH_CONFIRM_S": "1",
+            "TIDEMARK_GRAPH_TIMEOUT_S": "3", "TIDEMARK_GRAPH_LATE_S": "1"}
+
+
+@pytest.mark.parametrize("second_send", SECOND_SENDS)
+def test_a_worker_killed_between_the_202_and_the_move_resumes_as_done(
+        mail: StagingServer, store: JournalStore, db_url: str, second_send: str) -> None:
+    """SIGKILL after the send was accepted and before the outcome was journaled, while the
+    message still waits in Drafts; the resumed step probes it: done, nothing sent again."""
+    submission_window(mail, second_send)
+    task = persist_step(store)
+    proc = run_one(db_url, task, 1, TIDEMARK_CRASH_AT="after_execute:1", **graph_env(mail))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, (out, err[-2000:])
+    wait_unlocked(db_url, timeout=90)  # the lease: the killed attempt's deadline
+    assert store.step_row(task, 1).outcome is None  # in doubt
+    assert graph(mail).messages_in("drafts")[0].submitted  # between the 202 and the move
+    result = run_step(store, Registry([action(mail)]), task, 1)
+    assert result.status == "done" and result.resolved_by == "probe"
+    assert_sent_once(mail, store, task)
+
+
+def test_a_refused_send_of_a_draft_submitted_meanwhile_is_in_doubt_not_failed(
+        mail: StagingServer) -> None:
+    """Two sends of one draft race: the first is held up at Graph before it looks at the draft,
+    the second passes the unsent check and is submitted meanwhile; when the first is worked on
+    it is refused. That refusal is not the target refusing the step: the mail is out."""
+    submission_window(mail, "refused")
+    a, ctx = staged_step(mail)
+    arm(mail, "graph", "message.send", "delay", seconds=4.0)  # taken by the first send only
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(a.execute, ctx)
+        assert_eventually(lambda: len(sends_requested(mail)) == 1, timeout=5)
+        assert a.execute(ctx)["state"] == "submitted"  # the second send goes through
+        with pytest.raises(TargetUnavailable) as e:
+            slow.result(timeout=30)
+    assert "may have been sent" in str(e.value)
+    assert [r["status"] for r in sends_requested(mail)] == [400, 202]
+    assert len(mails_sent(mail)) == 1
+    assert a.probe(ctx).status is ProbeStatus.DONE
 
 
 # -- 2: the sent copy moved out of the folders a probe used to read ---------------------------
@@ -228,6 +349,21 @@ def test_a_late_send_of_a_consumed_draft_is_refused(mail: StagingServer) -> None
         a.execute(ctx)
     assert "ErrorItemNotFound" in str(e.value)
     assert len(mails_sent(mail)) == 1
+    assert a.probe(ctx).status is ProbeStatus.DONE
+
+
+@pytest.mark.parametrize("second_send", SECOND_SENDS)
+def test_execute_sends_nothing_for_a_draft_already_submitted(mail: StagingServer,
+                                                             second_send: str) -> None:
+    """The send path itself reads the draft before sending: one flagged submitted (waiting in
+    Drafts for transport) is never sent a second time, whatever Graph would do with it."""
+    submission_window(mail, second_send)
+    a, ctx = staged_step(mail)
+    assert a.execute(ctx)["state"] == "submitted"
+    with pytest.raises(TargetUnavailable) as e:  # in doubt: the probe decides
+        a.execute(ctx)
+    assert "already submitted" in str(e.value)
+    assert len(sends_requested(mail)) == 1 and len(mails_sent(mail)) == 1
     assert a.probe(ctx).status is ProbeStatus.DONE
 
 
@@ -360,8 +496,26 @@ def test_client_timeout_and_confirm_wait_come_from_the_environment() -> None:
     assert client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": "2.5"}) == 2.5
     assert confirm_timeout({}) == DEFAULT_CONFIRM_S
     assert confirm_timeout({"TIDEMARK_GRAPH_CONFIRM_S": "0.5"}) == 0.5
+    assert late_timeout({}) == DEFAULT_LATE_S
+    assert late_timeout({"TIDEMARK_GRAPH_LATE_S": "7"}) == 7.0
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ConfigError):
             client_timeout({"TIDEMARK_GRAPH_TIMEOUT_S": bad})
-    with pytest.raises(ConfigError):
-        confirm_timeout({"TIDEMARK_GRAPH_CONFIRM_S": "-1"})
+    for name, read in (("TIDEMARK_GRAPH_CONFIRM_S", confirm_timeout),
+                       ("TIDEMARK_GRAPH_LATE_S", late_timeout)):
+        for bad in ("-1", "soon"):
+            with pytest.raises(ConfigError) as e:
+                read({name: bad})
+            assert name in str(e.value)
+
+
+def test_the_worker_takes_the_watch_and_confirm_waits_from_its_configuration(
+        mail: StagingServer) -> None:
+    env = {"TIDEMARK_GRAPH_URL": mail.url, "TIDEMARK_GRAPH_WRITE_TOKEN": SEND_TOKEN,
+           "TIDEMARK_GRAPH_READ_TOKEN": READ_TOKEN, "TIDEMARK_GRAPH_CONFIRM_S": "0.5",
+           "TIDEMARK_GRAPH_LATE_S": "7"}
+    [bound] = [a for a in bound_actions(env) if isinstance(a, GraphSendMail)]
+    assert (bound.confirm_s, bound.late_s) == (0.5, 7.0)
+    with pytest.raises(ConfigError) as e:
+        bound_actions({**env, "TIDEMARK_GRAPH_LATE_S": "soon"})
+    assert "TIDEMARK_GRAPH_LATE_S" in str(e.value)

@@ -369,3 +369,96 @@ def test_inbound_mail_carries_what_the_sender_chose(mail: StagingServer) -> None
                                                             "value": "forged"}]})
     [m] = everywhere(mail, "forged")
     assert m.parent_folder_id == folder_id(mail, "inbox") and m.is_draft is False
+
+
+# -- the submission window: a sent draft stays in Drafts until transport takes it ---------------
+
+FLAGS = "Integer 0x0E07"  # PR_MESSAGE_FLAGS
+
+
+def flags_of(server: StagingServer, key: str) -> list[tuple[str, bool, str | None]]:
+    """(folder id, isDraft, PR_MESSAGE_FLAGS) of every message with ``key``, via $expand."""
+    config = RequestConfiguration(query_parameters=AllQuery(
+        filter=by_key(key), select=["id", "parentFolderId", "isDraft"],
+        expand=[f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}' or "
+                f"id eq '{FLAGS}')"]))
+    page = reader(server).call(lambda g: g.me.messages.get(request_configuration=config))
+    out = []
+    for m in page.value:
+        props = {p.id.lower(): p.value for p in m.single_value_extended_properties}
+        assert props[KEY_PROPERTY_ID.lower()] == key  # the key comes back beside the flags
+        out.append((m.parent_folder_id, m.is_draft, props.get("integer 0xe07")))
+    return out
+
+
+def switch(server: StagingServer, name: str, value: Any) -> None:
+    post(server, "/_staging/switches", {"target": "graph", "name": name, "value": value})
+
+
+def test_a_sent_draft_stays_in_drafts_flagged_submitted_then_moves(mail: StagingServer) -> None:
+    switch(mail, "submitted_stays_in_drafts_s", 1.5)
+    draft = create_draft(mail, "w1")
+    drafts, sent = folder_id(mail, "drafts"), folder_id(mail, "sentitems")
+    # A plain draft: read (0x1) and unsent (0x8), not submitted.
+    assert flags_of(mail, "w1") == [(drafts, True, str(0x1 | 0x8))]
+    send_draft(mail, draft.id)  # 202
+    # The transport has not taken it: same id, still a draft in Drafts, mfSubmitted (0x4) set.
+    assert [m.id for m in everywhere(mail, "w1")] == [draft.id]
+    assert flags_of(mail, "w1") == [(drafts, True, str(0x1 | 0x4 | 0x8))]
+    # The id is still a draft, yet it went once; a move of it waits for the transport.
+    with pytest.raises(ODataError):
+        writer(mail).call(lambda g: g.me.messages.by_message_id(draft.id).move.post(
+            MovePostRequestBody(destination_id="archive")))
+    assert_eventually(lambda: flags_of(mail, "w1") == [(sent, False, str(0x1))], timeout=5)
+    [moved] = everywhere(mail, "w1")
+    assert moved.id != draft.id and moved.internet_message_id == draft.internet_message_id
+    assert len(effects(mail, "graph", "message.send")) == 1
+
+
+def test_flags_are_computed_not_taken_from_the_sender(mail: StagingServer) -> None:
+    post(mail, "/_staging/graph/inbound", {
+        "from": "mallory@example.net", "folder": "drafts",
+        "singleValueExtendedProperties": [{"id": KEY_PROPERTY_ID, "value": "f1"},
+                                          {"id": FLAGS, "value": str(0x4 | 0x8)}]})
+    [(_, is_draft, flags)] = flags_of(mail, "f1")
+    assert is_draft is False and flags == "0"  # unread, not a draft, never submitted
+
+
+def test_sendmail_in_the_window_waits_in_drafts_too(mail: StagingServer) -> None:
+    switch(mail, "submitted_stays_in_drafts_s", 60)
+    send(mail, "w2")
+    assert flags_of(mail, "w2") == [(folder_id(mail, "drafts"), True, str(0x1 | 0x4 | 0x8))]
+    post(mail, "/_staging/graph/deliver")
+    assert flags_of(mail, "w2") == [(folder_id(mail, "sentitems"), False, str(0x1))]
+
+
+@pytest.mark.parametrize("behaviour, copies", [("refused", 1), ("ignored", 1),
+                                                ("sent_again", 2)])
+def test_a_second_send_of_a_submitted_draft(mail: StagingServer, behaviour: str,
+                                            copies: int) -> None:
+    switch(mail, "submitted_stays_in_drafts_s", 60)
+    switch(mail, "second_send", behaviour)
+    draft = create_draft(mail, "w3")
+    send_draft(mail, draft.id)
+    if behaviour == "refused":
+        with pytest.raises(ODataError) as e:
+            send_draft(mail, draft.id)
+        assert e.value.response_status_code == 400
+        assert get(mail, "/_staging/graph/mailbox")["refused_sends"] == [draft.id]
+    else:
+        send_draft(mail, draft.id)  # 202 either way
+    sends = effects(mail, "graph", "message.send")
+    assert len(sends) == copies and [s["detail"]["again"] for s in sends] == [
+        False, True][:copies]
+    post(mail, "/_staging/graph/deliver")
+    assert len(everywhere(mail, "w3")) == copies  # the one sent copy, or two
+
+
+def test_window_switches_are_listed_with_their_documentation(mail: StagingServer) -> None:
+    listed = {s["name"]: s for s in get(mail, "/_staging/switches") if s["target"] == "graph"}
+    window, again = listed["submitted_stays_in_drafts_s"], listed["second_send"]
+    assert window["default"] == 0 and window["worst"] > 10  # beyond the default confirm wait
+    assert again["default"] == "refused" and again["worst"] == "sent_again"
+    assert "outlook-things-to-know-about-send-mail" in window["doc"] or "Send mail" in \
+        window["doc"]
+    assert "#921" in again["doc"]

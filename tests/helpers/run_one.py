@@ -2,16 +2,21 @@
 (``... STEP undo`` runs its compensation through unwind_step instead).
 
 Used by tests that race processes or SIGKILL one (via TIDEMARK_CRASH_AT). Prints the result as
-JSON on stdout, or the error's class name on stderr with exit code 3.
+JSON on stdout, or the error's class name on stderr with exit code 3. With
+``TIDEMARK_GRAPH_URL`` and its tokens in the environment, ``graph.send_mail`` is bound too, as a
+worker binds it.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.fs import FsRename
+from activities.graph import GraphSendMail
+from activities.wiring import bound_actions
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
 from tidemark.actions import Registry
@@ -24,7 +29,9 @@ from tidemark.unwind import unwind_step
 def main() -> int:
     url, task_id, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
     undo = sys.argv[4:] == ["undo"]
-    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord()])
+    graph = [a for a in bound_actions(os.environ) if isinstance(a, GraphSendMail)] \
+        if os.environ.get("TIDEMARK_GRAPH_URL") else []
+    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord(), *graph])
     with JournalStore(url) as store:
         try:
             if undo:

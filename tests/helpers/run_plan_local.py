@@ -31,9 +31,10 @@ TEST_DEADLINE_S = 2.0
 
 
 # What staging is like, unless the environment says otherwise: it applies every write within
-# its request, so Drive and Gmail need no horizon, and a Graph send leaves Drafts at once.
+# its request, so Drive and Gmail need no horizon, a Graph send leaves Drafts at once, and a
+# Graph send that got no answer needs watching for seconds only.
 STAGING_DEFAULTS = {"TIDEMARK_DRIVE_HORIZON_S": "0", "TIDEMARK_GMAIL_HORIZON_S": "0",
-                    "TIDEMARK_GRAPH_CONFIRM_S": "1"}
+                    "TIDEMARK_GRAPH_CONFIRM_S": "1", "TIDEMARK_GRAPH_LATE_S": "2"}
 
 
 def short_deadlines(registry: Registry, env: dict[str, str] | None = None) -> Registry:
