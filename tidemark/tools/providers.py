@@ -377,7 +377,7 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "Drafts until the send is processed)",
         "probes/graph.py: a submitted draft is done or in doubt, never absent",
         {"send_answers_202": True, "key_property_kept": True},
-        ("graph.submitted_stays_in_drafts_s",), check_graph_submission),
+        ("graph.submitted_stays_in_drafts_s", "graph.second_send"), check_graph_submission),
     Assumption(
         "stripe.idempotency", "stripe",
         "the same Idempotency-Key with the same parameters replays the first answer "
