@@ -160,6 +160,27 @@ async def test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says(
     assert (await run_result(handle)).state == "halted"
 
 
+async def test_with_no_approvers_configured_nobody_decides(
+        temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
+        policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
+    """An empty approver list is not an open door: the run waits, and no operating-system
+    user may approve or reject until the operator names one."""
+    policy_workers.start()  # TIDEMARK_APPROVERS unset, the series names none
+    doc = {"task_id": "pol-nobody", "steps": paying_steps(tmp_path / "docs")}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await wait_state(handle, "awaiting_approval")
+    for verb in ("approve", "reject"):
+        code, out, err = await cli(verb, "pol-nobody", "--by", ME)
+        assert code == 1 and out == ""
+        assert err.count("\n") == 1 and "its approvers are nobody" in err
+    assert approvals(store, "pol-nobody") == [] and store.stop_state("pol-nobody") is None
+    await asyncio.sleep(0.5)
+    assert (await handle.query("status"))["state"] == "awaiting_approval"
+    assert sent(server) == (0, 0)
+    await handle.signal("halt", "test over")
+    assert (await run_result(handle)).state == "halted"
+
+
 async def test_a_plan_can_ask_for_more_approval_never_less_and_cannot_name_approvers(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path) -> None:

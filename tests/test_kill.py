@@ -23,7 +23,11 @@ from temporalio.testing import WorkflowEnvironment
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.wait import assert_eventually
+from tidemark import series
+from tidemark.errors import Unauthorized
+from tidemark.grants import GrantBroker, LocalMinter
 from tidemark.plan import load_plan
+from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
 from tidemark.tools.cli import main
 from workflows import schedules
@@ -397,3 +401,51 @@ async def test_kill_without_temporal_still_sets_the_stop_state_and_revokes_the_g
     assert layers[3]["detail"].startswith("KillError: Temporal is unreachable (cannot reach "
                                           "Temporal at 127.0.0.1:1")
     assert store.stop_state("dark-1")["state"] == "killed"
+
+
+async def test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_kills_and_revokes(
+        cli: Any, store: JournalStore, tmp_path: Path) -> None:
+    """Layer 2 fails (Temporal is unreachable, so the schedule cannot be paused): the kill says
+    so and layers 3 and 4 still run; the stop is on the series itself, so its next run is
+    refused too, not only the runs it had."""
+    store.declare_series("dark", "ops", "ops")
+    plan = load_plan({"task_id": "dark-s1", "series": "dark",
+                      "steps": ledger_steps(tmp_path / "ledger", "d", 1)}, SPECS)
+    series.admit(store, plan.task_id, "dark")
+    store.persist_plan(plan)
+    GrantBroker(store).token("dark-s1", "ledger", "write", "base-token", LocalMinter("local"))
+    code, out, err = await cli("kill", "--series", "dark", "--by", "ops", "--address",
+                               "127.0.0.1:1", "--json")
+    layers = json.loads(out)
+    assert code == 1 and err == ""
+    assert [(x["layer"], x["done"]) for x in layers] == [(1, True), (2, False), (3, True),
+                                                         (4, False)], layers
+    assert layers[1]["detail"].startswith("KillError: Temporal is unreachable")
+    assert [(g["task_id"], g["at_provider"]) for g in layers[2]["detail"]] == [
+        ("dark-s1", "nothing to revoke (local grant)")]
+    assert store.revoke_grants("dark-s1", "test") == []  # none left unrevoked
+    stop = store.stop_state("series:dark")
+    assert stop is not None and stop["state"] == "killed"
+    with pytest.raises(SeriesBlocked) as blocked:
+        series.check(store, "dark", "dark-s2")
+    assert blocked.value.details()["stopped"] is True
+
+
+@pytest.mark.parametrize("state", ["stopped", "killed"])
+def test_no_grant_is_issued_to_a_stopped_task_on_a_worker_that_holds_none(
+        store: JournalStore, tmp_path: Path, state: str) -> None:
+    """A worker that never held a grant for the task (a fresh worker, a restarted one) asks
+    for one after the stop: it is refused, and no grant is recorded."""
+    store.persist_plan(load_plan({"task_id": "fresh-1", "steps": ledger_steps(
+        tmp_path / "ledger", "f", 1)}, SPECS))
+    if state == "killed":
+        store.set_killed("fresh-1", "drill", "ops")
+    else:
+        store.set_control("fresh-1", "stopped", "audit", "ops")
+    with pytest.raises(Unauthorized, match="the task is stopped; no grant is issued"):
+        GrantBroker(store).token("fresh-1", "ledger", "write", "base-token",
+                                 LocalMinter("local"))
+    assert store.revoke_grants("fresh-1", "test") == []  # none was recorded
+    store.set_control("fresh-1", "released", "checked", "ops")  # a person released it
+    assert GrantBroker(store).token("fresh-1", "ledger", "write", "base-token",
+                                   LocalMinter("local")) == "base-token"

@@ -22,11 +22,13 @@ from helpers.staging_fixtures import effects
 from helpers.steps import wait_unlocked
 from staging.core import StagingServer
 from staging.drive import DriveTarget
+from tidemark import series
 from tidemark.actions import Registry
 from tidemark.errors import NotStopped, Refused, StepFailed
 from tidemark.faults import CRASH_ENV
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
+from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 
@@ -164,3 +166,29 @@ def test_drive_rename_compensation_is_journaled_and_restores_the_name(
                                                 plan.steps[0].args)
     updates = effects(server, "drive", "files.update")
     assert [e["detail"]["name"] for e in updates] == ["2026-Q3 invoice 7.pdf", "scan-7.pdf"]
+
+
+def test_a_partly_unwound_run_blocks_its_series_until_every_step_is_undone(
+        store: JournalStore, tmp_path: Path) -> None:
+    """A run counts as settled by its unwind only once every reversible step it did is
+    compensated: with one of two renames still in place it leaves wreckage the next run of
+    its series must not act on."""
+    store.declare_series("pu", "ops", "ops")
+    for i in range(2):
+        (tmp_path / f"draft-{i}.txt").write_text(str(i))
+    store.persist_plan(load_plan({"task_id": "pu-1", "series": "pu", "steps": [
+        {"action": "fs.rename", "args": {"path": str(tmp_path / f"draft-{i}.txt"),
+                                         "name": f"final-{i}.txt"}} for i in range(2)]},
+        spec_registry(LedgerRecord)))
+    series.admit(store, "pu-1", "pu")
+    for step in (1, 2):
+        assert run_step(store, REGISTRY, "pu-1", step).status == "done"
+    store.set_control("pu-1", "stopped", "wrong folder", "ops")
+    assert unwind_step(store, REGISTRY, "pu-1", 2).status == "undone"
+    assert names(tmp_path) == ["draft-1.txt", "final-0.txt"]  # step 1's rename still stands
+    with pytest.raises(SeriesBlocked) as blocked:
+        series.check(store, "pu", "pu-2")
+    assert [b["task_id"] for b in blocked.value.details()["blockers"]] == ["pu-1"]
+    assert unwind_step(store, REGISTRY, "pu-1", 1).status == "undone"
+    series.check(store, "pu", "pu-2")  # wholly unwound: settled, the next run may start
+    assert [r["state"] for r in series.listing(store, "pu")["runs"]] == ["unwound"]

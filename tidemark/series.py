@@ -2,11 +2,12 @@
 
 A plan may name its ``series``. A run of a series is admitted, and gets its place in the order,
 only while nothing stops the series (``tidemark stop --series S``, a kill, ``*``) and every run
-admitted before it is *settled*: completed (every step has a done outcome) or unwound (every
-reversible step it did is compensated, nothing in doubt). Any other earlier run — in doubt,
-needing a decision, halted, stopped, killed, failed or still under way — leaves wreckage a later
-run must not act on top of, so the later run ends ``blocked`` having acted on nothing. A refused
-run gets no place: it may run later, after the person settled what blocked it.
+admitted before it is *settled*: completed (every step has a done outcome, none compensated)
+or unwound (every reversible step it did is compensated, nothing in doubt). Any other earlier
+run — in doubt, partly unwound, needing a decision, halted, stopped, killed, failed or still
+under way — leaves wreckage a later run must not act on top of, so the later run ends
+``blocked`` having acted on nothing. A refused run gets no place: it may run later, after the
+person settled what blocked it.
 """
 
 from __future__ import annotations
@@ -98,14 +99,19 @@ def check_started_by_schedule(series: str, scheduled_by: str | None, scheduled: 
 def run_state(row: dict[str, Any]) -> str:
     """What a ``JournalStore.series_runs`` row says about the run."""
     stop = row.get("stop")
-    if row["confirmed"] == row["step_count"] and not row["open"]:
+    if row["undone"]:
+        # A compensation ran: only a whole unwind settles the run, also one whose forward
+        # steps had all completed (a rename still in place is wreckage a later run meets).
+        if not row["to_undo"] and not row["open"]:
+            return "unwound"
+    elif row["confirmed"] == row["step_count"] and not row["open"]:
         return "completed"
-    if row["undone"] and not row["to_undo"] and not row["open"]:
-        return "unwound"
     if stop is not None and not str(stop.get("scope", "")).startswith("series:"):
         return str(stop.get("state"))
     if row["open"]:
         return "in_doubt"
+    if row["undone"]:
+        return "partly_unwound"
     if row["failed"]:
         return "failed"
     return "not_finished"

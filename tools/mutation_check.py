@@ -549,8 +549,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runplan: a halt that arrives between two steps lets the next step start",
            "workflows/run_plan.py",
            "for step in range(first, last + 1) if not self._batched else ():\n"
+           "            if self._killed is not None:\n                return self._end(KILLED)\n"
            "            if self._halt_reason is not None:\n",
            "for step in range(first, last + 1) if not self._batched else ():\n"
+           "            if self._killed is not None:\n                return self._end(KILLED)\n"
            "            if self._halt_reason is not None and False:\n",
            (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
     Mutant("runplan: the stop check at the start of a run is left to the per-step one",
@@ -560,8 +562,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
     Mutant("runplan: on the fast path a halt between batches lets the next batch start",
            "workflows/run_plan.py",
-           "        while step <= last:\n            if self._halt_reason is not None:\n",
-           "        while step <= last:\n            if self._halt_reason is not None and False:\n",
+           "        while step <= last:\n            if self._killed is not None:\n"
+           "                return self._end(KILLED)\n"
+           "            if self._halt_reason is not None:\n",
+           "        while step <= last:\n            if self._killed is not None:\n"
+           "                return self._end(KILLED)\n"
+           "            if self._halt_reason is not None and False:\n",
            (f"{T_FP}::test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_"
             "refuses",)),
     # -- batches: outcomes on disk before they are reported, counts -------------------------------
@@ -602,6 +608,94 @@ MUTANTS: tuple[Mutant, ...] = (
            "        # Safe for writes: a 401 was not processed (see GrantedCredentials).\n"
            "        return self.request(uri, method, body, headers, **kwargs)",
            (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
+    # -- kill's four layers ------------------------------------------------------------------------
+    Mutant("kill: a kill of a series stops its first run, not the series", "workflows/kill.py",
+           "self.store.set_killed(self.t.scope, self.reason, self.by)",
+           "self.store.set_killed(self.t.tasks[0] if self.t.tasks else self.t.scope, self.reason,"
+           " self.by)",
+           ("tests/test_kill.py::test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_"
+            "kills_and_revokes",)),
+    Mutant("kill: the durable stop state is written as a plain stop", ST,
+           "\" VALUES (%s, 'killed', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
+           "\" VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
+           ("tests/test_kill.py::test_kill_without_temporal_still_sets_the_stop_state_and_"
+            "revokes_the_grants",)),
+    Mutant("kill: a kill of a series' run leaves the series' schedule running", "workflows/kill.py",
+           "return Target(task, [task], [named] if named else [])",
+           "return Target(task, [task], [])",
+           ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
+            "releases_it",)),
+    Mutant("kill --all revokes no grant", "workflows/kill.py",
+           "for one in (self.t.tasks if not self.t.everything else [None]):",
+           "for one in self.t.tasks:",
+           ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
+            "revokes_every_grant",)),
+    Mutant("kill: grants are revoked in Postgres only, not at the provider", "tidemark/grants.py",
+           '            minter_for(str(g["kind"]), str(g["issuer"])).revoke(handle)\n',
+           "",
+           ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
+            "revokes_every_grant",)),
+    Mutant("kill: a layer that fails ends the kill", "workflows/kill.py",
+           "        layers.append(await _layer(n, what, fn))\n",
+           "        layers.append(await _layer(n, what, fn))\n"
+           "        if not layers[-1][\"done\"]:\n            break\n",
+           ("tests/test_kill.py::test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_"
+            "kills_and_revokes",)),
+    # -- series admission -------------------------------------------------------------------------
+    Mutant("series: a stopped series admits a run", ST,
+           "            if stop_row is None and not blockers:",
+           "            if not blockers:",
+           ("tests/test_series.py::test_a_stopped_series_or_an_unsettled_earlier_run_blocks_a_"
+            "direct_start",)),
+    Mutant("series: a partly unwound earlier run counts as settled", "tidemark/series.py",
+           '        if not row["to_undo"] and not row["open"]:',
+           '        if not row["open"]:',
+           (f"{T_UW}::test_a_partly_unwound_run_blocks_its_series_until_every_step_is_undone",)),
+    Mutant("series: a blocked run takes its place in the order", ST,
+           "            blockers = unsettled(earlier)\n",
+           "            blockers = unsettled(earlier)\n"
+           "            conn.execute(\"INSERT INTO tidemark.series_runs (task_id, series)\"\n"
+           "                         \" VALUES (%s, %s) ON CONFLICT DO NOTHING\","
+           " (task_id, series))\n",
+           ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
+            "releases_it",)),
+    Mutant("series: ScheduledRun calls the planner without reading the series state",
+           "activities/planner.py",
+           "            series_rules.check(self.store, inp.series, inp.task_id)\n",
+           "",
+           ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
+            "releases_it",)),
+    # -- grants ------------------------------------------------------------------------------------
+    Mutant("grants: a run grant is issued to a stopped task", ST,
+           "   ELSE tidemark.stop_of(%(task_id)s) IS NULL END",
+           "   ELSE true END",
+           ("tests/test_kill.py::test_no_grant_is_issued_to_a_stopped_task_on_a_worker_that_"
+            "holds_none",)),
+    Mutant("grants: a revoked grant still reads as live", ST,
+           "SELECT revoked IS NULL AND expires > clock_timestamp() AS live",
+           "SELECT expires > clock_timestamp() AS live",
+           (f"{T_CR}::test_a_revoked_grant_still_stops_the_task_when_tokens_refresh",)),
+    Mutant("grants: a held grant outlives the worker's token it was minted from",
+           "tidemark/grants.py",
+           'if state is not None and state["live"] and held[2] == base:',
+           'if state is not None and state["live"]:',
+           (f"{T_CR}::test_a_plan_outliving_several_token_lifetimes_completes_with_every_effect_"
+            "once",)),
+    # -- unwind: never replace ---------------------------------------------------------------------
+    Mutant("unwind: a compensation replaces a file that took the original name",
+           "activities/fs.py",
+           "rename_noreplace(dir_fd, dst.name, original.name)",
+           "os.rename(dst.name, original.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)",
+           (f"{T_UC}::test_an_unwind_never_replaces_a_file_that_took_the_original_name",)),
+    # -- the decider -------------------------------------------------------------------------------
+    Mutant("approval: the --by label is taken as the decider", "tidemark/tools/commands.py",
+           "    who = user if user is not None else os_user()\n",
+           "    who = by or (user if user is not None else os_user())\n",
+           (f"{T_AP}::test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says",)),
+    Mutant("approval: with no approvers configured anybody decides", "tidemark/boundary.py",
+           "    if user not in approvers:\n",
+           "    if approvers and user not in approvers:\n",
+           (f"{T_AP}::test_with_no_approvers_configured_nobody_decides",)),
 )
 
 
@@ -613,6 +707,8 @@ MUTANTS: tuple[Mutant, ...] = (
 T_ST = "tests/test_stripe_payment.py"
 T_DR = "tests/test_drive_rename.py"
 T_BD = "tests/test_boundary.py"
+T_KL = "tests/test_kill.py"
+T_SE = "tests/test_series.py"
 TIERS: dict[str, tuple[str, ...]] = {
     RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py"),
     ST: (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, "tests/test_plan.py"),
@@ -620,22 +716,29 @@ TIERS: dict[str, tuple[str, ...]] = {
     M_STOP: (T_CT, T_SS, T_SC),
     "tidemark/migrate.py": (T_SC,),
     "tidemark/plan.py": ("tests/test_plan.py", T_HZ),
-    "tidemark/boundary.py": (T_BD,),
+    "tidemark/boundary.py": (T_BD, T_AP),
     "activities/boundary.py": (T_BD,),
     "tidemark/report.py": (T_RE, T_SS),
     "tidemark/unwind.py": (T_UW, T_SS, T_CT),
-    "tidemark/tools/commands.py": ("tests/test_cli.py", T_CT),
+    "tidemark/tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP),
     "tidemark/credentials.py": (T_CR,),
     "activities/granted.py": (T_CR, "tests/test_google_http.py"),
     "activities/drive.py": (T_DR, T_PR),
     "probes/drive.py": (T_DR, T_PR),
-    "activities/fs.py": ("tests/test_fs_rename.py", T_PR),
+    "activities/fs.py": ("tests/test_fs_rename.py", T_PR, T_UC, T_UW),
     "probes/fs.py": (T_PR, "tests/test_fs_rename.py"),
     "activities/stripe.py": (T_ST,),
     "probes/stripe.py": (T_ST,),
     "probes/gmail.py": ("tests/test_gmail_send.py", T_MF),
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
+    "workflows/kill.py": (T_KL, T_SE, T_UC),
+    "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
+    "tidemark/series.py": (T_SE, T_AP, T_UW),
+    "activities/planner.py": (T_SE, T_AP),
+    "tidemark/approval.py": (T_AP,),
+    "activities/steps.py": (T_UC, T_UW),
+    "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
 }
 RULES_DOC = ROOT / "docs" / "safety-rules.md"
 
