@@ -731,6 +731,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/stripe.py": (T_ST,),
     "probes/gmail.py": ("tests/test_gmail_send.py", T_MF),
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
+    "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py"),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
     "workflows/kill.py": (T_KL, T_SE, T_UC),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
