@@ -191,3 +191,23 @@ def test_worst_case_sets_every_switch_to_its_worst_after_each_reset(
         assert server.staging.targets["switched"].switch("lag_s") == 30
     args = build_parser().parse_args(["chaos", "plan.json", "--worst-case"])
     assert args.worst_case is True
+
+
+def test_under_the_worst_case_a_resume_that_stops_for_a_person_is_listed_not_failed() -> None:
+    stopped = "step 42: NeedsDecision: step 42 stripe.payment_intent is in doubt"
+    kill = chaos.Kill("after_execute", 42)
+
+    def report(worst: bool, duplicates: int = 0) -> chaos.ChaosReport:
+        r = chaos.ChaosReport(seed=1)
+        person, err = (stopped, "") if worst else ("", stopped)
+        r.runs.append(chaos.RunResult(1, kill, "stripe.payment_intent", duplicates, [], err,
+                                      needs_person=person))
+        return r
+
+    worst = report(True)
+    assert worst.ok and worst.as_json()["needs_person"] == [
+        {"run": 1, "phase": "after_execute", "step": 42, "action": "stripe.payment_intent",
+         "reason": stopped}]
+    assert "stopped for a person, nothing duplicated" in worst.table()
+    assert not report(False).ok  # in the default world every probe can tell
+    assert not report(True, duplicates=1).ok  # and a duplicate fails whatever the world

@@ -38,6 +38,13 @@ An error of the harness itself (seeding a target, binding the registry, reading 
 the comparison, e.g. an identity check that timed out) is reported as a harness error of that
 run, never as a mismatch: such a run was not judged, and it fails the invocation as such.
 
+With ``--worst-case`` every staging switch is at the provider's documented worst case (a sent
+Graph draft kept in Drafts, Stripe's clock ten minutes off and its metadata hidden from the read
+key, ...). There a resume may rightly stop for a person: a probe that cannot tell (a payment
+like ours whose metadata we cannot see) never acts. Such a run is listed under ``needs_person``
+with its reason and is not a failure, provided nothing was duplicated; in the default world,
+where every probe can tell, it is a failure like any other error.
+
 The plan's steps run in a subprocess (``python -m tidemark.tools.chaos --run ...``) so that a crash
 point can SIGKILL it; the resume runs here. Actions come from the worker's registry (built-ins
 and installed plugins, bound against the staging server), plus ``--action MODULE:CLASS``.
@@ -101,6 +108,10 @@ class Kill:
     op: tuple[str, str] | None = None  # (target, op) of the write a fault hits
 
 
+# How a resume that stopped for a person reads in run_once's error (its RunPlan state).
+NEEDS_PERSON = ": NeedsDecision: "
+
+
 class HarnessError(Exception):
     """Chaos's own machinery failed (seeding, binding, reading the world): the run could not be
     judged. Never a mismatch: it says nothing about Tidemark."""
@@ -119,6 +130,10 @@ class RunResult:
     absorbed: int = 0  # write requests answered from an idempotency key (replayed)
     harness_error: str = ""
     requests: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
+    # Under --worst-case only: the resume stopped for a person (NeedsDecision) with nothing
+    # duplicated. The promise is kept (a probe that cannot tell never acts), but the run did not
+    # finish: it is listed, and it is a failure in the default world, where probes can tell.
+    needs_person: str = ""
 
     @property
     def failed(self) -> bool:
@@ -140,6 +155,9 @@ class ChaosReport:
         harness = [{"run": r.run, "phase": r.kill.phase, "step": r.kill.step,
                     "action": r.action, "error": r.harness_error}
                    for r in self.runs if r.harness_error]
+        person = [{"run": r.run, "phase": r.kill.phase, "step": r.kill.step,
+                   "action": r.action, "reason": r.needs_person}
+                  for r in self.runs if r.needs_person]
         requests: dict[str, dict[str, dict[str, int]]] = {}
         for r in self.runs:
             for (target, op), counts in r.requests.items():
@@ -158,6 +176,7 @@ class ChaosReport:
                 "absorbed": sum(r.absorbed for r in self.runs),
                 "mismatches": sum(1 for r in self.runs if r.mismatch or r.error),
                 "harness_errors": harness,
+                "needs_person": person,
                 "phases": dict(sorted(Counter(r.kill.phase for r in self.runs).items())),
                 "requests": {t: dict(sorted(ops.items())) for t, ops in sorted(requests.items())},
                 "coverage": {"pairs": {a: dict(sorted(p.items()))
@@ -194,6 +213,9 @@ class ChaosReport:
         for h in data["harness_errors"]:
             rows.append(f"  run {h['run']}: HARNESS ERROR, not judged ({h['phase']} at step "
                         f"{h['step']}): {h['error']}")
+        for h in data["needs_person"]:
+            rows.append(f"  run {h['run']}: stopped for a person, nothing duplicated "
+                        f"({h['phase']} at step {h['step']}): {h['reason']}")
         for f in data["failures"][:20]:
             rows.append(f"  run {f['run']}: {f['phase']} at step {f['step']} ({f['action']}): "
                         + "; ".join([*f["mismatch"], f["error"]] if f["error"] else f["mismatch"])
@@ -599,9 +621,12 @@ def one_run(n: int, kill: Kill, plan_doc: dict[str, Any], task_id: str, referenc
     mismatch, duplicates, misses, left_over = judge(reference, got, kill)
     if err:  # the resume stopped: what it left undone is that error, not a list of misses
         mismatch, misses = [], 0
+    person = ""
+    if worst_case and NEEDS_PERSON in err:
+        person, err = err, ""
     return RunResult(n, kill, action, duplicates, mismatch, err, left_over, misses,
                      sum(c["absorbed"] for c in got.requests.values()),
-                     requests=got.requests)
+                     requests=got.requests, needs_person=person)
 
 
 def progress_bar(done: int, total: int, what: str) -> None:
