@@ -24,11 +24,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.planners import calls
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.tools.cli import main
 from tidemark.tools.starter import start_plan
+from workflows import schedules
 from workflows.outcome import run_result, unwind_result
 from workflows.types import UnwindResult
 
@@ -468,3 +470,89 @@ def test_a_control_of_an_undeclared_series_is_one_line_and_changes_nothing(
     assert "no series 'nightly'" in out.err
     assert store.stop_state("series:nightly") is None
     assert store.events("series:nightly") == []
+
+
+# -- controls that meet in time ---------------------------------------------------------------
+
+async def test_two_resumes_at_once_start_one_run_and_nothing_acts_twice(
+        tmp_path: Path, store: JournalStore, temporal_env: WorkflowEnvironment, workers: Any,
+        task_queue: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Resume against resume: two operators resume the same stopped task at the same moment."""
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    task = Task(tmp_path)
+    store.persist_plan(load_plan(task.doc, SPECS))
+    store.set_control(task.id, "stopped", "incident", "ops")
+    task.hold.write_text("")  # the run that starts holds its irreversible step
+    workers.start()
+    address = temporal_env.client.service_client.config.target_host
+    argv = ["resume", task.id, "--address", address, "--task-queue", task_queue]
+    codes = await asyncio.gather(*(asyncio.to_thread(main, argv) for _ in range(2)))
+    err = capsys.readouterr().err
+    assert sorted(codes) == [0, 1], (codes, err)
+    assert err.count("AlreadyRunning") == 1 and err.count("\n") == 1, err
+    await settle(task, temporal_env)
+    assert (await tidemark_state(temporal_env, task.id)) == ("COMPLETED", "completed")
+    assert task.effects() == (2, 0, 1)  # every step once
+
+
+async def test_a_reject_after_the_first_irreversible_step_was_attempted_changes_nothing(
+        tmp_path: Path, store: JournalStore, temporal_env: WorkflowEnvironment, workers: Any,
+        task_queue: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Reject against the first irreversible step: at the boundary a reject stops the task (the
+    matrix's awaiting_approval row); once the step was attempted, a reject is refused, records
+    nothing and sets no stop, and the step acts once."""
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    task = Task(tmp_path)
+    await awaiting(task, store, temporal_env, workers, task_queue)
+    task.hold.write_text("")  # once approved, the irreversible step begins and holds
+    address = temporal_env.client.service_client.config.target_host
+    temporal = ["--address", address, "--task-queue", task_queue]
+    assert await asyncio.to_thread(main, ["approve", task.id, *temporal]) == 0
+
+    async def begun() -> bool:
+        return store.step_row(task.id, 3) is not None
+    await until(begun)
+    capsys.readouterr()
+    events = len(store.events(task.id))
+    assert await asyncio.to_thread(main, ["reject", task.id, *temporal]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert "irreversible step 3 was attempted already" in out.err
+    assert len(store.events(task.id)) == events and store.stop_state(task.id) is None
+    await settle(task, temporal_env)
+    assert (await tidemark_state(temporal_env, task.id)) == ("COMPLETED", "completed")
+    assert task.effects() == (2, 0, 1)
+
+
+async def test_a_schedule_firing_after_kill_series_starts_nothing(
+        tmp_path: Path, store: JournalStore, temporal_env: WorkflowEnvironment, workers: Any,
+        task_queue: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A schedule firing against `kill --series`: the kill pauses the schedule, but a firing
+    already due (or a trigger, which a paused schedule still obeys) starts a run; that run
+    calls no planner and acts on nothing."""
+    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    client = temporal_env.client
+    series = "cm-" + uuid.uuid4().hex[:8]
+    planner_calls, ledger = tmp_path / "calls", tmp_path / "ledger"
+    workers.start()
+    store.declare_series(series, "ops", "ops")
+    await schedules.create(client, series, "0 3 * * *", "helpers.planners:nightly",
+                           {"calls": str(planner_calls), "ledger": str(ledger), "n": 2},
+                           task_queue)
+    address = client.service_client.config.target_host
+    assert await asyncio.to_thread(main, ["kill", "--series", series, "--address",
+                                          address]) == 0
+    assert "paused" in capsys.readouterr().out
+    await schedules.trigger(client, series)
+    deadline = time.monotonic() + 30
+    while not (fired := [wf.id async for wf in client.list_workflows(
+            'WorkflowType="ScheduledRun"') if wf.id.startswith(f"tidemark-sched-{series}-")]):
+        assert time.monotonic() < deadline, "the trigger started no run"
+        await asyncio.sleep(0.2)
+    result = await run_result(client.get_workflow_handle(fired[0]))
+    assert result.state == "blocked", result
+    assert calls(planner_calls) == [] and ledger_lines(ledger) == []
+    await schedules.delete(client, series)
