@@ -468,6 +468,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "acting_for(self.grants, inp.task_id)",
            (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
             "grant",)),
+    Mutant("resume silently releases a kill", "tidemark/tools/commands.py",
+           'if stop["state"] != "killed":\n        return\n    scope = ""',
+           'if True:\n        return\n    scope = ""',
+           ("tests/test_control_matrix.py::test_control_matrix[killed-resume]",)),
     Mutant("a partly unwound task runs forward to completed", "activities/steps.py",
            "if progress.undo_rows and progress.unwound is None:",
            "if progress.undo_rows and progress.unwound is None and False:",

@@ -177,6 +177,7 @@ def _cmd_resume(a: argparse.Namespace) -> int:
             f"every task is stopped (by {every['set_by']}: {every['reason'] or 'no reason'}); "
             f"nothing was released or started. `tidemark release --all` first, then resume")
     if report.progress.stop is not None:
+        commands.check_not_killed(report.progress.stop, a.task)  # a kill is released by name
         commands.release(url, a.task, a.reason or "resume", a.by)
     result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))

@@ -143,6 +143,20 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
         raise TaskKilled(task_id)
 
 
+def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
+    """Refuses to resume a killed task: resume releases a plain stop (resuming is that
+    decision), but a kill is released only by a person saying so, as an unwind after a kill
+    needs `release --for-unwind`."""
+    if stop["state"] != "killed":
+        return
+    scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
+    raise KilledNotReleased(
+        f"task {task_id!r} is killed{scope} by {stop['set_by']}: "
+        f"{stop['reason'] or 'no reason'}; resume does not release a kill, nothing was "
+        f"released or started. `tidemark release {_release_args(task_id, stop['scope'])}` "
+        "first, then resume")
+
+
 def global_stop(url: str) -> dict[str, Any] | None:
     """The stop of every task (``tidemark stop --all``), or None."""
     with open_store(url) as store:
@@ -314,6 +328,10 @@ class DecisionError(TidemarkError):
 
 class UnknownStopTarget(TidemarkError):
     """``stop``, ``release`` or ``kill`` named a task id that no plan and no control row knows."""
+
+
+class KilledNotReleased(TidemarkError):
+    """``resume`` of a task under a kill: the kill is released only by ``tidemark release``."""
 
 
 class GloballyStopped(TidemarkError):
