@@ -28,8 +28,8 @@ from tidemark.tools.cli import build_parser
 
 ROOT = Path(__file__).parent.parent
 LEDGER_PLAN = ROOT / "examples" / "ledger-invoices.json"
-KEYS = {"runs", "duplicates", "misses", "absorbed", "mismatches", "harness_errors", "phases",
-        "requests", "coverage", "seed", "failures"}
+KEYS = {"runs", "duplicates", "misses", "absorbed", "mismatches", "harness_errors",
+        "needs_person", "phases", "requests", "coverage", "seed", "failures"}
 LEDGER_PHASES = {"before_intent", "after_intent", "after_execute", "after_outcome",
                  "lost_response", "slow_provider"}
 
@@ -57,11 +57,14 @@ def test_the_ledger_plugin_passes_twenty_interrupted_runs(db_url: str,
     assert set(out["coverage"]["pairs"]) == {"ledger.post_invoice"}
     assert set(out["coverage"]["pairs"]["ledger.post_invoice"]) == LEDGER_PHASES
     assert out["coverage"]["missing"] == []
-    # What reached the ledger's staging server: at least the reference's four posts per run,
-    # and no retry a key absorbed (the real probe settles every step in doubt).
+    # What reached the ledger's staging server: at least the reference's four posts per run.
+    # The ledger declares no horizon (its Idempotency-Key fences a late request), so in a
+    # slow_provider run the probe may look before the late post lands and the step posts again
+    # under the same key, which the ledger answers from the key: absorbed, never applied twice.
+    # At most once per such run; every other step in doubt is settled by the probe.
     [(route, counts)] = out["requests"]["ledger"].items()
     assert route.startswith("POST ") and counts["sent"] >= 4 * 20, out["requests"]
-    assert out["absorbed"] == 0 and counts["absorbed"] == 0
+    assert out["absorbed"] == counts["absorbed"] <= out["phases"]["slow_provider"]
     assert code == 0
 
 
