@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
@@ -230,18 +230,22 @@ def stopped_workflows(layers: list[dict[str, Any]]) -> list[str]:
     return [wid for wid, said in detail.items() if said.startswith("terminated")]
 
 
-async def _scheduled_parent(client: Client, workflow_id: str) -> str | None:
-    """The open ScheduledRun that started ``workflow_id`` as its child, if any."""
+async def _open(client: Client, workflow_id: str) -> WorkflowExecutionDescription | None:
+    """The description of ``workflow_id`` while it runs; None once closed or if never started."""
     try:
         desc = await client.get_workflow_handle(workflow_id).describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None
         raise
-    parent = desc.parent_id
-    if desc.status != WorkflowExecutionStatus.RUNNING or not parent:
-        return None
-    return parent if parent.startswith("tidemark-sched-") else None
+    return desc if desc.status == WorkflowExecutionStatus.RUNNING else None
+
+
+async def _scheduled_parent(client: Client, workflow_id: str) -> str | None:
+    """The open ScheduledRun that started ``workflow_id`` as its child, if any."""
+    desc = await _open(client, workflow_id)
+    parent = desc.parent_id if desc is not None else None
+    return parent if parent and parent.startswith("tidemark-sched-") else None
 
 
 async def _announce(client: Client, workflow_id: str, note: dict[str, str]) -> bool:
@@ -290,13 +294,8 @@ async def _settle(client: Client, workflow_ids: list[str],
 
 async def _standing(client: Client, workflow_id: str, waited: float) -> str | None:
     """``settled``, ``busy: <activities>``, ``waiting``, ``no worker``, or None (closed)."""
-    try:
-        desc = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    if desc.status != WorkflowExecutionStatus.RUNNING:
+    desc = await _open(client, workflow_id)
+    if desc is None:
         return None
     raw = desc.raw_description
     pending = [f"{a.activity_type.name} (attempt {a.attempt})" for a in raw.pending_activities]
