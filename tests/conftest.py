@@ -3,6 +3,7 @@ test, and a migrated JournalStore on it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
+from tidemark.tools.cli import main
 from tidemark.tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.run_plan import STATE, TASK_ID
 
@@ -146,6 +148,21 @@ class WorkerProcesses:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture
+def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> Callable[..., Awaitable[tuple[int, str, str]]]:
+    """Runs `tidemark ARGS` in this process as an operator would, against the test's Postgres
+    and dev server: an async function returning (exit code, stdout, stderr)."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
+
+    async def run(*args: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(main, list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from tidemark.errors import UnknownTask
 from tidemark.grants import revoke_task_grants
 from tidemark.store import JournalStore
 from tidemark.tools import commands
-from tidemark.tools.cli import main
 from tidemark.tools.devstack import temporal_binary
 from workflows import schedules
 from workflows.outcome import run_result
@@ -92,18 +91,6 @@ def policy_workers(workers, server: StagingServer):  # type: ignore[no-untyped-d
     return workers
 
 
-@pytest.fixture
-def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
-    """The `tidemark` command in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("DATABASE_URL", db_url)
-    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
-
-    async def run(*args: str) -> tuple[int, str, str]:
-        code = await asyncio.to_thread(main, list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-    return run
 
 
 # -- item 8: approval is the operator's policy ------------------------------------------------

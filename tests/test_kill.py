@@ -29,7 +29,6 @@ from tidemark.grants import GrantBroker, LocalMinter
 from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
 from workflows import schedules
 from workflows.outcome import run_result
 from workflows.types import RunResult
@@ -37,18 +36,6 @@ from workflows.types import RunResult
 SPECS = spec_registry(LedgerRecord)
 
 
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, db_url: str, temporal_env: WorkflowEnvironment,
-        capsys: pytest.CaptureFixture[str]) -> Any:
-    """Runs `tidemark ARGS` as an operator would: returns (exit code, stdout, stderr)."""
-    monkeypatch.setenv("DATABASE_URL", db_url)
-    monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
-
-    async def run(*args: str) -> tuple[int, str, str]:
-        code = await asyncio.to_thread(main, list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-    return run
 
 
 def ledger_steps(ledger: Path, prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
