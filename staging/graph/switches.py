@@ -1,0 +1,31 @@
+"""The documented worst cases of Graph's send that the emulator can show, each a switch
+(staging.core.Switch) whose comment cites what Microsoft documents, or that it documents nothing."""
+
+from __future__ import annotations
+
+from staging.core import Switch
+
+SWITCHES = (
+    # "Send mail by using the Microsoft Graph API" (learn.microsoft.com/graph/
+    # outlook-things-to-know-about-send-mail): the 202 comes once the message is saved in
+    # Drafts (step 1); transport picks it up later (steps 2-3), and only then does the store
+    # move it "from the Drafts folder to the Sent Items folder" (step 4). No bound is given
+    # for that wait. While it lasts the message is in Drafts under its draft id, isDraft still
+    # true, with mfSubmitted set in PR_MESSAGE_FLAGS. 0: the message leaves Drafts during the
+    # request (for the Outbox, as before). The worst case is longer than Tidemark's confirm
+    # wait (TIDEMARK_GRAPH_CONFIRM_S, 10 s by default).
+    Switch("submitted_stays_in_drafts_s", default=0, worst=120,
+           doc="Graph 'Send mail by using the Microsoft Graph API', steps 1-4: after the 202 "
+               "a sent message stays in Drafts until transport moves it to Sent Items; "
+               "no bound is documented. Seconds it stays (0: it leaves during the request)."),
+    # What POST /messages/{id}/send does with a draft that was already submitted and still
+    # waits in Drafts is not documented: microsoftgraph/microsoft-graph-docs-contrib issue
+    # #921 ("Please add info about possible idempotency", message-send) asks and is open.
+    # "refused": an error (400 ErrorInvalidRequest here, the code being unknown); "ignored":
+    # 202 and nothing more goes out; "sent_again": 202 and a second copy goes out.
+    Switch("second_send", default="refused", worst="sent_again",
+           choices=("refused", "ignored", "sent_again"),
+           doc="Graph message-send on a draft already submitted (still in Drafts) is "
+               "undocumented (microsoft-graph-docs-contrib issue #921, open): refused with "
+               "an error, ignored (202), or sent again (202 and a second mail)."),
+)

@@ -1,0 +1,60 @@
+"""GraphTarget: the emulated Microsoft Graph v1.0 mail API, its default tokens, switches and
+routes, assembled from the mailbox store and the route groups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from staging.core import Token
+from staging.graph.control import ControlRoutes
+from staging.graph.messages import MessageRoutes
+from staging.graph.send import SendRoutes
+from staging.graph.switches import SWITCHES
+from tidemark import staging_tokens
+
+# The write token may create drafts (Mail.ReadWrite), send them (Mail.Send) and read its own
+# profile (User.Read); the read token reads mail and its profile.
+SEND_TOKEN = staging_tokens.GRAPH_SEND
+READ_TOKEN = staging_tokens.GRAPH_READ
+
+
+class GraphTarget(MessageRoutes, SendRoutes, ControlRoutes):
+    """The emulated Microsoft Graph v1.0 mail API of one or more mailboxes."""
+
+    name = "graph"
+    default_tokens = (
+        Token(SEND_TOKEN, "graph", ["Mail.Send", "Mail.ReadWrite", "User.Read"]),
+        Token(READ_TOKEN, "graph", ["Mail.Read", "User.Read"]),
+    )
+    switches = SWITCHES
+
+    def routes(self) -> Iterable[web.RouteDef]:
+        mine = [
+            (web.get, "", self._h_me),
+            (web.post, "/sendMail", self._h_send_mail),
+            (web.post, "/messages", self._h_create),
+            (web.get, "/messages", self._h_list),
+            (web.get, "/messages/{id}", self._h_get),
+            (web.post, "/messages/{id}/send", self._h_send),
+            (web.post, "/messages/{id}/move", self._h_api_move),
+            (web.get, "/mailFolders", self._h_folders),
+            (web.post, "/mailFolders", self._h_create_folder),
+            (web.get, "/mailFolders/{folder}", self._h_folder),
+            (web.get, "/mailFolders/{folder}/messages", self._h_list),
+            (web.get, "/mailFolders/{folder}/messages/{id}", self._h_get),
+        ]
+        return [
+            *(route(prefix + path, handler) for prefix in ("/v1.0/me", "/v1.0/users/{user}")
+              for route, path, handler in mine),
+            web.post("/_staging/graph/mailboxes", self._h_add_mailbox),
+            web.post("/_staging/graph/settings", self._h_settings),
+            web.post("/_staging/graph/deliver", self._h_deliver),
+            web.post("/_staging/graph/send_reply", self._h_send_reply),
+            web.post("/_staging/graph/messages/{id}/move", self._h_move),
+            web.post("/_staging/graph/folders", self._h_control_folder),
+            web.post("/_staging/graph/empty_deleted", self._h_empty_deleted),
+            web.post("/_staging/graph/inbound", self._h_inbound),
+            web.get("/_staging/graph/mailbox", self._h_mailbox),
+        ]
