@@ -1,0 +1,45 @@
+"""StripeTarget: the emulated Stripe PaymentIntents API, its default keys, switches and routes,
+assembled from the accounts, the clock, idempotency and the route groups."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from staging.core import Token
+from staging.stripe.accounts import PERM_ACCOUNT_READ, PERM_READ, PERM_WRITE
+from staging.stripe.control import ControlRoutes
+from staging.stripe.intents import PaymentIntentRoutes
+from staging.stripe.switches import CLOCK_OFFSET, IDEMPOTENCY_TTL_SWITCH, RESTRICTED_METADATA
+from tidemark import staging_tokens
+
+DEFAULT_SECRET_KEY = staging_tokens.STRIPE_SECRET
+DEFAULT_READ_KEY = staging_tokens.STRIPE_READ
+
+
+class StripeTarget(PaymentIntentRoutes, ControlRoutes):
+    """Stripe accounts in memory, each with its test-mode and live-mode data apart. A key
+    reaches the data of its token's account in its own mode (``livemode``)."""
+
+    name = "stripe"
+    switches = (CLOCK_OFFSET, RESTRICTED_METADATA, IDEMPOTENCY_TTL_SWITCH)
+    default_tokens = (
+        Token(DEFAULT_SECRET_KEY, "stripe", [PERM_READ, PERM_WRITE, PERM_ACCOUNT_READ]),
+        Token(DEFAULT_READ_KEY, "stripe", [PERM_READ, PERM_ACCOUNT_READ]),
+    )
+
+    def routes(self) -> Iterable[web.RouteDef]:
+        dated = self._dated
+        return (
+            web.post("/v1/payment_intents", dated(self._h_create)),
+            web.get("/v1/payment_intents", dated(self._h_list)),
+            # Registered before the {id} route, which would otherwise take "search" for an id.
+            web.get("/v1/payment_intents/search", dated(self._h_search)),
+            web.get("/v1/payment_intents/{intent}", dated(self._h_retrieve)),
+            web.get("/v1/account", dated(self._h_account)),
+            web.post("/_staging/stripe/execution_errors", self._h_execution_error),
+            web.get("/_staging/stripe/search_lag", self._h_get_lag),
+            web.post("/_staging/stripe/search_lag", self._h_set_lag),
+            web.post("/_staging/stripe/customers", self._h_add_customer),
+        )
