@@ -434,6 +434,34 @@ def _tokens(q: str) -> list[tuple[str, str]]:
 Predicate = Callable[[DriveFile], bool]
 
 
+class _Cursor:
+    """The tokens of a ``q`` and how far they have been read."""
+
+    def __init__(self, toks: list[tuple[str, str]]) -> None:
+        self.toks = toks
+        self.i = 0
+
+    def more(self) -> bool:
+        return self.i < len(self.toks)
+
+    def next_kind(self) -> str:
+        return self.toks[self.i][0]
+
+    def take(self, kind: str, text: str | None = None) -> str:
+        """The next token's text, which must be of ``kind`` (and read ``text``, any case)."""
+        toks, i = self.toks, self.i
+        if i >= len(toks) or toks[i][0] != kind or (text is not None and
+                                                    toks[i][1].lower() != text.lower()):
+            raise ValueError(f"expected {text or kind} at token {i}")
+        self.i += 1
+        return toks[i][1]
+
+    def expect(self, *words: tuple[str, str]) -> None:
+        """Reads a fixed sequence of (kind, text) tokens."""
+        for kind, text in words:
+            self.take(kind, text)
+
+
 def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
     """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate, for a caller of
     OAuth client ``client`` (``appProperties has`` matches only that client's properties).
@@ -441,73 +469,62 @@ def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
     Raises:
         ValueError: the query uses something outside the supported subset.
     """
-    toks = _tokens(q)
+    cur = _Cursor(_tokens(q))
     preds: list[Predicate] = []
-    i = 0
-
-    def take(kind: str, text: str | None = None) -> str:
-        nonlocal i
-        if i >= len(toks) or toks[i][0] != kind or (text is not None and
-                                                    toks[i][1].lower() != text.lower()):
-            raise ValueError(f"expected {text or kind} at token {i}")
-        i += 1
-        return toks[i - 1][1]
-
-    while i < len(toks):
+    while cur.more():
         if preds:
-            take("word", "and")
-        fld = take("word")
-        if fld == "appProperties":
-            take("word", "has")
-            take("op", "{")
-            take("word", "key")
-            take("op", "=")
-            k = take("str")
-            take("word", "and")
-            take("word", "value")
-            take("op", "=")
-            v = take("str")
-            take("op", "}")
-
-            def has(f: DriveFile, k: str = k, v: str = v) -> bool:
-                return f.app_properties_by_client.get(client, {}).get(k) == v
-            preds.append(has)
-        elif fld in ("name", "mimeType"):
-            attr = "name" if fld == "name" else "mime_type"
-            op = take("word", "contains") if toks[i][0] == "word" else take("op")
-            s = take("str")
-
-            def equal(f: DriveFile, a: str = attr, s: str = s) -> bool:
-                return bool(getattr(f, a) == s)
-
-            def differ(f: DriveFile, a: str = attr, s: str = s) -> bool:
-                return bool(getattr(f, a) != s)
-
-            def contains(f: DriveFile, s: str = s) -> bool:
-                return s.lower() in f.name.lower()
-            if op == "=":
-                preds.append(equal)
-            elif op == "!=":
-                preds.append(differ)
-            elif op.lower() == "contains" and fld == "name":
-                # Drive matches `contains` on name prefixes of words; a substring test is
-                # looser but never misses what Drive would find.
-                preds.append(contains)
-            else:
-                raise ValueError(f"operator {op} is not supported on {fld}")
-        elif fld == "trashed":
-            op = take("op")
-            value = take("word").lower()
-            if op not in ("=", "!=") or value not in ("true", "false"):
-                raise ValueError("trashed takes = or != and true or false")
-            want = (value == "true") == (op == "=")
-
-            def trashed(f: DriveFile, want: bool = want) -> bool:
-                return f.trashed is want
-            preds.append(trashed)
-        else:
+            cur.take("word", "and")
+        fld = cur.take("word")
+        term = _TERMS.get(fld)
+        if term is None:
             raise ValueError(f"field {fld} is not supported")
+        preds.append(term(cur, fld, client))
     return lambda f: all(p(f) for p in preds)
+
+
+def _app_properties_term(cur: _Cursor, fld: str, client: str) -> Predicate:
+    """``appProperties has { key='k' and value='v' }``, on ``client``'s own properties."""
+    cur.expect(("word", "has"), ("op", "{"), ("word", "key"), ("op", "="))
+    k = cur.take("str")
+    cur.expect(("word", "and"), ("word", "value"), ("op", "="))
+    v = cur.take("str")
+    cur.take("op", "}")
+    return lambda f: f.app_properties_by_client.get(client, {}).get(k) == v
+
+
+def _text_term(cur: _Cursor, fld: str, client: str) -> Predicate:
+    """``name`` or ``mimeType`` with ``=`` or ``!=``; ``name contains``."""
+    attr = "name" if fld == "name" else "mime_type"
+    op = cur.take("word", "contains") if cur.next_kind() == "word" else cur.take("op")
+    s = cur.take("str")
+    if op == "=":
+        return lambda f: bool(getattr(f, attr) == s)
+    if op == "!=":
+        return lambda f: bool(getattr(f, attr) != s)
+    if op.lower() == "contains" and fld == "name":
+        # Drive matches `contains` on name prefixes of words; a substring test is
+        # looser but never misses what Drive would find.
+        return lambda f: s.lower() in f.name.lower()
+    raise ValueError(f"operator {op} is not supported on {fld}")
+
+
+def _trashed_term(cur: _Cursor, fld: str, client: str) -> Predicate:
+    """``trashed = true|false`` (or ``!=``)."""
+    op = cur.take("op")
+    value = cur.take("word").lower()
+    if op not in ("=", "!=") or value not in ("true", "false"):
+        raise ValueError("trashed takes = or != and true or false")
+    want = (value == "true") == (op == "=")
+    return lambda f: f.trashed is want
+
+
+# The fields a ``q`` may name, each with the parser of its term (after the field's name).
+_TERMS: dict[str, Callable[[_Cursor, str, str], Predicate]] = {
+    "appProperties": _app_properties_term,
+    "name": _text_term,
+    "mimeType": _text_term,
+    "trashed": _trashed_term,
+}
 
 
 # -- helpers ----------------------------------------------------------------------------------
