@@ -63,6 +63,11 @@ def test_app_properties_has_sees_only_the_callers_own_client() -> None:
     ("appProperties { key='k' and value='v' }", "expected has at token 1"),
     ("name = notes", "expected str at token 2"),
     ("'notes' = name", "expected word at token 0"),
+    # A query that ends where an operator should come is refused like any other (Drive answers
+    # 400 invalid query), not a crash of the server (a 500 the client would retry).
+    ("name", "expected op at token 1"),
+    ("mimeType", "expected op at token 1"),
+    ("name = 'a' and mimeType", "expected op at token 5"),
 ])
 def test_anything_else_is_refused_with_a_reason(q: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):

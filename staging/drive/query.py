@@ -49,7 +49,8 @@ class _Cursor:
         return self.i < len(self.toks)
 
     def next_kind(self) -> str:
-        return self.toks[self.i][0]
+        """The kind of the next token, or "" past the end (the take that follows refuses it)."""
+        return self.toks[self.i][0] if self.more() else ""
 
     def take(self, kind: str, text: str | None = None) -> str:
         """The next token's text, which must be of ``kind`` (and read ``text``, any case)."""
