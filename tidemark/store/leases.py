@@ -17,6 +17,7 @@ import psycopg
 from tidemark.store.connection import CONNECT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
+
 # The attempt lease of an open intent says until when the attempt acting on it may still be
 # acting; a twin neither probes nor acts before it has passed. It guards what the execution lock
 # cannot: the acting attempt lost its database session (a restart, a failover, a terminated
