@@ -1,5 +1,5 @@
 """The Temporal activities around the journal: prepare a run, describe steps, run one step, and
-record a halt. Synchronous on purpose (see tidemark/store.py): the worker runs them in a thread
+record a halt. Synchronous on purpose (see tidemark.store): the worker runs them in a thread
 pool, and each step holds its execution lock on its own connection for the whole action.
 """
 

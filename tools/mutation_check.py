@@ -77,7 +77,20 @@ PER_TIER_TIMEOUT_S = 1200  # the rest of the tier, for a mutant they let through
 PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "worker")
 
 RS = "tidemark/run_step.py"
-ST = "tidemark/store.py"
+# The journal store, one module per concern (tidemark/store/).
+S_BASE = "tidemark/store/base.py"  # the pool and its connection check
+S_CONN = "tidemark/store/connection.py"
+S_JOURNAL = "tidemark/store/journal.py"  # row shapes, the shared stop / unwound conditions
+S_SESSION = "tidemark/store/session.py"  # StepSession: intent, claim, outcome, decision
+S_STEPS = "tidemark/store/steps.py"  # the execution lock
+S_LEASES = "tidemark/store/leases.py"  # LeaseKeeper and its deadline watch
+S_PLANS = "tidemark/store/plans.py"
+S_REPORTS = "tidemark/store/reports.py"
+S_UNWINDS = "tidemark/store/unwinds.py"
+S_CONTROLS = "tidemark/store/controls.py"
+S_APPROVALS = "tidemark/store/approvals.py"
+S_SERIES = "tidemark/store/series.py"
+S_GRANTS = "tidemark/store/grants.py"
 M1 = "tidemark/migrations/0001_journal.sql"
 M_STOP = "tidemark/migrations/0007_stop_of_plpgsql.sql"  # tidemark.stop_of: every stop check
 T_RS = "tests/test_run_step.py"
@@ -137,10 +150,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "if row is not None and row.outcome is not None and row.status != 'done':\n"
            "            return",
            (f"{T_RS}::test_fs_rename_happy_path_then_skip",)),
-    Mutant("a stopped task still acts", ST,
+    Mutant("a stopped task still acts", S_SESSION,
            INTENT_STOP, INTENT_STOP.replace(") = {", ") <= {"),
            (f"{T_CT}::test_a_stop_committed_during_the_snapshot_prevents_the_intent[task]",)),
-    Mutant("a step in doubt acts after a stop committed while it was probed", ST,
+    Mutant("a step in doubt acts after a stop committed while it was probed", S_SESSION,
            "f\"  AND (%(phase)s = 'undo') = {_STOPPED}",
            "f\"  AND (%(phase)s = 'undo') <= {_STOPPED}",
            (f"{T_CT}::test_an_in_doubt_step_checks_the_stop_again_right_before_it_acts",)),
@@ -149,16 +162,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "if s.lease_left is not None and s.lease_left > LEASE_S:",
            (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
             "connection",)),
-    Mutant("the lease is never renewed", ST,
+    Mutant("the lease is never renewed", S_LEASES,
            "if held or overran:  # an overrun is journaled even once its call ended\n"
            "                    self._renew(held, overran)",
            "if held or overran:\n                    pass",
            (f"{T_LS}::test_the_lease_is_renewed_while_the_attempt_acts_past_its_first_period",)),
-    Mutant("a call past its deadline goes on after its lease lapsed", ST,
+    Mutant("a call past its deadline goes on after its lease lapsed", S_LEASES,
            "            if lapsing:\n                self.on_lapse(lapsing)",
            "            if lapsing:\n                pass",
            (f"{T_DO}::test_an_attempt_past_its_deadline_never_acts_after_a_twin_could",)),
-    Mutant("the pool hands out connections unchecked", ST,
+    Mutant("the pool hands out connections unchecked", S_BASE,
            "check=self._check, configure=self._born,",
            "configure=self._born,",
            (f"{T_PO}::test_steps_started_after_a_restart_of_postgres_never_get_a_dead_"
@@ -176,22 +189,22 @@ MUTANTS: tuple[Mutant, ...] = (
            "return covered_call_s(action)",
            (f"{T_LZ}::test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it",)),
     # -- the store's SQL ----------------------------------------------------------------------
-    Mutant("a twin attempt takes a held step", ST,
+    Mutant("a twin attempt takes a held step", S_STEPS,
            "if not got:\n                    if r is None:",
            "if not got and False:\n                    if r is None:",
            (f"{T_RS}::test_a_step_whose_lock_another_session_holds_is_busy_and_nothing_runs",)),
-    Mutant("an intent without a renewal has no lease", ST,
+    Mutant("an intent without a renewal has no lease", S_SESSION,
            "clock_timestamp() + make_interval(secs => %(lease)s)\n                    WHERE (",
            "clock_timestamp()\n                    WHERE (",
            (f"{T_LZ}::test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it",)),
-    Mutant("steps may start out of order", ST,
+    Mutant("steps may start out of order", S_SESSION,
            "WHERE (%(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (",
            "WHERE (%(phase)s = 'undo' OR %(step)s >= 1 OR EXISTS (",
            (f"{T_RS}::test_steps_cannot_run_out_of_order",)),
     Mutant("the global stop is ignored", M_STOP,
            "AND (c.scope IN (task, '*')", "AND (c.scope IN (task)",
            (f"{T_CT}::test_a_stop_committed_during_the_snapshot_prevents_the_intent[global]",)),
-    Mutant("an unwound task starts again", ST,
+    Mutant("an unwound task starts again", S_JOURNAL,
            "WHERE w.task_id = %(task_id)s)\"",
            "WHERE w.task_id = %(task_id)s AND false)\"",
            (f"{T_CT}::test_no_intent_is_written_for_an_unwound_task_even_once_released",)),
@@ -199,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "WHERE c.state IN ('stopped', 'killed')",
            "WHERE c.state IN ('stopped', 'killed', 'released')",
            (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
-    Mutant("unwind compensates first steps first", ST,
+    Mutant("unwind compensates first steps first", S_UNWINDS,
            '" ORDER BY j.step DESC", (task_id,)',
            '" ORDER BY j.step", (task_id,)',
            (f"{T_UW}::test_unwind_restores_reversible_steps_last_first_and_journals_them",)),
@@ -225,11 +238,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))',
            'conn.execute("SELECT %s", (MIGRATION_LOCK_ID,))',
            (f"{T_SC}::test_a_migration_waits_while_another_process_holds_the_migration_lock",)),
-    Mutant("a person's absent decision licenses every later execution", ST,
+    Mutant("a person's absent decision licenses every later execution", S_SESSION,
            "AND kind = 'decision' AND at >= %s\"\n                \" ORDER BY id DESC LIMIT 1\"",
            "AND kind = 'decision' AND at >= %s\"\n                \" ORDER BY id LIMIT 1\"",
            (f"{T_HZ}::test_operator_absent_decision_is_used_for_one_execution_only",)),
-    Mutant("a changed plan runs under the same task", ST,
+    Mutant("a changed plan runs under the same task", S_PLANS,
            'if row["plan_hash"] != new_hash:',
            'if row["plan_hash"] != new_hash and False:',
            ("tests/test_plan.py::test_persisting_a_changed_plan_under_the_same_task_is_refused",)),
@@ -442,7 +455,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
     # -- unwind ---------------------------------------------------------------------------------
-    Mutant("unwind runs on a task that is not stopped", ST,
+    Mutant("unwind runs on a task that is not stopped", S_SESSION,
            INTENT_STOP, INTENT_STOP.replace(") = {", ") >= {"),
            (f"{T_CT}::test_a_release_committed_while_an_unwind_probes_prevents_the_"
             "compensation",)),
@@ -544,7 +557,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    store.end_batch(task_id, len(results))\n",
            "",
            (f"{T_OF}::test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_postgres",)),
-    Mutant("an intent is committed without waiting for the disk", ST, INTENT_STOP,
+    Mutant("an intent is committed without waiting for the disk", S_SESSION, INTENT_STOP,
            INTENT_STOP.replace("RETURNING", "  AND set_config('synchronous_commit', 'off', true)"
                                " = 'off' RETURNING"),
            (f"{T_OF}::test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_"
@@ -588,7 +601,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_boundary.py::test_the_gate_reprobes_done_steps_only_and_takes_a_persons_"
             "word_for_the_ones_she_settled",)),
     # -- the report's counts ----------------------------------------------------------------------
-    Mutant("a journaled failed step is counted as confirmed", ST,
+    Mutant("a journaled failed step is counted as confirmed", S_REPORTS,
            "WHERE j.task_id = p.task_id AND j.phase = 'do' AND j.status = 'done')\n"
            "                     AS confirmed,",
            "WHERE j.task_id = p.task_id AND j.phase = 'do' AND j.status <> 'skipped')\n"
@@ -619,7 +632,7 @@ MUTANTS: tuple[Mutant, ...] = (
            " self.by)",
            ("tests/test_kill.py::test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_"
             "kills_and_revokes",)),
-    Mutant("kill: the durable stop state is written as a plain stop", ST,
+    Mutant("kill: the durable stop state is written as a plain stop", S_CONTROLS,
            "\" VALUES (%s, 'killed', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
            "\" VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
            ("tests/test_kill.py::test_kill_without_temporal_still_sets_the_stop_state_and_"
@@ -646,7 +659,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_kill.py::test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_"
             "kills_and_revokes",)),
     # -- series admission -------------------------------------------------------------------------
-    Mutant("series: a stopped series admits a run", ST,
+    Mutant("series: a stopped series admits a run", S_SERIES,
            "            if stop_row is None and not blockers:",
            "            if not blockers:",
            ("tests/test_series.py::test_a_stopped_series_or_an_unsettled_earlier_run_blocks_a_"
@@ -655,7 +668,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '        if not row["to_undo"] and not row["open"]:',
            '        if not row["open"]:',
            (f"{T_UW}::test_a_partly_unwound_run_blocks_its_series_until_every_step_is_undone",)),
-    Mutant("series: a blocked run takes its place in the order", ST,
+    Mutant("series: a blocked run takes its place in the order", S_SERIES,
            "            blockers = unsettled(earlier)\n",
            "            blockers = unsettled(earlier)\n"
            "            conn.execute(\"INSERT INTO tidemark.series_runs (task_id, series)\"\n"
@@ -670,12 +683,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
             "releases_it",)),
     # -- grants ------------------------------------------------------------------------------------
-    Mutant("grants: a run grant is issued to a stopped task", ST,
+    Mutant("grants: a run grant is issued to a stopped task", S_GRANTS,
            "   ELSE tidemark.stop_of(%(task_id)s) IS NULL END",
            "   ELSE true END",
            ("tests/test_kill.py::test_no_grant_is_issued_to_a_stopped_task_on_a_worker_that_"
             "holds_none",)),
-    Mutant("grants: a revoked grant still reads as live", ST,
+    Mutant("grants: a revoked grant still reads as live", S_GRANTS,
            "SELECT revoked IS NULL AND expires > clock_timestamp() AS live",
            "SELECT expires > clock_timestamp() AS live",
            (f"{T_CR}::test_a_revoked_grant_still_stops_the_task_when_tokens_refresh",)),
@@ -713,9 +726,26 @@ T_DR = "tests/test_drive_rename.py"
 T_BD = "tests/test_boundary.py"
 T_KL = "tests/test_kill.py"
 T_SE = "tests/test_series.py"
+# The tests that run a step's attempt against the journal: its intent, claim, lock and outcome.
+ST_TIER = (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, "tests/test_plan.py")
 TIERS: dict[str, tuple[str, ...]] = {
     RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py"),
-    ST: (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, "tests/test_plan.py"),
+    # The store: the modules of an attempt's statements, every test that runs attempts; each
+    # other concern's module, the tests of that concern.
+    S_SESSION: ST_TIER,
+    S_STEPS: ST_TIER,
+    S_JOURNAL: ST_TIER,
+    S_LEASES: (T_LS, T_LZ, T_DO, "tests/test_deadlines.py", T_HZ),
+    S_BASE: (T_PO, T_SC, T_RS),
+    S_CONN: (T_PO, T_SC),
+    "tidemark/store/__init__.py": (T_SC, T_RS),
+    S_PLANS: ("tests/test_plan.py", T_RS, "tests/test_stored_plan_gates.py"),
+    S_REPORTS: (T_RE, T_SS, T_CT),
+    S_UNWINDS: (T_UW, T_UC, T_CT, T_SS),
+    S_CONTROLS: (T_CT, T_SS, T_KL, "tests/test_cli.py"),
+    S_APPROVALS: (T_BD, T_AP),
+    S_SERIES: (T_SE, T_AP, T_UW),
+    S_GRANTS: (T_CR, T_KL, T_SE),
     M1: (T_SC, T_RS, T_CT),
     M_STOP: (T_CT, T_SS, T_SC),
     "tidemark/migrate.py": (T_SC,),

@@ -1,0 +1,101 @@
+"""StoreBase: the connection pool every part of the store runs its statements on, with its
+health check, and the schema's migrations. JournalStore (tidemark.store) adds one set of
+statements per concern."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Self
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from tidemark.migrate import migrate
+from tidemark.store.connection import CONNECT_TIMEOUT_S, POOL_MAX, POOL_TIMEOUT_S, _translated
+from tidemark.store.leases import LeaseKeeper, end_process
+
+log = logging.getLogger(__name__)
+
+
+class StoreBase:
+    """The journal on one Postgres database: its pool, its lease keeper, its schema."""
+
+    def __init__(self, conninfo: str, *, max_size: int = POOL_MAX,
+                 timeout: float = POOL_TIMEOUT_S,
+                 on_lapse: Callable[[list[str]], None] = end_process) -> None:
+        self.conninfo = conninfo
+        self.timeout = timeout
+        self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
+            conninfo, min_size=1, max_size=max_size, open=False, timeout=timeout,
+            check=self._check, configure=self._born,
+            kwargs={"autocommit": True, "row_factory": dict_row,
+                    "connect_timeout": CONNECT_TIMEOUT_S})
+        self.leases = LeaseKeeper(conninfo, on_lapse=on_lapse)
+        self._born_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary())
+        self._drained_at = 0.0
+        self._drain_mutex = threading.Lock()
+
+    def _born(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's ``configure``: notes when each connection was made (for _check)."""
+        with self._drain_mutex:
+            self._born_at[conn] = time.monotonic()
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's ``check``, run on every connection before it is handed out.
+
+        A pooled connection can be dead without the pool knowing (Postgres restarted, a
+        failover, a terminated session); handed out, it would fail the step attempt that got
+        it, so a restart would cost one failed attempt, and its retry wait, per pooled
+        connection. ``check_connection`` sends an empty query first; a dead connection is
+        discarded and the pool hands out another (psycopg_pool 3.2+). One dead connection also
+        says the server went away after it was made, so every connection made before it is as
+        dead: they are all dropped at once (``drain``, psycopg_pool 3.3+), since the pool would
+        otherwise try them one by one, waiting after each failed check (1 s, then doubling)
+        and running out of ``timeout``. Connections made after that drain are not drained
+        again by a later failure of an older one. Costs one round trip per connection handed
+        out.
+        """
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            with self._drain_mutex:
+                stale = self._born_at.get(conn, 0.0) >= self._drained_at
+                if stale:
+                    self._drained_at = time.monotonic()
+            if stale:
+                log.warning("a pooled connection is dead (did Postgres restart?); "
+                            "replacing every connection made before it")
+                self._pool.drain()
+            raise
+
+    def open(self, *, wait: bool = True) -> Self:
+        with _translated():
+            self._pool.open(wait=wait, timeout=self.timeout)
+        return self
+
+    def close(self) -> None:
+        self.leases.close()
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with _translated(), self._pool.connection() as conn:
+            yield conn
+
+
+    def migrate(self) -> list[str]:
+        with self._conn() as conn:
+            return migrate(conn)

@@ -1,0 +1,132 @@
+"""A step's attempt as the store serves it: the execution lock and what is read under it, the
+lease keeper's hold, the fast path's batches, the events an attempt journals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from tidemark.errors import JournalMismatch, StepBusy, UnknownTask
+from tidemark.keys import lock_id
+from tidemark.plan import Step
+from tidemark.store.base import StoreBase
+from tidemark.store.connection import _translated
+from tidemark.store.journal import _JOURNAL_COLUMNS, _UNWOUND, JournalRow
+from tidemark.store.leases import LEASE_S
+from tidemark.store.session import StepSession
+
+
+class StepsMixin(StoreBase):
+    """Statements of a step's attempt, outside its StepSession."""
+
+    @contextmanager
+    def execution(self, task_id: str, step: int, phase: str = "do") -> Iterator[StepSession]:
+        """Holds the step's execution lock on one live connection for the whole block.
+
+        The lock is taken in a statement of its own and only then are the plan step, its latest
+        journal row and the task's stop state read, so the read sees everything an earlier
+        holder committed before letting go (a statement reads the database as it was when the
+        statement began). Both go in one network round trip (pipeline mode). Raises StepBusy at
+        once if another live attempt holds the lock, UnknownTask or JournalMismatch if the plan
+        has no such step. If this process dies, the server ends the session and frees the lock;
+        nothing else can free it.
+        """
+        lock = lock_id(task_id, phase, step)
+        with self._conn() as conn:
+            with _translated():
+                with conn.pipeline():
+                    locked = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,))
+                    read = conn.execute(
+                        f"""
+                        SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
+                               s.irreversible AS plan_irreversible,
+                               (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')
+                                  FROM tidemark.stop_of(p.task_id) c) AS stopped,
+                               (SELECT c->>'state' = 'killed'
+                                  FROM tidemark.stop_of(p.task_id) c) AS killed,
+                               {_UNWOUND} AS unwound,
+                               extract(epoch FROM coalesce(j.lease_until, j.started_at
+                                 + make_interval(secs => %(lease)s)) - clock_timestamp()
+                               )::float8 AS lease_left, j.*
+                        FROM tidemark.plans p
+                        LEFT JOIN tidemark.plan_steps s
+                          ON s.task_id = p.task_id AND s.step = %(step)s
+                        LEFT JOIN LATERAL (
+                          SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal
+                          WHERE task_id = p.task_id AND phase = %(phase)s AND step = %(step)s
+                          ORDER BY attempt DESC LIMIT 1) j ON true
+                        WHERE p.task_id = %(task_id)s
+                        """, {"task_id": task_id, "phase": phase, "step": step,
+                              "lease": LEASE_S})
+                got = bool((locked.fetchone() or {}).get("got"))
+                r = read.fetchone()
+            try:
+                if not got:
+                    if r is None:
+                        raise UnknownTask(task_id)
+                    raise StepBusy(f"{task_id}/{phase}/{step}")
+                if r is None:
+                    raise UnknownTask(task_id)
+                session = StepSession(conn)
+                session.stopped = r["stopped"]
+                session.killed = bool(r["killed"])
+                session.unwound = r["unwound"]
+                session.lease_left = r["lease_left"]
+                if r["plan_action"] is None:
+                    raise JournalMismatch(
+                        f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
+                session.spec = Step(step, r["plan_action"], r["plan_args"],
+                                    r["plan_irreversible"])
+                session.row = JournalRow(**{k: r[k] for k in JournalRow.__dataclass_fields__}
+                                         ) if r["idem_key"] else None
+                yield session
+            finally:
+                if got:
+                    try:
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                    except psycopg.Error:
+                        conn.close()  # the pool discards it; closing the session frees the lock
+
+    def step_row(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
+        with self._conn() as conn:
+            return StepSession(conn).get(task_id, step, phase)
+
+    @contextmanager
+    def keep_lease(self, key: str, seconds: float, *, horizon_s: float, covered_until: float,
+                   deadline_s: float) -> Iterator[None]:
+        """While the block runs, the lease keeper extends the attempt lease of the open intent
+        ``key`` to at least ``seconds`` from each renewal (on its own connection), and ends the
+        process before the lease could lapse while the block still runs (LeaseKeeper); it
+        stops before the block's end is journaled. ``covered_until`` (monotonic) is how long
+        the lease committed before the block covers a request that leaves us, ``deadline_s``
+        the call's declared deadline."""
+        self.leases.hold(key, seconds, horizon_s=horizon_s, covered_until=covered_until,
+                         deadline_s=deadline_s)
+        try:
+            yield
+        finally:
+            self.leases.drop(key)
+
+    def cover_lease(self, key: str, until: float, deadline_s: float) -> None:
+        """A lease committed for a new call on ``key`` (its staged send) covers requests that
+        leave before ``until`` (monotonic); the call's declared deadline runs from now."""
+        self.leases.cover(key, until, deadline_s)
+
+    def end_batch(self, task_id: str, steps: int) -> None:
+        """Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits
+        for the disk: it returns once every commit before it is durable, such as the outcomes
+        the batch committed with ``complete(flush=False)`` (Postgres writes its log in order)."""
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO tidemark.batches (task_id, batches, steps) VALUES (%s, 1, %s)"
+                " ON CONFLICT (task_id) DO UPDATE SET batches = batches.batches + 1,"
+                " steps = batches.steps + EXCLUDED.steps, last_at = clock_timestamp()",
+                (task_id, steps))
+
+    def record_event(self, task_id: str, kind: str, detail: dict[str, Any],
+                     step: int | None = None, actor: str = "tidemark") -> None:
+        with self._conn() as conn:
+            StepSession(conn).event(task_id, kind, detail, step, actor)

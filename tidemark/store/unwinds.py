@@ -1,0 +1,90 @@
+"""Unwinds: the steps a compensation must still visit, and the terminal unwound mark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from tidemark.errors import InvariantViolation, StepBusy, UnknownTask
+from tidemark.keys import lock_id
+from tidemark.store.base import StoreBase
+from tidemark.store.connection import _translated
+from tidemark.store.journal import _STOPPED, _UNWOUND
+from tidemark.store.session import StepSession
+
+
+class UnwindsMixin(StoreBase):
+    """What an unwind reads and the mark it ends with."""
+
+    def undo_candidates(self, task_id: str) -> list[int]:
+        """Steps an unwind must visit, last first: reversible 'do' steps that are done or in
+        doubt, whose compensation has no 'done' outcome yet.
+
+        Complete once the task is stopped: the only step that could still get an intent is the
+        one after the last journaled step (an intent needs its predecessor done), and an attempt
+        on it writes its intent while holding that step's execution lock. So the list is read
+        while holding that lock (StepBusy while an attempt holds it): an intent whose statement
+        began before the stop was committed has landed by then and is listed, and any later one
+        is refused by the stop state its own statement checks.
+        """
+        with self._conn() as conn, _translated():
+            r = conn.execute(
+                "SELECT p.step_count, (SELECT coalesce(max(step), 0) FROM tidemark.journal j"
+                "   WHERE j.task_id = p.task_id AND j.phase = 'do') + 1 AS next"
+                " FROM tidemark.plans p WHERE p.task_id = %s", (task_id,)).fetchone()
+            if r is None:
+                raise UnknownTask(task_id)
+            lock = lock_id(task_id, "do", r["next"]) if r["next"] <= r["step_count"] else None
+            if lock is not None:
+                got = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,)).fetchone()
+                if not (got and got["got"]):
+                    raise StepBusy(f"{task_id}/do/{r['next']}: an attempt is at work on it")
+            try:
+                rows = conn.execute(
+                    "SELECT j.step FROM tidemark.journal j"
+                    " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
+                    " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
+                    "   AND (j.status = 'done' OR j.outcome IS NULL)"
+                    "   AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id ="
+                    "     j.task_id AND u.phase = 'undo' AND u.step = j.step"
+                    "     AND u.status = 'done')"
+                    " ORDER BY j.step DESC", (task_id,)).fetchall()
+            finally:
+                if lock is not None:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+        return [r["step"] for r in rows]
+
+    def record_unwound(self, task_id: str, by: str, detail: dict[str, Any]) -> list[int]:
+        """Marks a stopped task unwound (terminal), in the statement that checks that nothing
+        is left to compensate or in doubt. Returns the steps still to visit: empty when the
+        mark was written (or already there)."""
+        left = self.undo_candidates(task_id)
+        if left:
+            return left
+        with self._conn() as conn, _translated(), conn.transaction():
+            r = conn.execute(
+                f"""
+                INSERT INTO tidemark.unwinds (task_id, unwound_by, detail)
+                SELECT %(task_id)s, %(by)s, %(detail)s
+                WHERE {_STOPPED} AND NOT EXISTS (
+                    SELECT 1 FROM tidemark.journal j
+                    JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step
+                    WHERE j.task_id = %(task_id)s AND (j.outcome IS NULL OR (
+                      j.phase = 'do' AND j.status = 'done' AND NOT s.irreversible
+                      AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id =
+                        j.task_id AND u.phase = 'undo' AND u.step = j.step
+                        AND u.status = 'done'))))
+                ON CONFLICT (task_id) DO NOTHING RETURNING task_id
+                """, {"task_id": task_id, "by": by, "detail": Jsonb(detail)}).fetchone()
+            if r is not None:
+                StepSession(conn).event(task_id, "unwound", detail, None, by)
+                return []
+            unwound = conn.execute(f"SELECT {_UNWOUND} AS u", {"task_id": task_id}).fetchone()
+            if unwound is not None and unwound["u"]:
+                return []
+        left = self.undo_candidates(task_id)
+        if not left:
+            raise InvariantViolation(f"task {task_id!r} cannot be marked unwound: it is not "
+                                     "stopped, or a step is in doubt")
+        return left
