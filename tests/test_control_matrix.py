@@ -44,6 +44,8 @@ NONE = (0, 0, 0)
 UNKNOWN = "no task '{T}' is known"
 NOT_WAITING = "is not waiting for approval"
 NOT_IN_DOUBT = "step 3 is not in doubt"
+BLOCKED = "the start of {T} was blocked before its plan was stored"
+UNWIND_OPEN = "tidemark-unwind-{T} is running: an unwind of {T} is under way"
 MATRIX: dict[tuple[str, str], Cell] = {
     # nothing of the task is known: every control refuses, one line, nothing written
     ("unknown", "start"): (0, "failed", "unknown", NONE),
@@ -124,7 +126,7 @@ MATRIX: dict[tuple[str, str], Cell] = {
     # --grace 0 terminates the run at once; the attempt already in its call is not waited for
     # and may still complete that one write (nothing after it starts): either count is right.
     ("running", "kill"): (0, "stopped: tidemark-{T}", "killed", {NONE, (0, 0, 1)}),
-    ("running", "unwind"): (0, "}", "stopped", (0, 0, 1)),
+    ("running", "unwind"): (3, "ended failed, not unwound", "stopped", (0, 0, 1)),
     ("running", "resolve"): (1, "StepBusy", "completed", (0, 0, 1)),
     ("running", "approve"): (1, NOT_WAITING, "completed", (0, 0, 1)),
     ("running", "reject"): (1, NOT_WAITING, "completed", (0, 0, 1)),
@@ -156,7 +158,8 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("verification_failed", "release"): (0, "task {T} is released", "verification_failed",
                                          NONE),
     ("verification_failed", "kill"): (0, "stopped: no workflow was running", "killed", NONE),
-    ("verification_failed", "unwind"): (0, '"state": "failed"', "partly_unwound", (0, 1, 0)),
+    ("verification_failed", "unwind"): (3, "ended failed, not unwound", "partly_unwound",
+                                        (0, 1, 0)),
     ("verification_failed", "resolve"): (1, NOT_IN_DOUBT, "verification_failed", NONE),
     ("verification_failed", "approve"): (0, "no run of tidemark-{T} is open",
                                          "verification_failed", NONE),
@@ -177,10 +180,41 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("in_doubt", "stop"): (0, "task {T} is stopped", "stopped", NONE),
     ("in_doubt", "release"): (0, "task {T} is released", "in_doubt", NONE),
     ("in_doubt", "kill"): (0, "stopped: no workflow was running", "killed", NONE),
-    ("in_doubt", "unwind"): (0, "}", "stopped", NONE),
+    ("in_doubt", "unwind"): (3, "not unwound", "stopped", NONE),
     ("in_doubt", "resolve"): (0, '"as": "done"', "completed", NONE),
     ("in_doubt", "approve"): (1, NOT_WAITING, "in_doubt", NONE),
     ("in_doubt", "reject"): (1, NOT_WAITING, "in_doubt", NONE),
+    # a run of a declared series whose start was refused (an earlier run of the series failed
+    # and is not settled): nothing of it was stored, so nothing of it can act or be controlled
+    ("blocked", "start"): (0, "blocked", "blocked", NONE),
+    ("blocked", "resume"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "stop"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "release"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "kill"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "unwind"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "resolve"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "approve"): (1, BLOCKED, "blocked", NONE),
+    ("blocked", "reject"): (1, BLOCKED, "blocked", NONE),
+    # `tidemark unwind T --yes` of a completed task: the stop is set and the unwind started,
+    # its worker has not taken it up yet (it does after the command: what acted is counted then)
+    ("unwinding", "start"): (0, "stopped", "unwound", (0, 2, 0)),
+    ("unwinding", "resume"): (1, UNWIND_OPEN, "unwound", (0, 2, 0)),
+    ("unwinding", "stop"): (0, "task {T} is stopped", "unwound", (0, 2, 0)),
+    ("unwinding", "release"): (0, "task {T} is released", "completed", NONE),
+    ("unwinding", "kill"): (0, "stopped: tidemark-unwind-{T}", "killed", NONE),
+    ("unwinding", "unwind"): (1, UNWIND_OPEN, "unwound", (0, 2, 0)),
+    ("unwinding", "resolve"): (1, NOT_IN_DOUBT, "unwound", (0, 2, 0)),
+    ("unwinding", "approve"): (1, NOT_WAITING, "unwound", (0, 2, 0)),
+    ("unwinding", "reject"): (1, NOT_WAITING, "unwound", (0, 2, 0)),
+}
+# The unwind's (Temporal status, end state) once its worker took it up, in the unwinding
+# row: a release takes away the stop it needs (it ends before its next compensation), a kill
+# terminates it before its first.
+UNWIND_WORKFLOW: dict[str, tuple[str, str]] = {
+    **{c: ("COMPLETED", "unwound") for c in (
+        "start", "resume", "stop", "unwind", "resolve", "approve", "reject")},
+    "release": ("FAILED", "stopped"),
+    "kill": ("TERMINATED", "killed"),
 }
 # The run's (Temporal status, TidemarkState) after the cell, for the states a run reached.
 # None: the TidemarkState is not pinned (a run killed while its step held: see the report).
@@ -265,6 +299,12 @@ async def reach(state: str, task: Task, store: JournalStore, temporal_env: Workf
         return
     if state in RUN_STATES:
         await RUN_STATES[state](task, store, temporal_env, workers, task_queue)
+        return
+    if state == "blocked":
+        await blocked(task, store, temporal_env, workers, task_queue)
+        return
+    if state == "unwinding":
+        await unwinding(task, store, temporal_env, workers, task_queue)
         return
     store.persist_plan(load_plan(task.doc, SPECS))
     if state == "stopped":
@@ -354,6 +394,61 @@ async def in_doubt(task: Task, store: JournalStore, temporal_env: WorkflowEnviro
     crash_at(store.conninfo, task.id, 3, "after_intent")
 
 
+async def blocked(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
+                  workers: Any, task_queue: str) -> None:
+    """The task is a run of a declared series whose earlier run failed: its start is refused
+    before its plan is stored."""
+    series = "cm-s-" + uuid.uuid4().hex[:8]
+    store.declare_series(series, "ops", "ops")
+    refuse = task.docs.parent / "earlier-refused"
+    refuse.write_text("")  # for good: the earlier run stays failed
+    earlier = {"task_id": task.id + "-e", "series": series, "steps": [
+        {"action": "ledger.record", "args": {"ledger": str(task.docs.parent / "earlier"),
+                                             "entry": "e", "refused_while": str(refuse)}}]}
+    workers.start()
+    handle = await start_plan(temporal_env.client, earlier, earlier["task_id"], task_queue)
+    assert (await run_result(handle)).state == "failed"
+    task.doc["series"] = series
+    handle = await start_plan(temporal_env.client, task.doc, task.id, task_queue)
+    result = await run_result(handle)
+    assert (result.state, result.error["type"]) == ("blocked", "SeriesBlocked"), result
+
+
+def undo_queue(task_queue: str) -> str:
+    """The task queue the unwinding row's unwind is started on: no worker polls it until the
+    cell's command has run."""
+    return task_queue + "-undo"
+
+
+async def unwinding(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
+                    workers: Any, task_queue: str) -> None:
+    """A completed task whose unwind a person started (`tidemark unwind T --yes`): the stop is
+    set, the unwind's workflow is open, its worker has not taken it up yet."""
+    workers.start()
+    handle = await start_plan(temporal_env.client, task.doc, task.id, task_queue)
+    assert (await run_result(handle)).state == "completed"
+    address = temporal_env.client.service_client.config.target_host
+    assert await asyncio.to_thread(main, ["unwind", task.id, "--yes", "--address", address,
+                                          "--task-queue", undo_queue(task_queue)]) == 0
+
+
+async def take_up_unwind(task: Task, temporal_env: WorkflowEnvironment, workers: Any,
+                         task_queue: str) -> tuple[str, str | None]:
+    """The unwinding row, after its command: a worker takes up the unwind, which ends (or
+    was ended); returns its (Temporal status, end state)."""
+    workers.start(TIDEMARK_TASK_QUEUE=undo_queue(task_queue))
+    handle = temporal_env.client.get_workflow_handle(f"tidemark-unwind-{task.id}")
+
+    async def ended() -> bool:
+        desc = await handle.describe()
+        return desc.status is not None and desc.status.name != "RUNNING"
+    await until(ended, timeout=60)
+    desc = await handle.describe()
+    # the state its result says (a terminated unwind's: `killed` from the kill's reason; one
+    # terminated before any worker ran it never set its TidemarkState)
+    return (desc.status.name if desc.status else "?"), (await unwind_result(handle)).state
+
+
 RUN_STATES = {"running": running, "halted": halted, "awaiting_approval": awaiting,
               "verification_failed": verification_failed, "failed": failed,
               "in_doubt": in_doubt}
@@ -409,10 +504,15 @@ async def command(state: str, name: str, task: Task, temporal_env: WorkflowEnvir
 
 
 def end_state(task: Task, store: JournalStore, capsys: pytest.CaptureFixture[str]) -> str:
-    if not store.task_known(task.id) and store.stop_state(task.id) is None:
+    """`tidemark status T --json`'s state; ``unknown`` when nothing of the task is stored (and
+    status says so), ``blocked`` for a start its series refused before its plan was stored."""
+    known = store.task_known(task.id) or store.stop_state(task.id) is not None
+    code = main(["status", task.id, "--json"])
+    out = capsys.readouterr()
+    if not known and code == 1 and "UnknownTask" in out.err:
         return "unknown"
-    assert main(["status", task.id, "--json"]) == 0
-    return str(json.loads(capsys.readouterr().out)["state"])
+    assert code == 0, out.err
+    return str(json.loads(out.out)["state"])
 
 
 @pytest.mark.parametrize(("state", "name"), list(MATRIX))
@@ -427,7 +527,10 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
     events = len(store.events(task.id))
     capsys.readouterr()
     code, said = await command(state, name, task, temporal_env, workers, task_queue)
+    written = len(store.events(task.id)) - events  # by the command (an unwind writes later)
     await settle(task, temporal_env)
+    unwind_ended = (await take_up_unwind(task, temporal_env, workers, task_queue)
+                    if state == "unwinding" else None)
     out = capsys.readouterr()
     said = said + out.out + out.err
     after = task.effects()
@@ -441,9 +544,13 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
         want_acted = acted if acted in want_acted else min(want_acted)
     assert got == (want_code, want_state, want_acted), (said, got)
     assert fragment in said, said
-    if code != 0:  # refused: one line, and nothing written
+    if code == 1:  # refused: one line, and nothing written
         assert out.out == "" and out.err.count("\n") == 1, said
-        assert len(store.events(task.id)) == events
+        assert written == 0, store.events(task.id)[events:]
+    elif code == 3:  # --wait: the run ended, not as the command meant; one line says how
+        assert out.err.count("\n") == 1 and "ended" in out.err, said
+    if unwind_ended is not None:
+        assert unwind_ended == UNWIND_WORKFLOW[name], unwind_ended
     if (state, name) in WORKFLOW:
         status, run_state = WORKFLOW[(state, name)]
         seen = await tidemark_state(temporal_env, task.id)

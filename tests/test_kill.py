@@ -254,9 +254,11 @@ async def test_kill_stops_an_unwind_under_way_and_says_so(
     assert await tidemark_state(unwind) == ("TERMINATED", "killed")
     assert "stopped: tidemark-unwind-unw-k" in out
     assert store.stop_state("unw-k")["state"] == "killed"
-    # The waiting unwind command says it was killed, with the kill's reason; no trace.
+    # The waiting unwind command says it was killed, with the kill's reason, in one line and
+    # its exit code (3: it did not end unwound); no trace.
     out, err = await asyncio.to_thread(waiting.communicate, timeout=30)
-    assert waiting.returncode == 0 and err == ""
+    assert waiting.returncode == 3 and err.count("\n") == 1, err
+    assert err.startswith("tidemark: tidemark-unwind-unw-k ended killed, not unwound"), err
     said = json.loads(out)
     assert (said["state"], said["error"]["message"]) == ("killed", "killed by ops: wrong undo")
 
@@ -334,8 +336,8 @@ async def test_an_unwind_with_a_refused_compensation_ends_failed(
     doc = {"task_id": "unw-f", "steps": renames(docs, 3)}
     assert (await run_result(await start(client, doc, task_queue))).state == "completed"
     (docs / "f1.txt").rename(docs / "theirs.txt")  # somebody else took step 2's file
-    code, out, _ = await cli("unwind", "unw-f", "--yes", "--wait", "--task-queue", task_queue)
-    assert code == 0
+    code, out, err = await cli("unwind", "unw-f", "--yes", "--wait", "--task-queue", task_queue)
+    assert code == 3 and "tidemark-unwind-unw-f ended failed, not unwound" in err
     result = json.loads(out)
     assert (result["state"], result["refused"], result["undone"]) == ("failed", [2], [3, 1])
     handle = client.get_workflow_handle("tidemark-unwind-unw-f")

@@ -228,7 +228,8 @@ async def test_resume_after_a_partial_unwind_is_refused_and_status_says_partly_u
     assert (await run_result(handle)).state == "completed"
     post(server, f"/_staging/drive/files/{files[0].id}/third_party_rename",
          {"name": "invoice 1 - supplier.pdf"})
-    assert await acli(temporal_env, task_queue, "unwind", "uw-part", "--yes", "--wait") == 0
+    # partly unwound: --wait exits 3, the unwind did not end unwound
+    assert await acli(temporal_env, task_queue, "unwind", "uw-part", "--yes", "--wait") == 3
     assert names(drive, files) == ["invoice 1 - supplier.pdf", "scan-2.pdf", "scan-3.pdf"]
     capsys.readouterr()
     updates = len(effects(server, "drive", "files.update"))
@@ -291,7 +292,8 @@ async def test_an_unwind_never_replaces_a_file_that_took_the_original_name(
     assert (await run_result(await start(temporal_env.client, doc, task_queue))).state == \
         "completed"
     (docs / "scan-1.pdf").write_text("somebody's new scan")  # took step 1's original name
-    assert await acli(temporal_env, task_queue, "unwind", "uw-noreplace", "--yes", "--wait") == 0
+    assert await acli(temporal_env, task_queue, "unwind", "uw-noreplace", "--yes",
+                      "--wait") == 3  # refused: the unwind ended failed, not unwound
     assert (docs / "scan-1.pdf").read_text() == "somebody's new scan"
     assert (docs / "invoice 1.pdf").read_text() == "ours 1"  # left for a person
     assert (docs / "scan-2.pdf").read_text() == "ours 2"

@@ -23,13 +23,20 @@ from typing import Any
 import psycopg
 
 from tidemark.database import database_url
-from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError
+from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTask
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.tools import commands
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# `--wait` of resume, unwind, approve and reject: the run ended, but not in the command's
+# success state (SUCCESS below); one line on stderr names the state it ended in.
+EXIT_NOT_DONE = 3
+# What each waiting command set out to reach. A reject succeeds when the run it told ends
+# stopped with nothing irreversible done.
+SUCCESS = {"resume": "completed", "unwind": "unwound", "approve": "completed",
+           "reject": "stopped"}
 # The commands that are a laptop stack or a test harness: they may use the embedded Postgres
 # when DATABASE_URL is unset. Every other command needs DATABASE_URL or --embedded-db.
 EMBEDDED_COMMANDS = ("dev", "demo", "chaos")
@@ -77,7 +84,15 @@ def _cmd_status(a: argparse.Namespace) -> int:
     if a.task is None:
         print("tidemark: status needs a task or --series S", file=sys.stderr)
         return EXIT_USAGE
-    report = commands.status(_db(a), a.task)
+    try:
+        report = commands.status(_db(a), a.task)
+    except UnknownTask:
+        blocked = commands.blocked_status(_db(a), a.task)  # or UnknownTask again
+        if a.json:
+            _print_json(blocked)
+        else:
+            print(f"task {a.task}  (blocked)  {blocked['line']}")
+        return 0
     if a.json:
         _print_json(report.as_json())
     else:
@@ -162,7 +177,7 @@ def _cmd_release(a: argparse.Namespace) -> int:
 
 
 def _cmd_resume(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import resume_task
+    from tidemark.tools.starter import check_no_unwind, resume_task
 
     url = _db(a)
     report = commands.status(url, a.task)
@@ -178,6 +193,10 @@ def _cmd_resume(a: argparse.Namespace) -> int:
             f"nothing was released or started. `tidemark release --all` first, then resume")
     if report.progress.stop is not None:
         commands.check_not_killed(report.progress.stop, a.task)  # a kill is released by name
+    # Nor while an unwind of it is under way: releasing the unwind's stop would run the task
+    # forward while compensations of it may still run.
+    check_no_unwind(a.settings, a.task, "resume")
+    if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
     result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
@@ -185,9 +204,23 @@ def _cmd_resume(a: argparse.Namespace) -> int:
         print(f"started tidemark-{a.task} on the stored plan (from step "
               f"{report.progress.next_step}); follow it in the Web UI or with "
               f"`tidemark status {a.task}`")
-    else:
-        _print_json(dataclasses.asdict(result))
-    return 0
+        return 0
+    _print_json(dataclasses.asdict(result))
+    return _ended("resume", f"tidemark-{a.task}", result.state, result.error)
+
+
+def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | None) -> int:
+    """The exit code of a waiting command whose run ended in ``state``: 0 for the command's
+    success state; otherwise one line on stderr naming the end state, and EXIT_NOT_DONE, so
+    that a script (or a person's `&&`) never takes a run that needs a person for done."""
+    want = SUCCESS[command]
+    if state == want:
+        return 0
+    err = error or {}
+    why = f" ({err.get('type')}: {err.get('message')})" if err.get("type") else ""
+    print(f"tidemark: {workflow_id} ended {state}, not {want}{why}".replace("\n", " "),
+          file=sys.stderr)
+    return EXIT_NOT_DONE
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
@@ -211,10 +244,12 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
               "when the run next reaches the boundary", file=sys.stderr)
         woke = None
+    stands = (asyncio.run(decision_taken(a.settings, a.task, until_end=True))
+              if a.wait and woke else None)
+    code = 0 if stands is None else _decision_code(decision, a.task, stands)
     if a.json:
-        stands = asyncio.run(decision_taken(a.settings, a.task)) if a.wait and woke else None
         _print_json({**out, "signalled": woke, **({"stands": stands} if a.wait else {})})
-        return 0
+        return code
     label = f" ({a.by})" if a.by and a.by != out["by"] else ""
     print(f"{decision} of task {a.task} by {out['by']}{label} is journaled")
     if decision == "reject":
@@ -224,9 +259,16 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         print(f"the waiting run of tidemark-{a.task} was told" if woke else
               f"no run of tidemark-{a.task} is open; the decision counts when it is next "
               "started")
-    if a.wait and woke:
-        print(_where_it_stands(a.task, asyncio.run(decision_taken(a.settings, a.task))))
-    return 0
+    if stands is not None:
+        print(_where_it_stands(a.task, stands))
+    return code
+
+
+def _decision_code(decision: str, task: str, stands: dict[str, Any]) -> int:
+    """The exit code of `approve/reject --wait` once the run that took the decision ended."""
+    if stands["open"]:  # not reached by decision_taken(until_end=True); never reported as done
+        return _ended(decision, f"tidemark-{task}", "running", None)
+    return _ended(decision, f"tidemark-{task}", stands["state"], stands["error"])
 
 
 def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
@@ -240,7 +282,7 @@ def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
 
 
 def _cmd_unwind(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import unwind_task
+    from tidemark.tools.starter import check_no_unwind, unwind_task
 
     url = _db(a)
     plan = commands.unwind_preview(url, a.task)
@@ -250,14 +292,15 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
               "pass --yes to do it", file=sys.stderr)
         return EXIT_USAGE
     commands.check_unwind_allowed(url, a.task)  # a kill in force: nothing changes
+    check_no_unwind(a.settings, a.task, "unwind")  # one under way: nothing changes either
     commands.stop(url, a.task, a.reason or "unwind", a.by)
     result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
     if result is None:
         print(f"started tidemark-unwind-{a.task}")
-    else:
-        _print_json(dataclasses.asdict(result))
-    return 0
+        return 0
+    _print_json(dataclasses.asdict(result))
+    return _ended("unwind", f"tidemark-unwind-{a.task}", result.state, result.error)
 
 
 def _cmd_dev(a: argparse.Namespace) -> int:
@@ -482,8 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_temporal_arguments(user_args)
     user_args.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
     user_args.add_argument("--wait", action="store_true",
-                           help="resume, unwind: wait for the result; approve, reject: wait "
-                                "until the run has taken the decision, then say where it stands")
+                           help="wait until the run has ended and say how (approve, reject: "
+                                "the run that took the decision). Exit 0 only when it ended "
+                                "as the command meant (resume, approve: completed; unwind: "
+                                "unwound; reject: stopped), else 3 with one line naming the "
+                                "end state; 1 when refused")
     res = sub.add_parser("resume", parents=[user_args],
                          help="release a stopped task and start it again on its stored plan")
     res.set_defaults(func=_cmd_resume)
@@ -746,7 +792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TidemarkError as e:
         if args.traceback:
             raise
-        print(f"tidemark: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"tidemark: {type(e).__name__}: {e}{_unknown_hint(args, e)}", file=sys.stderr)
         return EXIT_ERROR
     except psycopg.errors.UndefinedTable:
         if args.traceback:
@@ -756,6 +802,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
+    """For a task no plan is stored for whose start its series blocked: what blocked it (a
+    person at 03:14 must not take the run for a typo)."""
+    if not isinstance(e, UnknownTask):
+        return ""
+    try:
+        return "; " + commands.blocked_status(_db(a), e.task_id)["line"]
+    except (TidemarkError, psycopg.Error):
+        return ""
 
 
 def run() -> None:

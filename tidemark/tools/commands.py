@@ -18,7 +18,7 @@ from probes.fs import parse_roots
 from tidemark.actions import GateRefused
 from tidemark.approval import ApprovalPolicy, parse_policy
 from tidemark.boundary import ApprovalError, check_approver
-from tidemark.errors import ConfigError, PlanError, TaskKilled, TidemarkError
+from tidemark.errors import ConfigError, PlanError, TaskKilled, TidemarkError, UnknownTask
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -81,7 +81,11 @@ def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: boo
     if force_unknown and TASK_ID_RE.fullmatch(task_id):
         return
     hint = ""
-    if os.path.lexists(task_id):
+    blocked = blocked_start(store, task_id)
+    if blocked is not None:
+        hint = (f"; {blocked_line(task_id, blocked)}. Nothing of it can act; pass "
+                f"--force-unknown to {verb} it all the same")
+    elif os.path.lexists(task_id):
         hint = (f"; {task_id!r} is a file here: did the shell expand an unquoted *? "
                 f"`tidemark {verb} --all` means every task")
     elif force_unknown:
@@ -90,6 +94,39 @@ def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: boo
         hint = (f"; check the id (`temporal workflow list`), or pass --force-unknown to {verb} "
                 "a task whose plan has not arrived yet")
     raise UnknownStopTarget(f"no task {task_id!r} is known{hint}")
+
+
+def blocked_start(store: JournalStore, task_id: str) -> dict[str, Any] | None:
+    """The latest refused start of a task no plan is stored for: a run of a series blocked
+    (tidemark.series) before anything of it was kept. None for any other task."""
+    refused = [e for e in store.events(task_id) if e["kind"] == "blocked"]
+    return refused[-1] if refused else None
+
+
+def blocked_line(task_id: str, event: dict[str, Any]) -> str:
+    """What blocked the task's start, and what a person does about it, in one line."""
+    d = event["detail"]
+    series = d.get("series")
+    why = (f"series {series} is {(d.get('stop') or {}).get('state', 'stopped')}"
+           if d.get("stop") else
+           f"earlier run(s) {', '.join(d.get('blockers') or [])} of series {series} are not "
+           "settled")
+    return (f"the start of {task_id} was blocked before its plan was stored ({why}, at "
+            f"{event['at'].isoformat()[:19].replace('T', ' ')}); `tidemark status --series "
+            f"{series}` lists the runs, settle them, then start {task_id} again")
+
+
+def blocked_status(url: str, task_id: str) -> dict[str, Any]:
+    """``tidemark status`` of a task that has no stored plan: ``blocked`` when its start was
+    refused by its series, otherwise UnknownTask."""
+    with JournalStore(url) as store:
+        event = blocked_start(store, task_id)
+    if event is None:
+        raise UnknownTask(task_id)
+    d = event["detail"]
+    return {"task_id": task_id, "state": "blocked", "series": d.get("series"),
+            "blockers": d.get("blockers") or [], "stop": d.get("stop"),
+            "at": event["at"].isoformat(), "line": blocked_line(task_id, event)}
 
 
 def check_series_known(store: JournalStore, series: str) -> None:

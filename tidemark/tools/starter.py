@@ -7,6 +7,7 @@ the command line's ``--address``/``--namespace`` applied by the caller."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -74,6 +75,29 @@ async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
     return await unwind_result(handle) if wait else None
 
 
+async def unwind_open(settings: Settings, task_id: str) -> bool:
+    """Whether an unwind of ``task_id`` (``tidemark-unwind-<task_id>``) is open: a resume
+    would run the task forward under it, a second unwind would only restate its stop."""
+    client = await connect(settings)
+    try:
+        desc = await client.get_workflow_handle(f"tidemark-unwind-{task_id}").describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return desc.status == WorkflowExecutionStatus.RUNNING
+
+
+def check_no_unwind(settings: Settings, task_id: str, verb: str) -> None:
+    """Refuses ``verb`` (AlreadyRunning, one line) while an unwind of the task is open."""
+    if asyncio.run(unwind_open(settings, task_id)):
+        raise AlreadyRunning(
+            f"tidemark-unwind-{task_id} is running: an unwind of {task_id} is under way, "
+            f"nothing was changed. Follow it with `tidemark status {task_id}`; `tidemark "
+            f"kill {task_id}` ends it before its next compensation" +
+            ("" if verb == "unwind" else f", then {verb}"))
+
+
 async def signal_approval(settings: Settings, task_id: str,
                           decision: dict[str, Any]) -> bool:
     """Wakes ``tidemark-<task_id>`` after a decision was journaled; False when no run of it
@@ -88,12 +112,13 @@ async def signal_approval(settings: Settings, task_id: str,
     return True
 
 
-async def decision_taken(settings: Settings, task_id: str,
-                         poll_s: float = 0.2) -> dict[str, Any]:
+async def decision_taken(settings: Settings, task_id: str, poll_s: float = 0.2, *,
+                         until_end: bool = False) -> dict[str, Any]:
     """Waits until the open run of ``tidemark-<task_id>`` no longer waits for approval (it
     took the decision: it goes on, or it ended) and says where it stands: ``open``, the
     Temporal ``status``, the ``state`` (TidemarkState, or the ended run's state) and, for an
-    ended run, its ``error``. Reads only what the server holds, so no worker is needed to
+    ended run, its ``error``. With ``until_end``, waits on until the run has ended, so that
+    the answer is how it ended. Reads only what the server holds, so no worker is needed to
     answer; while no worker runs, the wait lasts until one does."""
     client = await connect(settings)
     handle = client.get_workflow_handle(f"tidemark-{task_id}")
@@ -101,6 +126,11 @@ async def decision_taken(settings: Settings, task_id: str,
         desc = await handle.describe()
         state = dict((k.name, v) for k, v in desc.typed_search_attributes).get("TidemarkState")
         status = desc.status.name.lower() if desc.status else "?"
+        if until_end and desc.status == WorkflowExecutionStatus.RUNNING \
+                and state != AWAITING_APPROVAL:
+            with contextlib.suppress(WorkflowFailureError):  # described just below
+                await handle.result()  # taken: the rest of the run, however long
+            continue
         if desc.status != WorkflowExecutionStatus.RUNNING:
             try:
                 result = await run_result(handle)
