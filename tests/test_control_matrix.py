@@ -28,9 +28,9 @@ from helpers.planners import calls
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
+from tidemark.tools import schedules
 from tidemark.tools.cli import main
 from tidemark.tools.starter import start_plan
-from workflows import schedules
 from workflows.outcome import run_result, unwind_result
 from workflows.types import UnwindResult
 

@@ -29,7 +29,7 @@ from tidemark.grants import GrantBroker, LocalMinter
 from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from workflows import schedules
+from tidemark.tools import schedules
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

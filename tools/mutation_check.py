@@ -503,7 +503,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        _check_not_stopped(store, task_id, decision)\n",
            "",
            ("tests/test_kill.py::test_an_approval_after_a_kill_changes_nothing_and_says_why",)),
-    Mutant("kill terminates without letting the step under way finish", "workflows/kill.py",
+    Mutant("kill terminates without letting the step under way finish", "tidemark/tools/kill.py",
            "settled = await _settle(self.client, self.announced, self.grace_s)",
            "settled = await _settle(self.client, self.announced, 0.0)",
            ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
@@ -613,7 +613,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        return self.request(uri, method, body, headers, **kwargs)",
            (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
     # -- kill's four layers ------------------------------------------------------------------------
-    Mutant("kill: a kill of a series stops its first run, not the series", "workflows/kill.py",
+    Mutant("kill: a kill of a series stops its first run, not the series", "tidemark/tools/kill.py",
            "self.store.set_killed(self.t.scope, self.reason, self.by)",
            "self.store.set_killed(self.t.tasks[0] if self.t.tasks else self.t.scope, self.reason,"
            " self.by)",
@@ -624,12 +624,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "\" VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
            ("tests/test_kill.py::test_kill_without_temporal_still_sets_the_stop_state_and_"
             "revokes_the_grants",)),
-    Mutant("kill: a kill of a series' run leaves the series' schedule running", "workflows/kill.py",
+    Mutant("kill: a kill of a series' run leaves the series' schedule running",
+           "tidemark/tools/kill.py",
            "return Target(task, [task], [named] if named else [])",
            "return Target(task, [task], [])",
            ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
             "releases_it",)),
-    Mutant("kill --all revokes no grant", "workflows/kill.py",
+    Mutant("kill --all revokes no grant", "tidemark/tools/kill.py",
            "for one in (self.t.tasks if not self.t.everything else [None]):",
            "for one in self.t.tasks:",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
@@ -639,7 +640,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
             "revokes_every_grant",)),
-    Mutant("kill: a layer that fails ends the kill", "workflows/kill.py",
+    Mutant("kill: a layer that fails ends the kill", "tidemark/tools/kill.py",
            "        layers.append(await _layer(n, what, fn))\n",
            "        layers.append(await _layer(n, what, fn))\n"
            "        if not layers[-1][\"done\"]:\n            break\n",
@@ -737,7 +738,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py"),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
-    "workflows/kill.py": (T_KL, T_SE, T_UC),
+    "tidemark/tools/kill.py": (T_KL, T_SE, T_UC),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
     "tidemark/series.py": (T_SE, T_AP, T_UW),
     "activities/planner.py": (T_SE, T_AP),

@@ -177,7 +177,7 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 async def killed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     """`tidemark kill` while step 2 is under way: the run says killed, lets the step finish,
     and is terminated."""
-    from workflows.kill import kill
+    from tidemark.tools.kill import kill
 
     h = await s.start({"task_id": "killed", "steps": s.ledger_steps(4, hold_s=0.5)})
     await s.wait_for(lambda: (s.scratch / "ledger").exists())

@@ -40,8 +40,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
 from tidemark.store import JournalStore
+from tidemark.tools import schedules
 from tidemark.tools.commands import check_scope
-from workflows import schedules
 from workflows.types import KILLED
 
 # How long layer 4 waits for the killed workflows to settle (the attempt under way finished)
