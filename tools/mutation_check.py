@@ -524,11 +524,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runplan: a halt that arrives while a step runs is not written until the step ends",
            "workflows/run_plan.py",
            "retrying until the target is back.\n"
-           "            await workflow.wait_condition(\n"
-           "                lambda a=attempt: a.done() or self._halt_unrecorded())",
+           "        await workflow.wait_condition(\n"
+           "            lambda a=attempt: a.done() or self._halt_unrecorded())",
            "retrying until the target is back.\n"
-           "            await workflow.wait_condition(\n"
-           "                lambda a=attempt: a.done() or False)",
+           "        await workflow.wait_condition(\n"
+           "            lambda a=attempt: a.done() or False)",
            (f"{T_RP}::test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt",)),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
@@ -552,12 +552,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- RunPlan's halt and start-of-run stop check ------------------------------------------------
     Mutant("runplan: a halt that arrives between two steps lets the next step start",
            "workflows/run_plan.py",
-           "for step in range(first, last + 1) if not self._batched else ():\n"
-           "            if self._killed is not None:\n                return self._end(KILLED)\n"
-           "            if self._halt_reason is not None:\n",
-           "for step in range(first, last + 1) if not self._batched else ():\n"
-           "            if self._killed is not None:\n                return self._end(KILLED)\n"
-           "            if self._halt_reason is not None and False:\n",
+           "        if self._killed is not None:\n            return self._end(KILLED)\n"
+           "        if self._halt_reason is not None:\n            return await self._halt(step)\n"
+           "        # A history from before the boundary existed",
+           "        if self._killed is not None:\n            return self._end(KILLED)\n"
+           "        if self._halt_reason is not None and False:\n"
+           "            return await self._halt(step)\n"
+           "        # A history from before the boundary existed",
            (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
     Mutant("runplan: the stop check at the start of a run is left to the per-step one",
            "workflows/run_plan.py",
