@@ -641,6 +641,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
             "revokes_every_grant",)),
+    Mutant("kill --grace 0 terminates a run before it took the signal, which then says running",
+           "tidemark/tools/kill.py",
+           "    bound = grace_s if told else max(grace_s, TOLD_S)\n",
+           "    bound = grace_s\n",
+           ("tests/test_kill.py::test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_"
+            "says_killed",)),
+    Mutant("unwind: a run awaiting approval is not told and stays open",
+           "workflows/unwind_plan.py",
+           "                await self._close_waiting_run(task_id)\n",
+           "                pass\n",
+           ("tests/test_kill.py::test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_"
+            "run",)),
     Mutant("kill: a layer that fails ends the kill", "tidemark/tools/kill.py",
            "        layers.append(await _layer(n, what, fn))\n",
            "        layers.append(await _layer(n, what, fn))\n"
@@ -740,6 +752,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py"),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
     "tidemark/tools/kill.py": (T_KL, T_SE, T_UC),
+    "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
     "tidemark/series.py": (T_SE, T_AP, T_UW),
     "activities/planner.py": (T_SE, T_AP),

@@ -168,6 +168,7 @@ class RunPlan:
         self._fast = False
         self._batched = False
         self._killed: dict[str, Any] | None = None
+        self._unwinding: str | None = None
 
     @workflow.signal
     def kill(self, note: dict[str, Any] | None = None) -> None:
@@ -189,6 +190,14 @@ class RunPlan:
         """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
         the run wakes and reads the decision from the journal, which is what counts."""
         self._approval_news = True
+
+    @workflow.signal
+    def unwinding(self, unwind_workflow_id: str = "") -> None:
+        """An unwind of this task began (UnwindPlan sends it once the task is stopped): a run
+        that waits for a person at the boundary ends ``stopped`` instead of waiting for ever
+        for a decision that can no longer come. A run between steps needs no word: its next
+        step meets the stop state."""
+        self._unwinding = unwind_workflow_id or "an unwind"
 
     @workflow.signal
     def halt(self, reason: str = "") -> None:
@@ -538,12 +547,24 @@ class RunPlan:
             workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
             await workflow.wait_condition(
                 lambda: self._approval_news or self._halt_reason is not None
-                or self._killed is not None)
+                or self._killed is not None or self._unwinding is not None)
             if self._killed is not None:
                 return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(step)
+            if self._unwinding is not None:
+                return self._end_unwinding(task_id, step)
             self._approval_news = False
+
+    def _end_unwinding(self, task_id: str, step: int) -> RunResult:
+        """The end of a run that waited at the boundary when its task's unwind began: the
+        task is stopped (the unwind requires it) and its reversible steps are being put back,
+        so the irreversible ones never run."""
+        self._result.stopped_at = step
+        return self._end(STOPPED, {
+            "type": "Unwinding", "step": step, "message":
+            f"{self._unwinding} puts the reversible steps back; nothing from step {step} on "
+            f"was attempted, and task {task_id} does not run forward"})
 
     async def _halt(self, next_step: int) -> RunResult:
         if self._halt_unrecorded():
