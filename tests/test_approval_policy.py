@@ -24,9 +24,8 @@ from staging.drive import DriveTarget
 from tidemark.errors import UnknownTask
 from tidemark.grants import revoke_task_grants
 from tidemark.store import JournalStore
-from tidemark.tools import commands
+from tidemark.tools import commands, schedules
 from tidemark.tools.devstack import temporal_binary
-from workflows import schedules
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

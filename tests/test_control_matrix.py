@@ -28,9 +28,9 @@ from helpers.planners import calls
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
+from tidemark.tools import schedules
 from tidemark.tools.cli import main
 from tidemark.tools.starter import start_plan
-from workflows import schedules
 from workflows.outcome import run_result, unwind_result
 from workflows.types import UnwindResult
 
@@ -123,8 +123,9 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("running", "resume"): (1, "AlreadyRunning", "completed", (0, 0, 1)),
     ("running", "stop"): (0, "task {T} is stopped", "stopped", (0, 0, 1)),
     ("running", "release"): (0, "task {T} is released", "completed", (0, 0, 1)),
-    # --grace 0 terminates the run at once; the attempt already in its call is not waited for
-    # and may still complete that one write (nothing after it starts): either count is right.
+    # --grace 0 terminates the run once it took the kill signal; the attempt already in its call
+    # is not waited for and may still complete that one write (nothing after it starts): either
+    # count is right.
     ("running", "kill"): (0, "stopped: tidemark-{T}", "killed", {NONE, (0, 0, 1)}),
     ("running", "unwind"): (3, "ended failed, not unwound", "stopped", (0, 0, 1)),
     ("running", "resolve"): (1, "StepBusy", "completed", (0, 0, 1)),
@@ -217,14 +218,17 @@ UNWIND_WORKFLOW: dict[str, tuple[str, str]] = {
     "kill": ("TERMINATED", "killed"),
 }
 # The run's (Temporal status, TidemarkState) after the cell, for the states a run reached.
-# None: the TidemarkState is not pinned (a run killed while its step held: see the report).
+# (None would leave the TidemarkState unpinned.)
 WORKFLOW: dict[tuple[str, str], tuple[str, str | None]] = {
     **{("running", c): ("COMPLETED", "completed") for c in (
         "start", "resume", "stop", "release", "resolve", "approve", "reject", "unwind")},
-    ("running", "kill"): ("TERMINATED", None),
+    # --grace 0 terminates the run once it took the kill signal: it says killed.
+    ("running", "kill"): ("TERMINATED", "killed"),
     **{("awaiting_approval", c): ("RUNNING", "awaiting_approval") for c in (
-        "start", "resume", "stop", "release", "unwind", "resolve")},
+        "start", "resume", "stop", "release", "resolve")},
     ("awaiting_approval", "kill"): ("TERMINATED", "killed"),
+    # the unwind tells the waiting run, which ends stopped rather than waiting for ever
+    ("awaiting_approval", "unwind"): ("FAILED", "stopped"),
     ("awaiting_approval", "approve"): ("COMPLETED", "completed"),
     ("awaiting_approval", "reject"): ("FAILED", "stopped"),
     **{("halted", c): ("FAILED", "halted") for c in (

@@ -2,7 +2,8 @@
 refuses what names nothing, matches a series exactly, stops a running unwind, leaves the step
 under way settled, and leaves every killed workflow Terminated with `TidemarkState = killed`;
 `status` names the kill; an approval after a kill or under a stop changes nothing; `approve
---wait` waits for the run to take the decision; a failed unwind ends Failed."""
+--wait` waits for the run to take the decision; an unwind closes a run that awaits approval;
+a failed unwind ends Failed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import asyncio
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ from tidemark.grants import GrantBroker, LocalMinter
 from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from workflows import schedules
+from tidemark.tools import schedules
 from workflows.outcome import run_result
 from workflows.types import RunResult
 
@@ -170,6 +173,41 @@ async def test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_in_doubt
     assert said.startswith("terminated (killed; the attempt under way ended first: run_step"), said
     time.sleep(2.5)  # nothing after it starts
     assert [line.split(" ", 1)[1] for line in ledger_lines(ledger)] == ["s1"]
+
+
+async def test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_says_killed(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    """``--grace 0`` waits for no attempt under way, but a terminated run can no longer change
+    its search attributes: the kill lets the run take its signal (the list then says
+    ``killed``) before it terminates it, also when the worker is slow to take it."""
+    worker = workers.start()
+    ledger = tmp_path / "ledger"
+    doc = {"task_id": "slow-0", "steps": ledger_steps(ledger, "s", 4, hold_s=3.0)}
+    handle = await start(temporal_env.client, doc, task_queue)
+    assert_eventually(lambda: store.task_known("slow-0")
+                      and store.progress("slow-0").in_doubt is not None, timeout=30)
+    # The worker pauses for a second (a stalled host) just as the kill starts.
+    worker.send_signal(signal.SIGSTOP)
+    resume = threading.Timer(1.0, worker.send_signal, (signal.SIGCONT,))
+    resume.start()
+    started = time.monotonic()
+    try:
+        code, out, _ = await cli("kill", "slow-0", "--by", "ops", "--grace", "0", "--json")
+    finally:
+        resume.join()
+        worker.send_signal(signal.SIGCONT)
+    took = time.monotonic() - started
+    layers = json.loads(out)
+    assert code == 0 and all(x["done"] for x in layers), layers
+    assert await tidemark_state(handle) == ("TERMINATED", "killed")
+    said = layers[3]["detail"]["tidemark-slow-0"]
+    # Terminated with step 1's attempt still holding: it was not waited for.
+    assert said == ("terminated (killed; the attempt under way was not waited for (--grace 0): "
+                    "run_step (attempt 1))"), said
+    assert took < 3.0, took  # step 1 holds 3 s: it was not waited for
+    result = await run_result(handle)
+    assert (result.state, result.error["message"]) == ("killed", "killed by ops: killed")
 
 
 # -- a series is matched exactly, never by a prefix ---------------------------------------------
@@ -323,6 +361,37 @@ async def test_reject_wait_prints_that_the_run_ended_stopped(
         "tidemark-appr-r took the decision and ended failed: stopped (Rejected: "
         f"{pwd.getpwuid(os.geteuid()).pw_name} rejected")
     assert (await tidemark_state(handle)) == ("FAILED", "stopped")
+
+
+async def test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_run(
+        cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
+        workers, task_queue: str) -> None:
+    """The run that waits for a person at the boundary does not stay open behind an unwind:
+    it ends ``stopped`` (Failed in the list, ``TidemarkState = stopped``), and nothing of the
+    task runs forward afterwards."""
+    workers.start()
+    handle = await start(temporal_env.client, approval_plan(tmp_path, "appr-u"), task_queue)
+    await wait_for_state(handle, "awaiting_approval")
+    code, out, _ = await cli("unwind", "appr-u", "--yes", "--wait", "--by", "ops",
+                             "--task-queue", task_queue)
+    assert code == 0 and json.loads(out)["state"] == "unwound", out
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["d0.txt", "d1.txt"]
+
+    result = await asyncio.wait_for(run_result(handle), timeout=30)
+    assert (result.state, result.error["type"], result.error["step"]) == (
+        "stopped", "Unwinding", 3), result
+    assert "tidemark-unwind-appr-u" in result.error["message"]
+    assert await tidemark_state(handle) == ("FAILED", "stopped")
+
+    # Nothing runs it forward: an approval is refused, a resume ends at once, the mail is
+    # never sent.
+    code, out, err = await cli("approve", "appr-u", "--by", pwd.getpwuid(os.geteuid()).pw_name)
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert "is stopped by ops" in err and "changes nothing and is not recorded" in err, err
+    code, out, err = await cli("resume", "appr-u", "--wait", "--task-queue", task_queue)
+    assert (code, out) == (1, "") and err.startswith("tidemark: TaskUnwound: "), err
+    assert ledger_lines(tmp_path / "ledger") == []
+    assert [e for e in store.events("appr-u") if e["kind"] == "approval"] == []
 
 
 # -- an unwind that fails ends Failed ---------------------------------------------------------

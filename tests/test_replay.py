@@ -34,7 +34,8 @@ def test_every_recorded_history_is_indexed_and_the_cases_are_all_there() -> None
     stems = {name.split(".")[0] for name in on_disk}
     assert {"run_completed", "run_halted", "run_resumed_in_doubt", "run_continued_as_new",
             "run_fast", "run_fast_halted", "run_fast_continued_as_new", "run_fast_unbatched",
-            "run_fast_resumed_in_doubt", "unwind", "run_killed", "unwind_failed"} <= stems
+            "run_fast_resumed_in_doubt", "unwind", "run_killed", "unwind_failed",
+            "unwind_awaiting_approval"} <= stems
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

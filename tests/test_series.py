@@ -35,10 +35,9 @@ from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools import commands
+from tidemark.tools import commands, schedules
 from tidemark.tools.devstack import temporal_binary
-from workflows import schedules
-from workflows.kill import kill
+from tidemark.tools.kill import kill
 from workflows.outcome import run_result
 from workflows.types import RunResult
 

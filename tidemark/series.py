@@ -16,14 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tidemark.errors import PlanError, TidemarkError
+from tidemark.series_names import SCHEDULED_PREFIX
 from tidemark.store import JournalStore
 
-# Task ids of scheduled runs: ``sched-<series>-<YYYYMMDDTHHMMSSZ>``. Only a series'
-# ScheduledRun (workflow id ``tidemark-sched-<series>-…``) may start a plan under one, so a plan
-# submitted by hand cannot take tomorrow's id and make tomorrow's run fail as a changed plan.
-SCHEDULED_PREFIX = "sched-"
 SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
-SCHEDULE_PREFIX = "tidemark-series-"  # the Temporal Schedule of a series (workflows/schedules)
+SCHEDULE_PREFIX = "tidemark-series-"  # a series' Temporal Schedule (tidemark/tools/schedules)
 CLOCK_SKEW = timedelta(minutes=1)  # between the Temporal server's clock and a worker's
 
 SETTLED = ("completed", "unwound")
@@ -52,10 +49,6 @@ class SeriesBlocked(TidemarkError):
     def details(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
                 "stopped": self.stop is not None}
-
-
-def scheduled_task_id(series: str, stamp: str) -> str:
-    return f"{SCHEDULED_PREFIX}{series}-{stamp}"
 
 
 def check_declared(store: JournalStore, series: str | None) -> None:

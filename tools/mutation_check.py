@@ -516,7 +516,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        _check_not_stopped(store, task_id, decision)\n",
            "",
            ("tests/test_kill.py::test_an_approval_after_a_kill_changes_nothing_and_says_why",)),
-    Mutant("kill terminates without letting the step under way finish", "workflows/kill.py",
+    Mutant("kill terminates without letting the step under way finish", "tidemark/tools/kill.py",
            "settled = await _settle(self.client, self.announced, self.grace_s)",
            "settled = await _settle(self.client, self.announced, 0.0)",
            ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
@@ -537,11 +537,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runplan: a halt that arrives while a step runs is not written until the step ends",
            "workflows/run_plan.py",
            "retrying until the target is back.\n"
-           "            await workflow.wait_condition(\n"
-           "                lambda a=attempt: a.done() or self._halt_unrecorded())",
+           "        await workflow.wait_condition(\n"
+           "            lambda a=attempt: a.done() or self._halt_unrecorded())",
            "retrying until the target is back.\n"
-           "            await workflow.wait_condition(\n"
-           "                lambda a=attempt: a.done() or False)",
+           "        await workflow.wait_condition(\n"
+           "            lambda a=attempt: a.done() or False)",
            (f"{T_RP}::test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt",)),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
@@ -565,12 +565,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- RunPlan's halt and start-of-run stop check ------------------------------------------------
     Mutant("runplan: a halt that arrives between two steps lets the next step start",
            "workflows/run_plan.py",
-           "for step in range(first, last + 1) if not self._batched else ():\n"
-           "            if self._killed is not None:\n                return self._end(KILLED)\n"
-           "            if self._halt_reason is not None:\n",
-           "for step in range(first, last + 1) if not self._batched else ():\n"
-           "            if self._killed is not None:\n                return self._end(KILLED)\n"
-           "            if self._halt_reason is not None and False:\n",
+           "        if self._killed is not None:\n            return self._end(KILLED)\n"
+           "        if self._halt_reason is not None:\n            return await self._halt(step)\n"
+           "        # A history from before the boundary existed",
+           "        if self._killed is not None:\n            return self._end(KILLED)\n"
+           "        if self._halt_reason is not None and False:\n"
+           "            return await self._halt(step)\n"
+           "        # A history from before the boundary existed",
            (f"{T_RP}::test_halt_signal_stops_cleanly_and_durably",)),
     Mutant("runplan: the stop check at the start of a run is left to the per-step one",
            "workflows/run_plan.py",
@@ -626,7 +627,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        return self.request(uri, method, body, headers, **kwargs)",
            (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
     # -- kill's four layers ------------------------------------------------------------------------
-    Mutant("kill: a kill of a series stops its first run, not the series", "workflows/kill.py",
+    Mutant("kill: a kill of a series stops its first run, not the series", "tidemark/tools/kill.py",
            "self.store.set_killed(self.t.scope, self.reason, self.by)",
            "self.store.set_killed(self.t.tasks[0] if self.t.tasks else self.t.scope, self.reason,"
            " self.by)",
@@ -637,12 +638,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "\" VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET\"",
            ("tests/test_kill.py::test_kill_without_temporal_still_sets_the_stop_state_and_"
             "revokes_the_grants",)),
-    Mutant("kill: a kill of a series' run leaves the series' schedule running", "workflows/kill.py",
+    Mutant("kill: a kill of a series' run leaves the series' schedule running",
+           "tidemark/tools/kill.py",
            "return Target(task, [task], [named] if named else [])",
            "return Target(task, [task], [])",
            ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
             "releases_it",)),
-    Mutant("kill --all revokes no grant", "workflows/kill.py",
+    Mutant("kill --all revokes no grant", "tidemark/tools/kill.py",
            "for one in (self.t.tasks if not self.t.everything else [None]):",
            "for one in self.t.tasks:",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
@@ -652,7 +654,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
             "revokes_every_grant",)),
-    Mutant("kill: a layer that fails ends the kill", "workflows/kill.py",
+    Mutant("kill --grace 0 terminates a run before it took the signal, which then says running",
+           "tidemark/tools/kill.py",
+           "    bound = grace_s if told else max(grace_s, TOLD_S)\n",
+           "    bound = grace_s\n",
+           ("tests/test_kill.py::test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_"
+            "says_killed",)),
+    Mutant("unwind: a run awaiting approval is not told and stays open",
+           "workflows/unwind_plan.py",
+           "                await self._close_waiting_run(task_id)\n",
+           "                pass\n",
+           ("tests/test_kill.py::test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_"
+            "run",)),
+    Mutant("kill: a layer that fails ends the kill", "tidemark/tools/kill.py",
            "        layers.append(await _layer(n, what, fn))\n",
            "        layers.append(await _layer(n, what, fn))\n"
            "        if not layers[-1][\"done\"]:\n            break\n",
@@ -767,7 +781,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py"),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
-    "workflows/kill.py": (T_KL, T_SE, T_UC),
+    "tidemark/tools/kill.py": (T_KL, T_SE, T_UC),
+    "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
     "tidemark/series.py": (T_SE, T_AP, T_UW),
     "activities/planner.py": (T_SE, T_AP),

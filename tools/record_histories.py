@@ -177,7 +177,7 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 async def killed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     """`tidemark kill` while step 2 is under way: the run says killed, lets the step finish,
     and is terminated."""
-    from workflows.kill import kill
+    from tidemark.tools.kill import kill
 
     h = await s.start({"task_id": "killed", "steps": s.ledger_steps(4, hold_s=0.5)})
     await s.wait_for(lambda: (s.scratch / "ledger").exists())
@@ -204,12 +204,36 @@ async def unwind_failed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     return [h]
 
 
+async def unwound_awaiting_approval(s: Stage) -> list[WorkflowHandle[Any, Any]]:
+    """`tidemark unwind` while the run waits for a person before its irreversible step: the
+    unwind tells the run, which ends stopped; then the unwind puts the renames back."""
+    docs = s.scratch / "docs"
+    docs.mkdir()
+    (docs / "scan-1.pdf").write_text("1")
+    steps = [{"action": "fs.rename", "args": {"path": str(docs / "scan-1.pdf"),
+                                              "name": "invoice 1.pdf"}}, *s.ledger_steps(1)]
+    run = await s.start({"task_id": "awaiting", "steps": steps,
+                         "approval": {"required": True}})
+    for _ in range(1200):
+        if (await run.query("status"))["state"] == "awaiting_approval":
+            break
+        await asyncio.sleep(0.05)
+    commands.stop(s.store.conninfo, "awaiting", "wrong supplier", "ana")
+    h = await s.start({"task_id": "awaiting"}, "UnwindPlan", "tidemark-unwind-awaiting")
+    await s.wait(h)
+    await s.wait(run)
+    if (await run.query("status"))["state"] != "stopped":
+        raise SystemExit("unwind_awaiting_approval: the waiting run did not end stopped")
+    return [run, h]
+
+
 SCENARIOS: dict[str, Callable[[Stage], Awaitable[list[WorkflowHandle[Any, Any]]]]] = {
     "run_completed": completed, "run_halted": halted, "run_resumed_in_doubt": resumed_in_doubt,
     "run_continued_as_new": continued_as_new, "run_fast": fast,
     "run_fast_halted": fast_halted, "run_fast_continued_as_new": fast_continued_as_new,
     "run_fast_resumed_in_doubt": fast_resumed_in_doubt, "unwind": unwound,
     "run_killed": killed, "unwind_failed": unwind_failed,
+    "unwind_awaiting_approval": unwound_awaiting_approval,
 }
 # What each scenario's last run must end in: a history is only worth keeping if it shows what
 # its name says.
@@ -217,7 +241,8 @@ ENDS = {"run_completed": "completed", "run_halted": "halted",
         "run_resumed_in_doubt": "completed", "run_continued_as_new": "completed",
         "run_fast": "completed", "run_fast_halted": "halted",
         "run_fast_continued_as_new": "completed", "run_fast_resumed_in_doubt": "completed",
-        "unwind": "unwound", "run_killed": "killed", "unwind_failed": "failed"}
+        "unwind": "unwound", "run_killed": "killed", "unwind_failed": "failed",
+        "unwind_awaiting_approval": "unwound"}
 
 
 async def record(names: list[str]) -> None:

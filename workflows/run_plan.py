@@ -168,6 +168,7 @@ class RunPlan:
         self._fast = False
         self._batched = False
         self._killed: dict[str, Any] | None = None
+        self._unwinding: str | None = None
 
     @workflow.signal
     def kill(self, note: dict[str, Any] | None = None) -> None:
@@ -189,6 +190,14 @@ class RunPlan:
         """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
         the run wakes and reads the decision from the journal, which is what counts."""
         self._approval_news = True
+
+    @workflow.signal
+    def unwinding(self, unwind_workflow_id: str = "") -> None:
+        """An unwind of this task began (UnwindPlan sends it once the task is stopped): a run
+        that waits for a person at the boundary ends ``stopped`` instead of waiting for ever
+        for a decision that can no longer come. A run between steps needs no word: its next
+        step meets the stop state."""
+        self._unwinding = unwind_workflow_id or "an unwind"
 
     @workflow.signal
     def halt(self, reason: str = "") -> None:
@@ -218,6 +227,29 @@ class RunPlan:
         return ended(result)
 
     async def _run(self, document: Any) -> RunResult:
+        """The run's phases, in the order their commands enter the history: read the input,
+        prepare (persist the plan, read the journal and the stop state), describe the window
+        of steps this run takes, run them (in batches on the fast path), then continue as new
+        or complete. Each phase returns the run's end when it ends the run."""
+        execution = self._read_input(document)
+        if isinstance(execution, RunResult):
+            return execution
+        prep = await self._prepare(document)
+        if isinstance(prep, RunResult):
+            return prep
+        first = prep.next_step
+        assert first is not None  # _prepare ended a run with nothing left to do
+        last = min(prep.step_count,
+                   first + (FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN) - 1)
+        lines = await self._describe(prep.task_id, first, last)
+        reached = await self._run_window(prep, first, last, lines)
+        if isinstance(reached, RunResult):
+            return reached
+        return await self._after_window(prep, reached, execution)
+
+    def _read_input(self, document: Any) -> str | RunResult:
+        """The execution mode the input asks for, or the run's end (``failed``, a PlanError,
+        nothing persisted) for an input that is not a plan object or names no known mode."""
         if not isinstance(document, dict):
             # Typed as Any so that any JSON arrives here and ends the run readably, instead of
             # failing every workflow task while the payload cannot be decoded.
@@ -229,10 +261,6 @@ class RunPlan:
                                       "the input must be a plan object {task_id?, steps} or "
                                       f"{{task_id}} of a stored plan, not "
                                       f"{type(document).__name__}", "step": None})
-        # Only a continue-as-new hop carries counts and skips the plan gates; an input that
-        # merely says "continued" is a new start like any other.
-        hop = workflow.info().continued_run_id is not None
-        carried = (document.get("continued") or {}) if hop else {}
         self._result.task_id = str(document.get("task_id") or "")
         execution = document.get("execution", "activity")
         if execution not in EXECUTION_MODES:
@@ -240,6 +268,16 @@ class RunPlan:
                                       f"execution must be one of {', '.join(EXECUTION_MODES)}, "
                                       f"not {execution!r}", "step": None})
         self._fast = execution == "fast"
+        return str(execution)
+
+    async def _prepare(self, document: dict[str, Any]) -> Prepared | RunResult:
+        """Persists the plan (its gates checked on a new start, not on a continue-as-new hop)
+        and reads the journal and the stop state: the prepared task, or the run's end when the
+        task was unwound, is stopped, or has no step left."""
+        # Only a continue-as-new hop carries counts and skips the plan gates; an input that
+        # merely says "continued" is a new start like any other.
+        hop = workflow.info().continued_run_id is not None
+        carried = (document.get("continued") or {}) if hop else {}
         try:
             prep: Prepared = await workflow.execute_activity(
                 "prepare", PrepareInput({k: v for k, v in document.items()
@@ -268,63 +306,80 @@ class RunPlan:
                                        f"`tidemark release {prep.task_id}`"})
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
             return self._end(FAILED if prep.failed else COMPLETED)
+        return prep
 
-        first = prep.next_step
-        last = min(prep.step_count,
-                   first + (FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN) - 1)
+    async def _describe(self, task_id: str, first: int, last: int) -> list[str]:
+        """One line per step of the window, for the Web UI's details and activity summaries."""
         lines: list[str] = await workflow.execute_activity(
-            "describe_steps", WindowInput(prep.task_id, first, last), result_type=list[str],
+            "describe_steps", WindowInput(task_id, first, last), result_type=list[str],
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
             summary=f"describe steps {first}-{last}")
+        return lines
 
+    async def _run_window(self, prep: Prepared, first: int, last: int,
+                          lines: list[str]) -> RunResult | int:
+        """Runs steps ``first``..``last``: in batches on the fast path (runs from before
+        batches, one local activity per step, replay as they ran), else one activity per
+        step. Returns the run's end, or the last step it completed."""
         if self._fast:
             self._batched = workflow.patched(BATCHED_FAST_PATH)
         if self._batched:
-            ended = await self._run_batches(prep, first, last, lines)
-            if isinstance(ended, RunResult):
-                return ended
-            last = ended
-        for step in range(first, last + 1) if not self._batched else ():
-            if self._killed is not None:
-                return self._end(KILLED)
-            if self._halt_reason is not None:
-                return await self._halt(step)
-            # A history from before the boundary existed has no first_irreversible in its
-            # prepare result (None), so its replay schedules no boundary activity.
-            if step == prep.first_irreversible:
-                held = await self._boundary(prep.task_id, step, prep.step_count)
-                if held is not None:
-                    return held
-            self._current = step
-            workflow.set_current_details(
-                f"**step {step}/{prep.step_count}** {lines[step - first]}\n\n"
-                f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
-                "resolved by probe in this run")
-            attempt = self._start_step(StepInput(prep.task_id, step),
-                                       f"{step}/{prep.step_count} {lines[step - first]}"[:400])
-            # A halt that arrives while the step runs is written at once: the attempt under
-            # way finishes, but a step that keeps failing (its target is down) meets the stop
-            # state at its next attempt instead of retrying until the target is back.
-            await workflow.wait_condition(
-                lambda a=attempt: a.done() or self._halt_unrecorded())  # type: ignore[misc]
-            if not attempt.done():
-                await self._record_halt(step)
-            try:
-                out: StepOutput = await attempt
-            except (ActivityError, ApplicationError) as e:
-                return await self._failed(e, step)
-            if out.status == "failed":
-                if self._halt_unrecorded():
-                    await self._record_halt(step)
-                return self._end(FAILED, {"type": "StepFailed", "step": step})
-            self._count(out)
+            return await self._run_batches(prep, first, last, lines)
+        for step in range(first, last + 1):
+            ended_at = await self._run_one(prep, step, lines[step - first])
+            if ended_at is not None:
+                return ended_at
+        return last
 
+    async def _run_one(self, prep: Prepared, step: int, line: str) -> RunResult | None:
+        """One step as its own activity: the kill, a halt and the irreversible boundary are
+        checked before it starts. Returns the run's end, or None to go on."""
+        if self._killed is not None:
+            return self._end(KILLED)
+        if self._halt_reason is not None:
+            return await self._halt(step)
+        # A history from before the boundary existed has no first_irreversible in its
+        # prepare result (None), so its replay schedules no boundary activity.
+        if step == prep.first_irreversible:
+            held = await self._boundary(prep.task_id, step, prep.step_count)
+            if held is not None:
+                return held
+        self._current = step
+        r = self._result
+        workflow.set_current_details(
+            f"**step {step}/{prep.step_count}** {line}\n\n"
+            f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
+            "resolved by probe in this run")
+        attempt = self._start_step(StepInput(prep.task_id, step),
+                                   f"{step}/{prep.step_count} {line}"[:400])
+        # A halt that arrives while the step runs is written at once: the attempt under
+        # way finishes, but a step that keeps failing (its target is down) meets the stop
+        # state at its next attempt instead of retrying until the target is back.
+        await workflow.wait_condition(
+            lambda a=attempt: a.done() or self._halt_unrecorded())  # type: ignore[misc]
+        if not attempt.done():
+            await self._record_halt(step)
+        try:
+            out: StepOutput = await attempt
+        except (ActivityError, ApplicationError) as e:
+            return await self._failed(e, step)
+        if out.status == "failed":
+            if self._halt_unrecorded():
+                await self._record_halt(step)
+            return self._end(FAILED, {"type": "StepFailed", "step": step})
+        self._count(out)
+        return None
+
+    async def _after_window(self, prep: Prepared, last: int, execution: str) -> RunResult:
+        """After the window's last step: continue as new while steps are left (unless a kill
+        or a halt came meanwhile), else the run completed."""
         self._current = None
         if last < prep.step_count:
             if self._killed is not None:
                 return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(last + 1)
+            r = self._result
             workflow.continue_as_new({"task_id": prep.task_id, "execution": execution,
                                       "continued": {
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
@@ -492,12 +547,24 @@ class RunPlan:
             workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
             await workflow.wait_condition(
                 lambda: self._approval_news or self._halt_reason is not None
-                or self._killed is not None)
+                or self._killed is not None or self._unwinding is not None)
             if self._killed is not None:
                 return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(step)
+            if self._unwinding is not None:
+                return self._end_unwinding(task_id, step)
             self._approval_news = False
+
+    def _end_unwinding(self, task_id: str, step: int) -> RunResult:
+        """The end of a run that waited at the boundary when its task's unwind began: the
+        task is stopped (the unwind requires it) and its reversible steps are being put back,
+        so the irreversible ones never run."""
+        self._result.stopped_at = step
+        return self._end(STOPPED, {
+            "type": "Unwinding", "step": step, "message":
+            f"{self._unwinding} puts the reversible steps back; nothing from step {step} on "
+            f"was attempted, and task {task_id} does not run forward"})
 
     async def _halt(self, next_step: int) -> RunResult:
         if self._halt_unrecorded():

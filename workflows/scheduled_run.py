@@ -1,4 +1,4 @@
-"""ScheduledRun: what a series' Temporal Schedule starts (workflows/schedules.py).
+"""ScheduledRun: what a series' Temporal Schedule starts (tidemark/tools/schedules.py).
 
 It reads the stop and series state first (activity ``series_gate``); if anything says stop it
 ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity
@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from tidemark.series import scheduled_task_id
+    from tidemark.series_names import scheduled_task_id
     from workflows.outcome import ended, result_of
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,

@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.outcome import failure_type
@@ -61,6 +61,9 @@ MAX_PASSES = 5
 # Runs started before an unwind that did not unwind ended Failed completed with that state in
 # their result; they replay that way.
 UNWIND_ENDS_FAILED = "unwind-ends-failed"
+# The patch that tells the task's run, once the task is found stopped, that its unwind began:
+# a run waiting for a person at the boundary ends then. Histories from before it send nothing.
+CLOSE_WAITING_RUN = "close-waiting-run"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -68,6 +71,7 @@ class UnwindPlan:
     def __init__(self) -> None:
         self._result = UnwindResult(task_id="", state=RUNNING)
         self._killed: dict[str, Any] | None = None
+        self._run_told = False
 
     @workflow.signal
     def kill(self, note: dict[str, Any] | None = None) -> None:
@@ -136,29 +140,15 @@ class UnwindPlan:
             if planned.stopped is None:
                 return self._end(STOPPED, {"type": "NotStopped", "message":
                                            f"stop the task first: `tidemark stop {task_id}`"})
+            if not self._run_told:  # the task is stopped: the unwind goes ahead
+                self._run_told = True
+                await self._close_waiting_run(task_id)
             todo = [(n, line) for n, line in zip(planned.steps, planned.summaries, strict=True)
                     if n not in visited]
-            for step, summary in todo:
-                if self._killed is not None:
-                    return self._end(KILLED)
-                visited.add(step)
-                try:
-                    out: UndoOutput = await workflow.execute_activity(
-                        "unwind_step", StepInput(task_id, step), result_type=UndoOutput,
-                        start_to_close_timeout=STEP_START_TO_CLOSE,
-                        heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
-                        summary=summary[:400])
-                except ActivityError as e:
-                    return self._end_on(e, step)
-                if out.status == "refused":
-                    r.refused.append(step)
-                    r.reasons[str(step)] = out.reason
-                elif out.status == "nothing_to_undo":
-                    r.nothing_to_undo.append(step)
-                elif out.status == "already_undone":
-                    r.already_undone.append(step)
-                else:
-                    r.undone.append(step)
+            visited.update(n for n, _ in todo)
+            ended = await self._compensate(task_id, todo)
+            if ended is not None:
+                return ended
             if r.refused:
                 steps = ", ".join(str(n) for n in r.refused)
                 return self._end(FAILED, {"type": "CompensationRefused", "message":
@@ -180,6 +170,43 @@ class UnwindPlan:
         return self._end(FAILED, {"type": "UnwindUnsettled", "message":
                                   f"steps still to compensate after {MAX_PASSES} passes; "
                                   "run the unwind again"})
+
+    async def _close_waiting_run(self, task_id: str) -> None:
+        """Tells the task's run ``tidemark-<task>`` that its unwind began, so that a run
+        waiting for a person at the boundary ends rather than stays open for a decision that
+        can no longer come. No run open (it ended, or never ran here): nothing to tell."""
+        if not workflow.patched(CLOSE_WAITING_RUN):
+            return
+        run = workflow.get_external_workflow_handle(f"tidemark-{task_id}")
+        with contextlib.suppress(FailureError):
+            await run.signal("unwinding", workflow.info().workflow_id)
+
+    async def _compensate(self, task_id: str,
+                          todo: list[tuple[int, str]]) -> UnwindResult | None:
+        """One pass: compensates each listed step, last first as listed, and counts how each
+        went. Returns the unwind's end (killed, or a typed failure), or None to go on."""
+        r = self._result
+        for step, summary in todo:
+            if self._killed is not None:
+                return self._end(KILLED)
+            try:
+                out: UndoOutput = await workflow.execute_activity(
+                    "unwind_step", StepInput(task_id, step), result_type=UndoOutput,
+                    start_to_close_timeout=STEP_START_TO_CLOSE,
+                    heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                    summary=summary[:400])
+            except ActivityError as e:
+                return self._end_on(e, step)
+            if out.status == "refused":
+                r.refused.append(step)
+                r.reasons[str(step)] = out.reason
+            elif out.status == "nothing_to_undo":
+                r.nothing_to_undo.append(step)
+            elif out.status == "already_undone":
+                r.already_undone.append(step)
+            else:
+                r.undone.append(step)
+        return None
 
     def _end_on(self, e: ActivityError, step: int | None) -> UnwindResult:
         return self._end(*end_state_of(e, step))

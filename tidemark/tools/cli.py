@@ -643,7 +643,7 @@ async def _temporal(a: argparse.Namespace) -> Any:
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
-    from workflows.kill import kill, stopped_workflows
+    from tidemark.tools.kill import kill, stopped_workflows
 
     if sum((a.task is not None, a.series is not None, a.all)) != 1:
         raise UsageError("kill: give one of a task id, --series S or --all")
@@ -681,7 +681,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
 
 
 def _cmd_schedule(a: argparse.Namespace) -> int:
-    from workflows import schedules
+    from tidemark.tools import schedules
 
     async def go() -> Any:
         client = await _temporal(a)

@@ -17,7 +17,9 @@ attributes, so this is the only moment to say it), lets the attempt under way fi
 nothing more, then waits to be terminated. Layer 4 waits up to ``grace_s`` for that (the state
 says killed and no activity is pending), so the step under way is settled, not left in doubt,
 and the run ends **Terminated** rather than Failed by meeting layer 1's stop state. A workflow
-still busy after the grace is terminated all the same, and the report says so.
+still busy after the grace is terminated all the same, and the report says so. Whatever the
+grace (``--grace 0`` too), a workflow is not terminated before it took the signal, for up to
+TOLD_S: terminated earlier, it would say ``running`` for ever.
 
 Refused before anything is written or run, like ``tidemark stop``: a task id that names no task
 (``force_unknown`` kills an id whose plan has not arrived yet), an invalid id, a series that
@@ -40,8 +42,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
 from tidemark.store import JournalStore
+from tidemark.tools import schedules
 from tidemark.tools.commands import check_scope
-from workflows import schedules
 from workflows.types import KILLED
 
 # How long layer 4 waits for the killed workflows to settle (the attempt under way finished)
@@ -51,6 +53,12 @@ KILL_GRACE_S = 10.0
 # A workflow whose pending workflow task no worker has started for this long has no live worker
 # to take the signal: waiting out the grace would change nothing.
 NO_WORKER_S = 2.0
+# Layer 4 waits at least this long for a workflow to take the kill signal (its TidemarkState
+# then says killed), whatever the grace: a terminated workflow can no longer change its search
+# attributes, and a live worker takes a signal within milliseconds unless it is paused or
+# starved. A workflow that takes it is terminated without waiting for its attempt under way
+# when the grace is 0.
+TOLD_S = 5.0
 POLL_S = 0.1
 STATE_ATTRIBUTE = "TidemarkState"
 
@@ -262,38 +270,53 @@ async def _announce(client: Client, workflow_id: str, note: dict[str, str]) -> b
 async def _settle(client: Client, workflow_ids: list[str],
                   grace_s: float) -> dict[str, str]:
     """Waits until each announced workflow shows ``killed`` with no activity pending, up to
-    ``grace_s``; returns for each how it stood when the wait ended."""
-    deadline = time.monotonic() + grace_s
+    ``grace_s``; returns for each how it stood when the wait ended.
+
+    The grace bounds the wait for the attempt under way, not for the signal: a workflow that
+    has not yet taken the kill signal is waited for at least TOLD_S, even with ``--grace 0``,
+    because once terminated it can no longer set ``TidemarkState = killed``."""
     since = time.monotonic()
     left = set(workflow_ids)
     busy: dict[str, str] = {}
     said: dict[str, str] = {}
     while left:
         for wid in sorted(left):
-            stood = await _standing(client, wid, time.monotonic() - since)
-            if stood is None or stood == "no worker":
-                said[wid] = ("no worker took the kill signal; its TidemarkState still says what "
-                             "it said before" if stood else "ended meanwhile")
+            waited = time.monotonic() - since
+            stood = await _standing(client, wid, waited)
+            if stood is not None and "busy: " in stood:
+                busy.setdefault(wid, stood.split("busy: ", 1)[1])
+            verdict = _settled_as(stood, busy.get(wid), waited, grace_s)
+            if verdict is not None:
+                said[wid] = verdict
                 left.discard(wid)
-            elif stood == "settled":
-                said[wid] = ("killed; the attempt under way ended first: " + busy[wid]
-                             if wid in busy else "killed; nothing was under way")
-                left.discard(wid)
-            elif stood.startswith("busy"):
-                busy.setdefault(wid, stood.removeprefix("busy: "))
-        if left and time.monotonic() >= deadline:
-            for wid in left:
-                said[wid] = (f"still under way after {grace_s:g} s "
-                             f"({busy.get(wid, 'the kill signal not yet taken')}): "
-                             "`tidemark status` tells whether its step is in doubt")
-            break
         if left:
             await asyncio.sleep(POLL_S)
     return said
 
 
+def _settled_as(stood: str | None, busy: str | None, waited: float,
+                grace_s: float) -> str | None:
+    """How a workflow stands for the report once the wait for it is over, or None to wait on."""
+    if stood is None:
+        return "ended meanwhile"
+    if stood == "no worker":
+        return "no worker took the kill signal; its TidemarkState still says what it said before"
+    if stood == "settled":
+        return ("killed; the attempt under way ended first: " + busy if busy
+                else "killed; nothing was under way")
+    told = stood.startswith("killed, busy: ")
+    if told and grace_s == 0:
+        return f"killed; the attempt under way was not waited for (--grace 0): {busy}"
+    bound = grace_s if told else max(grace_s, TOLD_S)
+    if waited < bound:
+        return None
+    return (f"still under way after {bound:g} s ({busy or 'the kill signal not yet taken'}): "
+            "`tidemark status` tells whether its step is in doubt")
+
+
 async def _standing(client: Client, workflow_id: str, waited: float) -> str | None:
-    """``settled``, ``busy: <activities>``, ``waiting``, ``no worker``, or None (closed)."""
+    """``settled``, ``killed, busy: <activities>`` (it took the kill signal), ``busy:
+    <activities>``, ``waiting``, ``no worker``, or None (closed)."""
     desc = await _open(client, workflow_id)
     if desc is None:
         return None
@@ -301,7 +324,7 @@ async def _standing(client: Client, workflow_id: str, waited: float) -> str | No
     pending = [f"{a.activity_type.name} (attempt {a.attempt})" for a in raw.pending_activities]
     state = dict((k.name, v) for k, v in desc.typed_search_attributes).get(STATE_ATTRIBUTE)
     if state == KILLED:
-        return "busy: " + ", ".join(pending) if pending else "settled"
+        return "killed, busy: " + ", ".join(pending) if pending else "settled"
     task = raw.pending_workflow_task
     never_taken = (raw.HasField("pending_workflow_task") and task.state
                    == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED)
