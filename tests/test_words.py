@@ -10,7 +10,9 @@ from enum import StrEnum
 import psycopg
 import pytest
 
+from tidemark import words
 from tidemark.store import JournalStore
+from tidemark.tools.cli import main
 from tidemark.words import (
     STOPS,
     ControlState,
@@ -21,6 +23,7 @@ from tidemark.words import (
     Phase,
     ResolvedBy,
     StepStatus,
+    Verdict,
 )
 
 # Each (table, column) whose CHECK lists the words it allows, and the enum that names them.
@@ -108,9 +111,32 @@ def test_the_stops_are_what_stop_of_reads_as_a_stop(store: JournalStore) -> None
     assert set(re.findall(r"'([^']*)'", m.group(1))) == {str(s) for s in STOPS}
 
 
-@pytest.mark.parametrize("enum", [*CHECKED.values()])
+@pytest.mark.parametrize("enum", [e for e in vars(words).values()
+                                  if isinstance(e, type) and issubclass(e, StrEnum)
+                                  and e is not StrEnum])
 def test_a_member_is_its_string(enum: type[StrEnum]) -> None:
     """What lets the store, JSON and Temporal payloads take a member where they took a string."""
     for member in enum:
         assert member == member.value and f"{member}" == member.value
         assert type(member.value) is str
+
+
+def test_a_verdict_typed_wrong_is_refused_in_one_line_naming_the_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``resolve --as`` offers the Verdict words as a person types them, not as enum reprs."""
+    with pytest.raises(SystemExit) as e:
+        main(["resolve", "t", "--step", "1", "--as", "maybe", "--yes"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2
+    assert err.endswith("invalid choice: 'maybe' (choose from "
+                        + ", ".join(repr(str(v)) for v in Verdict) + ")")
+
+
+@pytest.mark.parametrize("enum", [e for e in vars(words).values()
+                                  if isinstance(e, type) and issubclass(e, StrEnum)
+                                  and e is not StrEnum])
+def test_every_word_is_lower_case_and_its_own_name(enum: type[StrEnum]) -> None:
+    """One spelling per word: the member's name is its value in capitals, so that a reader
+    who meets ``"partly_unwound"`` in a payload finds ``TaskState.PARTLY_UNWOUND``."""
+    for member in enum:
+        assert member.name == member.value.upper() and member.value.islower()
