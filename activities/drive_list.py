@@ -12,6 +12,7 @@ from activities.wiring import credentials, grant_minter
 from probes.drive import drive_error
 from probes.google_http import CLIENT_ERRORS
 from tidemark.errors import ConfigError
+from tidemark.words import GrantScope
 
 PAGE_SIZE = 100
 
@@ -42,5 +43,5 @@ def reader_from_env(env: Mapping[str, str]) -> Any:
                           "_READ_TOKEN or TIDEMARK_STAGING_URL)")
     # Inside a task (a scheduled run's planner) it presents the task's read grant, minted like
     # the actions' grants; outside one, the read credential itself, kept fresh.
-    return granted_google(drive_client(creds.url, ""), "drive", "read",
+    return granted_google(drive_client(creds.url, ""), "drive", GrantScope.READ,
                           grant_minter(env, creds.url), creds.read)

@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from probes.fs import FsRenameProbe, Roots, action_error, identity, target_path
-from tidemark.actions import Action, Arg, GateRefused, ProbeResult, StepContext, nonempty_str
+from tidemark.actions import (
+    Action,
+    Arg,
+    GateRefused,
+    ProbeResult,
+    ProbeStatus,
+    StepContext,
+    nonempty_str,
+)
 from tidemark.errors import Refused
 
 NAME_MAX = 255  # bytes in one path component (Linux, and the usual filesystems elsewhere)
@@ -153,9 +161,9 @@ class FsRename(Action):
         before = ctx.before_state or {}
         original, dst = Path(before["path"]), target_path(ctx.args)
         probed = self.reader.probe(ctx)
-        if probed.status == "absent":
+        if probed.status is ProbeStatus.ABSENT:
             return {"path": str(original), "note": "already at its original name"}
-        if probed.status != "done":
+        if probed.status is not ProbeStatus.DONE:
             raise Refused(f"cannot restore {original.name}: {probed.reason}")
         try:
             with self.roots.open_dir(str(dst.parent)) as dir_fd:

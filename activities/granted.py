@@ -26,13 +26,15 @@ from google.oauth2.credentials import Credentials
 
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.grants import GrantBroker, Minter
+from tidemark.words import GrantPurpose
 
 _ACTING: contextvars.ContextVar[tuple[GrantBroker, str, str] | None] = contextvars.ContextVar(
     "tidemark_acting_for", default=None)
 
 
 @contextlib.contextmanager
-def acting_for(broker: GrantBroker | None, task_id: str, purpose: str = "run") -> Iterator[None]:
+def acting_for(broker: GrantBroker | None, task_id: str,
+               purpose: str = GrantPurpose.RUN) -> Iterator[None]:
     """Every granted call made in this block (this thread) presents ``task_id``'s grant for
     ``purpose`` (``run``: its steps; ``undo``: the compensations of a person's unwind)."""
     if broker is None:

@@ -23,6 +23,7 @@ from tidemark.plan import Step, load_plan
 from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
+from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
 from workflows.types import (
     HaltInput,
     Prepared,
@@ -41,16 +42,18 @@ from workflows.types import (
 # How often a running step tells Temporal it is alive. Must be well under the workflow's
 # heartbeat timeout, so that only a dead worker misses it.
 HEARTBEAT_EVERY_S = 1.0
-# The errors of a step that end its run in a state waiting for a person, as the metrics name
-# them (workflows/run_plan.py END_STATES).
-STOP_REASONS = {"TaskStopped": "stopped", "NeedsDecision": "needs_decision",
-                "PreconditionFailed": "precondition_failed", "Unauthorized": "unauthorized"}
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
     """Carries our error class across to the workflow by name, with its fields."""
     return ApplicationError(str(e), e.details(), type=type(e).__name__,
                             non_retryable=not e.retryable)
+
+
+def _count_stop(e: BaseException) -> None:
+    """Counts a run that ends waiting for a person, under the reason its error declares."""
+    if isinstance(e, TidemarkError) and e.stop_reason is not None:
+        metrics.task_stopped(e.stop_reason)
 
 
 def _plan_error(message: str) -> ApplicationError:
@@ -137,8 +140,7 @@ class StepActivities:
             try:
                 result = run_step(self.store, self.registry, inp.task_id, inp.step)
             except TidemarkError as e:
-                if type(e).__name__ in STOP_REASONS:
-                    metrics.task_stopped(STOP_REASONS[type(e).__name__])
+                _count_stop(e)
                 raise _as_application_error(e) from e
         return _output(result)
 
@@ -151,14 +153,12 @@ class StepActivities:
                 batch = run_steps(self.store, self.registry, inp.task_id, inp.first, inp.last,
                                   max_steps=inp.max_steps, budget_s=inp.budget_s)
             except TidemarkError as e:
-                if type(e).__name__ in STOP_REASONS:
-                    metrics.task_stopped(STOP_REASONS[type(e).__name__])
+                _count_stop(e)
                 raise _as_application_error(e) from e
         error = None
         if batch.error is not None:
             failure = batch.error
-            if type(failure).__name__ in STOP_REASONS:
-                metrics.task_stopped(STOP_REASONS[type(failure).__name__])
+            _count_stop(failure)
             # As the step alone would have failed: ours say whether another attempt can help,
             # anything else (a bug, an action's unforeseen exception) is retried.
             final, details = ((not failure.retryable, failure.details())
@@ -167,11 +167,11 @@ class StepActivities:
                               message=str(failure), non_retryable=final, details=details)
         out = StepBatchOutput(ran=len(batch.results), error=error)
         for r in batch.results:
-            if r.status == "failed":
+            if r.status == StepStatus.FAILED:
                 out.failed = r.step
             elif r.skipped:
                 out.skipped += 1
-            elif r.resolved_by == "probe":
+            elif r.resolved_by == ResolvedBy.PROBE:
                 out.resolved_by_probe += 1
             else:
                 out.executed += 1
@@ -181,7 +181,7 @@ class StepActivities:
     def record_halt(self, inp: HaltInput) -> None:
         """Writes the durable stop state: nothing restarts the task until it is released."""
         try:
-            self.store.set_control(inp.task_id, "stopped", inp.reason, inp.by)
+            self.store.set_control(inp.task_id, ControlState.STOPPED, inp.reason, inp.by)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")
@@ -199,7 +199,8 @@ class StepActivities:
             raise _as_application_error(e) from e
         return UnwindPlanned(
             task_id=task_id, steps=steps, summaries=summaries,
-            irreversible_done=[f"{n} {a}" for n, a, status in irreversible if status == "done"],
+            irreversible_done=[f"{n} {a}" for n, a, status in irreversible
+                               if status == StepStatus.DONE],
             stopped=(stop["reason"] or "stopped") if stop else None)
 
     @activity.defn(name="unwind_step")
@@ -207,7 +208,7 @@ class StepActivities:
         """One compensation through the journal (phase undo), heartbeating while it runs. A
         refusal by the target is journaled as that attempt's outcome and reported as
         ``refused``: the unwind goes on with the other steps and counts it apart."""
-        with _heartbeating(), acting_for(self.grants, inp.task_id, "undo"):
+        with _heartbeating(), acting_for(self.grants, inp.task_id, GrantPurpose.UNDO):
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
             except StepFailed as e:
@@ -231,7 +232,8 @@ class StepActivities:
         expire on their own; an unwind's credential should not outlive it). Returns how many
         were revoked."""
         try:
-            return len(revoke_task_grants(self.store, inp.task_id, inp.by, purpose="undo"))
+            return len(revoke_task_grants(self.store, inp.task_id, inp.by,
+                                          purpose=GrantPurpose.UNDO))
         except TidemarkError as e:
             raise _as_application_error(e) from e
 

@@ -35,6 +35,7 @@ from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.plugins import bind_plugin
 from tidemark.secret_files import unreadable
+from tidemark.words import GrantScope
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
@@ -134,7 +135,8 @@ def credentials(env: Mapping[str, str], target: str) -> Credentials | None:
     t = TARGETS[target]
     p = f"TIDEMARK_{t.prefix}"
     app_only: list[bool] = []
-    write, read = _source(env, target, "write", app_only), _source(env, target, "read", app_only)
+    write = _source(env, target, GrantScope.WRITE, app_only)
+    read = _source(env, target, GrantScope.READ, app_only)
     url = env.get(f"{p}_URL")
     staging = env.get(STAGING_URL)
     if write is None and read is None and url is None:
@@ -225,16 +227,17 @@ def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: s
 def _drive(env: Mapping[str, str], c: Credentials) -> DriveRename:
     timeout = timeout_s(env, "drive")
     return DriveRename(
-        _google(env, "drive", drive_client(c.url, "", timeout=timeout), "write", c.url,
+        _google(env, "drive", drive_client(c.url, "", timeout=timeout), GrantScope.WRITE, c.url,
                 c.write),
-        _google(env, "drive", drive_client(c.url, "", timeout=timeout), "read", c.url, c.read),
+        _google(env, "drive", drive_client(c.url, "", timeout=timeout), GrantScope.READ, c.url,
+                c.read),
         timeout=timeout, horizon_s=seconds(env, DRIVE_HORIZON, DEFAULT_HORIZON_S))
 
 
 def _gmail(env: Mapping[str, str], c: Credentials) -> GmailSend:
     action = GmailSend.from_env(env, c.url, "", "")
-    _google(env, "gmail", action.writer, "write", c.url, c.write)
-    _google(env, "gmail", action.reader.reader, "read", c.url, c.read)
+    _google(env, "gmail", action.writer, GrantScope.WRITE, c.url, c.write)
+    _google(env, "gmail", action.reader.reader, GrantScope.READ, c.url, c.read)
     return action
 
 
@@ -242,9 +245,9 @@ def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
     timeout = timeout_s(env, "graph")
     return GraphSendMail(
         granted_graph(graph_client(c.url, c.write, timeout=timeout, user=c.graph_user),
-                      "graph", "write", _minter(env, c.url)),
+                      "graph", GrantScope.WRITE, _minter(env, c.url)),
         granted_graph(graph_client(c.url, c.read, timeout=timeout, user=c.graph_user),
-                      "graph", "read", _minter(env, c.url)),
+                      "graph", GrantScope.READ, _minter(env, c.url)),
         # From the same configuration as the rest, not the process environment alone.
         confirm_s=confirm_timeout(env), late_s=late_timeout(env))
 
@@ -253,9 +256,9 @@ def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
     timeout = timeout_s(env, "stripe")
     w, r = c.write.token(), c.read.token()  # restricted keys: static
     return StripePaymentIntent(
-        granted_stripe(stripe_client(c.url, w, timeout=timeout), "stripe", "write",
+        granted_stripe(stripe_client(c.url, w, timeout=timeout), "stripe", GrantScope.WRITE,
                        _minter(env, c.url)),
-        granted_stripe(stripe_client(c.url, r, timeout=timeout), "stripe", "read",
+        granted_stripe(stripe_client(c.url, r, timeout=timeout), "stripe", GrantScope.READ,
                        _minter(env, c.url)),
         max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
         max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",

@@ -31,6 +31,7 @@ from tidemark.errors import ConfigError, TidemarkError, Unauthorized
 from tidemark.money import shown
 from tidemark.plan import Plan
 from tidemark.store import JournalRow, JournalStore
+from tidemark.words import EventKind, ResolvedBy
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
     started = time.perf_counter()
     result = Verification(boundary=boundary)
     for row in store.verifiable_rows(task_id, boundary):
-        if row.resolved_by == "operator":
+        if row.resolved_by == ResolvedBy.OPERATOR:
             result.on_word.append(row.step)
             continue
         probed = probe_row(registry, row)
@@ -107,7 +108,7 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
         if tick is not None:
             tick()
     result.elapsed_s = time.perf_counter() - started
-    store.record_event(task_id, "verification", result.as_json(), boundary)
+    store.record_event(task_id, EventKind.VERIFICATION, result.as_json(), boundary)
     return result
 
 

@@ -1,15 +1,42 @@
 """Typed errors. Callers branch on the class, never on the message.
 
-``retryable`` tells the Temporal layer whether another attempt of the same step can help.
+Each class declares what it means to a run, once, here:
+
+* ``retryable``: whether another attempt of the same step can help (Temporal retries it, and
+  every retry is safe: it goes through the journal and, if the step is in doubt, its probe);
+* ``end_state``: the state a run ends in when a step raises it (tidemark.words.TaskState), for
+  the errors another attempt cannot fix; None for the others: they are retried, or (a bug, an
+  error no run meets) fail the workflow visibly;
+* ``stop_reason``: how the metrics name the stop, for the errors that end a run waiting for a
+  person (tidemark.metrics, ``tidemark_tasks_stopped``).
+
+An error crosses to the workflow as an ApplicationError whose ``type`` is its class name, so the
+workflow looks the end state up by name: END_STATES, derived from the classes below. Pure (the
+standard library and tidemark.words only), so that workflow code may import it.
 """
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from tidemark.words import TaskState
 
 
 class TidemarkError(Exception):
     """Base class of every error Tidemark raises on purpose."""
 
-    retryable = False
+    retryable: ClassVar[bool] = False
+    end_state: ClassVar[TaskState | None] = None
+    stop_reason: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuses a contradiction at definition: a run cannot both end on an error and retry
+        it, and only an error that ends a run can stop it for a person."""
+        super().__init_subclass__(**kwargs)
+        if cls.end_state is not None and cls.retryable:
+            raise TypeError(f"{cls.__name__}: an error that ends a run ({cls.end_state}) "
+                            "cannot be retryable")
+        if cls.stop_reason is not None and cls.end_state is None:
+            raise TypeError(f"{cls.__name__}: a stop reason needs an end state")
 
     def details(self) -> dict[str, Any]:
         """Fields worth carrying across a process boundary (Temporal failure details)."""
@@ -18,6 +45,8 @@ class TidemarkError(Exception):
 
 class PlanError(TidemarkError):
     """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``."""
+
+    end_state = TaskState.FAILED
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -30,6 +59,8 @@ class PlanError(TidemarkError):
 
 class PlanChanged(TidemarkError):
     """A task id already holds a different plan. A changed plan is a new task."""
+
+    end_state = TaskState.FAILED
 
     def __init__(self, task_id: str, stored_hash: str, new_hash: str) -> None:
         super().__init__(
@@ -48,6 +79,8 @@ class PlanChanged(TidemarkError):
 class UnknownTask(TidemarkError):
     """No plan is stored under this task id."""
 
+    end_state = TaskState.FAILED
+
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no plan is stored for task {task_id!r}")
         self.task_id = task_id
@@ -55,6 +88,8 @@ class UnknownTask(TidemarkError):
 
 class ActionNotConfigured(TidemarkError):
     """The plan names an action this worker has no client for (its configuration is missing)."""
+
+    end_state = TaskState.FAILED
 
     def __init__(self, action: str, bound: list[str]) -> None:
         super().__init__(f"action {action!r} is not configured on this worker "
@@ -66,9 +101,13 @@ class ActionNotConfigured(TidemarkError):
 class JournalMismatch(TidemarkError):
     """The journal holds a different action at this step than the stored plan says."""
 
+    end_state = TaskState.FAILED
+
 
 class InvariantViolation(TidemarkError):
     """The database refused a write that would break a journal invariant."""
+
+    end_state = TaskState.FAILED
 
 
 class StoreUnavailable(TidemarkError):
@@ -90,6 +129,9 @@ class StepBusy(TidemarkError):
 class PreconditionFailed(TidemarkError):
     """A precondition gate refused the step; nothing was executed."""
 
+    end_state = TaskState.PRECONDITION_FAILED
+    stop_reason = "precondition_failed"
+
     def __init__(self, step: int, action: str, reason: str) -> None:
         super().__init__(f"step {step} {action}: precondition failed: {reason}")
         self.step = step
@@ -102,6 +144,9 @@ class PreconditionFailed(TidemarkError):
 
 class NeedsDecision(TidemarkError):
     """The in-doubt step's probe could not decide; a person must resume, unwind or stop."""
+
+    end_state = TaskState.NEEDS_DECISION
+    stop_reason = "needs_decision"
 
     def __init__(self, step: int, action: str, reason: str) -> None:
         super().__init__(f"step {step} {action} is in doubt and its probe cannot decide: {reason}")
@@ -116,6 +161,9 @@ class NeedsDecision(TidemarkError):
 class TaskStopped(TidemarkError):
     """The task's durable stop state is set; nothing acts until a person releases it."""
 
+    end_state = TaskState.STOPPED
+    stop_reason = "stopped"
+
     def __init__(self, task_id: str, reason: str) -> None:
         super().__init__(f"task {task_id!r} is stopped ({reason}); "
                          f"release it with `tidemark release {task_id}`")
@@ -128,6 +176,8 @@ class TaskStopped(TidemarkError):
 
 class TaskUnwound(TidemarkError):
     """The task was unwound: a terminal state. Nothing runs it forward again."""
+
+    end_state = TaskState.UNWOUND
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} was unwound; it does not run again (a new plan "
@@ -142,6 +192,8 @@ class TaskKilled(TidemarkError):
     """A kill applies to the task: no compensation acts (an unwind under way stops before its
     next one) until a person lifts the kill for unwinding."""
 
+    end_state = TaskState.KILLED
+
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} is killed; nothing acts on it, compensations "
                          f"included. `tidemark release {task_id} --for-unwind` lets an unwind "
@@ -155,6 +207,8 @@ class TaskKilled(TidemarkError):
 class PartlyUnwound(TidemarkError):
     """Some of the task's steps were compensated: it never runs forward again, since a run to
     the end would report done while steps it did are put back."""
+
+    end_state = TaskState.PARTLY_UNWOUND
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} is partly unwound; it never runs forward again. "
@@ -176,6 +230,8 @@ class Refused(ActionError):
     Retrying the same request cannot succeed, so the step is closed as failed.
     """
 
+    end_state = TaskState.FAILED
+
 
 class Unauthorized(ActionError):
     """The credential was rejected or revoked. Nothing was applied; the task must stop.
@@ -183,6 +239,9 @@ class Unauthorized(ActionError):
     The step is left in doubt on purpose: after a person restores the grant, resuming probes it
     and then executes it, exactly as for a crash.
     """
+
+    end_state = TaskState.STOPPED
+    stop_reason = "unauthorized"
 
 
 class TargetUnavailable(ActionError):
@@ -194,6 +253,8 @@ class TargetUnavailable(ActionError):
 
 class StepFailed(TidemarkError):
     """The target refused the step for good; the failure is recorded as the step's outcome."""
+
+    end_state = TaskState.FAILED
 
     def __init__(self, step: int, action: str, reason: str) -> None:
         super().__init__(f"step {step} {action} failed: {reason}")
@@ -208,6 +269,8 @@ class StepFailed(TidemarkError):
 class NotStopped(TidemarkError):
     """Unwinding needs the task stopped first, so that no run acts on it meanwhile."""
 
+    end_state = TaskState.STOPPED
+
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} is not stopped; stop it first "
                          f"(`tidemark stop {task_id}`) so that nothing runs while it unwinds")
@@ -217,3 +280,49 @@ class NotStopped(TidemarkError):
 class ConfigError(TidemarkError):
     """The worker's configuration is incomplete, unreadable or inconsistent (e.g. a target's
     read credential reads another account than its write credential writes)."""
+
+
+class SeriesBlocked(TidemarkError):
+    """A run of a series may not start: the series is stopped, or an earlier run is not
+    settled. Nothing acted. ``blockers`` are the unsettled runs, ``{"task_id", "state"}`` each
+    (tidemark.series.run_state)."""
+
+    end_state = TaskState.BLOCKED
+
+    def __init__(self, task_id: str, series: str, stop: dict[str, Any] | None,
+                 blockers: list[dict[str, Any]]) -> None:
+        self.task_id, self.series, self.stop = task_id, series, stop
+        self.blockers = blockers
+        if stop is not None:
+            why = (f"series {series} is {stop.get('state')} ({stop.get('scope')}: "
+                   f"{stop.get('reason') or 'no reason given'}, by {stop.get('set_by')}); "
+                   f"`tidemark release --series {series}` lifts it")
+        else:
+            listed = ", ".join(f"{b['task_id']} ({b['state']})" for b in self.blockers)
+            why = (f"an earlier run of series {series} is not settled: {listed}; settle it "
+                   "(resume to completion, or unwind), release it, then start this run again")
+        super().__init__(f"run {task_id} is blocked: {why}")
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
+                "stopped": self.stop is not None}
+
+
+def _family(cls: type[TidemarkError]) -> Iterator[type[TidemarkError]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _family(sub)
+
+
+def _end_states() -> dict[str, TaskState]:
+    """Class name -> declared end state, of the classes above that declare one. Built once,
+    when this module is imported, from this module's classes only: the workflow's lookup (and
+    its retry policy, part of every activity it schedules) must not depend on which other
+    modules a worker happened to import."""
+    return {cls.__name__: cls.end_state for cls in _family(TidemarkError)
+            if cls.__module__ == __name__ and cls.end_state is not None}
+
+
+# What RunPlan ends in for each error type that arrives (ApplicationError.type is the class
+# name); the names are also its retry policy's non-retryable error types.
+END_STATES: dict[str, TaskState] = _end_states()

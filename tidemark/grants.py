@@ -41,6 +41,7 @@ from typing import NoReturn, Protocol
 
 from tidemark.errors import TargetUnavailable, TidemarkError, Unauthorized
 from tidemark.store import JournalStore
+from tidemark.words import EventKind, GrantKind, GrantPurpose
 
 GRANT_TTL_S = 900.0  # a grant outlives any step (STEP_START_TO_CLOSE is 5 minutes)
 MINT_TIMEOUT_S = 10.0
@@ -67,7 +68,7 @@ class Minter(Protocol):
 @dataclass(frozen=True)
 class LocalMinter:
     issuer: str = ""
-    kind: str = "local"
+    kind: str = GrantKind.LOCAL
 
     def new_handle(self, base: str) -> tuple[str, str]:
         return base, "sha256:" + hashlib.sha256(base.encode()).hexdigest()[:16]
@@ -82,7 +83,7 @@ class LocalMinter:
 @dataclass(frozen=True)
 class StagingMinter:
     issuer: str  # the staging server's base URL
-    kind: str = "staging"
+    kind: str = GrantKind.STAGING
 
     def new_handle(self, base: str) -> tuple[str, str]:
         # A Stripe key's prefix is its kind and mode (sk_test_, rk_live_ ...): keep it.
@@ -109,7 +110,7 @@ class StagingMinter:
 
 
 def minter_for(kind: str, issuer: str) -> Minter:
-    return StagingMinter(issuer) if kind == "staging" else LocalMinter(issuer)
+    return StagingMinter(issuer) if kind == GrantKind.STAGING else LocalMinter(issuer)
 
 
 class GrantBroker:
@@ -124,7 +125,7 @@ class GrantBroker:
         self._held: dict[tuple[str, str, str, str], tuple[int, str, str]] = {}
 
     def token(self, task_id: str, target: str, scope: str, base: str, minter: Minter,
-              purpose: str = "run") -> str:
+              purpose: str = GrantPurpose.RUN) -> str:
         """The credential this task presents to ``target`` now.
 
         ``base`` is the worker's own current token (tidemark.credentials): when it was
@@ -149,8 +150,8 @@ class GrantBroker:
             state = self.store.grant_state(held[0])
             if state is not None and state["live"] and held[2] == base:
                 return held[1]
-            if purpose == "run" and state is not None and state["revoked"] is not None and \
-                    self.store.stop_state(task_id) is not None:
+            if purpose == GrantPurpose.RUN and state is not None and \
+                    state["revoked"] is not None and self.store.stop_state(task_id) is not None:
                 # Once released (a person settled it), the task gets a fresh grant below.
                 self._refused(task_id, target, scope, f"grant {held[0]} revoked at "
                               f"{state['revoked']:%Y-%m-%d %H:%M:%S%z} by {state['revoked_by']}")
@@ -160,7 +161,7 @@ class GrantBroker:
         """Logs the refused call (a killed task's worker that still tries to act is worth
         knowing about) and raises Unauthorized."""
         with contextlib.suppress(TidemarkError):
-            self.store.record_event(task_id, "grant", {"refused": target, "scope": scope,
+            self.store.record_event(task_id, EventKind.GRANT, {"refused": target, "scope": scope,
                                                        "why": why})
         raise Unauthorized(f"{target}: no live {scope} grant for task {task_id}: {why}")
 
@@ -170,7 +171,7 @@ class GrantBroker:
         row = self.store.issue_grant(task_id, target, scope, minter.kind, minter.issuer, handle,
                                      self.ttl_s, purpose)
         if row is None:
-            self._refused(task_id, target, scope, UNDO_REFUSED if purpose == "undo" else
+            self._refused(task_id, target, scope, UNDO_REFUSED if purpose == GrantPurpose.UNDO else
                           "the task is stopped; no grant is issued")
         try:
             minter.mint(token, base, self.ttl_s)
@@ -201,7 +202,8 @@ def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,
         handle = str(g.pop("handle"))
         try:
             minter_for(str(g["kind"]), str(g["issuer"])).revoke(handle)
-            said = "revoked" if g["kind"] == "staging" else "nothing to revoke (local grant)"
+            said = ("revoked" if g["kind"] == GrantKind.STAGING
+                    else "nothing to revoke (local grant)")
         except (OSError, urllib.error.URLError) as e:
             said = f"provider did not answer: {e}"
         out.append({**g, "at_provider": said})

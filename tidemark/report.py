@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.store import JournalStore, Progress
+from tidemark.words import ControlState, TaskState
 
 
 @dataclass(frozen=True)
@@ -21,32 +22,33 @@ class Report:
     boundary: dict[str, Any] = field(default_factory=dict)  # store.boundary_state
 
     @property
-    def state(self) -> str:
+    def state(self) -> TaskState:
         p = self.progress
         if p.unwound is not None:
-            return "unwound"  # terminal: nothing runs the task forward again
+            return TaskState.UNWOUND  # terminal: nothing runs the task forward again
         if p.undo_rows:
-            return "partly_unwound"  # some steps put back: it never runs forward either
+            return TaskState.PARTLY_UNWOUND  # some steps put back: it never runs forward either
         if p.stop is not None:
             # A kill is named as such: it was out of band (workflow terminated, grants revoked),
             # and a person reading the report at 03:14 must not take it for a plain stop.
-            return "killed" if p.stop.get("state") == "killed" else "stopped"
+            return (TaskState.KILLED if p.stop.get("state") == ControlState.KILLED
+                    else TaskState.STOPPED)
         if p.finished:
-            return "completed"
+            return TaskState.COMPLETED
         if p.failed:
-            return "failed"
+            return TaskState.FAILED
         if p.in_doubt is not None:
-            return "in_doubt"
+            return TaskState.IN_DOUBT
         verification = self.boundary.get("verification")
         at_boundary = (p.first_irreversible is not None
                        and p.last_step == p.first_irreversible - 1
                        and verification is not None
                        and verification.get("boundary") == p.first_irreversible)
         if at_boundary and verification is not None and not verification["passed"]:
-            return "verification_failed"
+            return TaskState.VERIFICATION_FAILED
         if at_boundary and self.approval and not self.approval.get("decision"):
-            return "awaiting_approval"
-        return "not_started" if p.rows == 0 else "partial"
+            return TaskState.AWAITING_APPROVAL
+        return TaskState.NOT_STARTED if p.rows == 0 else TaskState.PARTIAL
 
     @property
     def approval(self) -> dict[str, Any] | None:

@@ -15,40 +15,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from tidemark.errors import PlanError, TidemarkError
+from tidemark.errors import PlanError, SeriesBlocked
 from tidemark.series_names import SCHEDULED_PREFIX
 from tidemark.store import JournalStore
+from tidemark.words import EventKind, TaskState
 
 SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
 SCHEDULE_PREFIX = "tidemark-series-"  # a series' Temporal Schedule (tidemark/tools/schedules)
 CLOCK_SKEW = timedelta(minutes=1)  # between the Temporal server's clock and a worker's
 
-SETTLED = ("completed", "unwound")
-
-
-class SeriesBlocked(TidemarkError):
-    """A run of a series may not start: the series is stopped, or an earlier run is not
-    settled. Nothing acted."""
-
-    retryable = False
-
-    def __init__(self, task_id: str, series: str, stop: dict[str, Any] | None,
-                 blockers: list[dict[str, Any]]) -> None:
-        self.task_id, self.series, self.stop = task_id, series, stop
-        self.blockers = [{"task_id": b["task_id"], "state": run_state(b)} for b in blockers]
-        if stop is not None:
-            why = (f"series {series} is {stop.get('state')} ({stop.get('scope')}: "
-                   f"{stop.get('reason') or 'no reason given'}, by {stop.get('set_by')}); "
-                   f"`tidemark release --series {series}` lifts it")
-        else:
-            listed = ", ".join(f"{b['task_id']} ({b['state']})" for b in self.blockers)
-            why = (f"an earlier run of series {series} is not settled: {listed}; settle it "
-                   "(resume to completion, or unwind), release it, then start this run again")
-        super().__init__(f"run {task_id} is blocked: {why}")
-
-    def details(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "series": self.series, "blockers": self.blockers,
-                "stopped": self.stop is not None}
+SETTLED = (TaskState.COMPLETED, TaskState.UNWOUND)
 
 
 def check_declared(store: JournalStore, series: str | None) -> None:
@@ -96,18 +72,22 @@ def run_state(row: dict[str, Any]) -> str:
         # A compensation ran: only a whole unwind settles the run, also one whose forward
         # steps had all completed (a rename still in place is wreckage a later run meets).
         if not row["to_undo"] and not row["open"]:
-            return "unwound"
+            return TaskState.UNWOUND
     elif row["confirmed"] == row["step_count"] and not row["open"]:
-        return "completed"
+        return TaskState.COMPLETED
     if stop is not None and not str(stop.get("scope", "")).startswith("series:"):
         return str(stop.get("state"))
     if row["open"]:
-        return "in_doubt"
+        return TaskState.IN_DOUBT
     if row["undone"]:
-        return "partly_unwound"
+        return TaskState.PARTLY_UNWOUND
     if row["failed"]:
-        return "failed"
-    return "not_finished"
+        return TaskState.FAILED
+    return TaskState.NOT_FINISHED
+
+
+def _states(blockers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"task_id": b["task_id"], "state": run_state(b)} for b in blockers]
 
 
 def unsettled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,7 +98,7 @@ def admit(store: JournalStore, task_id: str, series: str) -> None:
     """Admits the run to its series or raises SeriesBlocked (logged as a ``blocked`` event)."""
     stop, blockers = store.admit_to_series(task_id, series, unsettled)
     if stop is not None or blockers:
-        raise SeriesBlocked(task_id, series, stop, blockers)
+        raise SeriesBlocked(task_id, series, stop, _states(blockers))
 
 
 def check(store: JournalStore, series: str, task_id: str) -> None:
@@ -128,10 +108,10 @@ def check(store: JournalStore, series: str, task_id: str) -> None:
     stop = store.stop_state("series:" + series)  # the scope itself, as stop_of reads it
     blockers = unsettled(rows)
     if stop is not None or blockers:
-        store.record_event(task_id, "blocked", {
+        store.record_event(task_id, EventKind.BLOCKED, {
             "series": series, "stop": stop and {k: str(v) for k, v in stop.items()},
             "blockers": [b["task_id"] for b in blockers]})
-        raise SeriesBlocked(task_id, series, stop, blockers)
+        raise SeriesBlocked(task_id, series, stop, _states(blockers))
 
 
 def listing(store: JournalStore, series: str) -> dict[str, Any]:

@@ -477,12 +477,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_UC}::test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_"
             "acting",)),
     Mutant("a compensation acts without its undo grant", "activities/steps.py",
-           'acting_for(self.grants, inp.task_id, "undo")',
+           "acting_for(self.grants, inp.task_id, GrantPurpose.UNDO)",
            "acting_for(self.grants, inp.task_id)",
            (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
             "grant",)),
     Mutant("resume silently releases a kill", "tidemark/tools/commands.py",
-           'if stop["state"] != "killed":\n        return\n    scope = ""',
+           'if stop["state"] != ControlState.KILLED:\n        return\n    scope = ""',
            'if True:\n        return\n    scope = ""',
            ("tests/test_control_matrix.py::test_control_matrix[killed-resume]",)),
     Mutant("a partly unwound task runs forward to completed", "activities/steps.py",
@@ -522,9 +522,9 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
             "in_doubt",)),
     # -- RunPlan's end states and halt ----------------------------------------------------------
-    Mutant("runplan: a step that needs a decision ends as failed", "workflows/run_plan.py",
-           '"NeedsDecision": NEEDS_DECISION,',
-           '"NeedsDecision": FAILED,',
+    Mutant("runplan: a step that needs a decision ends as failed", "tidemark/errors.py",
+           "    end_state = TaskState.NEEDS_DECISION\n",
+           "    end_state = TaskState.FAILED\n",
            (f"{T_RP}::test_an_undecidable_step_ends_the_run_as_needs_decision",)),
     Mutant("runplan: a halt is not written as the stop state", "workflows/run_plan.py",
            "    async def _halt(self, next_step: int) -> RunResult:\n"
@@ -597,8 +597,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "reports",)),
     # -- the verification gate --------------------------------------------------------------------
     Mutant("the verification gate re-probes only the steps that executed", "tidemark/boundary.py",
-           'if row.resolved_by == "operator":',
-           'if row.resolved_by in ("operator", "probe"):',
+           "if row.resolved_by == ResolvedBy.OPERATOR:",
+           "if row.resolved_by in (ResolvedBy.OPERATOR, ResolvedBy.PROBE):",
            ("tests/test_boundary.py::test_the_gate_reprobes_done_steps_only_and_takes_a_persons_"
             "word_for_the_ones_she_settled",)),
     # -- the report's counts ----------------------------------------------------------------------
@@ -783,6 +783,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
     "tidemark/tools/kill.py": (T_KL, T_SE, T_UC),
     "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
+    "tidemark/errors.py": (T_RP, T_FP, T_BD, T_HZ),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
     "tidemark/series.py": (T_SE, T_AP, T_UW),
     "activities/planner.py": (T_SE, T_AP),

@@ -33,17 +33,15 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.errors import END_STATES
+    from tidemark.words import TaskState
     from workflows.outcome import ended
     from workflows.types import (
         AWAITING_APPROVAL,
-        BLOCKED,
         COMPLETED,
         FAILED,
         HALTED,
         KILLED,
-        NEEDS_DECISION,
-        PARTLY_UNWOUND,
-        PRECONDITION_FAILED,
         RUNNING,
         STOPPED,
         UNWOUND,
@@ -113,28 +111,10 @@ DETAILS_LINES = 40
 # kill command died before its last layer does the run end by itself: Failed, state killed.
 KILL_WAIT = timedelta(minutes=5)
 
-# Errors that another attempt cannot fix: they end the run in a named state instead of looping.
-# Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried, and every
-# retry is safe: it goes through the journal and, if the step is in doubt, through its probe.
-END_STATES = {
-    "NeedsDecision": NEEDS_DECISION,
-    "PreconditionFailed": PRECONDITION_FAILED,
-    "TaskStopped": STOPPED,
-    "TaskUnwound": UNWOUND,
-    "Unauthorized": STOPPED,
-    "StepFailed": FAILED,
-    "PlanChanged": FAILED,
-    "PlanError": FAILED,
-    "UnknownTask": FAILED,
-    "JournalMismatch": FAILED,
-    "InvariantViolation": FAILED,
-    "Refused": FAILED,
-    "ActionNotConfigured": FAILED,
-    "NotStopped": STOPPED,
-    "SeriesBlocked": BLOCKED,
-    "TaskKilled": KILLED,
-    "PartlyUnwound": PARTLY_UNWOUND,
-}
+# Errors that another attempt cannot fix end the run in the state their class declares
+# (tidemark/errors.py: end_state, looked up here by the error's type name in END_STATES) instead of
+# looping. Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried,
+# and every retry is safe: it goes through the journal and, if the step is in doubt, its probe.
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -145,7 +125,7 @@ BOOKKEEPING_RETRY = STEP_RETRY
 
 
 def end_state_of(e: ActivityError | ApplicationError,
-                 step: int | None) -> tuple[str, dict[str, Any]]:
+                 step: int | None) -> tuple[TaskState, dict[str, Any]]:
     """The named end state and error of a typed, non-retryable failure. Any other failure (a
     bug) is re-raised, which fails the workflow task visibly in the Web UI.
 

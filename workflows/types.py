@@ -6,25 +6,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemark.words import TaskState
+
 TASK_QUEUE = "tidemark"
 
-# End states of a RunPlan or UnwindPlan run, also the values of the TidemarkState search attribute.
-RUNNING = "running"
-COMPLETED = "completed"
-HALTED = "halted"
-STOPPED = "stopped"
-NEEDS_DECISION = "needs_decision"
-PRECONDITION_FAILED = "precondition_failed"
-FAILED = "failed"
-UNWOUND = "unwound"  # terminal: the unwind completed; every later start refuses the task
-BLOCKED = "blocked"  # a run of a series refused to start (tidemark.series); nothing acted
+# End states of a RunPlan or UnwindPlan run, also the values of the TidemarkState search attribute
+# (spelled once, in tidemark.words.TaskState).
+RUNNING = TaskState.RUNNING
+COMPLETED = TaskState.COMPLETED
+HALTED = TaskState.HALTED
+STOPPED = TaskState.STOPPED
+NEEDS_DECISION = TaskState.NEEDS_DECISION
+PRECONDITION_FAILED = TaskState.PRECONDITION_FAILED
+FAILED = TaskState.FAILED
+UNWOUND = TaskState.UNWOUND  # terminal: the unwind completed; every later start refuses the task
+BLOCKED = TaskState.BLOCKED  # a run of a series refused to start (tidemark.series); nothing acted
 # A kill applies to the task (tidemark kill): nothing acts on it. A run that took the `kill`
 # signal starts nothing more and waits for the kill to terminate it, so it ends Terminated with
 # this state (tidemark/tools/kill.py); a run that meets a kill in the journal ends with it.
-KILLED = "killed"
+KILLED = TaskState.KILLED
 # Some steps were compensated and others not (a refused compensation, an unwind cut short):
 # the task never runs forward again.
-PARTLY_UNWOUND = "partly_unwound"
+PARTLY_UNWOUND = TaskState.PARTLY_UNWOUND
 
 
 @dataclass
@@ -174,9 +177,9 @@ class UnwoundInput:
 # -- the irreversible boundary (tidemark/boundary.py) ---------------------------------------
 
 # The run waits at its first irreversible step for a person (`tidemark approve` / `reject`).
-AWAITING_APPROVAL = "awaiting_approval"
+AWAITING_APPROVAL = TaskState.AWAITING_APPROVAL
 # At the boundary, reversible steps journaled as done no longer hold: a person looks.
-VERIFICATION_FAILED = "verification_failed"
+VERIFICATION_FAILED = TaskState.VERIFICATION_FAILED
 
 
 @dataclass

@@ -75,6 +75,7 @@ from tidemark.plan import Plan, load_plan
 from tidemark.plugins import plugin_action_classes
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
+from tidemark.words import Phase, ResolvedBy
 
 CRASH_PHASES = ("before_intent", "after_intent", "after_stage", "after_execute",
                 "after_outcome")
@@ -483,7 +484,7 @@ def world(store: JournalStore, registry: Registry, plan: Plan, staging_url: str)
             counts["absorbed"] += 1
         elif q.get("status") and not 200 <= q["status"] < 300:
             counts["refused"] += 1
-    rows = {r.step: r for r in store.rows(plan.task_id) if r.phase == "do"}
+    rows = {r.step: r for r in store.rows(plan.task_id) if r.phase == Phase.DO}
     numbers = [s.number for s in plan.steps]
     return Observed(
         journal=[rows[n].status if n in rows else None for n in numbers],
@@ -518,16 +519,17 @@ def expected_resolved_by(kill: Kill | None, step: int, provisional: frozenset[tu
                          ) -> set[str]:
     """How each step must have been settled after ``kill``: see the module docstring."""
     if kill is None or kill.step != step:
-        return {"execute"}
+        return {ResolvedBy.EXECUTE}
     if kill.phase == "after_execute":
-        return {"probe"}  # the effect landed: only the probe may settle it
+        return {ResolvedBy.PROBE}  # the effect landed: only the probe may settle it
     if kill.phase == "lost_response":
         # The answer to the final write was lost: the write committed, the probe must find it.
         # A lost answer to a provisional handle's creation (a draft) is staged again instead.
-        return {"execute"} if kill.op in provisional else {"probe"}
+        return {ResolvedBy.EXECUTE} if kill.op in provisional else {ResolvedBy.PROBE}
     if kill.phase == "slow_provider":
-        return {"probe", "execute"}  # the late commit seen, or absorbed by a fence or key
-    return {"execute"}  # before the action (absent, then executed), or after its outcome
+        # The late commit seen, or absorbed by a fence or key.
+        return {ResolvedBy.PROBE, ResolvedBy.EXECUTE}
+    return {ResolvedBy.EXECUTE}  # before the action (absent, then executed), or after its outcome
 
 
 def judge(ref: Observed, got: Observed, kill: Kill) -> tuple[list[str], int, int, int]:

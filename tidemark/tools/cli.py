@@ -27,6 +27,7 @@ from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTa
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.tools import commands
+from tidemark.words import Decision, Verdict
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -226,7 +227,7 @@ def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | N
 def _cmd_decide(a: argparse.Namespace) -> int:
     from tidemark.tools.starter import decision_taken, signal_approval
 
-    decision = "approve" if a.command == "approve" else "reject"
+    decision = Decision.APPROVE if a.command == Decision.APPROVE else Decision.REJECT
 
     def show(lines: list[str]) -> None:
         # What the person decides on, in full, before the decision is recorded.
@@ -252,7 +253,7 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         return code
     label = f" ({a.by})" if a.by and a.by != out["by"] else ""
     print(f"{decision} of task {a.task} by {out['by']}{label} is journaled")
-    if decision == "reject":
+    if decision == Decision.REJECT:
         print(f"the task is stopped; nothing from its first irreversible step on will run. "
               f"`tidemark unwind {a.task}` puts the reversible steps back")
     if woke is not None:
@@ -492,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("resolve", help="record a person's decision on the step in doubt")
     rs.add_argument("task")
     rs.add_argument("--step", type=int, required=True)
-    rs.add_argument("--as", dest="as_", choices=["done", "absent", "never"], required=True,
+    rs.add_argument("--as", dest="as_", choices=[str(v) for v in Verdict], required=True,
                     help="done: it happened; absent: it did not (a resumed run executes it "
                          "if its probe still cannot tell); never: it did not happen and must "
                          "not happen (stopped tasks only: the step is closed as failed, "

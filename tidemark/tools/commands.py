@@ -22,6 +22,15 @@ from tidemark.errors import ConfigError, PlanError, TaskKilled, TidemarkError, U
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
+from tidemark.words import (
+    ControlState,
+    Decision,
+    EventKind,
+    Phase,
+    ResolvedBy,
+    StepStatus,
+    Verdict,
+)
 
 
 def open_store(url: str) -> JournalStore:
@@ -144,7 +153,7 @@ def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = 
     that names no task unless ``force_unknown`` (a task whose plan has not arrived yet)."""
     with open_store(url) as store:
         check_scope(store, task_id, "stop", force_unknown)
-        store.set_control(task_id, "stopped", reason, by)
+        store.set_control(task_id, ControlState.STOPPED, reason, by)
 
 
 def release(url: str, task_id: str, reason: str, by: str, *,
@@ -153,7 +162,7 @@ def release(url: str, task_id: str, reason: str, by: str, *,
     released only by naming the task."""
     with open_store(url) as store:
         check_scope(store, task_id, "release", force_unknown)
-        store.set_control(task_id, "released", reason, by)
+        store.set_control(task_id, ControlState.RELEASED, reason, by)
 
 
 def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
@@ -164,7 +173,7 @@ def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
         if store.release_kill_for_unwind(task_id, reason or "released for unwind", by):
             return
         stop = store.stop_state(task_id)
-    if stop is not None and stop["state"] == "killed":
+    if stop is not None and stop["state"] == ControlState.KILLED:
         raise DecisionError(f"task {task_id!r} is under the kill of {stop['scope']!r} (by "
                             f"{stop['set_by']}); release that first, nothing was changed")
     raise DecisionError(f"task {task_id!r} is not killed; `tidemark unwind {task_id} --yes` "
@@ -176,7 +185,7 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
     that lifts it for unwinding)."""
     with JournalStore(url) as store:
         stop = store.stop_state(task_id)
-    if stop is not None and stop["state"] == "killed":
+    if stop is not None and stop["state"] == ControlState.KILLED:
         raise TaskKilled(task_id)
 
 
@@ -184,7 +193,7 @@ def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
     """Refuses to resume a killed task: resume releases a plain stop (resuming is that
     decision), but a kill is released only by a person saying so, as an unwind after a kill
     needs `release --for-unwind`."""
-    if stop["state"] != "killed":
+    if stop["state"] != ControlState.KILLED:
         return
     scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
     raise KilledNotReleased(
@@ -209,7 +218,7 @@ def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
         irreversible = store.irreversible_steps(task_id)
     return {"task_id": task_id, "undo_steps": undo,
             "irreversible_done": [{"step": n, "action": a} for n, a, status in irreversible
-                                  if status == "done"]}
+                                  if status == StepStatus.DONE]}
 
 
 def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> dict[str, Any]:
@@ -226,12 +235,12 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
         raise DecisionError(f"--as must be one of {', '.join(DECISIONS)}, not {as_!r}")
     with open_store(url) as store:
         doubt = store.progress(task_id).in_doubt
-        if doubt is None or doubt.step != step or doubt.phase != "do":
+        if doubt is None or doubt.step != step or doubt.phase != Phase.DO:
             where = (f"step {doubt.step} ({doubt.phase})" if doubt else "no step")
             raise DecisionError(f"task {task_id!r}: step {step} is not in doubt ({where} is)")
         detail = {"as": as_, "note": note, "key": doubt.idem_key}
         with store.execution(task_id, step) as s:
-            if as_ == "never":
+            if as_ == Verdict.NEVER:
                 if s.stopped is None:
                     raise DecisionError(
                         f"task {task_id!r} is not stopped; stop it first (`tidemark stop "
@@ -240,15 +249,15 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
                     raise DecisionError(
                         f"task {task_id!r}: an attempt on step {step} may still be acting for "
                         f"{s.lease_left:.1f}s; decide once that has passed")
-            s.event(task_id, "decision", detail, step, by)
-            if as_ == "done":
+            s.event(task_id, EventKind.DECISION, detail, step, by)
+            if as_ == Verdict.DONE:
                 s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
-                           status="done", resolved_by="operator")
-            elif as_ == "never":
+                           status=StepStatus.DONE, resolved_by=ResolvedBy.OPERATOR)
+            elif as_ == Verdict.NEVER:
                 s.complete(key=doubt.idem_key,
                            outcome={"operator": by, "note": note, "never": True,
                                     "decision": "it did not happen and must not happen"},
-                           status="failed", resolved_by="operator")
+                           status=StepStatus.FAILED, resolved_by=ResolvedBy.OPERATOR)
     return {"task_id": task_id, "step": step, **detail, "by": by}
 
 
@@ -280,7 +289,7 @@ def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = 
     those steps will do before anything is recorded. A reject also sets the stop state: the
     task stays stopped, ready for unwind. The latest decision is the one that counts.
     """
-    if decision not in ("approve", "reject"):
+    if decision not in (Decision.APPROVE, Decision.REJECT):
         raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
     who = user if user is not None else os_user()
     with open_store(url) as store:
@@ -312,9 +321,9 @@ def _check_not_stopped(store: JournalStore, task_id: str, decision: str) -> None
     the kill into a plain stop. Under a stop, an approval is refused for the first reason (a
     reject is allowed: the task stays stopped, the refusal is on record)."""
     stop = store.stop_state(task_id)
-    if stop is None or (decision == "reject" and stop["state"] != "killed"):
+    if stop is None or (decision == Decision.REJECT and stop["state"] != ControlState.KILLED):
         return
-    what = "killed" if stop["state"] == "killed" else "stopped"
+    what = ControlState.KILLED if stop["state"] == ControlState.KILLED else ControlState.STOPPED
     scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
     raise ApprovalError(
         f"task {task_id!r} is {what}{scope} by {stop['set_by']} at "
@@ -356,7 +365,7 @@ def declare_series(url: str, series: str, by: str, approval: str | None = None,
             "approvers": declared["approvers"]}
 
 
-DECISIONS = ("done", "absent", "never")
+DECISIONS = tuple(Verdict)
 
 
 class DecisionError(TidemarkError):

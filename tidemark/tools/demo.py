@@ -39,6 +39,7 @@ from tidemark.supplier_sync import (
 )
 from tidemark.tools.devstack import DevStack
 from tidemark.tools.starter import start_plan
+from tidemark.words import TaskState
 from workflows.outcome import run_result
 
 KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, steps 39-42 provably not attempted
@@ -74,7 +75,7 @@ def _checks(third_party: bool, final: dict[str, Any], state: str, effects: dict[
     checks = {"no effect happened twice": effects["duplicates"] == 0,
               f"each of the {RENAMES} files renamed exactly once": renamed_once}
     if not third_party:
-        checks["completed"] = state == "completed" and final["confirmed"] == 42
+        checks["completed"] = state == TaskState.COMPLETED and final["confirmed"] == 42
         checks["every file has its final name"] = all(
             names[file_id(i)] == final_name(i) for i in range(1, RENAMES + 1))
         # One step per mail target: present, and no (target, operation, key) twice.
@@ -83,7 +84,7 @@ def _checks(third_party: bool, final: dict[str, Any], state: str, effects: dict[
             by.get("stripe", {}).get("payment_intents.create") == 2)
     else:
         failures = ((final.get("verification") or {}).get("failures") or [])
-        checks["the gate stopped the task"] = state == "verification_failed"
+        checks["the gate stopped the task"] = state == TaskState.VERIFICATION_FAILED
         checks[f"the gate named step {THIRD_PARTY_STEP} and only it"] = (
             [f["step"] for f in failures] == [THIRD_PARTY_STEP])
         checks["no mail and no payment"] = not ({"gmail", "graph", "stripe"} & set(by))
