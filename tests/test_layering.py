@@ -10,6 +10,7 @@ import ast
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,10 @@ WORKFLOW_CONTRACTS = {
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([shutil.which("lint-imports") or "lint-imports", "--no-cache",
+    # The one installed beside this interpreter (the venv's), whether or not its bin is on PATH.
+    beside = Path(sys.executable).with_name("lint-imports")
+    exe = str(beside) if beside.exists() else shutil.which("lint-imports") or "lint-imports"
+    return subprocess.run([exe, "--no-cache",
                            "--no-logo"], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=120, check=False)
 
