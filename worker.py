@@ -35,12 +35,12 @@ from tidemark.approval import ApprovalPolicy
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
+from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
-from workflows.types import TASK_QUEUE
 from workflows.unwind_plan import UnwindPlan
 
 log = logging.getLogger("tidemark.worker")

@@ -15,9 +15,9 @@ from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
 from tidemark.errors import TidemarkError
 from tidemark.grants import GrantBroker
+from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
-from workflows.types import BoundaryInput, BoundaryOutcome
 
 
 class BoundaryActivities:

@@ -24,9 +24,9 @@ from tidemark import series as series_rules
 from tidemark.actions import Registry
 from tidemark.errors import PlanError, TidemarkError
 from tidemark.grants import GrantBroker
+from tidemark.payloads import PlannerInput
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from workflows.types import PlannerInput
 
 
 def load_planner(ref: str) -> Any:

@@ -19,12 +19,7 @@ from tidemark import metrics, series
 from tidemark.actions import Registry
 from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError
 from tidemark.grants import GrantBroker, revoke_task_grants
-from tidemark.plan import Step, load_plan
-from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
-from tidemark.store import JournalStore
-from tidemark.unwind import unwind_step
-from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
-from workflows.types import (
+from tidemark.payloads import (
     HaltInput,
     Prepared,
     PrepareInput,
@@ -38,6 +33,11 @@ from workflows.types import (
     UnwoundInput,
     WindowInput,
 )
+from tidemark.plan import Step, load_plan
+from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
+from tidemark.store import JournalStore
+from tidemark.unwind import unwind_step
+from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
 
 # How often a running step tells Temporal it is alive. Must be well under the workflow's
 # heartbeat timeout, so that only a dead worker misses it.

@@ -27,13 +27,13 @@ from journal_overhead import SEED_MS_PER_STEP, Noop, bench_store
 
 from tidemark.actions import Registry
 from tidemark.approval import parse_policy
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools.devstack import dev_server_args, temporal_binary
+from tools.devstack import dev_server_args, temporal_binary
 from worker import MAX_CONCURRENT_STEPS, build_worker
 from workflows.run_plan import STATE, TASK_ID
-from workflows.types import RunResult
 
 
 def plan_doc(task_id: str, n: int) -> dict:

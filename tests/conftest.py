@@ -24,8 +24,8 @@ from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
-from tidemark.tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
+from tools.cli import main
+from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.run_plan import STATE, TASK_ID
 
 pytest_plugins = ["helpers.staging_fixtures"]

@@ -23,11 +23,11 @@ from staging.core import StagingServer
 from staging.drive import DriveTarget
 from tidemark.errors import UnknownTask
 from tidemark.grants import revoke_task_grants
+from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
-from tidemark.tools import commands, schedules
-from tidemark.tools.devstack import temporal_binary
+from tools import commands, schedules
+from tools.devstack import temporal_binary
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 ME = pwd.getpwuid(os.geteuid()).pw_name  # the operating-system user the tests run as
 MAIL = {"to": ["ap@supplier.example", "ar@supplier.example"], "cc": ["books@ours.example"],

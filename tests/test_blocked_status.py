@@ -13,7 +13,7 @@ import pytest
 from tidemark import series
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
+from tools.cli import main
 
 
 @pytest.fixture

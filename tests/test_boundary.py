@@ -27,13 +27,13 @@ from tidemark.actions import Registry
 from tidemark.boundary import ApprovalError, verify_reversible
 from tidemark.errors import PlanError
 from tidemark.keys import key_for
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools import commands
-from tidemark.tools.cli import main
+from tools import commands
+from tools.cli import main
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 ME = pwd.getpwuid(os.geteuid()).pw_name  # the operating-system user who decides in these tests
 MAIL = {"to": ["ap@supplier.example"], "cc": ["books@ours.example"],

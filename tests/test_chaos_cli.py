@@ -23,8 +23,8 @@ from activities.wiring import worker_registry
 from helpers.ledger import LedgerRecord
 from staging.core import Staging, StagingServer, Switch, Target
 from tidemark.plan import load_plan
-from tidemark.tools import chaos
-from tidemark.tools.cli import build_parser
+from tools import chaos
+from tools.cli import build_parser
 
 ROOT = Path(__file__).parent.parent
 LEDGER_PLAN = ROOT / "examples" / "ledger-invoices.json"
@@ -38,7 +38,7 @@ def tidemark_chaos(db_url: str, server: StagingServer, *args: str,
                    plan: Path = LEDGER_PLAN) -> tuple[int, dict[str, Any]]:
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(plan),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
                            "--staging-url", server.url, "--json", *args],
                           env=env, capture_output=True, text=True, timeout=280)
     assert proc.stdout, proc.stderr[-2000:]
@@ -135,7 +135,7 @@ def test_chaos_fails_a_stripe_probe_that_always_answers_absent(
 def test_too_few_runs_to_cover_every_pair_are_refused(db_url: str, server: StagingServer
                                                       ) -> None:
     env = {**os.environ, "DATABASE_URL": db_url}
-    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(LEDGER_PLAN),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(LEDGER_PLAN),
                            "--staging-url", server.url, "--runs", "3"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
@@ -163,7 +163,7 @@ def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
     plan = tmp_path / "local.json"
     plan.write_text(json.dumps({"task_id": "local", "steps": [
         {"action": "fs.rename", "args": {"path": str(tmp_path / "a.txt"), "name": "b.txt"}}]}))
-    proc = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "chaos", str(plan),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
                            "--staging-url", server.url, "--runs", "1"],
                           env={**os.environ, "DATABASE_URL": db_url}, capture_output=True,
                           text=True, timeout=60)

@@ -15,12 +15,12 @@ from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.steps import crash_at
 from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
+from tools.cli import main
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 
 @pytest.fixture

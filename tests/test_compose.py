@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from activities.wiring import TARGETS
-from tidemark.tools.devstack import SEARCH_ATTRIBUTES
+from tools.devstack import SEARCH_ATTRIBUTES
 from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -354,7 +354,7 @@ def test_dockerignore_keeps_secrets_and_state_out() -> None:
     for path in (".env", "secrets/stripe_write_token", ".venv/bin/python", ".git/config",
                  "tidemark/__pycache__/cli.cpython-311.pyc"):
         assert dockerignored(path), path
-    assert not dockerignored("tidemark/tools/cli.py")
+    assert not dockerignored("tools/cli.py")
 
 
 # -- what the images require -----------------------------------------------------------------

@@ -26,13 +26,13 @@ from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
 from helpers.steps import crash_at, run_one
+from tidemark.payloads import UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tidemark.tools import schedules
-from tidemark.tools.cli import main
-from tidemark.tools.starter import start_plan
+from tools import schedules
+from tools.cli import main
+from tools.starter import start_plan
 from workflows.outcome import run_result, unwind_result
-from workflows.types import UnwindResult
 
 SPECS = spec_registry(LedgerRecord)
 

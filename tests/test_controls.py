@@ -29,10 +29,10 @@ from tidemark.errors import (
 from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools import commands
-from tidemark.tools.cli import main
-from tidemark.tools.commands import DecisionError
 from tidemark.unwind import undo_key, unwind_step
+from tools import commands
+from tools.cli import main
+from tools.commands import DecisionError
 
 SPECS = spec_registry(LedgerRecord)
 REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])

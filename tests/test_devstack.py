@@ -29,10 +29,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from helpers.wait import assert_eventually
 from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.errors import ConfigError
+from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
-from tidemark.tools.devstack import DevStack, DevStackError
+from tools.devstack import DevStack, DevStackError
 from workflows.outcome import run_result
-from workflows.types import TASK_QUEUE, RunResult
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
 DEADLINE_S = 30.0
@@ -185,7 +185,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                                                db_url: str) -> None:
     port, ui_port, staging_port, metrics_port = free_ports(4)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.tools.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tools.cli", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}"})
@@ -216,7 +216,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         config = printed["Temporal gRPC"].split("export TEMPORAL_CONFIG_FILE=")[1].rstrip(")")
         assert config == str(home / "temporal.toml") and mode(Path(config)) == 0o600
         other_shell = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        listed = subprocess.run([sys.executable, "-m", "tidemark.tools.cli", "schedule", "list"],
+        listed = subprocess.run([sys.executable, "-m", "tools.cli", "schedule", "list"],
                                 env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
                                 capture_output=True, text=True, timeout=60)
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
@@ -244,7 +244,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
 def test_sigterm_during_start_up_leaves_no_process(home: Path) -> None:
     port, ui_port, staging_port = free_ports(3)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.tools.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tools.cli", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -14,9 +14,9 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
 from staging.drive import DriveTarget
+from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 
 async def start(client: Client, doc: dict[str, Any],

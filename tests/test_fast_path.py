@@ -22,12 +22,12 @@ from helpers.ledger import ledger_lines, ledger_registry, persisted
 from helpers.wait import assert_eventually
 from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
+from tidemark.payloads import RunResult
 from tidemark.run_step import run_steps
 from tidemark.store import JournalStore
-from tidemark.tools import commands
+from tools import commands
 from workflows.outcome import run_result
 from workflows.run_plan import FAST_BATCH_BUDGET, FAST_BATCH_STEPS, FAST_STEPS_PER_RUN
-from workflows.types import RunResult
 
 
 async def batches_started(handle: WorkflowHandle[Any, Any]) -> list[int]:

@@ -35,12 +35,12 @@ from tidemark.errors import (
     TargetUnavailable,
     UnknownTask,
 )
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
+from tools.cli import main
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 
 def rename(path: str, name: str) -> dict[str, Any]:

@@ -31,12 +31,12 @@ from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision, PlanError, StepBusy, TidemarkError
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import lock_id
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
-from tidemark.tools import commands
+from tools import commands
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 SPECS = spec_registry(LedgerRecord)
 REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging")
+PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "tools")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -39,7 +39,7 @@ def within(module: str, package: str) -> bool:
 def test_the_worker_imports_neither_the_staging_servers_nor_the_tooling() -> None:
     modules = imported_modules(ROOT / "worker.py")
     assert "activities.steps" in modules  # the walk sees what the worker really imports
-    assert sorted(m for m in modules if within(m, "staging") or within(m, "tidemark.tools")) \
+    assert sorted(m for m in modules if within(m, "staging") or within(m, "tools")) \
         == []
 
 
@@ -48,7 +48,7 @@ def test_nothing_but_the_tooling_imports_the_worker() -> None:
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            if within(module, "tidemark.tools"):
+            if within(module, "tools"):
                 continue
             if any(within(m, "worker") for m in imported_modules(path)):
                 importers.append(module)

@@ -19,13 +19,13 @@ from helpers.ledger import ledger_lines
 from helpers.wait import assert_eventually
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
+from tidemark.payloads import RunResult, UnwindResult
 from tidemark.report import build_report
 from tidemark.store import JournalStore
-from tidemark.tools import commands
-from tidemark.tools.cli import main
-from tidemark.tools.devstack import temporal_binary
+from tools import commands
+from tools.cli import main
+from tools.devstack import temporal_binary
 from workflows.outcome import run_result, unwind_result
-from workflows.types import RunResult, UnwindResult
 
 RESULT_TIMEOUT = 60
 

@@ -27,11 +27,11 @@ from tidemark import metrics
 from tidemark.actions import Registry
 from tidemark.errors import ConfigError, StepBusy, TargetUnavailable
 from tidemark.faults import CRASH_ENV
+from tidemark.payloads import RunResult
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools.devstack import free_port
+from tools.devstack import free_port
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 SPECS = spec_registry(LedgerRecord)
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')

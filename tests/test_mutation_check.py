@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import mutation_check as mc
 
-import mutation_check as mc  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_anchor_occurs_exactly_once_and_names_are_unique() -> None:

@@ -19,10 +19,10 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.ledger import ledger_lines, ledger_registry, ledger_step, persisted
 from helpers.restart import Restartable, restartable_postgres
 from tidemark.errors import StoreUnavailable
+from tidemark.payloads import RunResult
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 TASKS = 8  # steps in flight at once before the restart: as many pooled connections
 

@@ -26,13 +26,13 @@ from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tidemark.tools import commands
-from tidemark.tools.devstack import temporal_binary
+from tools import commands
+from tools.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
-from workflows.types import RunResult
 
 README_START = ("temporal workflow start --task-queue tidemark --type RunPlan "
                 "--workflow-id tidemark-{task} --input-file {file}")

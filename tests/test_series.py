@@ -32,14 +32,14 @@ from tidemark import series
 from tidemark.actions import StepContext
 from tidemark.errors import Unauthorized, UnknownTask
 from tidemark.grants import GrantBroker, revoke_task_grants
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.tools import commands, schedules
-from tidemark.tools.devstack import temporal_binary
-from tidemark.tools.kill import kill
+from tools import commands, schedules
+from tools.devstack import temporal_binary
+from tools.kill import kill
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 
 def ledger_steps(ledger: Path, prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
@@ -306,7 +306,7 @@ def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_
 async def test_cli_series_stop_release_status_schedule_and_kill(
         temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tidemark.tools.cli import main
+    from tools.cli import main
 
     monkeypatch.setenv("DATABASE_URL", db_url)
     address = temporal_env.client.service_client.config.target_host

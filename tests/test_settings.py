@@ -29,9 +29,9 @@ from tidemark.errors import ConfigError
 from tidemark.plan import load_plan
 from tidemark.settings import load_settings
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
-from tidemark.tools.client import TidemarkClient
-from tidemark.tools.devstack import DevStack, dev_server_args, temporal_binary
+from tools.cli import main
+from tools.client import TidemarkClient
+from tools.devstack import DevStack, dev_server_args, temporal_binary
 from workflows.run_plan import STATE, TASK_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def home() -> Iterator[Path]:
 
 
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidemark.tools.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 

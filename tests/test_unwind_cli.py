@@ -22,12 +22,12 @@ from activities.drive import drive_client
 from helpers.staging_fixtures import arm, effects, post
 from staging.core import StagingServer
 from tidemark import staging_tokens
+from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tidemark.tools import commands
-from tidemark.tools.cli import main
+from tools import commands
+from tools.cli import main
 from workflows.outcome import run_result
-from workflows.types import RunResult
 
 MAIL = {"to": ["ap@supplier.example"], "subject": "Q3 invoices filed", "body": "All filed."}
 APPROVAL = {"required": True}

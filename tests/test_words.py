@@ -12,7 +12,6 @@ import pytest
 
 from tidemark import words
 from tidemark.store import JournalStore
-from tidemark.tools.cli import main
 from tidemark.words import (
     STOPS,
     ControlState,
@@ -25,6 +24,7 @@ from tidemark.words import (
     StepStatus,
     Verdict,
 )
+from tools.cli import main
 
 # Each (table, column) whose CHECK lists the words it allows, and the enum that names them.
 CHECKED: dict[tuple[str, str], type[StrEnum]] = {

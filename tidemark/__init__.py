@@ -2,5 +2,5 @@
 
 Nothing in the core talks to Temporal (settings.py reads only the SDK's environment
 configuration, temporalio.envconfig); workflows/, activities/ and worker.py build on it, and the
-tooling in tidemark/tools/ drives them all.
+tooling in tools/ drives them all.
 """

@@ -21,7 +21,7 @@ from tidemark.store import JournalStore
 from tidemark.words import EventKind, TaskState
 
 SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
-SCHEDULE_PREFIX = "tidemark-series-"  # a series' Temporal Schedule (tidemark/tools/schedules)
+SCHEDULE_PREFIX = "tidemark-series-"  # a series' Temporal Schedule (tools/schedules)
 CLOCK_SKEW = timedelta(minutes=1)  # between the Temporal server's clock and a worker's
 
 SETTLED = (TaskState.COMPLETED, TaskState.UNWOUND)

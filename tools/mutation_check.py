@@ -74,7 +74,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 PER_MUTANT_TIMEOUT_S = 240  # the named tests
 PER_TIER_TIMEOUT_S = 1200  # the rest of the tier, for a mutant they let through
-PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "worker")
+PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "tools", "worker")
 
 RS = "tidemark/run_step.py"
 # The journal store, one module per concern (tidemark/store/).
@@ -445,12 +445,12 @@ MUTANTS: tuple[Mutant, ...] = (
             )),
     # -- stop, release and resolve ----------------------------------------------------------------
     Mutant("resolve --as never closes a step of a task that is not stopped",
-           "tidemark/tools/commands.py",
+           "tools/commands.py",
            "if s.stopped is None:\n                    raise DecisionError(",
            "if s.stopped is None and False:\n                    raise DecisionError(",
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
-    Mutant("stop accepts a task id that names no task", "tidemark/tools/commands.py",
+    Mutant("stop accepts a task id that names no task", "tools/commands.py",
            "if task_id == ALL_TASKS or store.task_known(task_id):",
            "if task_id == ALL_TASKS or store.task_known(task_id) is not None:",
            ("tests/test_cli.py::test_stop_refuses_a_task_id_that_names_no_task",)),
@@ -481,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "acting_for(self.grants, inp.task_id)",
            (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
             "grant",)),
-    Mutant("resume silently releases a kill", "tidemark/tools/commands.py",
+    Mutant("resume silently releases a kill", "tools/commands.py",
            'if stop["state"] != ControlState.KILLED:\n        return\n    scope = ""',
            'if True:\n        return\n    scope = ""',
            ("tests/test_control_matrix.py::test_control_matrix[killed-resume]",)),
@@ -512,11 +512,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if p.stop is not None and not p.finished and False:\n            # A kill is named",
            (f"{T_SS}::test_a_stopped_task_acts_on_nothing_until_released",)),
     # -- kill and decisions under a stop -----------------------------------------------------------
-    Mutant("an approval after a kill is journaled", "tidemark/tools/commands.py",
+    Mutant("an approval after a kill is journaled", "tools/commands.py",
            "        _check_not_stopped(store, task_id, decision)\n",
            "",
            ("tests/test_kill.py::test_an_approval_after_a_kill_changes_nothing_and_says_why",)),
-    Mutant("kill terminates without letting the step under way finish", "tidemark/tools/kill.py",
+    Mutant("kill terminates without letting the step under way finish", "tools/kill.py",
            "settled = await _settle(self.client, self.announced, self.grace_s)",
            "settled = await _settle(self.client, self.announced, 0.0)",
            ("tests/test_kill.py::test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_"
@@ -627,7 +627,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        return self.request(uri, method, body, headers, **kwargs)",
            (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
     # -- kill's four layers ------------------------------------------------------------------------
-    Mutant("kill: a kill of a series stops its first run, not the series", "tidemark/tools/kill.py",
+    Mutant("kill: a kill of a series stops its first run, not the series", "tools/kill.py",
            "self.store.set_killed(self.t.scope, self.reason, self.by)",
            "self.store.set_killed(self.t.tasks[0] if self.t.tasks else self.t.scope, self.reason,"
            " self.by)",
@@ -639,12 +639,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_kill.py::test_kill_without_temporal_still_sets_the_stop_state_and_"
             "revokes_the_grants",)),
     Mutant("kill: a kill of a series' run leaves the series' schedule running",
-           "tidemark/tools/kill.py",
+           "tools/kill.py",
            "return Target(task, [task], [named] if named else [])",
            "return Target(task, [task], [])",
            ("tests/test_series.py::test_a_killed_run_blocks_the_next_until_a_person_settles_and_"
             "releases_it",)),
-    Mutant("kill --all revokes no grant", "tidemark/tools/kill.py",
+    Mutant("kill --all revokes no grant", "tools/kill.py",
            "for one in (self.t.tasks if not self.t.everything else [None]):",
            "for one in self.t.tasks:",
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
@@ -655,7 +655,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_series.py::test_kill_all_stops_everything_pauses_every_schedule_and_"
             "revokes_every_grant",)),
     Mutant("kill --grace 0 terminates a run before it took the signal, which then says running",
-           "tidemark/tools/kill.py",
+           "tools/kill.py",
            "    bound = grace_s if told else max(grace_s, TOLD_S)\n",
            "    bound = grace_s\n",
            ("tests/test_kill.py::test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_"
@@ -666,7 +666,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                pass\n",
            ("tests/test_kill.py::test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_"
             "run",)),
-    Mutant("kill: a layer that fails ends the kill", "tidemark/tools/kill.py",
+    Mutant("kill: a layer that fails ends the kill", "tools/kill.py",
            "        layers.append(await _layer(n, what, fn))\n",
            "        layers.append(await _layer(n, what, fn))\n"
            "        if not layers[-1][\"done\"]:\n            break\n",
@@ -719,7 +719,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "os.rename(dst.name, original.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)",
            (f"{T_UC}::test_an_unwind_never_replaces_a_file_that_took_the_original_name",)),
     # -- the decider -------------------------------------------------------------------------------
-    Mutant("approval: the --by label is taken as the decider", "tidemark/tools/commands.py",
+    Mutant("approval: the --by label is taken as the decider", "tools/commands.py",
            "    who = user if user is not None else os_user()\n",
            "    who = by or (user if user is not None else os_user())\n",
            (f"{T_AP}::test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says",)),
@@ -768,7 +768,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/boundary.py": (T_BD,),
     "tidemark/report.py": (T_RE, T_SS),
     "tidemark/unwind.py": (T_UW, T_SS, T_CT),
-    "tidemark/tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP),
+    "tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP),
     "tidemark/credentials.py": (T_CR,),
     "activities/granted.py": (T_CR, "tests/test_google_http.py"),
     "activities/drive.py": (T_DR, T_PR),
@@ -781,7 +781,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF),
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py"),
     "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
-    "tidemark/tools/kill.py": (T_KL, T_SE, T_UC),
+    "tools/kill.py": (T_KL, T_SE, T_UC),
     "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
     "tidemark/errors.py": (T_RP, T_FP, T_BD, T_HZ),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
@@ -817,7 +817,7 @@ def read_rules(path: Path = RULES_DOC) -> list[Rule]:
     or ``- status: pending`` and, for a covered rule, one ``- mutant: NAME`` line per mutant."""
     rules: list[Rule] = []
     text: str | None = None
-    status, names = "", []
+    status, names = "", list[str]()
 
     def close() -> None:
         if text is not None:

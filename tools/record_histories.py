@@ -40,8 +40,8 @@ from tidemark.errors import TargetUnavailable  # noqa: E402
 from tidemark.plan import load_plan  # noqa: E402
 from tidemark.run_step import run_step  # noqa: E402
 from tidemark.store import JournalStore  # noqa: E402
-from tidemark.tools import commands  # noqa: E402
-from tidemark.tools.devstack import dev_server_args, temporal_binary  # noqa: E402
+from tools import commands  # noqa: E402
+from tools.devstack import dev_server_args, temporal_binary  # noqa: E402
 from worker import build_worker  # noqa: E402
 from workflows.run_plan import FAST_STEPS_PER_RUN, STATE, STEPS_PER_RUN, TASK_ID  # noqa: E402
 
@@ -177,7 +177,7 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 async def killed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
     """`tidemark kill` while step 2 is under way: the run says killed, lets the step finish,
     and is terminated."""
-    from tidemark.tools.kill import kill
+    from tools.kill import kill
 
     h = await s.start({"task_id": "killed", "steps": s.ledger_steps(4, hold_s=0.5)})
     await s.wait_for(lambda: (s.scratch / "ledger").exists())

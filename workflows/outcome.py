@@ -21,7 +21,7 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, TerminatedError
 
-from workflows.types import COMPLETED, KILLED, RunResult, UnwindResult
+from tidemark.payloads import COMPLETED, KILLED, RunResult, UnwindResult
 
 TYPE_PREFIX = "Tidemark"
 

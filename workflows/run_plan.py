@@ -34,9 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from tidemark.errors import END_STATES
-    from tidemark.words import TaskState
-    from workflows.outcome import ended
-    from workflows.types import (
+    from tidemark.payloads import (
         AWAITING_APPROVAL,
         COMPLETED,
         FAILED,
@@ -59,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
         StepOutput,
         WindowInput,
     )
+    from tidemark.words import TaskState
+    from workflows.outcome import ended
 
 TASK_ID = SearchAttributeKey.for_keyword("TidemarkTaskId")
 STATE = SearchAttributeKey.for_keyword("TidemarkState")

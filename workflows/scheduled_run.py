@@ -1,4 +1,4 @@
-"""ScheduledRun: what a series' Temporal Schedule starts (tidemark/tools/schedules.py).
+"""ScheduledRun: what a series' Temporal Schedule starts (tools/schedules.py).
 
 It reads the stop and series state first (activity ``series_gate``); if anything says stop it
 ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity
@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.payloads import FAILED, KILLED, PlannerInput, RunResult
     from tidemark.series_names import scheduled_task_id
     from workflows.outcome import ended, result_of
     from workflows.run_plan import (
@@ -28,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         TASK_ID,
         end_state_of,
     )
-    from workflows.types import FAILED, KILLED, PlannerInput, RunResult
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")

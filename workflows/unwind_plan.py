@@ -28,6 +28,18 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.payloads import (
+        FAILED,
+        KILLED,
+        RUNNING,
+        STOPPED,
+        UNWOUND,
+        StepInput,
+        UndoOutput,
+        UnwindPlanned,
+        UnwindResult,
+        UnwoundInput,
+    )
     from workflows.outcome import failure_type
     from workflows.run_plan import (
         BOOKKEEPING_RETRY,
@@ -39,18 +51,6 @@ with workflow.unsafe.imports_passed_through():
         STEP_START_TO_CLOSE,
         TASK_ID,
         end_state_of,
-    )
-    from workflows.types import (
-        FAILED,
-        KILLED,
-        RUNNING,
-        STOPPED,
-        UNWOUND,
-        StepInput,
-        UndoOutput,
-        UnwindPlanned,
-        UnwindResult,
-        UnwoundInput,
     )
 
 # The patch that revokes the undo grants when an unwind ends (workflow.patched).

@@ -21,8 +21,8 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from tidemark.payloads import TASK_QUEUE
 from tidemark.plan import TASK_ID_RE
-from workflows.types import TASK_QUEUE
 
 PREFIX = "tidemark-series-"
 

@@ -15,9 +15,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from tidemark.payloads import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 from tidemark.settings import Settings
 from workflows.outcome import run_result, unwind_result
-from workflows.types import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 
 
 async def start_plan(client: Client, document: dict[str, Any], task_id: str,

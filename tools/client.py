@@ -31,10 +31,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
+from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.plan import Plan, load_plan
 from tidemark.settings import Settings, load_settings
 from workflows.outcome import run_result
-from workflows.types import TASK_QUEUE, RunResult
 
 
 class RunNotFound(TidemarkError):
@@ -133,7 +133,7 @@ class TidemarkClient:
         TEMPORAL_API_KEY, TLS) of ``settings`` (default: read from this process's
         environment), with ``address``/``namespace`` replacing the configured ones if given;
         the task queue is TIDEMARK_TASK_QUEUE's unless given."""
-        from tidemark.tools.starter import connect
+        from tools.starter import connect
 
         settings = (settings or load_settings()).with_temporal(address=address,
                                                                namespace=namespace)

@@ -1,4 +1,4 @@
-"""The `tidemark` command: a thin shell over tidemark.tools.commands.
+"""The `tidemark` command: a thin shell over tools.commands.
 
 The configuration is read once (``tidemark.settings.load_settings``) and passed down as
 ``args.settings``. Errors print one line and exit non-zero (``--traceback`` shows the full
@@ -26,8 +26,8 @@ from tidemark.database import database_url
 from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTask
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
-from tidemark.tools import commands
 from tidemark.words import Decision, Verdict
+from tools import commands
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -178,7 +178,7 @@ def _cmd_release(a: argparse.Namespace) -> int:
 
 
 def _cmd_resume(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import check_no_unwind, resume_task
+    from tools.starter import check_no_unwind, resume_task
 
     url = _db(a)
     report = commands.status(url, a.task)
@@ -225,7 +225,7 @@ def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | N
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import decision_taken, signal_approval
+    from tools.starter import decision_taken, signal_approval
 
     decision = Decision.APPROVE if a.command == Decision.APPROVE else Decision.REJECT
 
@@ -283,7 +283,7 @@ def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
 
 
 def _cmd_unwind(a: argparse.Namespace) -> int:
-    from tidemark.tools.starter import check_no_unwind, unwind_task
+    from tools.starter import check_no_unwind, unwind_task
 
     url = _db(a)
     plan = commands.unwind_preview(url, a.task)
@@ -308,7 +308,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
     from tidemark.approval import ENV_APPROVERS
     from tidemark.database import redacted
     from tidemark.metrics import METRICS_ENV, dev_address
-    from tidemark.tools.devstack import DevStack
+    from tools.devstack import DevStack
 
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
                      with_worker=not a.no_worker, settings=a.settings,
@@ -352,7 +352,7 @@ def _cmd_staging(a: argparse.Namespace) -> int:
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from tidemark.tools.demo import run_demo
+    from tools.demo import run_demo
 
     # With --json the narration goes to stderr and stdout holds only the JSON document.
     out = sys.stderr if a.json else sys.stdout
@@ -366,7 +366,7 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _cmd_chaos(a: argparse.Namespace) -> int:
-    from tidemark.tools.chaos import progress_bar, run_chaos
+    from tools.chaos import progress_bar, run_chaos
 
     with open(a.plan, encoding="utf-8") as f:
         doc = json.load(f)
@@ -389,7 +389,7 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
 
 
 def _cmd_providers(a: argparse.Namespace) -> int:
-    from tidemark.tools import providers
+    from tools import providers
 
     only = a.only or None
     if a.live:
@@ -403,7 +403,7 @@ def _cmd_providers(a: argparse.Namespace) -> int:
     else:
         from staging.core import StagingServer
         from staging.targets import build_staging
-        from tidemark.tools.testing import staging_post
+        from tools.testing import staging_post
 
         with StagingServer(build_staging(worst_case=a.worst_case)) as server:
             seeded = staging_post(server.url, "/_staging/drive/files",
@@ -638,13 +638,13 @@ def _series_status(a: argparse.Namespace) -> int:
 
 
 async def _temporal(a: argparse.Namespace) -> Any:
-    from tidemark.tools.starter import connect
+    from tools.starter import connect
 
     return await connect(a.settings)
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
-    from tidemark.tools.kill import kill, stopped_workflows
+    from tools.kill import kill, stopped_workflows
 
     if sum((a.task is not None, a.series is not None, a.all)) != 1:
         raise UsageError("kill: give one of a task id, --series S or --all")
@@ -655,7 +655,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
         raise UsageError("kill: --grace must be 0 or more seconds")
 
     async def go() -> list[dict[str, Any]]:
-        from tidemark.tools.starter import TemporalUnavailable
+        from tools.starter import TemporalUnavailable
 
         client, unreachable = None, ""
         try:
@@ -682,7 +682,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
 
 
 def _cmd_schedule(a: argparse.Namespace) -> int:
-    from tidemark.tools import schedules
+    from tools import schedules
 
     async def go() -> Any:
         client = await _temporal(a)

@@ -41,10 +41,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
+from tidemark.payloads import KILLED
 from tidemark.store import JournalStore
-from tidemark.tools import schedules
-from tidemark.tools.commands import check_scope
-from workflows.types import KILLED
+from tools import schedules
+from tools.commands import check_scope
 
 # How long layer 4 waits for the killed workflows to settle (the attempt under way finished)
 # before it terminates them anyway. A step's own calls time out within 30 s, and layer 3 makes

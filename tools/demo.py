@@ -37,9 +37,9 @@ from tidemark.supplier_sync import (
     seed_requests,
     supplier_sync_plan,
 )
-from tidemark.tools.devstack import DevStack
-from tidemark.tools.starter import start_plan
 from tidemark.words import TaskState
+from tools.devstack import DevStack
+from tools.starter import start_plan
 from workflows.outcome import run_result
 
 KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, steps 39-42 provably not attempted

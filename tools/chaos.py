@@ -45,7 +45,7 @@ like ours whose metadata we cannot see) never acts. Such a run is listed under `
 with its reason and is not a failure, provided nothing was duplicated; in the default world,
 where every probe can tell, it is a failure like any other error.
 
-The plan's steps run in a subprocess (``python -m tidemark.tools.chaos --run ...``) so that a crash
+The plan's steps run in a subprocess (``python -m tools.chaos --run ...``) so that a crash
 point can SIGKILL it; the resume runs here. Actions come from the worker's registry (built-ins
 and installed plugins, bound against the staging server), plus ``--action MODULE:CLASS``.
 """
@@ -269,7 +269,7 @@ def chaos_registry(staging_url: str, extra: Sequence[str] = ()) -> Registry:
     """The worker's registry bound against the staging server, with ``extra`` action classes
     (MODULE:CLASS, bound by their ``from_env``) in place of same-named ones."""
     from activities.wiring import worker_registry
-    from tidemark.tools.devstack import STAGING_CLIENTS
+    from tools.devstack import STAGING_CLIENTS
 
     # The staging servers' client settings (short timeouts, so a killed attempt's lease lapses
     # in seconds; no Drive horizon, as staging applies a write within its request), unless the
@@ -376,7 +376,7 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
     store.persist_plan(plan)
     env = {**os.environ, **_passthrough_env()}
     env.pop(CRASH_ENV, None)
-    cmd = [sys.executable, "-m", "tidemark.tools.chaos", "--run", db_url, task_id, staging_url]
+    cmd = [sys.executable, "-m", "tools.chaos", "--run", db_url, task_id, staging_url]
     for spec in extra:
         cmd += ["--action", spec]
     if kill is not None and kill.phase in CRASH_PHASES:
@@ -643,7 +643,7 @@ def progress_bar(done: int, total: int, what: str) -> None:
 # -- the subprocess ---------------------------------------------------------------------
 
 def _run_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m tidemark.tools.chaos")
+    p = argparse.ArgumentParser(prog="python -m tools.chaos")
     p.add_argument("--run", nargs=3, metavar=("DB_URL", "TASK", "STAGING_URL"), required=True)
     p.add_argument("--action", action="append", default=[])
     p.add_argument("--fault", help="JSON: a staging fault to arm just before its step")
