@@ -1,10 +1,12 @@
 """The attempt sequence (tidemark.attempt) as a compensation goes through it: the lease rules
 that the forward step's tests pin (test_hazards, test_lease, test_leases) hold for the undo phase
 too, because both phases run one sequence. Each test here is the undo phase's twin of one of
-them, named with the same mutant in tools/mutation_check.py."""
+them, named with the same mutant in tools/mutation_check.py. And the sequence is the only code
+that writes or claims an intent, or holds an attempt's lease."""
 
 from __future__ import annotations
 
+import ast
 import os
 import threading
 import time
@@ -58,6 +60,37 @@ class Reversible(LedgerRecord):
 
 
 SPECS = spec_registry(Reversible)
+ROOT = Path(__file__).resolve().parent.parent
+# The journal's steps of an attempt that let it act: the intent written or claimed, the lease held
+# while the call runs and after an ambiguous failure (tidemark/store.py defines them). The step's
+# lock is not among them: a person's `tidemark resolve` takes it to settle a step without acting.
+SEQUENCE_CALLS = frozenset({"begin", "claim", "keep_lease", "renew_lease"})
+SEQUENCE_HOME = "tidemark/attempt.py"
+
+
+def sequence_calls_outside_its_module(root: Path) -> list[str]:
+    """Where code of the packages a worker runs calls a step of the attempt sequence other than
+    in the module that holds it (and the store that defines it), as ``path:line name``."""
+    found = []
+    for package in ("tidemark", "activities", "workflows", "probes"):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel in (SEQUENCE_HOME, "tidemark/store.py") or rel.startswith("tidemark/store/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in SEQUENCE_CALLS):
+                    found.append(f"{rel}:{node.lineno} {node.func.attr}")
+    return found
+
+
+def test_only_the_attempt_module_writes_an_intent_or_holds_an_attempts_lease() -> None:
+    """A rule of the sequence fixed in one place holds for a forward step and a compensation
+    alike only if nothing else writes an intent or holds a lease."""
+    assert sequence_calls_outside_its_module(ROOT) == []
+    home = {n.func.attr for n in ast.walk(ast.parse((ROOT / SEQUENCE_HOME).read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    assert home >= SEQUENCE_CALLS  # the names still say what the store calls them
 
 
 def undo_lines(tmp_path: Path) -> list[str]:
