@@ -17,47 +17,34 @@
     no row                      -> gates, snapshot, commit intent (refused if a stop was
                                    committed meanwhile), execute, commit outcome
 
-Only the connection that holds the lock writes the intent and the outcome, so two live attempts
-of one step can never both act, and a crash leaves exactly one row in doubt. The attempt lease
-(see tidemark.store.LEASE_S) covers what the lock cannot: an attempt whose database session (and
-so its lock) was lost while its call to the target may still be in flight. It is written before
-the call to cover the action's deadline plus its horizon, kept fresh by renewals that may fail
-without harm, and after an ambiguous failure held for the target's horizon: a request that left
-us may still be applied until then, so a probe's *absent* is not asked for before. A call that
-runs past its deadline while renewals fail ends the worker before its lease could lapse
-(guarded_call): an overrunning attempt is covered while it is renewed, and stopped before a
-twin could take the step.
+The sequence of an attempt (lock, stop check, lease, intent, act, settle) is tidemark.attempt's,
+shared with a compensation's (tidemark.unwind); what is the forward step's own is here
+(``Forward``): its gates, its snapshot as before_state, its probe when found in doubt, and a
+staged handle journaled before the call that consumes it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tidemark import metrics
-from tidemark.actions import Action, GateRefused, ProbeResult, ProbeStatus, Registry, StepContext
-from tidemark.errors import (
-    JournalMismatch,
-    NeedsDecision,
-    PreconditionFailed,
-    Refused,
-    StepBusy,
-    StepFailed,
-    TaskStopped,
-    TaskUnwound,
-    TidemarkError,
-    Unauthorized,
+from tidemark.actions import Action, GateRefused, Registry, StepContext
+from tidemark.attempt import (
+    DO,
+    Phase,
+    attempt,
+    call_lease,
+    covered_call_s,
+    locked,
+    resolve_in_doubt,
 )
+from tidemark.errors import JournalMismatch, PreconditionFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.plan import Plan, Step
-from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
-
-log = logging.getLogger(__name__)
+from tidemark.store import JournalRow, JournalStore, StepSession
 
 
 @dataclass(frozen=True)
@@ -100,11 +87,7 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *
         StepFailed: the target refused the action for good; recorded as the outcome.
         Unauthorized, TargetUnavailable: from the action; the step stays in doubt.
     """
-    with store.execution(task_id, step) as s:
-        if s.unwound:
-            raise TaskUnwound(task_id)
-        if s.stopped is not None:
-            raise TaskStopped(task_id, s.stopped)
+    with locked(store, task_id, step, acting=DO) as s:
         spec, row = s.spec, s.row
         action = registry.bound(spec.action)
         key = key_for(task_id, step, spec.action, spec.args)
@@ -115,29 +98,62 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *
                                   f"with key {row.idem_key}, the plan says {spec.action} {key}")
         if row is not None and row.outcome is not None:
             return StepResult.from_row(row, skipped=True)
+        done = attempt(store, s, Forward(action, ctx), flush_outcome=flush_outcome)
+        return StepResult.from_row(done, skipped=False)
 
-        if row is not None:
-            # In doubt: an earlier attempt wrote the intent and died. Ask the target.
-            check_lease(s, ctx)
-            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state,
-                          staged=row.staged)
-            done = resolve_in_doubt(action, ctx, s)
-            if done is not None:
-                return StepResult.from_row(done, skipped=False)
-            _gate(action, ctx, s)  # absent: the world is as before; gates are never trusted
-            lease_from = time.monotonic()  # before the statement: the cover it gives errs early
-            s.claim(task_id, key, call_lease(action))  # a stop since the lock was taken holds
-        else:
-            _gate(action, ctx, s)
-            before = action.snapshot(ctx)
-            crash_point("before_intent", step)
-            lease_from = time.monotonic()
-            row = s.begin(task_id=task_id, step=step, key=key, action=spec.action,
-                          args=spec.args, before_state=before, lease_s=call_lease(action))
-            ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
 
-        crash_point("after_intent", step)
-        return _execute(store, action, ctx, s, flush_outcome, lease_from)
+@dataclass(frozen=True)
+class Forward:
+    """The forward side of an attempt (tidemark.attempt.Side): the action's execute."""
+
+    action: Action
+    ctx: StepContext
+
+    @property
+    def phase(self) -> Phase:
+        return DO
+
+    @property
+    def name(self) -> str:
+        return self.ctx.action
+
+    def key(self, attempt: int) -> str:
+        # A forward step has one journal row: once it has an outcome, run_step returns it and
+        # nothing acts again, so there is no second attempt to name.
+        return self.ctx.key
+
+    def context(self, intent: JournalRow) -> StepContext:
+        return replace(self.ctx, started_at=intent.started_at,
+                       before_state=intent.before_state, staged=intent.staged)
+
+    def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
+        """Asks the target (read-only) whether the step in doubt happened: done is recorded
+        and returned; absent runs the gates again before the step acts again."""
+        done = resolve_in_doubt(self.action, ctx, s)
+        if done is not None:
+            return done
+        _gate(self.action, ctx, s)  # absent: the world is as before; gates are never trusted
+        return None
+
+    def before_state(self, s: StepSession) -> dict[str, Any]:
+        _gate(self.action, self.ctx, s)
+        return self.action.snapshot(self.ctx)
+
+    def call(self, store: JournalStore, s: StepSession, ctx: StepContext) -> dict[str, Any]:
+        """Stages the call if the action stages (once: a staged handle found in the intent is
+        consumed as is), then executes."""
+        action = self.action
+        if ctx.staged is None:
+            staged = action.stage(ctx)
+            if staged is not None:
+                # journaled before anything consumes it; the lease now covers the send
+                staged_from = time.monotonic()
+                s.stage(ctx.key, staged, call_lease(action))
+                store.cover_lease(ctx.key, staged_from + covered_call_s(action),
+                                  float(action.deadline_s))
+                ctx = replace(ctx, staged=staged)
+                crash_point("after_stage", ctx.step)
+        return action.execute(ctx)
 
 
 @dataclass(frozen=True)
@@ -223,148 +239,9 @@ def _run_plan_gates(store: JournalStore, registry: Registry, task_id: str,
             raise PreconditionFailed(steps[0][0], name, str(e)) from None
 
 
-def check_lease(s: StepSession, ctx: StepContext) -> None:
-    """Raises StepBusy while the attempt on this open intent may still be acting."""
-    if s.lease_left is not None and s.lease_left > 0:
-        metrics.lease_wait(ctx.action)
-        raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
-                       f"on it for {s.lease_left:.1f}s")
-
-
-def covered_call_s(action: Action) -> float:
-    """Seconds of an action's call that the lease written before it covers with no renewal:
-    its declared deadline, but never less than what one renewal adds (LEASE_S). Past it, only
-    committed renewals cover the call, and the deadline watch ends the process rather than let
-    the lease lapse under a call still running; the floor leaves a short-deadline action time
-    for its first renewal (LEASE_RENEW_S later) before the watch would have to act."""
-    return max(float(action.deadline_s), LEASE_S)
-
-
-def call_lease(action: Action) -> float:
-    """Seconds the lease written before an action's call must cover: the call itself (its
-    deadline) and then the time the target may still apply the request (its horizon)."""
-    return covered_call_s(action) + float(action.horizon_s)
-
-
-def renewal_lease(action: Action) -> float:
-    """Seconds each renewal extends the lease to while the action is still running."""
-    return LEASE_S + float(action.horizon_s)
-
-
-def guarded_call(store: JournalStore, key: str, action: Action,
-                 lease_from: float) -> contextlib.AbstractContextManager[None]:
-    """The block in which an action's call runs: its lease is renewed, and the process ends
-    before the lease could lapse while the call still runs (tidemark.store.LeaseKeeper).
-
-    ``lease_from`` is this machine's monotonic time just before the statement that wrote the
-    call's lease (call_lease seconds from then, on the database's clock): a request that leaves
-    us before ``lease_from + covered_call_s(action)`` is covered by it whether or not any
-    renewal succeeds. Past that, only committed renewals cover the call."""
-    return store.keep_lease(key, renewal_lease(action), horizon_s=float(action.horizon_s),
-                            covered_until=lease_from + covered_call_s(action),
-                            deadline_s=float(action.deadline_s))
-
-
-def end_attempt(s: StepSession, key: str, action: Action) -> None:
-    """After an ambiguous failure: the attempt is over, but its request may still be applied
-    for the target's horizon, so the lease is held that long (not cut to zero). If this write
-    fails, the lease written before the call still covers it."""
-    with contextlib.suppress(TidemarkError):
-        s.renew_lease(key, float(action.horizon_s))
-
-
-def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
-    """Probes the step in doubt and records what the target says.
-
-    Returns the completed row when the probe says done, None when it says absent (the world is
-    as before_state recorded). Raises NeedsDecision when the probe cannot tell.
-    """
-    probed = _probe(action, ctx)
-    s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
-    metrics.probe_answered(ctx.action, probed.status.value)
-    if probed.status is ProbeStatus.DONE:
-        done = s.complete(key=ctx.key, outcome=probed.observed, status="done",
-                          resolved_by="probe")
-        metrics.step_settled(ctx.action, "probe", "done")
-        return done
-    if probed.status is ProbeStatus.UNKNOWN:
-        # The target cannot tell; only a person who looked may (`tidemark resolve`).
-        # A decision licenses one execution: using it is logged as the newer decision.
-        assert ctx.started_at is not None
-        decided = s.operator_decision(ctx.task_id, ctx.step, ctx.started_at)
-        if decided is None or decided["detail"].get("as") != "absent":
-            raise NeedsDecision(ctx.step, ctx.action, probed.reason)
-        s.event(ctx.task_id, "decision", {"as": "used", "decided_by": decided["actor"],
-                                          "decided_at": decided["at"].isoformat()}, ctx.step)
-        log.info("step %s %s: probe cannot tell; %s decided it did not happen",
-                 ctx.step, ctx.action, decided["actor"])
-    return None
-
-
-def _probe(action: Action, ctx: StepContext) -> ProbeResult:
-    """Runs the probe; a probe that fails to run could not decide, so it answers unknown.
-
-    A rejected credential is the exception: it is how a task is stopped from outside (the
-    grant was revoked), so it stops the task as such rather than asking a person to decide.
-    """
-    try:
-        return action.probe(ctx)
-    except Unauthorized:
-        raise
-    except Exception as e:  # any other failure of a read-only probe means "cannot tell"
-        log.warning("probe of step %s %s failed: %r", ctx.step, ctx.action, e)
-        return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")
-
-
 def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
     try:
         action.preconditions(ctx)
     except GateRefused as e:
         s.event(ctx.task_id, "precondition", {"refused": str(e)}, ctx.step)
         raise PreconditionFailed(ctx.step, ctx.action, str(e)) from None
-
-
-def _execute(store: JournalStore, action: Action, ctx: StepContext,
-             s: StepSession, flush_outcome: bool, lease_from: float) -> StepResult:
-    try:
-        with guarded_call(store, ctx.key, action, lease_from):
-            if ctx.staged is None:
-                staged = action.stage(ctx)
-                if staged is not None:
-                    # journaled before anything consumes it; the lease now covers the send
-                    staged_from = time.monotonic()
-                    s.stage(ctx.key, staged, call_lease(action))
-                    store.cover_lease(ctx.key, staged_from + covered_call_s(action),
-                                      float(action.deadline_s))
-                    ctx = replace(ctx, staged=staged)
-                    crash_point("after_stage", ctx.step)
-            outcome = action.execute(ctx)
-    except Refused as e:
-        s.complete(key=ctx.key, outcome={"error": str(e), "type": type(e).__name__},
-                   status="failed", resolved_by="execute")
-        metrics.step_settled(ctx.action, "execute", "failed")
-        log.info("step %s %s refused by the target: %s", ctx.step, ctx.action, e)
-        raise StepFailed(ctx.step, ctx.action, str(e)) from e
-    except Exception as e:
-        # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
-        # have applied, so the intent stays open and the next attempt probes it, once the
-        # target's horizon has passed.
-        end_attempt(s, ctx.key, action)
-        note_error(s, ctx, e)
-        metrics.left_in_doubt(ctx.action, type(e).__name__)
-        raise
-    crash_point("after_execute", ctx.step)
-    done = s.complete(key=ctx.key, outcome=outcome, status="done", resolved_by="execute",
-                      flush=flush_outcome)
-    metrics.step_settled(ctx.action, "execute", "done")
-    crash_point("after_outcome", ctx.step)
-    return StepResult.from_row(done, skipped=False)
-
-
-def note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
-    """Logs an action's failure as an event (the intent stays open)."""
-    # If the database is gone too, the open intent already tells the story.
-    with contextlib.suppress(TidemarkError):
-        s.event(ctx.task_id, "error", {"type": type(e).__name__, "message": str(e),
-                                       "retryable": getattr(e, "retryable", True),
-                                       "known": isinstance(e, TidemarkError)}, ctx.step)

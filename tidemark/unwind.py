@@ -1,7 +1,8 @@
 """Unwinding: compensate a task's completed reversible steps, last first, from before_state.
 
 Each compensation is journaled like a step, as phase ``undo`` with a key of its own, under the
-same rules: intent before the action, outcome after, at most one row in doubt per task. A
+same rules, by the same sequence (tidemark.attempt; ``Compensation`` is its undo side): intent
+before the action, outcome after, at most one row in doubt per task. A
 compensation states an end state ("the file should be named as before_state says"), so a
 compensation found in doubt is simply applied again; the action checks the world first.
 
@@ -16,23 +17,22 @@ again under a new undo row (attempt 2, 3, ...), so no outcome is ever rewritten.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tidemark.actions import Registry, StepContext
-from tidemark.errors import NotStopped, Refused, StepFailed, TaskKilled
-from tidemark.faults import crash_point
-from tidemark.keys import key_for
-from tidemark.run_step import (
-    call_lease,
+from tidemark.actions import Action, Registry, StepContext
+from tidemark.attempt import (
+    DO,
+    UNDO,
+    Phase,
+    attempt,
     check_lease,
-    end_attempt,
-    guarded_call,
-    note_error,
+    locked,
     resolve_in_doubt,
 )
-from tidemark.store import JournalStore
+from tidemark.errors import Refused
+from tidemark.keys import key_for
+from tidemark.store import JournalRow, JournalStore, StepSession
 
 # The compensation's key: key_for(task, step, action + "#undo", args) for its first attempt,
 # action + "#undo#<n>" for attempt n > 1.
@@ -67,11 +67,9 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
         StepBusy, StoreUnavailable, TargetUnavailable, Unauthorized: retry or stop, as for
             a forward step; a compensation left in doubt is applied again next time.
     """
-    with store.execution(task_id, step, "do") as s:
-        if s.stopped is None:
-            raise NotStopped(task_id)
-        if s.killed:  # before each compensation; the intent's statement checks it again
-            raise TaskKilled(task_id)
+    # The stop state is checked for a compensation under the forward step's lock, taken first;
+    # the statement that writes (or claims) the compensation's intent checks it again.
+    with locked(store, task_id, step, DO, acting=UNDO) as s:
         spec, row = s.spec, s.row
         action = registry.bound(spec.action)
         ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args,
@@ -96,34 +94,46 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
                               {"reason": f"step is {row.status}"})
         ctx = replace(ctx, outcome=row.outcome)
 
-    with store.execution(task_id, step, "undo") as u:
+    with store.execution(task_id, step, UNDO.name) as u:
         last = u.row
         if last is not None and last.status == "done":
             return UndoResult(step, spec.action, "already_undone", last.outcome or {})
-        if last is None or last.status == "failed":  # first try, or again after a refusal
-            attempt = 1 if last is None else last.attempt + 1
-            ukey = undo_key(task_id, step, spec.action, spec.args, attempt)
-            lease_from = time.monotonic()
-            u.begin(task_id=task_id, step=step, key=ukey, action=spec.action, args=spec.args,
-                    before_state=row.outcome or {}, lease_s=call_lease(action), phase="undo",
-                    attempt=attempt)
-        else:  # in doubt: a compensation states an end state, so it is applied again
-            ukey = last.idem_key
-            check_lease(u, ctx)
-            lease_from = time.monotonic()
-            u.claim(task_id, ukey, call_lease(action), phase="undo")
-        crash_point("undo_after_intent", step)
-        try:
-            with guarded_call(store, ukey, action, lease_from):
-                outcome = action.compensate(ctx)
-        except Refused as e:
-            u.complete(key=ukey, outcome={"error": str(e), "type": type(e).__name__},
-                       status="failed", resolved_by="execute")
-            raise StepFailed(step, spec.action + UNDO_SUFFIX, str(e)) from e
-        except Exception as e:
-            end_attempt(u, ukey, action)
-            note_error(u, ctx, e)
-            raise
-        crash_point("undo_after_execute", step)
-        u.complete(key=ukey, outcome=outcome, status="done", resolved_by="execute")
-        return UndoResult(step, spec.action, "undone", outcome)
+        # First try, again after a refusal (a new attempt), or in doubt (applied again).
+        done = attempt(store, u, Compensation(action, ctx, row.outcome or {}))
+        return UndoResult(step, spec.action, "undone", done.outcome or {})
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """The backward side of an attempt (tidemark.attempt.Side): the action's compensation,
+    given the forward step as it was journaled (its before_state and its outcome)."""
+
+    action: Action
+    ctx: StepContext  # the forward step's, with its outcome
+    forward_outcome: dict[str, Any]  # the compensation's before_state: what it undoes
+
+    @property
+    def phase(self) -> Phase:
+        return UNDO
+
+    @property
+    def name(self) -> str:
+        return self.ctx.action + UNDO_SUFFIX
+
+    def key(self, attempt: int) -> str:
+        return undo_key(self.ctx.task_id, self.ctx.step, self.ctx.action, self.ctx.args,
+                        attempt)
+
+    def context(self, intent: JournalRow) -> StepContext:
+        return self.ctx
+
+    def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
+        """A compensation states an end state, so one found in doubt is simply applied again:
+        the action checks the world first."""
+        return None
+
+    def before_state(self, s: StepSession) -> dict[str, Any]:
+        return self.forward_outcome
+
+    def call(self, store: JournalStore, s: StepSession, ctx: StepContext) -> dict[str, Any]:
+        return self.action.compensate(ctx)

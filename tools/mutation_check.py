@@ -41,7 +41,7 @@ How it runs, and why it stays inside CI's budget on two cores:
   breaks a listed rule. Pending rules (no mutant yet) are reported as such.
 
 Where a rule is checked twice on purpose, the mutant breaks the check that enforces it. The stop
-and unwound states are read when a step's lock is taken (run_step, unwind_step) and checked
+and unwound states are read when a step's lock is taken (tidemark.attempt.locked) and checked
 again by the statement that writes the intent or claims it (StepSession.begin/claim); the early
 read only saves work, so dropping it alone changes nothing a test could see. Those mutants edit
 the statement, and the tests that kill them commit the stop (or the release) after the lock was
@@ -91,6 +91,7 @@ S_CONTROLS = "tidemark/store/controls.py"
 S_APPROVALS = "tidemark/store/approvals.py"
 S_SERIES = "tidemark/store/series.py"
 S_GRANTS = "tidemark/store/grants.py"
+AT = "tidemark/attempt.py"  # the attempt sequence shared by run_step and unwind_step
 M1 = "tidemark/migrations/0001_journal.sql"
 M_STOP = "tidemark/migrations/0007_stop_of_plpgsql.sql"  # tidemark.stop_of: every stop check
 T_RS = "tests/test_run_step.py"
@@ -116,6 +117,9 @@ T_MF = "tests/test_gmail_fence.py"
 T_DO = "tests/test_deadline_overrun.py"
 T_PO = "tests/test_pool_restart.py"
 T_CR = "tests/test_credentials.py"
+# The undo phase's twins of the forward lease tests: a rule of the attempt sequence is held for
+# both phases by one mutant of tidemark/attempt.py and a test of each phase.
+T_AT = "tests/test_attempt.py"
 
 
 @dataclass(frozen=True)
@@ -128,21 +132,21 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    # -- run_step: the two-phase journal, the probe, the gates, the lease -----------------------
-    Mutant("a probe that crashes is read as absent", RS,
+    # -- run_step and the attempt sequence: the two-phase journal, the probe, the gates, the lease
+    Mutant("a probe that crashes is read as absent", AT,
            'return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")',
            'return ProbeResult.absent(f"probe failed: {type(e).__name__}: {e}")',
            (f"{T_PR}::test_a_probe_that_raises_stops_for_a_person_and_acts_on_nothing",)),
-    Mutant("an unknown probe executes without a person's decision", RS,
+    Mutant("an unknown probe executes without a person's decision", AT,
            'if decided is None or decided["detail"].get("as") != "absent":',
            'if decided is not None and decided["detail"].get("as") != "absent":',
            (f"{T_RS}::test_unknown_probe_needs_a_decision_and_runs_nothing",)),
-    Mutant("a probe that says done is not recorded as resolved by the probe", RS,
+    Mutant("a probe that says done is not recorded as resolved by the probe", AT,
            'status="done",\n                          resolved_by="probe")',
            'status="done",\n                          resolved_by="execute")',
            (f"{T_RS}::test_crash_between_rename_and_outcome_resolves_by_probe",)),
     Mutant("gates are not run again when a resumed step is absent", RS,
-           "_gate(action, ctx, s)  # absent: the world is as before; gates are never trusted",
+           "_gate(self.action, ctx, s)  # absent: the world is as before; gates are never trusted",
            "pass  # absent: the world is as before; gates are never trusted",
            (f"{T_RS}::test_gates_run_again_when_a_resumed_step_is_absent",)),
     Mutant("a recorded outcome runs again", RS,
@@ -157,11 +161,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "f\"  AND (%(phase)s = 'undo') = {_STOPPED}",
            "f\"  AND (%(phase)s = 'undo') <= {_STOPPED}",
            (f"{T_CT}::test_an_in_doubt_step_checks_the_stop_again_right_before_it_acts",)),
-    Mutant("a fresh lease is ignored", RS,
+    Mutant("a fresh lease is ignored", AT,
            "if s.lease_left is not None and s.lease_left > 0:",
            "if s.lease_left is not None and s.lease_left > LEASE_S:",
            (f"{T_HZ}::test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_"
-            "connection",)),
+            "connection",
+            f"{T_AT}::test_a_compensation_whose_attempt_lost_its_session_is_not_applied_by_a_"
+            "twin_meanwhile")),
     Mutant("the lease is never renewed", S_LEASES,
            "if held or overran:  # an overrun is journaled even once its call ended\n"
            "                    self._renew(held, overran)",
@@ -176,18 +182,22 @@ MUTANTS: tuple[Mutant, ...] = (
            "configure=self._born,",
            (f"{T_PO}::test_steps_started_after_a_restart_of_postgres_never_get_a_dead_"
             "connection",)),
-    Mutant("a failed attempt keeps its lease", RS,
+    Mutant("a failed attempt keeps its lease", AT,
            "s.renew_lease(key, float(action.horizon_s))",
            "s.renew_lease(key, renewal_lease(action))",
-           (f"{T_LS}::test_an_attempt_that_failed_ends_its_lease_and_the_retry_probes_at_once",)),
-    Mutant("after an ambiguous failure the lease is cut to zero, not held for the horizon", RS,
+           (f"{T_LS}::test_an_attempt_that_failed_ends_its_lease_and_the_retry_probes_at_once",
+            f"{T_AT}::test_a_compensation_that_fails_ambiguously_holds_its_lease_for_the_horizon")),
+    Mutant("after an ambiguous failure the lease is cut to zero, not held for the horizon", AT,
            "s.renew_lease(key, float(action.horizon_s))",
            "s.renew_lease(key, 0.0)",
-           (f"{T_LZ}::test_a_provider_slower_than_the_client_is_waited_out_not_sent_again",)),
-    Mutant("the lease written with the intent does not cover the horizon", RS,
+           (f"{T_LZ}::test_a_provider_slower_than_the_client_is_waited_out_not_sent_again",
+            f"{T_AT}::test_a_compensation_that_fails_ambiguously_holds_its_lease_for_the_horizon")),
+    Mutant("the lease written with the intent does not cover the horizon", AT,
            "return covered_call_s(action) + float(action.horizon_s)",
            "return covered_call_s(action)",
-           (f"{T_LZ}::test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it",)),
+           (f"{T_LZ}::test_the_lease_is_written_with_the_intent_and_renewals_never_shorten_it",
+            f"{T_AT}::test_the_lease_written_with_a_compensations_intent_covers_its_deadline_"
+            "and_horizon")),
     # -- the store's SQL ----------------------------------------------------------------------
     Mutant("a twin attempt takes a held step", S_STEPS,
            "if not got:\n                    if r is None:",
@@ -760,6 +770,9 @@ TIERS: dict[str, tuple[str, ...]] = {
     S_APPROVALS: (T_BD, T_AP),
     S_SERIES: (T_SE, T_AP, T_UW),
     S_GRANTS: (T_CR, T_KL, T_SE),
+    # run_step's tier and unwind's: the sequence is both phases'.
+    AT: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py", T_UW, T_UC,
+         T_DO, T_AT),
     M1: (T_SC, T_RS, T_CT),
     M_STOP: (T_CT, T_SS, T_SC),
     "tidemark/migrate.py": (T_SC,),

@@ -1,0 +1,333 @@
+"""One attempt at a step, forward (phase ``do``: the action's execute) or backward (phase
+``undo``: its compensation): the sequence every attempt follows, written once.
+
+::
+
+    lock the step's row of the phase (a live twin attempt -> StepBusy), check the stop state
+    open intent (an earlier attempt wrote it and ended)
+        its last attempt's lease still fresh -> StepBusy, nothing probes or acts
+        the side decides: settled without acting (a forward step's probe said done), or act
+        again on it: claim the intent (the stop state is checked once more in that statement)
+    no open intent (none yet, or a settled earlier attempt of a compensation)
+        the side's before_state (a forward step: gates, then a snapshot of the target)
+        commit the intent with the call's lease (refused if a stop was committed meanwhile)
+    act under the lease keeper, then settle:
+        an outcome           -> recorded as done (resolved_by=execute)
+        Refused              -> recorded as failed; StepFailed
+        anything else        -> in doubt: the intent stays open, its lease held for the target's
+                                horizon, the error journaled as an event; raised as is
+
+What differs between doing and undoing a step is a ``Side`` (tidemark.run_step.Forward,
+tidemark.unwind.Compensation): the phase, the key of each attempt, what the intent's
+before_state is, what the action is given, what an open intent needs before it is acted on
+again, and the call itself. Everything else, above, is this module's.
+
+Only the connection that holds the lock writes the intent and the outcome, so two live attempts
+of one step can never both act, and a crash leaves exactly one row in doubt. The attempt lease
+(see tidemark.store.LEASE_S) covers what the lock cannot: an attempt whose database session (and
+so its lock) was lost while its call to the target may still be in flight. It is written before
+the call to cover the action's deadline plus its horizon, kept fresh by renewals that may fail
+without harm, and after an ambiguous failure held for the target's horizon: a request that left
+us may still be applied until then, so a probe's *absent* is not asked for before. A call that
+runs past its deadline while renewals fail ends the worker before its lease could lapse
+(guarded_call): an overrunning attempt is covered while it is renewed, and stopped before a
+twin could take the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn, Protocol
+
+from tidemark import metrics
+from tidemark.actions import Action, ProbeResult, ProbeStatus, StepContext
+from tidemark.errors import (
+    NeedsDecision,
+    NotStopped,
+    Refused,
+    StepBusy,
+    StepFailed,
+    TaskKilled,
+    TaskStopped,
+    TaskUnwound,
+    TidemarkError,
+    Unauthorized,
+)
+from tidemark.faults import crash_point
+from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The journal's phase of an attempt, and what goes with it."""
+
+    name: str  # do | undo: the journal row's phase, and the execution lock's
+    crash_prefix: str  # the crash points of this phase are named with it (tidemark.faults)
+    # The step metrics (settled, left in doubt) count forward attempts: they are labelled with
+    # the action's name only, so a compensation counted there would read as the step itself.
+    counted: bool
+
+
+DO = Phase("do", "", counted=True)
+UNDO = Phase("undo", "undo_", counted=False)
+
+
+class Side(Protocol):
+    """What differs between doing a step and undoing it, for ``attempt``."""
+
+    @property
+    def phase(self) -> Phase: ...
+
+    @property
+    def action(self) -> Action: ...
+
+    @property
+    def ctx(self) -> StepContext:
+        """The step as the action sees it, before any intent of this attempt."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """How a refusal names the attempt (StepFailed)."""
+        ...
+
+    def key(self, attempt: int) -> str:
+        """The idempotency key of the attempt numbered ``attempt`` (1 for the first)."""
+        ...
+
+    def context(self, intent: JournalRow) -> StepContext:
+        """What the action is given once ``intent`` (its row of this phase) is written."""
+        ...
+
+    def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
+        """For an open intent whose lease has passed: the row settled without acting, or None
+        when the attempt acts on the intent again."""
+        ...
+
+    def before_state(self, s: StepSession) -> dict[str, Any]:
+        """The before_state of a new intent (a forward step runs its gates here first)."""
+        ...
+
+    def call(self, store: JournalStore, s: StepSession, ctx: StepContext) -> dict[str, Any]:
+        """The call to the target, under the lease; returns the outcome."""
+        ...
+
+
+@contextmanager
+def locked(store: JournalStore, task_id: str, step: int, phase: Phase = DO, *,
+           acting: Phase) -> Iterator[StepSession]:
+    """Holds the execution lock of the step's row of ``phase`` and checks the stop state read
+    with it for an attempt of ``acting`` (check_stop). This early check only saves work: the
+    statement that writes (or claims) the intent checks the same state again, so a stop
+    committed after the lock was taken still prevents the action."""
+    with store.execution(task_id, step, phase.name) as s:
+        check_stop(s, task_id, acting)
+        yield s
+
+
+def check_stop(s: StepSession, task_id: str, acting: Phase) -> None:
+    """A forward step acts only on a task neither stopped nor unwound; a compensation only on a
+    stopped task no kill applies to (a person lifts a kill for unwinding with ``tidemark release
+    T --for-unwind``)."""
+    if acting.name == UNDO.name:
+        if s.stopped is None:
+            raise NotStopped(task_id)
+        if s.killed:
+            raise TaskKilled(task_id)
+        return
+    if s.unwound:
+        raise TaskUnwound(task_id)
+    if s.stopped is not None:
+        raise TaskStopped(task_id, s.stopped)
+
+
+def attempt(store: JournalStore, s: StepSession, side: Side, *,
+            flush_outcome: bool = True) -> JournalRow:
+    """Lease, intent, act and settle, on the step ``s`` locks (its row of ``side.phase``, read
+    with the lock, is ``s.row``; a recorded outcome the side does not act on again is the
+    caller's to return before). Returns the settled row: done by the call, or as the side's
+    resume found it.
+
+    ``flush_outcome=False`` commits the outcome without waiting for the disk
+    (tidemark.store.StepSession.complete): the caller makes it durable before reporting it.
+    """
+    row = s.row
+    if row is not None and row.outcome is None:
+        # In doubt: an earlier attempt wrote the intent and ended, or may still be acting.
+        check_lease(s, side.ctx)
+        ctx = side.context(row)
+        settled = side.resume(s, ctx)
+        if settled is not None:
+            return settled
+        key = row.idem_key
+        lease_from = time.monotonic()  # before the statement: the cover it gives errs early
+        s.claim(ctx.task_id, key, call_lease(side.action), phase=side.phase.name)
+    else:
+        # A settled earlier attempt of this phase is never rewritten: the next one is new.
+        number = 1 if row is None else row.attempt + 1
+        key = side.key(number)
+        lease_from, row = _intent(s, side, key, number)
+        ctx = side.context(row)
+    crash_point(side.phase.crash_prefix + "after_intent", ctx.step)
+    return act(store, s, side, ctx, key, lease_from, flush_outcome)
+
+
+def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, JournalRow]:
+    """Commits a new intent with the lease of the call it precedes; returns this machine's
+    monotonic time just before the statement (guarded_call's ``lease_from``) and the row."""
+    ctx = side.ctx
+    before = side.before_state(s)
+    crash_point(side.phase.crash_prefix + "before_intent", ctx.step)
+    lease_from = time.monotonic()
+    row = s.begin(task_id=ctx.task_id, step=ctx.step, key=key, action=ctx.action,
+                  args=ctx.args, before_state=before, lease_s=call_lease(side.action),
+                  phase=side.phase.name, attempt=number)
+    return lease_from, row
+
+
+def act(store: JournalStore, s: StepSession, side: Side, ctx: StepContext, key: str,
+        lease_from: float, flush_outcome: bool) -> JournalRow:
+    """Runs the side's call under its lease and settles the intent ``key`` with what came of
+    it: an outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
+    try:
+        with guarded_call(store, key, side.action, lease_from):
+            outcome = side.call(store, s, ctx)
+    except Refused as e:
+        refused(s, side, ctx, key, e)
+    except Exception as e:
+        # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
+        # have applied, so the intent stays open and the next attempt probes it (or, for a
+        # compensation, applies it again), once the target's horizon has passed.
+        end_attempt(s, key, side.action)
+        note_error(s, ctx, e)
+        if side.phase.counted:
+            metrics.left_in_doubt(ctx.action, type(e).__name__)
+        raise
+    crash_point(side.phase.crash_prefix + "after_execute", ctx.step)
+    done = s.complete(key=key, outcome=outcome, status="done", resolved_by="execute",
+                      flush=flush_outcome)
+    if side.phase.counted:
+        metrics.step_settled(ctx.action, "execute", "done")
+    crash_point(side.phase.crash_prefix + "after_outcome", ctx.step)
+    return done
+
+
+def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) -> NoReturn:
+    """The target refused for good: the refusal is the attempt's outcome (failed), and the
+    attempt fails as StepFailed. A compensation refused is tried again only by a later unwind,
+    under a new attempt."""
+    s.complete(key=key, outcome={"error": str(e), "type": type(e).__name__},
+               status="failed", resolved_by="execute")
+    if side.phase.counted:
+        metrics.step_settled(ctx.action, "execute", "failed")
+    log.info("step %s %s refused by the target: %s", ctx.step, side.name, e)
+    raise StepFailed(ctx.step, side.name, str(e)) from e
+
+
+def check_lease(s: StepSession, ctx: StepContext) -> None:
+    """Raises StepBusy while the attempt on this open intent may still be acting."""
+    if s.lease_left is not None and s.lease_left > 0:
+        metrics.lease_wait(ctx.action)
+        raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
+                       f"on it for {s.lease_left:.1f}s")
+
+
+def covered_call_s(action: Action) -> float:
+    """Seconds of an action's call that the lease written before it covers with no renewal:
+    its declared deadline, but never less than what one renewal adds (LEASE_S). Past it, only
+    committed renewals cover the call, and the deadline watch ends the process rather than let
+    the lease lapse under a call still running; the floor leaves a short-deadline action time
+    for its first renewal (LEASE_RENEW_S later) before the watch would have to act."""
+    return max(float(action.deadline_s), LEASE_S)
+
+
+def call_lease(action: Action) -> float:
+    """Seconds the lease written before an action's call must cover: the call itself (its
+    deadline) and then the time the target may still apply the request (its horizon)."""
+    return covered_call_s(action) + float(action.horizon_s)
+
+
+def renewal_lease(action: Action) -> float:
+    """Seconds each renewal extends the lease to while the action is still running."""
+    return LEASE_S + float(action.horizon_s)
+
+
+def guarded_call(store: JournalStore, key: str, action: Action,
+                 lease_from: float) -> contextlib.AbstractContextManager[None]:
+    """The block in which an action's call runs: its lease is renewed, and the process ends
+    before the lease could lapse while the call still runs (tidemark.store.LeaseKeeper).
+
+    ``lease_from`` is this machine's monotonic time just before the statement that wrote the
+    call's lease (call_lease seconds from then, on the database's clock): a request that leaves
+    us before ``lease_from + covered_call_s(action)`` is covered by it whether or not any
+    renewal succeeds. Past that, only committed renewals cover the call."""
+    return store.keep_lease(key, renewal_lease(action), horizon_s=float(action.horizon_s),
+                            covered_until=lease_from + covered_call_s(action),
+                            deadline_s=float(action.deadline_s))
+
+
+def end_attempt(s: StepSession, key: str, action: Action) -> None:
+    """After an ambiguous failure: the attempt is over, but its request may still be applied
+    for the target's horizon, so the lease is held that long (not cut to zero). If this write
+    fails, the lease written before the call still covers it."""
+    with contextlib.suppress(TidemarkError):
+        s.renew_lease(key, float(action.horizon_s))
+
+
+def note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
+    """Logs an action's failure as an event (the intent stays open)."""
+    # If the database is gone too, the open intent already tells the story.
+    with contextlib.suppress(TidemarkError):
+        s.event(ctx.task_id, "error", {"type": type(e).__name__, "message": str(e),
+                                       "retryable": getattr(e, "retryable", True),
+                                       "known": isinstance(e, TidemarkError)}, ctx.step)
+
+
+def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> JournalRow | None:
+    """Probes the forward step in doubt and records what the target says.
+
+    Returns the completed row when the probe says done, None when it says absent (the world is
+    as before_state recorded). Raises NeedsDecision when the probe cannot tell.
+    """
+    probed = _probe(action, ctx)
+    s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
+    metrics.probe_answered(ctx.action, probed.status.value)
+    if probed.status is ProbeStatus.DONE:
+        done = s.complete(key=ctx.key, outcome=probed.observed, status="done",
+                          resolved_by="probe")
+        metrics.step_settled(ctx.action, "probe", "done")
+        return done
+    if probed.status is ProbeStatus.UNKNOWN:
+        # The target cannot tell; only a person who looked may (`tidemark resolve`).
+        # A decision licenses one execution: using it is logged as the newer decision.
+        assert ctx.started_at is not None
+        decided = s.operator_decision(ctx.task_id, ctx.step, ctx.started_at)
+        if decided is None or decided["detail"].get("as") != "absent":
+            raise NeedsDecision(ctx.step, ctx.action, probed.reason)
+        s.event(ctx.task_id, "decision", {"as": "used", "decided_by": decided["actor"],
+                                          "decided_at": decided["at"].isoformat()}, ctx.step)
+        log.info("step %s %s: probe cannot tell; %s decided it did not happen",
+                 ctx.step, ctx.action, decided["actor"])
+    return None
+
+
+def _probe(action: Action, ctx: StepContext) -> ProbeResult:
+    """Runs the probe; a probe that fails to run could not decide, so it answers unknown.
+
+    A rejected credential is the exception: it is how a task is stopped from outside (the
+    grant was revoked), so it stops the task as such rather than asking a person to decide.
+    """
+    try:
+        return action.probe(ctx)
+    except Unauthorized:
+        raise
+    except Exception as e:  # any other failure of a read-only probe means "cannot tell"
+        log.warning("probe of step %s %s failed: %r", ctx.step, ctx.action, e)
+        return ProbeResult.unknown(f"probe failed: {type(e).__name__}: {e}")
