@@ -4,11 +4,11 @@ notices.
 ``python tools/mutation_check.py [--json] [--list] [--rules] [--only NAME ...] [--jobs N]
 [--no-baseline] [--full] [--named-only]``
 
-Each mutant (tools/mutants/, by area) is the smallest plausible bug against one rule Tidemark promises (listed in
-docs/safety-rules.md with the mutants that break it): an inverted condition, a dropped check, a
-wrong default. It is anchored on a small source snippet that must occur exactly once in its
-file; a snippet found zero or several times is an ERROR (the code moved: re-anchor it), never
-counted as killed.
+Each mutant (tools/mutants/, by area) is the smallest plausible bug against one rule Tidemark
+promises (listed in docs/safety-rules.md with the mutants that break it): an inverted condition,
+a dropped check, a wrong default. It is anchored on a small source snippet that must occur
+exactly once in its file; a snippet found zero or several times is an ERROR (the code moved:
+re-anchor it), never counted as killed.
 
 How it runs, and why it stays inside CI's budget on two cores:
 
