@@ -60,30 +60,31 @@ from tidemark.errors import (
 )
 from tidemark.faults import crash_point
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
+from tidemark.words import Phase
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Phase:
-    """The journal's phase of an attempt, and what goes with it."""
+class Direction:
+    """Forward or backward: the journal's phase of an attempt, and what goes with it."""
 
-    name: str  # do | undo: the journal row's phase, and the execution lock's
+    phase: Phase  # the journal row's phase, and the execution lock's
     crash_prefix: str  # the crash points of this phase are named with it (tidemark.faults)
     # The step metrics (settled, left in doubt) count forward attempts: they are labelled with
     # the action's name only, so a compensation counted there would read as the step itself.
     counted: bool
 
 
-DO = Phase("do", "", counted=True)
-UNDO = Phase("undo", "undo_", counted=False)
+DO = Direction(Phase.DO, "", counted=True)
+UNDO = Direction(Phase.UNDO, "undo_", counted=False)
 
 
 class Side(Protocol):
     """What differs between doing a step and undoing it, for ``attempt``."""
 
     @property
-    def phase(self) -> Phase: ...
+    def direction(self) -> Direction: ...
 
     @property
     def action(self) -> Action: ...
@@ -121,22 +122,22 @@ class Side(Protocol):
 
 
 @contextmanager
-def locked(store: JournalStore, task_id: str, step: int, phase: Phase = DO, *,
-           acting: Phase) -> Iterator[StepSession]:
-    """Holds the execution lock of the step's row of ``phase`` and checks the stop state read
+def locked(store: JournalStore, task_id: str, step: int, way: Direction = DO, *,
+           acting: Direction) -> Iterator[StepSession]:
+    """Holds the execution lock of the step's row of ``way`` and checks the stop state read
     with it for an attempt of ``acting`` (check_stop). This early check only saves work: the
     statement that writes (or claims) the intent checks the same state again, so a stop
     committed after the lock was taken still prevents the action."""
-    with store.execution(task_id, step, phase.name) as s:
+    with store.execution(task_id, step, way.phase) as s:
         check_stop(s, task_id, acting)
         yield s
 
 
-def check_stop(s: StepSession, task_id: str, acting: Phase) -> None:
+def check_stop(s: StepSession, task_id: str, acting: Direction) -> None:
     """A forward step acts only on a task neither stopped nor unwound; a compensation only on a
     stopped task no kill applies to (a person lifts a kill for unwinding with ``tidemark release
     T --for-unwind``)."""
-    if acting.name == UNDO.name:
+    if acting is UNDO:
         if s.stopped is None:
             raise NotStopped(task_id)
         if s.killed:
@@ -150,7 +151,7 @@ def check_stop(s: StepSession, task_id: str, acting: Phase) -> None:
 
 def attempt(store: JournalStore, s: StepSession, side: Side, *,
             flush_outcome: bool = True) -> JournalRow:
-    """Lease, intent, act and settle, on the step ``s`` locks (its row of ``side.phase``, read
+    """Lease, intent, act and settle, on the step ``s`` locks (its row of ``side.direction``, read
     with the lock, is ``s.row``; a recorded outcome the side does not act on again is the
     caller's to return before). Returns the settled row: done by the call, or as the side's
     resume found it.
@@ -168,14 +169,14 @@ def attempt(store: JournalStore, s: StepSession, side: Side, *,
             return settled
         key = row.idem_key
         lease_from = time.monotonic()  # before the statement: the cover it gives errs early
-        s.claim(ctx.task_id, key, call_lease(side.action), phase=side.phase.name)
+        s.claim(ctx.task_id, key, call_lease(side.action), phase=side.direction.phase)
     else:
         # A settled earlier attempt of this phase is never rewritten: the next one is new.
         number = 1 if row is None else row.attempt + 1
         key = side.key(number)
         lease_from, row = _intent(s, side, key, number)
         ctx = side.context(row)
-    crash_point(side.phase.crash_prefix + "after_intent", ctx.step)
+    crash_point(side.direction.crash_prefix + "after_intent", ctx.step)
     return act(store, s, side, ctx, key, lease_from, flush_outcome)
 
 
@@ -184,11 +185,11 @@ def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, J
     monotonic time just before the statement (guarded_call's ``lease_from``) and the row."""
     ctx = side.ctx
     before = side.before_state(s)
-    crash_point(side.phase.crash_prefix + "before_intent", ctx.step)
+    crash_point(side.direction.crash_prefix + "before_intent", ctx.step)
     lease_from = time.monotonic()
     row = s.begin(task_id=ctx.task_id, step=ctx.step, key=key, action=ctx.action,
                   args=ctx.args, before_state=before, lease_s=call_lease(side.action),
-                  phase=side.phase.name, attempt=number)
+                  phase=side.direction.phase, attempt=number)
     return lease_from, row
 
 
@@ -207,15 +208,15 @@ def act(store: JournalStore, s: StepSession, side: Side, ctx: StepContext, key: 
         # compensation, applies it again), once the target's horizon has passed.
         end_attempt(s, key, side.action)
         note_error(s, ctx, e)
-        if side.phase.counted:
+        if side.direction.counted:
             metrics.left_in_doubt(ctx.action, type(e).__name__)
         raise
-    crash_point(side.phase.crash_prefix + "after_execute", ctx.step)
+    crash_point(side.direction.crash_prefix + "after_execute", ctx.step)
     done = s.complete(key=key, outcome=outcome, status="done", resolved_by="execute",
                       flush=flush_outcome)
-    if side.phase.counted:
+    if side.direction.counted:
         metrics.step_settled(ctx.action, "execute", "done")
-    crash_point(side.phase.crash_prefix + "after_outcome", ctx.step)
+    crash_point(side.direction.crash_prefix + "after_outcome", ctx.step)
     return done
 
 
@@ -225,7 +226,7 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
     under a new attempt."""
     s.complete(key=key, outcome={"error": str(e), "type": type(e).__name__},
                status="failed", resolved_by="execute")
-    if side.phase.counted:
+    if side.direction.counted:
         metrics.step_settled(ctx.action, "execute", "failed")
     log.info("step %s %s refused by the target: %s", ctx.step, side.name, e)
     raise StepFailed(ctx.step, side.name, str(e)) from e

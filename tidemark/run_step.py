@@ -33,7 +33,7 @@ from typing import Any
 from tidemark.actions import Action, GateRefused, Registry, StepContext
 from tidemark.attempt import (
     DO,
-    Phase,
+    Direction,
     attempt,
     call_lease,
     covered_call_s,
@@ -110,7 +110,7 @@ class Forward:
     ctx: StepContext
 
     @property
-    def phase(self) -> Phase:
+    def direction(self) -> Direction:
         return DO
 
     @property

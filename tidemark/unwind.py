@@ -24,7 +24,7 @@ from tidemark.actions import Action, Registry, StepContext
 from tidemark.attempt import (
     DO,
     UNDO,
-    Phase,
+    Direction,
     attempt,
     check_lease,
     locked,
@@ -94,7 +94,7 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
                               {"reason": f"step is {row.status}"})
         ctx = replace(ctx, outcome=row.outcome)
 
-    with store.execution(task_id, step, UNDO.name) as u:
+    with store.execution(task_id, step, UNDO.phase) as u:
         last = u.row
         if last is not None and last.status == "done":
             return UndoResult(step, spec.action, "already_undone", last.outcome or {})
@@ -113,7 +113,7 @@ class Compensation:
     forward_outcome: dict[str, Any]  # the compensation's before_state: what it undoes
 
     @property
-    def phase(self) -> Phase:
+    def direction(self) -> Direction:
         return UNDO
 
     @property
