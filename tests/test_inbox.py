@@ -4,10 +4,10 @@ a real worker process, the Temporal dev server and Postgres.
 The states are reached as tests/test_control_matrix.py reaches them (its Task and helpers): a
 completed run, a run under way whose irreversible step holds, a run waiting for approval, a
 step in doubt left by a killed process, a halted run, a failed run of a series and the refused
-start of its next run, a completed run whose unwind was cut short (partly unwound), a plain
-stop and a kill set with the store's own methods. The settled and the healthy tasks must not
-appear; the others appear once each, oldest first, with why, since when, what is at stake and
-the command that decides it."""
+start of its next run, a completed run whose unwind was cut short (partly unwound), a run
+whose verification gate failed, a plain stop and a kill set with the store's own methods. The
+settled and the healthy tasks must not appear; the others appear once each, oldest first, with
+why, since when, what is at stake and the command that decides it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
-from test_control_matrix import SPECS, Task, blocked, reach, tidemark_state, until
+from test_control_matrix import (
+    SPECS,
+    Task,
+    blocked,
+    reach,
+    tidemark_state,
+    until,
+    verification_failed,
+)
 
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
@@ -53,7 +61,7 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     workers.start()
     tasks: dict[str, Task] = {}
     for name in ("completed", "stopped", "killed", "in_doubt", "awaiting", "halted", "blocked",
-                 "partly_unwound", "running"):
+                 "partly_unwound", "verification_failed", "running"):
         (tmp_path / name).mkdir()
         tasks[name] = Task(tmp_path / name)
 
@@ -95,6 +103,9 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     # completed, then an unwind whose compensation of step 2 was refused
     partly = tasks["partly_unwound"]
     await reach("partly_unwound", partly, store, temporal_env, workers, task_queue)
+    # somebody renamed step 1's file while it waited at the boundary; the next run's gate saw it
+    moved = tasks["verification_failed"]
+    await verification_failed(moved, store, temporal_env, workers, task_queue)
     running = tasks["running"]  # its irreversible step has begun and holds: a healthy run
     running.hold.write_text("")
     held = await start_plan(client, running.doc, running.id, task_queue)
@@ -108,9 +119,9 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         assert (code, err) == (0, "")
         listed = entries(out)
         waiting = [*(tasks[n].id for n in ("stopped", "killed", "in_doubt", "awaiting",
-                                           "halted")), earlier, refused.id, partly.id]
+                                           "halted")), earlier, refused.id, partly.id, moved.id]
         assert list(listed) == waiting, out  # once each, oldest first, nothing else
-        assert out.startswith("8 task(s) wait for a person, oldest first:\n"), out
+        assert out.startswith("9 task(s) wait for a person, oldest first:\n"), out
         assert tasks["completed"].id not in out and running.id not in out
 
         s = listed[stopped.id]
@@ -141,6 +152,10 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         u = listed[partly.id]  # every step of it is done, yet it is not settled
         assert f"{partly.id}  partly unwound  since " in u
         assert f"decide    tidemark unwind {partly.id} --yes" in u and "at stake" not in u
+        v = listed[moved.id]
+        assert f"{moved.id}  verification failed  since " in v
+        assert "before step 3, no longer holds: step 1 fs.rename" in v
+        assert f"decide    tidemark resume {moved.id}" in v and "step 3 ledger.record" in v
 
         # the Web UI list of the same runs: a URL whose query Temporal's visibility accepts,
         # listing the run that waits and neither the completed nor the healthy one
@@ -157,7 +172,8 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         assert [e["task_id"] for e in data] == waiting
         assert all(set(e) == KEYS for e in data)
         assert [e["why"] for e in data] == ["stopped", "killed", "in_doubt", "awaiting_approval",
-                                            "halted", "failed", "blocked", "partly_unwound"]
+                                            "halted", "failed", "blocked", "partly_unwound",
+                                            "verification_failed"]
         since = [datetime.fromisoformat(e["since"]) for e in data]
         assert since == sorted(since) and all(t.tzinfo is not None for t in since)
         assert data[3]["at_stake"] == asked["lines"]
