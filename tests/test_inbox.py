@@ -5,9 +5,10 @@ The states are reached as tests/test_control_matrix.py reaches them (its Task an
 completed run, a run under way whose irreversible step holds, a run waiting for approval, a
 step in doubt left by a killed process, a halted run, a failed run of a series and the refused
 start of its next run, a completed run whose unwind was cut short (partly unwound), a run
-whose verification gate failed, a plain stop and a kill set with the store's own methods. The
-settled and the healthy tasks must not appear; the others appear once each, oldest first, with
-why, since when, what is at stake and the command that decides it."""
+whose verification gate failed, a plain stop and a kill set with the store's own methods, and a
+stopped task whose unwind is under way. The settled and the healthy tasks must not appear; the
+others appear once each, oldest first, with why, since when, what is at stake and the command
+that decides it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from test_control_matrix import (
     blocked,
     reach,
     tidemark_state,
+    undo_queue,
     until,
     verification_failed,
 )
@@ -61,7 +63,7 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     workers.start()
     tasks: dict[str, Task] = {}
     for name in ("completed", "stopped", "killed", "in_doubt", "awaiting", "halted", "blocked",
-                 "partly_unwound", "verification_failed", "running"):
+                 "partly_unwound", "verification_failed", "running", "unwinding"):
         (tmp_path / name).mkdir()
         tasks[name] = Task(tmp_path / name)
 
@@ -113,6 +115,12 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     async def begun() -> bool:
         return store.task_known(running.id) and store.step_row(running.id, 3) is not None
     await until(begun)
+    # a stopped task a person is unwinding: its unwind is open (no worker polls its queue yet)
+    unwinding = tasks["unwinding"]
+    store.persist_plan(load_plan(unwinding.doc, SPECS))
+    store.set_control(unwinding.id, "stopped", "wrong supplier", "ops")
+    assert (await cli("unwind", unwinding.id, "--yes", "--task-queue",
+                      undo_queue(task_queue)))[0] == 0
 
     try:
         code, out, err = await cli("inbox")
@@ -122,7 +130,8 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
                                            "halted")), earlier, refused.id, partly.id, moved.id]
         assert list(listed) == waiting, out  # once each, oldest first, nothing else
         assert out.startswith("9 task(s) wait for a person, oldest first:\n"), out
-        assert tasks["completed"].id not in out and running.id not in out
+        for healthy in (tasks["completed"], running, unwinding):
+            assert healthy.id not in out
 
         s = listed[stopped.id]
         assert f"{stopped.id}  stopped  since " in s and "by ops: incident 42" in s
@@ -187,10 +196,25 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     finally:
         running.let_go()
         assert (await run_result(held)).state == "completed"
-        await client.get_workflow_handle(f"tidemark-{awaiting.id}").terminate("test over")
+        for wid in (f"tidemark-{awaiting.id}", f"tidemark-unwind-{unwinding.id}"):
+            await client.get_workflow_handle(wid).terminate("test over")
 
 
 def test_the_readme_links_the_web_ui_list_the_command_prints() -> None:
     """The runbook's link is the one `tidemark inbox` ends with on the dev stack."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in readme
+
+
+async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(
+        store: JournalStore, tmp_path: Path, cli: Any, monkeypatch: Any) -> None:
+    """Temporal down at 03:14: the journal's list all the same, exit 0, and one line on stderr
+    saying what it could not tell (an unwind under way)."""
+    task = Task(tmp_path)
+    store.persist_plan(load_plan(task.doc, SPECS))
+    store.set_control(task.id, "stopped", "incident", "ops")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "localhost:1")  # nothing listens there
+    code, out, err = await cli("inbox")
+    assert code == 0 and f"{task.id}  stopped  since " in out
+    assert err.startswith("tidemark: could not ask Temporal which unwinds are under way (")
+    assert err.endswith("a task being unwound is listed as stopped\n") and err.count("\n") == 1

@@ -1,11 +1,13 @@
 """`tidemark inbox`: every task that waits for a person, one entry per task, oldest first.
 
-Read from the journal alone (no Temporal call): a task is the journal's, and a task's newest run
-writes there what it waits for (an approval asked, a stop or kill, a row in doubt, a refused
+Read from the journal: a task is the journal's, and a task's newest run writes there what it
+waits for (an approval asked, a stop or kill, a row in doubt, a refused
 step, a compensation, a failed verification gate, a refused start of a series). Which of those
 facts means the task waits, and why, is the reading `tidemark status` prints
 (tidemark.report.Report); an attempt still under its lease is a run acting now, and a task
-whose every step is done or that was unwound is settled: neither appears.
+whose every step is done or that was unwound is settled: neither appears. Temporal is asked one
+thing the journal cannot tell: which tasks have an unwind under way (a person's `tidemark unwind
+T --yes` sets a plain stop first; while it runs, the task is being settled, not waiting).
 
 Each entry says why, since when, what is at stake (the irreversible steps not yet done, as
 `tidemark approve` shows them: recipients, subjects, amounts in the currency's own units) and
@@ -16,7 +18,9 @@ Temporal Web UI list of the same runs (the TidemarkState search attribute, as a 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -24,11 +28,14 @@ from typing import Any
 
 from tidemark.boundary import what_it_will_do
 from tidemark.database import database_url
+from tidemark.errors import TidemarkError
 from tidemark.payloads import HaltInput
 from tidemark.report import Report, build_report
+from tidemark.settings import Settings
 from tidemark.store import JournalStore
 from tidemark.words import ControlState, Decision, TaskState
 from tools.commands import open_store
+from tools.starter import connect
 
 # Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
 # apart from a person's `tidemark stop` by it.
@@ -40,6 +47,11 @@ WAITING_STATES = (TaskState.AWAITING_APPROVAL, TaskState.NEEDS_DECISION, TaskSta
                   TaskState.PRECONDITION_FAILED, TaskState.FAILED, TaskState.BLOCKED,
                   TaskState.PARTLY_UNWOUND)
 DEFAULT_UI = "http://localhost:8233"
+# The unwinds under way (tools.starter.unwind_task names them tidemark-unwind-<task>).
+UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
+UNWIND_PREFIX = "tidemark-unwind-"
+# How long the inbox waits for Temporal before it answers from the journal alone.
+TEMPORAL_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -146,9 +158,29 @@ def _blocked(event: dict[str, Any]) -> Entry:
                  f"stored: {why}", f"tidemark status --series {series}")
 
 
-def inbox(store: JournalStore) -> list[Entry]:
-    """Every task that waits for a person, oldest first."""
-    entries = [e for c in store.inbox_candidates() if (e := _entry(store, c)) is not None]
+async def _open_unwinds(settings: Settings) -> set[str]:
+    client = await connect(settings)
+    return {w.id.removeprefix(UNWIND_PREFIX) async for w in client.list_workflows(UNWINDS_OPEN)
+            if w.id.startswith(UNWIND_PREFIX)}
+
+
+def open_unwinds(settings: Settings) -> set[str] | None:
+    """The tasks whose unwind is under way, or None (with one line on stderr) when Temporal
+    does not answer in time: the inbox then answers from the journal alone."""
+    try:
+        return asyncio.run(asyncio.wait_for(_open_unwinds(settings), TEMPORAL_WAIT_S))
+    except (TidemarkError, TimeoutError, RuntimeError) as e:
+        print(f"tidemark: could not ask Temporal which unwinds are under way ({type(e).__name__}: "
+              f"{e}); a task being unwound is listed as stopped".replace("\n", " "),
+              file=sys.stderr)
+        return None
+
+
+def inbox(store: JournalStore, unwinding: set[str] | None = None) -> list[Entry]:
+    """Every task that waits for a person, oldest first; ``unwinding`` (tasks whose unwind is
+    under way) are being settled and left out."""
+    entries = [e for c in store.inbox_candidates() if c["task_id"] not in (unwinding or set())
+               and (e := _entry(store, c)) is not None]
     entries += [_blocked(b) for b in store.blocked_starts()]
     return sorted(entries, key=lambda e: (e.since, e.task_id))
 
@@ -189,8 +221,9 @@ def add_inbox_command(sub: Any) -> None:
 
 
 def run_inbox(a: argparse.Namespace) -> int:
+    unwinding = open_unwinds(a.settings)
     with open_store(database_url(a.settings)) as store:
-        entries = inbox(store)
+        entries = inbox(store, unwinding)
     if a.json:
         print(json.dumps([e.as_json() for e in entries], indent=2))
     else:
