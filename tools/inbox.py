@@ -1,13 +1,13 @@
 """`tidemark inbox`: every task that waits for a person, one entry per task, oldest first.
 
 Read from the journal: a task is the journal's, and a task's newest run writes there what it
-waits for (an approval asked, a stop or kill, a row in doubt, a refused
-step, a compensation, a failed verification gate, a refused start of a series). Which of those
-facts means the task waits, and why, is the reading `tidemark status` prints
-(tidemark.report.Report); an attempt still under its lease is a run acting now, and a task
-whose every step is done or that was unwound is settled: neither appears. Temporal is asked one
-thing the journal cannot tell: which tasks have an unwind under way (a person's `tidemark unwind
-T --yes` sets a plain stop first; while it runs, the task is being settled, not waiting).
+waits for (an approval asked, a stop or kill, a row in doubt, a refused step, a compensation, a
+failed verification gate, a refused start of a series). Which of those facts means the task
+waits, and why, is the reading `tidemark status` prints (tidemark.report.Report); an attempt
+still under its lease is a run acting now, and a task whose every step is done or that was
+unwound is settled: neither appears. Temporal is asked one thing the journal cannot tell: which
+tasks have an unwind under way (a person's `tidemark unwind T --yes` sets a plain stop first;
+while it runs, the task is being settled, not waiting).
 
 Each entry says why, since when, what is at stake (the irreversible steps not yet done, as
 `tidemark approve` shows them: recipients, subjects, amounts in the currency's own units) and
@@ -35,7 +35,6 @@ from tidemark.settings import Settings
 from tidemark.store import JournalStore
 from tidemark.words import ControlState, Decision, TaskState
 from tools.commands import open_store
-from tools.starter import connect
 
 # Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
 # apart from a person's `tidemark stop` by it.
@@ -159,6 +158,8 @@ def _blocked(event: dict[str, Any]) -> Entry:
 
 
 async def _open_unwinds(settings: Settings) -> set[str]:
+    from tools.starter import connect  # the Temporal client: loaded by this command only
+
     client = await connect(settings)
     return {w.id.removeprefix(UNWIND_PREFIX) async for w in client.list_workflows(UNWINDS_OPEN)
             if w.id.startswith(UNWIND_PREFIX)}
