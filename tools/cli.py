@@ -28,6 +28,7 @@ from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tidemark.words import Decision, Verdict
 from tools import commands
+from tools.inbox import add_inbox_command
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -605,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--json", action="store_true", help="print the results as JSON")
     vf.set_defaults(func=_cmd_providers)
     add_series_commands(sub, user)
+    add_inbox_command(sub)
     return p
 
 

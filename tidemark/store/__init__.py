@@ -12,7 +12,7 @@ parameters. One module per concern, each a set of JournalStore's methods over th
 * ``steps``: a step's attempt (execution lock, lease hold, batches); ``session`` its
   StepSession (intent, claim, stage, outcome); ``leases`` the attempt lease and its keeper;
 * ``plans``, ``reports``, ``unwinds``, ``controls`` (stop, kill, release), ``approvals`` (the
-  irreversible boundary), ``series`` and ``grants``;
+  irreversible boundary), ``series``, ``grants`` and ``inbox`` (who waits for a person);
 * ``journal``: the row shapes and the conditions on a task's state the statements share;
   ``connection``: timeouts, pool size, and what a lost connection means.
 """
@@ -24,6 +24,7 @@ from tidemark.store.base import StoreBase
 from tidemark.store.connection import CONNECT_TIMEOUT_S, POOL_MAX, POOL_TIMEOUT_S
 from tidemark.store.controls import ControlsMixin
 from tidemark.store.grants import GrantsMixin
+from tidemark.store.inbox import InboxMixin
 from tidemark.store.journal import JournalRow, Progress
 from tidemark.store.leases import (
     EXIT_LEASE_LAPSED,
@@ -46,7 +47,7 @@ from tidemark.store.unwinds import UnwindsMixin
 
 
 class JournalStore(StepsMixin, PlansMixin, ReportsMixin, UnwindsMixin, ControlsMixin,
-                   ApprovalsMixin, SeriesMixin, GrantsMixin, StoreBase):
+                   ApprovalsMixin, SeriesMixin, GrantsMixin, InboxMixin, StoreBase):
     """The journal on one Postgres database: every concern's statements over one pool."""
 
 

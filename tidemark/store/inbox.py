@@ -1,0 +1,79 @@
+"""Reads for the inbox: which tasks may wait for a person, and what their irreversible steps
+still put at stake.
+
+The candidates are narrowed here, in SQL, to the tasks with a journal fact that a person must
+act on (a stop or kill, a row in doubt whose attempt is gone, a refused step, a compensation,
+an approval asked, a failed verification gate), so that the inbox costs a few queries per task
+that needs somebody rather than per task ever run. Which of them really waits, and why, is
+decided from the task's report (tidemark.report), the same reading `tidemark status` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.store.base import StoreBase
+
+
+class InboxMixin(StoreBase):
+    """The inbox's reads over every task."""
+
+    def inbox_candidates(self) -> list[dict[str, Any]]:
+        """Every task neither unwound nor completed (a completed task with a compensation is
+        partly unwound) with a fact a person may have to act on, oldest plan first:
+        ``task_id``, ``created_at`` (the plan's) and ``last_at`` (its latest event). A task
+        whose row in doubt is still under a live attempt lease is left out: a run is acting on
+        it now."""
+        with self._conn() as conn:
+            return conn.execute(
+                """
+                SELECT p.task_id, p.created_at,
+                  (SELECT max(e.at) FROM tidemark.events e WHERE e.task_id = p.task_id)
+                     AS last_at
+                FROM tidemark.plans p
+                WHERE NOT EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
+                  AND ((SELECT count(*) FROM tidemark.journal j
+                        WHERE j.task_id = p.task_id AND j.phase = %(do)s
+                          AND j.status = %(done)s) < p.step_count
+                       OR EXISTS (SELECT 1 FROM tidemark.journal j
+                                  WHERE j.task_id = p.task_id AND j.phase = %(undo)s))
+                  AND NOT EXISTS (SELECT 1 FROM tidemark.journal j
+                                  WHERE j.task_id = p.task_id AND j.outcome IS NULL
+                                    AND j.lease_until > clock_timestamp())
+                  AND (tidemark.stop_of(p.task_id) IS NOT NULL
+                       OR EXISTS (SELECT 1 FROM tidemark.journal j
+                                  WHERE j.task_id = p.task_id
+                                    AND (j.outcome IS NULL OR j.status = %(failed)s
+                                         OR j.phase = %(undo)s))
+                       OR EXISTS (SELECT 1 FROM tidemark.approval_requests a
+                                  WHERE a.task_id = p.task_id)
+                       OR EXISTS (SELECT 1 FROM tidemark.events e
+                                  WHERE e.task_id = p.task_id AND e.kind = %(verification)s
+                                    AND e.detail->>'passed' = 'false'))
+                ORDER BY p.created_at, p.task_id
+                """, {"failed": "failed", "undo": "undo", "do": "do", "done": "done",
+                      "verification": "verification"}).fetchall()
+
+    def blocked_starts(self) -> list[dict[str, Any]]:
+        """The latest refused start (``blocked`` event) of every task whose plan was never
+        stored: ``task_id``, ``detail``, ``at``. A task started since has a plan and is not
+        blocked any more."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT DISTINCT ON (e.task_id) e.task_id, e.detail, e.at"
+                " FROM tidemark.events e WHERE e.kind = %s"
+                " AND NOT EXISTS (SELECT 1 FROM tidemark.plans p WHERE p.task_id = e.task_id)"
+                " ORDER BY e.task_id, e.id DESC", ("blocked",)).fetchall()
+
+    def irreversible_pending(self, task_id: str) -> list[dict[str, Any]]:
+        """The irreversible steps of the task not journaled as done (``step``, ``action``,
+        ``args``, ``status``: None when not attempted or in doubt), in step order: what is
+        still at stake."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT s.step, s.action, s.args, j.status FROM tidemark.plan_steps s"
+                " LEFT JOIN tidemark.journal j"
+                "   ON j.task_id = s.task_id AND j.phase = 'do' AND j.step = s.step"
+                " WHERE s.task_id = %s AND s.irreversible"
+                "   AND j.status IS DISTINCT FROM 'done' ORDER BY s.step",
+                (task_id,)).fetchall()
