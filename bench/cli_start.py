@@ -4,10 +4,12 @@
 
 ``tidemark status T`` (on a task whose first step ran, in a journal on an embedded Postgres or
 DATABASE_URL) and ``tidemark --help`` run as subprocesses, the way an operator runs them, and
-alternate in rounds with a bare ``python -c pass`` and with a process that only imports the
-provider SDKs (Google's, Microsoft Graph's, Stripe's). The machine's load moves every absolute
-number; the ratios to those two neighbours, measured in the same rounds, say what the command
-itself costs and whether it still pays for the SDKs. bench/run_all.py reports the median as
+alternate in rounds with a bare ``python -c pass``, with a process that only imports the
+provider SDKs (Google's, Microsoft Graph's, Stripe's), and with one that imports what every
+command needs before it starts (psycopg, and temporalio's envconfig, which tidemark.settings
+reads the Temporal profile with). The machine's load moves every absolute number; the ratios to
+those neighbours, measured in the same rounds, say what the command itself costs and whether
+it still pays for the SDKs. bench/run_all.py reports the median as
 ``cli_status_ms``.
 """
 
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +44,9 @@ from tidemark.store import JournalStore  # noqa: E402
 # where the script was installed.
 TIDEMARK = "from tools.cli import run; run()"
 SDKS = "import googleapiclient.discovery, msgraph, stripe"
+# What every command imports before it does anything: the journal's driver, and the Temporal
+# SDK's environment configuration that tidemark.settings reads the connection profile with.
+FLOOR = "import psycopg, temporalio.envconfig"
 
 
 def variants(task_id: str) -> dict[str, list[str]]:
@@ -48,6 +54,7 @@ def variants(task_id: str) -> dict[str, list[str]]:
     py = sys.executable
     return {"python_bare_ms": [py, "-c", "pass"],
             "python_sdk_import_ms": [py, "-c", SDKS],
+            "python_psycopg_temporal_ms": [py, "-c", FLOOR],
             "cli_status_ms": [py, "-c", TIDEMARK, "status", task_id],
             "cli_help_ms": [py, "-c", TIDEMARK, "--help"]}
 
@@ -68,19 +75,29 @@ def seed_task(db_url: str, work: Path) -> str:
     return task_id
 
 
-def time_once(argv: list[str], env: dict[str, str]) -> float:
-    """Milliseconds from spawn to exit of one run; a failing run fails the benchmark."""
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(milliseconds from spawn to exit, CPU milliseconds the process used) of one run; a
+    failing run fails the benchmark. The CPU time moves much less with the machine's load than
+    the wall time: a process waiting for a core is not charged for the wait."""
+    cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     ms = (time.perf_counter() - t0) * 1000
+    cpu_ms = (_children_cpu_s() - cpu0) * 1000
     if done.returncode != 0:
         raise RuntimeError(f"{argv[2:]} exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    return ms
+    return ms, cpu_ms
 
 
 def measure_cli_start(db_url: str, runs: int) -> dict[str, Any]:
     """Medians of ``runs`` rounds, each running every variant once (so that the machine's noise
-    hits them alike), and the ratios of the status command to its neighbours."""
+    hits them alike), and the ratios of the status command to its neighbours; the same medians
+    in CPU time under ``cli_start_cpu_ms``."""
     with tempfile.TemporaryDirectory(prefix="tidemark-cli-start-") as work:
         task_id = seed_task(db_url, Path(work))
         # This tree first on the path, so that a worktree measures its own code.
@@ -88,16 +105,20 @@ def measure_cli_start(db_url: str, runs: int) -> dict[str, Any]:
                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
                                              if p)}
         lines = variants(task_id)
-        samples: dict[str, list[float]] = {k: [] for k in lines}
+        wall: dict[str, list[float]] = {k: [] for k in lines}
+        cpu: dict[str, list[float]] = {k: [] for k in lines}
         for argv in lines.values():  # warm the page cache and the .pyc files once, unmeasured
             time_once(argv, env)
         for _ in range(runs):
             for key, argv in lines.items():
-                samples[key].append(time_once(argv, env))
-    out: dict[str, Any] = {k: round(statistics.median(v), 1) for k, v in samples.items()}
+                ms, cpu_ms = time_once(argv, env)
+                wall[key].append(ms)
+                cpu[key].append(cpu_ms)
+    out: dict[str, Any] = {k: round(statistics.median(v), 1) for k, v in wall.items()}
     out["cli_status_vs_python_bare"] = round(out["cli_status_ms"] / out["python_bare_ms"], 2)
     out["cli_status_vs_sdk_import"] = round(out["cli_status_ms"] / out["python_sdk_import_ms"],
                                             2)
+    out["cli_start_cpu_ms"] = {k: round(statistics.median(v), 1) for k, v in cpu.items()}
     out["cli_start_runs"] = runs
     return out
 
