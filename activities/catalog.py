@@ -1,23 +1,57 @@
 """Every action Tidemark knows, for validating plans where no clients exist (the CLI): the
 built-in ones and those installed packages register (entry point group ``tidemark.actions``,
-see tidemark/plugins.py)."""
+see tidemark/plugins.py).
 
-from activities.drive import DriveRename
-from activities.fs import FsRename
-from activities.gmail import GmailSend
-from activities.graph import GraphSendMail
-from activities.stripe import StripePaymentIntent
-from tidemark.actions import Action, Registry
-from tidemark.plugins import plugin_action_classes
+The catalog names each action and where its class lives, and imports none of them: an action's
+module brings its provider's client library (googleapiclient, msgraph and kiota, stripe), and a
+command that reads the journal, or checks a plan of renames, must not pay their second of
+import. A registry (tidemark.actions.Registry) imports a class the first time a plan names it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from tidemark.actions import Action, ActionRef, Registry
+from tidemark.plugins import plugin_action_refs
 
 # Reversible first, irreversible last: the order `tidemark plan check` lists them in.
-BUILTIN_ACTION_CLASSES: list[type[Action]] = [FsRename, DriveRename, GmailSend, GraphSendMail,
-                                              StripePaymentIntent]
-# Plugins follow the built-in ones, by entry point name.
-ACTION_CLASSES: list[type[Action]] = [*BUILTIN_ACTION_CLASSES, *plugin_action_classes()]
+BUILTIN_ACTIONS: dict[str, str] = {
+    "fs.rename": "activities.fs:FsRename",
+    "drive.rename": "activities.drive:DriveRename",
+    "gmail.send": "activities.gmail:GmailSend",
+    "graph.send_mail": "activities.graph:GraphSendMail",
+    "stripe.payment_intent": "activities.stripe:StripePaymentIntent",
+}
+
+
+def builtin_refs() -> list[ActionRef]:
+    """The built-in actions, by name, none of their modules imported."""
+    return [ActionRef.at(name, where) for name, where in BUILTIN_ACTIONS.items()]
+
+
+def action_refs() -> list[ActionRef]:
+    """Every action, built-in ones first, then plugins by entry point name; nothing imported."""
+    return [*builtin_refs(), *plugin_action_refs()]
 
 
 def spec_registry(*extra: type[Action]) -> Registry:
-    """A registry of every action class (plus ``extra``): enough to validate plans, not to
-    run them."""
-    return Registry([*ACTION_CLASSES, *extra])
+    """A registry of every action (plus ``extra``): enough to validate plans, not to run
+    them. An action's class is imported when a plan first names it."""
+    return Registry([*action_refs(), *extra])
+
+
+@cache
+def _classes(which: str) -> list[type[Action]]:
+    refs = builtin_refs() if which == "BUILTIN_ACTION_CLASSES" else action_refs()
+    registry = Registry(refs)
+    loaded = [registry.spec(ref.name) for ref in refs]
+    return [cls for cls in loaded if cls is not None]
+
+
+def __getattr__(name: str) -> list[type[Action]]:
+    """``BUILTIN_ACTION_CLASSES`` and ``ACTION_CLASSES`` (built-in ones, then plugins): every
+    class imported, for the code that needs them all; computed on first access only."""
+    if name in ("BUILTIN_ACTION_CLASSES", "ACTION_CLASSES"):
+        return _classes(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

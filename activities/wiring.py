@@ -16,26 +16,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from activities.catalog import ACTION_CLASSES, BUILTIN_ACTION_CLASSES
-from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
+from activities.catalog import BUILTIN_ACTIONS, builtin_refs
 from activities.fs import FsRename
-from activities.gmail import GmailSend
-from activities.granted import granted_google, granted_graph, granted_stripe
-from activities.graph import GraphSendMail, confirm_timeout, late_timeout
-from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 from probes.fs import ROOTS_ENV, parse_roots
-from probes.google_http import DEFAULT_TIMEOUT_S
-from probes.graph import graph_client
 from tidemark import staging_tokens
 from tidemark.actions import Action, Registry
 from tidemark.credentials import CredentialSource, StaticToken, google_source, graph_source
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
-from tidemark.plugins import bind_plugin
+from tidemark.plugins import bind_plugin, plugin_action_classes
 from tidemark.secret_files import unreadable
 from tidemark.words import GrantScope
+
+if TYPE_CHECKING:  # each builder imports its target's module (and client library) itself
+    from activities.drive import DriveRename
+    from activities.gmail import GmailSend
+    from activities.graph import GraphSendMail
+    from activities.stripe import StripePaymentIntent
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
@@ -78,6 +77,10 @@ TARGETS = {
                      staging_tokens.STRIPE_READ),
 }
 GRAPH_USER = "TIDEMARK_GRAPH_USER"
+# The clients' timeout where TIDEMARK_<T>_TIMEOUT_S is unset: the default of the client modules
+# (probes.google_http, probes.graph, activities.stripe), written here so that reading it
+# imports none of their client libraries; tests/test_cli_imports.py keeps them equal.
+DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def _amount(env: Mapping[str, str], name: str, default: int) -> int:
 
 def timeout_s(env: Mapping[str, str], target: str) -> float:
     """The client timeout of ``target`` in seconds: ``TIDEMARK_<T>_TIMEOUT_S``, else the
-    client module's default (30 s)."""
+    client modules' default (30 s)."""
     value = seconds(env, f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     if value == 0:
         raise ConfigError(f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S must be more than 0")
@@ -221,10 +224,16 @@ def grant_minter(env: Mapping[str, str], url: str) -> Minter:
 
 def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str,
             source: CredentialSource) -> Any:
+    from activities.granted import granted_google
+
     return granted_google(client, target, scope, _minter(env, url), source)
 
 
+# A builder imports its target's module only when the target is configured: a worker without
+# Stripe credentials never imports stripe.
 def _drive(env: Mapping[str, str], c: Credentials) -> DriveRename:
+    from activities.drive import DEFAULT_HORIZON_S, DriveRename, drive_client
+
     timeout = timeout_s(env, "drive")
     return DriveRename(
         _google(env, "drive", drive_client(c.url, "", timeout=timeout), GrantScope.WRITE, c.url,
@@ -235,6 +244,8 @@ def _drive(env: Mapping[str, str], c: Credentials) -> DriveRename:
 
 
 def _gmail(env: Mapping[str, str], c: Credentials) -> GmailSend:
+    from activities.gmail import GmailSend
+
     action = GmailSend.from_env(env, c.url, "", "")
     _google(env, "gmail", action.writer, GrantScope.WRITE, c.url, c.write)
     _google(env, "gmail", action.reader.reader, GrantScope.READ, c.url, c.read)
@@ -242,6 +253,10 @@ def _gmail(env: Mapping[str, str], c: Credentials) -> GmailSend:
 
 
 def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
+    from activities.granted import granted_graph
+    from activities.graph import GraphSendMail, confirm_timeout, late_timeout
+    from probes.graph import graph_client
+
     timeout = timeout_s(env, "graph")
     return GraphSendMail(
         granted_graph(graph_client(c.url, c.write, timeout=timeout, user=c.graph_user),
@@ -253,6 +268,9 @@ def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
 
 
 def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
+    from activities.granted import granted_stripe
+    from activities.stripe import StripePaymentIntent, key_mode, stripe_client
+
     timeout = timeout_s(env, "stripe")
     w, r = c.write.token(), c.read.token()  # restricted keys: static
     return StripePaymentIntent(
@@ -271,8 +289,10 @@ BUILDERS: dict[str, Callable[[Mapping[str, str], Credentials], Action]] = {
 }
 
 
-def bound_actions(env: Mapping[str, str]) -> list[Action]:
-    """Instances of every action whose configuration is present in ``env``."""
+def bound_actions(env: Mapping[str, str],
+                  plugins: list[type[Action]] | None = None) -> list[Action]:
+    """Instances of every action whose configuration is present in ``env``; ``plugins``: the
+    installed plugin classes, when the caller has loaded them already."""
     actions: list[Action] = []
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
@@ -285,9 +305,8 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
             action = build(env, creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
-    builtin = {cls.name for cls in BUILTIN_ACTION_CLASSES}
-    for cls in ACTION_CLASSES:  # installed plugins, bound where their configuration is present
-        if cls.name not in builtin:
+    for cls in plugin_action_classes() if plugins is None else plugins:
+        if cls.name not in BUILTIN_ACTIONS:  # bound where their configuration is present
             plugin = bind_plugin(cls, env)
             if plugin is not None:
                 plugin.check_identity()
@@ -296,7 +315,11 @@ def bound_actions(env: Mapping[str, str]) -> list[Action]:
 
 
 def worker_registry(env: Mapping[str, str]) -> Registry:
-    registry = Registry(ACTION_CLASSES)
-    for action in bound_actions(env):
+    """Every action known (plans validate), the configured ones bound. A built-in action whose
+    target is not configured stays a reference: its module and client library are imported
+    only if a plan names it. Plugins are loaded, and checked, at start: they are bound there."""
+    plugins = plugin_action_classes()
+    registry = Registry([*builtin_refs(), *plugins])
+    for action in bound_actions(env, plugins):
         registry.register(action)
     return registry

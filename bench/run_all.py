@@ -23,6 +23,9 @@ hits them alike:
   continue-as-new and its in-doubt stops), with the worker's RSS sampled as it goes.
 * ``steps_per_s``: fast-path steps per second with 1, 4 and 16 concurrent tasks on one worker
   and 16 on two workers, with the CPU each process used (which resource saturates).
+* ``cli_status_ms``: `tidemark status T` from spawn to exit, median of rounds that also run
+  ``tidemark --help`` (``cli_help_ms``), a bare ``python -c pass`` (``python_bare_ms``) and an
+  import of the provider SDKs (``python_sdk_import_ms``), with the ratios (bench/cli_start.py).
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -53,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import BenchStep, bench_plan
+from cli_start import measure_cli_start
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -465,15 +469,28 @@ async def measure_many(env: WorkflowEnvironment, db_url: str, queue: str, worker
     return {"steps_per_s": out, "cpu_cores_used": cpu, "cores": os.cpu_count()}
 
 
+# -- command start-up --------------------------------------------------------------------------
+
+def measure_cli(db_url: str, runs: int) -> dict[str, Any]:
+    """`tidemark status T` and `tidemark --help` as an operator runs them, beside a bare Python
+    and an import of the provider SDKs, in alternating rounds (bench/cli_start.py)."""
+    out = measure_cli_start(db_url, runs)
+    log(f"tidemark status {out['cli_status_ms']:.0f} ms, --help {out['cli_help_ms']:.0f} ms "
+        f"(python -c pass {out['python_bare_ms']:.0f} ms, importing the provider SDKs "
+        f"{out['python_sdk_import_ms']:.0f} ms), median of {runs}")
+    return out
+
+
 # -- main --------------------------------------------------------------------------------------
 
-PARTS = ("bare", "journal", "paths", "dbos", "scale", "many")
+PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli")
 
 
 async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
-            "many": 60 if quick else 200, "big": 10_000, "resumes": 3}
+            "many": 60 if quick else 200, "big": 10_000, "resumes": 3,
+            "cli": 7 if quick else 15}
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "quick": quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -497,6 +514,8 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             if "journal" in parts:
                 result.update(measure_journal(db_url, size["journal"]))
                 log(f"journal alone: p50 {result['journal_p50_ms']:.2f} ms")
+            if "cli" in parts:  # before the workers start: the commands run on an idle stack
+                result.update(measure_cli(db_url, size["cli"]))
             worker = workers.start()
             default_workers.start()
             if "paths" in parts:

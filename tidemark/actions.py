@@ -20,6 +20,7 @@ that the read-only parts never reach it.
 from __future__ import annotations
 
 import enum
+import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -240,18 +241,48 @@ DELTA_VERBS = frozenset({
 })
 
 
-class Registry:
-    """The actions a process knows, by name."""
+@dataclass(frozen=True)
+class ActionRef:
+    """An action known by its name alone: ``load`` imports and returns its class when a
+    registry first needs it (``Registry.spec``). A command that only reads the journal never
+    imports an action's module, and with it the provider's client library it is built on (a
+    second or more of start-up for Google's, Microsoft Graph's and Stripe's together)."""
 
-    def __init__(self, actions: Iterable[Action | type[Action]] = ()) -> None:
+    name: str
+    load: Callable[[], type[Action]] = field(compare=False)
+
+    @classmethod
+    def at(cls, name: str, where: str) -> ActionRef:
+        """The action ``name`` whose class is ``where`` (``package.module:Class``)."""
+        module, _, attr = where.partition(":")
+
+        def load() -> type[Action]:
+            loaded: type[Action] = getattr(importlib.import_module(module), attr)
+            return loaded
+
+        return cls(name, load)
+
+
+class Registry:
+    """The actions a process knows, by name: classes, bound instances, and references whose
+    class is imported on first use."""
+
+    def __init__(self, actions: Iterable[Action | type[Action] | ActionRef] = ()) -> None:
         self._classes: dict[str, type[Action]] = {}
         self._instances: dict[str, Action] = {}
+        self._refs: dict[str, ActionRef] = {}
         for a in actions:
             self.register(a)
 
-    def register(self, action: Action | type[Action]) -> None:
-        """Registers an action class (enough to validate plans) or a bound instance (enough to
-        run them). Refuses an action without a probe, or a reversible one without compensate."""
+    def register(self, action: Action | type[Action] | ActionRef) -> None:
+        """Registers an action class (enough to validate plans), a bound instance (enough to
+        run them), or a reference whose class is checked when it is loaded. Refuses an action
+        without a probe, or a reversible one without compensate. The last registration of a
+        name stands for its class."""
+        if isinstance(action, ActionRef):
+            self._classes.pop(action.name, None)
+            self._refs[action.name] = action
+            return
         cls = action if isinstance(action, type) else type(action)
         if cls.probe is Action.probe:
             raise TypeError(f"{cls.__name__}: an action without a probe cannot be registered; "
@@ -260,15 +291,32 @@ class Registry:
             raise TypeError(f"{cls.__name__}: no execute")
         if not cls.irreversible and not cls.compensable():
             raise TypeError(f"{cls.__name__}: a reversible action must implement compensate")
+        self._refs.pop(cls.name, None)
         self._classes[cls.name] = cls
         if not isinstance(action, type):
             self._instances[cls.name] = action
 
     def spec(self, name: str) -> type[Action] | None:
-        return self._classes.get(name)
+        cls = self._classes.get(name)
+        if cls is not None:
+            return cls
+        ref = self._refs.get(name)
+        return None if ref is None else self._load(ref)
+
+    def _load(self, ref: ActionRef) -> type[Action]:
+        """Imports a referenced class and registers it, with the checks of ``register``."""
+        cls = ref.load()
+        if not (isinstance(cls, type) and issubclass(cls, Action)):
+            raise TypeError(f"action {ref.name!r}: {cls!r} is not an Action subclass")
+        if getattr(cls, "name", None) != ref.name:
+            raise TypeError(f"action {ref.name!r}: {cls.__name__} is named "
+                            f"{getattr(cls, 'name', None)!r}")
+        if self._refs.get(ref.name) is ref:  # not replaced meanwhile by a later registration
+            self.register(cls)
+        return cls
 
     def names(self) -> list[str]:
-        return sorted(self._classes)
+        return sorted({*self._classes, *self._refs})
 
     def bound(self, name: str) -> Action:
         """The runnable instance of an action. Raises ActionNotConfigured if none was bound."""

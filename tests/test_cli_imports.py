@@ -1,0 +1,228 @@
+"""What a command imports: `tidemark status` and `tidemark --help` read the journal or print a
+page, so they load no provider's client library (Google's, Microsoft Graph's with kiota and
+azure, msal, Stripe's) nor the staging servers' aiohttp; a plan check imports the action
+modules its plan names and no other; a worker imports a target's module where it binds it.
+
+Each command runs as the operator runs it, in a fresh process (a test process has imported
+everything already), which reports its ``sys.modules`` at exit. How long they take is measured
+in bench/cli_start.py, not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities import wiring
+from activities.catalog import BUILTIN_ACTIONS, spec_registry
+from activities.fs import FsRename
+from activities.wiring import STAGING_URL, worker_registry
+from probes.fs import ROOTS_ENV
+from staging.core import StagingServer
+from tidemark import staging_tokens
+from tidemark.actions import Action, ActionRef, Arg, ProbeResult, Registry, StepContext
+from tidemark.errors import PlanError
+from tidemark.plan import load_plan
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from tools import commands
+
+ROOT = Path(__file__).resolve().parent.parent
+# Top-level packages of the providers' client libraries (and the staging servers' web server).
+SDK_PACKAGES = ("googleapiclient", "google_auth_httplib2", "httplib2", "msgraph", "msgraph_core",
+                "azure", "msal", "stripe", "aiohttp")
+SDK_PREFIXES = ("kiota_",)  # kiota_abstractions, kiota_http, kiota_serialization_*, ...
+
+# Runs `tidemark ARGS` through tools.cli.main, as the console script does, then writes the
+# exit code and every module loaded to the file named first.
+RUNNER = """
+import json, sys
+from tools.cli import main
+out, argv = sys.argv[1], sys.argv[2:]
+try:
+    code = main(argv)
+except SystemExit as e:  # argparse's --help
+    code = e.code
+with open(out, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+def sdk_modules(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules
+                  if m.split(".")[0] in SDK_PACKAGES or m.startswith(SDK_PREFIXES))
+
+
+def run_fresh(tmp_path: Path, code: str, *args: str, env: dict[str, str] | None = None
+              ) -> tuple[Any, str, set[str]]:
+    """(what ``code`` reported as its result, stdout, modules loaded) of a fresh process."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", code, str(out), *args], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    return report["code"], done.stdout, set(report["modules"])
+
+
+def every_provider_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
+    """A plan that names an action of every built-in target, a rename first."""
+    (tmp_path / "draft.txt").write_text("draft")
+    return {"task_id": task_id, "steps": [
+        {"action": "fs.rename", "args": {"path": str(tmp_path / "draft.txt"),
+                                         "name": "final.txt"}},
+        {"action": "drive.rename", "args": {"file_id": "f-1", "name": "final"}},
+        {"action": "gmail.send", "args": {"to": "ana@example.com", "subject": "s",
+                                          "body": "b"}},
+        {"action": "graph.send_mail", "args": {"to": "bo@example.com", "subject": "s",
+                                               "body": "b"}},
+        {"action": "stripe.payment_intent", "args": {"amount": 1200, "currency": "eur",
+                                                     "customer": "cus_1"}},
+    ]}
+
+
+def test_status_of_a_task_of_every_provider_loads_no_provider_sdk(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    plan = load_plan(every_provider_plan(tmp_path, "imports-1"), spec_registry())
+    store.persist_plan(plan)
+    run_step(store, Registry([FsRename([tmp_path])]), "imports-1", 1)
+    code, out, modules = run_fresh(tmp_path, RUNNER, "status", "imports-1",
+                                   env={"DATABASE_URL": db_url})
+    assert code == 0
+    assert "task imports-1" in out and "confirmed      1" in out, out
+    assert "tools.cli" in modules and "psycopg" in modules  # it did read the journal
+    assert sdk_modules(modules) == []
+
+
+def test_help_loads_no_provider_sdk(tmp_path: Path) -> None:
+    code, out, modules = run_fresh(tmp_path, RUNNER, "--help")
+    assert code == 0 and "status" in out
+    assert sdk_modules(modules) == []
+
+
+def test_a_plan_check_imports_the_modules_of_the_actions_it_names_only(tmp_path: Path) -> None:
+    doc = every_provider_plan(tmp_path, "imports-2")
+    renames = tmp_path / "renames.json"
+    renames.write_text(json.dumps({**doc, "steps": doc["steps"][:1]}))
+    code, out, modules = run_fresh(tmp_path, RUNNER, "plan", "check", str(renames))
+    assert (code, out.split(",")[0]) == (0, "ok: task imports-2")
+    assert sdk_modules(modules) == []
+    assert "activities.stripe" not in modules and "tidemark_ledger.action" not in modules
+
+    payment = tmp_path / "payment.json"
+    payment.write_text(json.dumps({**doc, "steps": doc["steps"][4:]}))
+    code, out, modules = run_fresh(tmp_path, RUNNER, "plan", "check", str(payment))
+    assert (code, out.split(",")[0]) == (0, "ok: task imports-2")
+    loaded = {m.split(".")[0] for m in sdk_modules(modules)}
+    assert "stripe" in loaded and not loaded & {"googleapiclient", "msgraph", "msal"}, loaded
+
+
+def test_an_unknown_action_is_refused_naming_every_known_one(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"task_id": "imports-3",
+                                "steps": [{"action": "fs.shred", "args": {}}]}))
+    with pytest.raises(PlanError) as e:
+        commands.plan_check(path)
+    assert str(e.value) == (
+        "steps[0].action: unknown action 'fs.shred'; known: drive.rename, fs.rename, "
+        "gmail.send, graph.send_mail, ledger.post_invoice, stripe.payment_intent")
+
+
+WORKER = """
+import json, os, sys
+from activities.wiring import worker_registry
+registry = worker_registry(os.environ)
+with open(sys.argv[1], "w") as f:
+    json.dump({"code": registry.names(), "modules": sorted(sys.modules)}, f)
+"""
+
+
+def test_a_worker_imports_a_targets_sdk_only_where_it_binds_it(server: StagingServer,
+                                                               tmp_path: Path) -> None:
+    names, _, modules = run_fresh(tmp_path, WORKER, env={ROOTS_ENV: str(tmp_path),
+                                                         STAGING_URL: ""})
+    assert names == sorted([*BUILTIN_ACTIONS, "ledger.post_invoice"])  # plans still validate
+    assert sdk_modules(modules) == []
+    names, _, modules = run_fresh(tmp_path, WORKER, env={
+        "TIDEMARK_STRIPE_URL": server.url, STAGING_URL: "",
+        "TIDEMARK_STRIPE_WRITE_TOKEN": staging_tokens.STRIPE_SECRET,
+        "TIDEMARK_STRIPE_READ_TOKEN": staging_tokens.STRIPE_READ})
+    assert "stripe.payment_intent" in names
+    loaded = {m.split(".")[0] for m in sdk_modules(modules)}
+    # The Google transport (httplib2) comes with activities.granted, which every worker
+    # imports (activities.steps); the other targets' client libraries do not come at all.
+    assert "stripe" in loaded and not loaded & {"googleapiclient", "msgraph", "msgraph_core",
+                                                "azure", "msal", "aiohttp"}, loaded
+    assert not [m for m in modules if m.startswith(SDK_PREFIXES)]
+
+
+def test_the_wirings_default_timeout_is_the_client_modules() -> None:
+    from activities.stripe import DEFAULT_TIMEOUT
+    from probes import google_http, graph
+
+    assert wiring.DEFAULT_TIMEOUT_S == google_http.DEFAULT_TIMEOUT_S == graph.DEFAULT_TIMEOUT_S \
+        == DEFAULT_TIMEOUT
+    assert wiring.timeout_s({}, "stripe") == DEFAULT_TIMEOUT
+
+
+def test_a_staging_worker_binds_every_action(server: StagingServer, tmp_path: Path) -> None:
+    registry = worker_registry({STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
+    assert registry.names() == sorted([*BUILTIN_ACTIONS, "ledger.post_invoice"])
+    for name in registry.names():
+        bound = registry.bound(name)
+        assert bound.name == name and registry.spec(name) is type(bound)
+
+
+# -- the registry's references -----------------------------------------------------------------
+
+class Probed(Action):
+    name = "test.probed"
+    irreversible = True
+    args = {"n": Arg(int)}
+
+    def probe(self, ctx: StepContext) -> ProbeResult:
+        return ProbeResult.absent("never ran")
+
+    def execute(self, ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+
+class Unprobed(Action):
+    name = "test.unprobed"
+    irreversible = True
+
+    def execute(self, ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+
+def test_a_reference_is_loaded_once_and_checked_as_a_class_is() -> None:
+    calls: list[str] = []
+
+    def load() -> type[Action]:
+        calls.append("load")
+        return Probed
+
+    registry = Registry([ActionRef("test.probed", load)])
+    assert registry.names() == ["test.probed"] and calls == []  # known, not imported
+    assert registry.spec("test.probed") is Probed
+    assert registry.spec("test.probed") is Probed and calls == ["load"]
+    assert registry.spec("test.other") is None
+    with pytest.raises(TypeError, match="without a probe cannot be registered"):
+        Registry([ActionRef("test.unprobed", lambda: Unprobed)]).spec("test.unprobed")
+    with pytest.raises(TypeError, match=r"Probed is named 'test\.probed'"):
+        Registry([ActionRef("test.renamed", lambda: Probed)]).spec("test.renamed")
+    with pytest.raises(ModuleNotFoundError):
+        Registry([ActionRef.at("test.gone", "activities.no_such_module:Gone")]).spec("test.gone")
+
+
+def test_the_last_registration_of_a_name_stands() -> None:
+    later = Registry([ActionRef("test.probed", lambda: Unprobed), Probed])
+    assert later.spec("test.probed") is Probed  # the reference is never loaded
+    earlier = Registry([Probed, ActionRef.at("fs.rename", "activities.fs:FsRename")])
+    assert earlier.spec("fs.rename") is FsRename and earlier.names() == ["fs.rename",
+                                                                         "test.probed"]
