@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import os
+import select
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 import psycopg
 
@@ -34,8 +37,14 @@ from tools.cli_reports import add_report_commands
 from tools.cli_series import add_series_commands
 from tools.cli_stack import add_stack_commands
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_DONE", "EXIT_USAGE", "SUCCESS", "UsageError",
-           "add_temporal_arguments", "build_parser", "command_settings", "main", "run"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_NOT_DONE", "EXIT_USAGE", "SUCCESS",
+           "UsageError", "add_temporal_arguments", "build_parser", "command_settings", "main",
+           "run"]
+
+# The reader of stdout went away (`tidemark status T | head -1`): the command ends quietly with
+# the status a shell gives a writer killed by SIGPIPE (128 + 13), so `set -o pipefail` scripts
+# still see that the output was cut short.
+EXIT_BROKEN_PIPE = 141
 
 # The commands that are a laptop stack or a test harness: they may use the embedded Postgres
 # when DATABASE_URL is unset. Every other command needs DATABASE_URL or --embedded-db.
@@ -57,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Crash-safe, idempotent execution of agent plans. The journal lives in "
                     "DATABASE_URL; `tidemark dev`, `demo` and `chaos` use an embedded "
                     "Postgres when it is unset, other commands only with --embedded-db.")
+    p.add_argument("--version", action="version", version=f"tidemark {installed_version()}")
     p.add_argument("--traceback", action="store_true", help="show the full trace on errors")
     p.add_argument("--embedded-db", action="store_true",
                    help="without DATABASE_URL, use the embedded Postgres in $TIDEMARK_HOME "
@@ -108,15 +118,48 @@ def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
         return ""
 
 
-def run() -> None:
-    """The ``tidemark`` command: main(), then the exit of tidemark.process_exit."""
+def installed_version() -> str:
+    """The installed distribution's version (its metadata, so it cannot drift from what pip
+    installed)."""
     try:
-        code = main()
-    except SystemExit as e:  # argparse's --help and usage errors
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return version("tidemark")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed
+        return "(not installed)"
+
+
+def run() -> None:
+    """The ``tidemark`` command: main(), then the exit of tidemark.process_exit. A closed
+    stdout ends it quietly with EXIT_BROKEN_PIPE."""
+    try:
+        code = _main_code()
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+    except BrokenPipeError:
+        if not _stdout_closed():  # a broken socket to Postgres or Temporal is no quiet matter
+            raise
+        # Nothing more can be said on stdout: point it at /dev/null so that the final flush
+        # of exit_now finds nowhere to fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
+    exit_now(code)
+
+
+def _main_code() -> int:
+    try:
+        return main()
+    except SystemExit as e:  # argparse's --help, --version and usage errors
         if not isinstance(e.code, int | None):
             print(e.code, file=sys.stderr)
-    exit_now(code)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (poll reports an error on its end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 if __name__ == "__main__":

@@ -87,8 +87,66 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
             await schedules.delete(client, a.series)
         return {a.schedule_command: a.series}
 
-    print_json(asyncio.run(go()))
+    out = asyncio.run(go())
+    if a.schedule_command == "list":
+        return _schedule_list(a, out)
+    print_json(out)
     return 0
+
+
+def _schedule_list(a: argparse.Namespace, listed: list[dict[str, Any]]) -> int:
+    """`schedule list`: a table for people, `--json` for programs. Each schedule comes with the
+    approval policy its series declares, read from the journal (only when there is a schedule
+    to show: an empty list needs no database)."""
+    names = [s["series"] for s in listed]
+    policies = commands.series_policies(journal_url(a), names) if names else {}
+    for s in listed:
+        declared = policies.get(s["series"])
+        s.update(declared=declared is not None,
+                 approval=declared["approval"] if declared else None,
+                 approvers=declared["approvers"] if declared else None)
+    if a.json:
+        print_json(listed)
+        return 0
+    if not listed:
+        print("no series has a schedule (`tidemark schedule create S ...` makes one)")
+        return 0
+    rows = [("series", "when", "next run", "paused", "approval", "approvers"),
+            *(_schedule_row(s) for s in listed)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    return 0
+
+
+def _schedule_row(s: dict[str, Any]) -> tuple[str, ...]:
+    """One schedule as the table's cells; a series never declared runs under the worker's
+    policy (TIDEMARK_APPROVAL, TIDEMARK_APPROVERS), and so does a flag it never set."""
+    declared = s["declared"]
+    return (s["series"], _fires_on_text(s),
+            s["next"][0][:16].replace("T", " ") + " UTC" if s["next"] else "-",
+            "yes" if s["paused"] else "no",
+            (s["approval"] or "worker's") if declared else "not declared",
+            ",".join(s["approvers"]) if s["approvers"] else ("worker's" if declared else "-"))
+
+
+def _fires_on_text(s: dict[str, Any]) -> str:
+    """When a schedule fires, as a person reads it: its cron as given, its calendars (in cron
+    fields) and its intervals."""
+    parts = [*s.get("cron", []),
+             *(f"calendar {c['calendar']}" + (f" ({c['comment']})" if c.get("comment") else "")
+               for c in s.get("calendars", [])),
+             *(f"every {_span(i['every_s'])}" + (f" (+{_span(i['offset_s'])})"
+                                                 if i["offset_s"] else "")
+               for i in s.get("intervals", []))]
+    return "; ".join(parts) or "-"
+
+
+def _span(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _approvers(a: argparse.Namespace) -> list[str] | None:
@@ -149,7 +207,11 @@ def add_series_commands(sub: Any, user: str) -> None:
     cr.add_argument("--task-queue", help="default: TIDEMARK_TASK_QUEUE, else tidemark")
     _policy_arguments(cr)
     cr.set_defaults(func=_cmd_schedule)
-    ssub.add_parser("list", parents=[temporal]).set_defaults(func=_cmd_schedule)
+    ls = ssub.add_parser("list", parents=[temporal],
+                         help="every series' schedule: when it fires, its next run, whether it is "
+                              "paused, its approval policy")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_schedule)
     for name in ("pause", "unpause", "delete"):
         c = ssub.add_parser(name, parents=[temporal])
         c.add_argument("series")
