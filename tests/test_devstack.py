@@ -216,7 +216,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         config = printed["Temporal gRPC"].split("export TEMPORAL_CONFIG_FILE=")[1].rstrip(")")
         assert config == str(home / "temporal.toml") and mode(Path(config)) == 0o600
         other_shell = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        listed = subprocess.run([sys.executable, "-m", "tools.cli", "schedule", "list"],
+        listed = subprocess.run([sys.executable, "-m", "tools.cli", "schedule", "list", "--json"],
                                 env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
                                 capture_output=True, text=True, timeout=60)
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr

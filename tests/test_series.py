@@ -336,7 +336,7 @@ async def test_cli_series_stop_release_status_schedule_and_kill(
         cli, "schedule", "create", "cli", "--cron", "0 3 * * *", "--planner",
         "helpers.planners:nightly", "--args", '{"n": 1}')
     assert code == 0 and "tidemark-series-cli" in out
-    listed = json.loads((await asyncio.to_thread(cli, "schedule", "list"))[1])
+    listed = json.loads((await asyncio.to_thread(cli, "schedule", "list", "--json"))[1])
     assert [(s["series"], s["paused"], s["planner"], s["args"]) for s in listed] == [
         ("cli", False, "helpers.planners:nightly", {"n": 1})]
     assert (await asyncio.to_thread(main, ["kill", "--all"])) == 2  # needs --yes

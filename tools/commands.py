@@ -175,18 +175,28 @@ def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
         stop = store.stop_state(task_id)
     if stop is not None and stop["state"] == ControlState.KILLED:
         raise DecisionError(f"task {task_id!r} is under the kill of {stop['scope']!r} (by "
-                            f"{stop['set_by']}); release that first, nothing was changed")
+                            f"{stop['set_by']}), which is not lifted task by task; nothing was "
+                            f"changed. `tidemark release {_release_args(task_id, stop['scope'])}`"
+                            f" lifts it, then `tidemark unwind {task_id} --yes`")
     raise DecisionError(f"task {task_id!r} is not killed; `tidemark unwind {task_id} --yes` "
                         "works as it is, nothing was changed")
 
 
 def check_unwind_allowed(url: str, task_id: str) -> None:
-    """An unwind starts only when no kill applies to the task (TaskKilled names the command
-    that lifts it for unwinding)."""
+    """An unwind starts only when no kill applies to the task. The refusal names the command
+    that helps: for the task's own kill `release T --for-unwind` (TaskKilled); for a kill of
+    every task or of its series, releasing that scope, as the task's name does not lift it."""
     with JournalStore(url) as store:
         stop = store.stop_state(task_id)
-    if stop is not None and stop["state"] == ControlState.KILLED:
+    if stop is None or stop["state"] != ControlState.KILLED:
+        return
+    if stop["scope"] == task_id:
         raise TaskKilled(task_id)
+    raise KilledNotReleased(
+        f"task {task_id!r} is killed through {stop['scope']} by {stop['set_by']}: "
+        f"{stop['reason'] or 'no reason'}; nothing acts on it, compensations included, and "
+        f"nothing was changed. `tidemark release {_release_args(task_id, stop['scope'])}` "
+        f"lifts the kill, then `tidemark unwind {task_id} --yes`")
 
 
 def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
@@ -365,6 +375,12 @@ def declare_series(url: str, series: str, by: str, approval: str | None = None,
             "approvers": declared["approvers"]}
 
 
+def series_policies(url: str, series: list[str]) -> dict[str, dict[str, Any] | None]:
+    """The declared approval policy of each series (None: never declared), for listings."""
+    with open_store(url) as store:
+        return {s: store.declared_series(s) for s in series}
+
+
 DECISIONS = tuple(Verdict)
 
 
@@ -377,7 +393,8 @@ class UnknownStopTarget(TidemarkError):
 
 
 class KilledNotReleased(TidemarkError):
-    """``resume`` of a task under a kill: the kill is released only by ``tidemark release``."""
+    """``resume`` of a task under a kill, or ``unwind`` under a kill of every task or of its
+    series: the kill is released only by ``tidemark release`` of its scope."""
 
 
 class GloballyStopped(TidemarkError):

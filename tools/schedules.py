@@ -6,15 +6,19 @@ Schedules page; ``tidemark schedule create|list|pause|unpause|delete`` drives th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleCalendarSpec,
     ScheduleHandle,
     ScheduleOverlapPolicy,
     SchedulePolicy,
+    ScheduleRange,
     ScheduleSpec,
     ScheduleState,
 )
@@ -25,6 +29,9 @@ from tidemark.payloads import TASK_QUEUE
 from tidemark.plan import TASK_ID_RE
 
 PREFIX = "tidemark-series-"
+# The memo key that keeps a schedule's cron expression as it was given: Temporal compiles a
+# cron expression into a calendar and describes the schedule by that calendar only.
+MEMO_CRON = "cron"
 
 
 class ScheduleError(TidemarkError):
@@ -54,7 +61,12 @@ async def create(client: Client, series: str, cron: str, planner: str, args: dic
         await client.create_schedule(sid, Schedule(
             action=action, spec=ScheduleSpec(cron_expressions=[cron]),
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            state=ScheduleState(note=f"created by {by}" if by else "")))
+            state=ScheduleState(note=f"created by {by}" if by else "")),
+            memo={MEMO_CRON: cron})
+    except ScheduleAlreadyRunningError:  # the SDK's word for ALREADY_EXISTS on create
+        raise ScheduleError(f"series {series} already has a schedule ({sid}); nothing was "
+                            f"changed (`tidemark schedule delete {series}` first to replace "
+                            "it)") from None
     except RPCError as e:
         if e.status == RPCStatusCode.ALREADY_EXISTS:
             raise ScheduleError(f"series {series} already has a schedule ({sid})") from None
@@ -69,7 +81,8 @@ def handle(client: Client, series: str) -> ScheduleHandle:
 
 
 async def describe(client: Client, series: str) -> dict[str, Any] | None:
-    """``{series, id, paused, note, planner, args, cron, next}``, or None without a schedule."""
+    """``{series, id, paused, note, planner, args, next}`` and what the schedule fires on
+    (``cron``, ``calendars``, ``intervals``: those it has), or None without a schedule."""
     try:
         d = await handle(client, series).describe()
     except RPCError as e:
@@ -83,8 +96,53 @@ async def describe(client: Client, series: str) -> dict[str, Any] | None:
         arg = json.loads(getattr(arg, "data", b"{}") or b"{}")
     return {"series": series, "id": d.id, "paused": d.schedule.state.paused,
             "note": d.schedule.state.note, "planner": arg.get("planner"),
-            "args": arg.get("args"), "cron": list(d.schedule.spec.cron_expressions),
+            "args": arg.get("args"), **fires_on(d.schedule.spec, (await d.memo()).get(MEMO_CRON)),
             "next": [t.isoformat() for t in d.info.next_action_times[:3]]}
+
+
+def fires_on(spec: ScheduleSpec, given_cron: Any = None) -> dict[str, Any]:
+    """What a schedule fires on, in the form it was given: the cron expression kept in its memo
+    (``tidemark schedule create``); else, for a schedule made elsewhere (the Web UI, `temporal
+    schedule create`), its cron expressions, calendars (as cron fields) and intervals (in
+    seconds), each only when it has some."""
+    if isinstance(given_cron, str) and given_cron:
+        return {"cron": [given_cron]}
+    out: dict[str, Any] = {}
+    if spec.cron_expressions:
+        out["cron"] = list(spec.cron_expressions)
+    if spec.calendars:
+        out["calendars"] = [{"calendar": calendar_text(c),
+                             **({"comment": c.comment} if c.comment else {})}
+                            for c in spec.calendars]
+    if spec.intervals:
+        out["intervals"] = [{"every_s": int(i.every.total_seconds()),
+                             "offset_s": int(i.offset.total_seconds()) if i.offset else 0}
+                            for i in spec.intervals]
+    return out
+
+
+# A calendar's fields in cron order, each with the bounds that make it "*".
+_CALENDAR_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31),
+                    ("month", 1, 12), ("day_of_week", 0, 6))
+
+
+def calendar_text(c: ScheduleCalendarSpec) -> str:
+    """A calendar as cron fields (``30 4 * * *``), led by its seconds unless they are 0 and
+    followed by its years when it names some."""
+    fields = [_ranges_text(getattr(c, name), lo, hi) for name, lo, hi in _CALENDAR_FIELDS]
+    second = _ranges_text(c.second, 0, 59)
+    text = " ".join(fields if second == "0" else [second, *fields])
+    return text + (f" year {_ranges_text(c.year, None, None)}" if c.year else "")
+
+
+def _ranges_text(ranges: Sequence[ScheduleRange], lo: int | None, hi: int | None) -> str:
+    parts = []
+    for r in ranges or ():
+        end = max(r.end, r.start)  # an end before the start means the start alone
+        text = ("*" if (r.start, end) == (lo, hi) else
+                str(r.start) if end == r.start else f"{r.start}-{end}")
+        parts.append(text + (f"/{r.step}" if r.step > 1 else ""))
+    return ",".join(parts) or "*"
 
 
 async def list_all(client: Client) -> list[dict[str, Any]]:
