@@ -23,6 +23,8 @@ hits them alike:
   continue-as-new and its in-doubt stops), with the worker's RSS sampled as it goes.
 * ``steps_per_s``: fast-path steps per second with 1, 4 and 16 concurrent tasks on one worker
   and 16 on two workers, with the CPU each process used (which resource saturates).
+* ``recovery_s_after_kill``: a worker SIGKILLed in the middle of a step's call, to that step
+  done by another worker (bench/recovery.py: median, max and samples of several kills).
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -53,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import BenchStep, bench_plan
+from recovery import measure_recovery
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -467,13 +470,14 @@ async def measure_many(env: WorkflowEnvironment, db_url: str, queue: str, worker
 
 # -- main --------------------------------------------------------------------------------------
 
-PARTS = ("bare", "journal", "paths", "dbos", "scale", "many")
+PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "recovery")
 
 
 async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
-            "many": 60 if quick else 200, "big": 10_000, "resumes": 3}
+            "many": 60 if quick else 200, "big": 10_000, "resumes": 3,
+            "recovery": 3 if quick else 7}
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "quick": quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -512,6 +516,8 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             if "many" in parts:
                 result.update(await measure_many(env, db_url, "bench", workers, size["many"],
                                                  pg_pid))
+            if "recovery" in parts:  # worker processes of its own, on a task queue of its own
+                result.update(await measure_recovery(env.client, db_url, size["recovery"]))
         finally:
             workers.stop()
             default_workers.stop()
