@@ -253,4 +253,12 @@ if __name__ == "__main__":
     import json
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
-    print(json.dumps(asyncio.run(_main(ap.parse_args().reps)), indent=1))
+    reps = ap.parse_args().reps
+    # The dev server prints to the inherited stdout; only the result goes there.
+    sys.stdout.flush()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    result = asyncio.run(_main(reps))
+    sys.stdout.flush()
+    os.dup2(result_fd, 1)
+    print(json.dumps(result, indent=1))
