@@ -122,8 +122,9 @@ KILL_WAIT = timedelta(minutes=5)
 # looping. Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried,
 # and every retry is safe: it goes through the journal and, if the step is in doubt, its probe.
 # The first interval follows a dead worker's heartbeat timeout, so it is short; a twin that then
-# meets the dead attempt's fresh lease (at most LEASE_S after the last renewal for an action
-# whose deadline is within it) is retried 1 s later, when the lease has passed.
+# meets the dead attempt's fresh lease (for an action whose deadline is within LEASE_S, at most
+# LEASE_S after the kill) gets StepBusy and is retried 1 s later, then 2 s: at worst 4 s from
+# the kill to an attempt that may act (tests/test_recovery.py computes the bound).
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
