@@ -48,9 +48,11 @@ log = logging.getLogger("tidemark.worker")
 # Steps of different tasks run in parallel, one thread each; steps of one task never do.
 MAX_CONCURRENT_STEPS = 16
 # After a worker dies, its workflow tasks wait this long on its sticky queue before any other
-# worker may take them (the SDK's default is 10 s). Short, so a crash costs seconds; the price
-# is an occasional full-history replay when a live worker is merely slow.
-STICKY_TO_START = timedelta(seconds=2)
+# worker may take them (the SDK's default is 10 s): after a SIGKILL, the step after the one
+# taken over waits this long (bench/recovery.py). Short, so a crash costs about a second; the
+# price is a full-history replay on another worker (a run stays under about 1,500 events, see
+# STEPS_PER_RUN) when a live worker leaves a workflow task waiting this long.
+STICKY_TO_START = timedelta(seconds=1)
 # On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
 # journal's probe on the next attempt). Steps normally take well under a second.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)

@@ -39,9 +39,11 @@ from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
 
-# How often a running step tells Temporal it is alive. Must be well under the workflow's
-# heartbeat timeout, so that only a dead worker misses it.
-HEARTBEAT_EVERY_S = 1.0
+# How often a running step tells Temporal it is alive. Well under the workflow's heartbeat
+# timeout (STEP_HEARTBEAT, 2 s), so that only a dead worker misses it: the SDK sends the latest
+# beat every 80% of that timeout, so a beat must be pending by then; at 0.5 s, this thread may be
+# held up for more than a second (GIL, a loaded machine) before the server misses one.
+HEARTBEAT_EVERY_S = 0.5
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:

@@ -26,6 +26,8 @@ hits them alike:
 * ``cli_status_ms``: `tidemark status T` from spawn to exit, median of rounds that also run
   ``tidemark --help`` (``cli_help_ms``), a bare ``python -c pass`` (``python_bare_ms``) and an
   import of the provider SDKs (``python_sdk_import_ms``), with the ratios (bench/cli_start.py).
+* ``recovery_s_after_kill``: a worker SIGKILLed in the middle of a step's call, to that step
+  done by another worker (bench/recovery.py: median, max and samples of several kills).
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -57,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import BenchStep, bench_plan
 from cli_start import measure_cli_start
+from recovery import measure_recovery
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -483,14 +486,14 @@ def measure_cli(db_url: str, runs: int) -> dict[str, Any]:
 
 # -- main --------------------------------------------------------------------------------------
 
-PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli")
+PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli", "recovery")
 
 
 async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
             "many": 60 if quick else 200, "big": 10_000, "resumes": 3,
-            "cli": 7 if quick else 15}
+            "cli": 7 if quick else 15, "recovery": 3 if quick else 7}
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "quick": quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -531,6 +534,8 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             if "many" in parts:
                 result.update(await measure_many(env, db_url, "bench", workers, size["many"],
                                                  pg_pid))
+            if "recovery" in parts:  # worker processes of its own, on a task queue of its own
+                result.update(await measure_recovery(env.client, db_url, size["recovery"]))
         finally:
             workers.stop()
             default_workers.stop()

@@ -93,9 +93,15 @@ FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
 STEP_START_TO_CLOSE = timedelta(minutes=5)
 # A worker that stops heartbeating for this long is presumed dead and the step is retried on
-# another worker; the step heartbeats every second (activities/steps.py). Short, so a SIGKILLed
-# worker costs seconds, not the start-to-close timeout.
-STEP_HEARTBEAT = timedelta(seconds=5)
+# another worker: it is the larger part of the time from a worker's death to its step done
+# elsewhere (README, "Heartbeats and retries"; bench/recovery.py). The step heartbeats every
+# HEARTBEAT_EVERY_S (activities/steps.py); the SDK sends at most one heartbeat per 80% of this
+# timeout, so the server hears from a live step every 1.6 s. A live step whose heartbeats
+# stall longer (a process frozen by GC or swap, a starved machine) is retried early: harmless,
+# because the twin meets the step's lock or its fresh lease (StepBusy) and waits, and the stalled
+# attempt's own result is then refused by Temporal and answered from the journal. The cost of a
+# short timeout is such wasted attempts, never a duplicate.
+STEP_HEARTBEAT = timedelta(seconds=2)
 # Bookkeeping activities (prepare, describe, halt) touch only Postgres.
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # The boundary's gate probes every earlier reversible step in one activity (heartbeating): it
@@ -115,8 +121,12 @@ KILL_WAIT = timedelta(minutes=5)
 # (tidemark/errors.py: end_state, looked up here by the error's type name in END_STATES) instead of
 # looping. Everything else (StoreUnavailable, StepBusy, TargetUnavailable, a crash) is retried,
 # and every retry is safe: it goes through the journal and, if the step is in doubt, its probe.
+# The first interval follows a dead worker's heartbeat timeout, so it is short; a twin that then
+# meets the dead attempt's fresh lease (for an action whose deadline is within LEASE_S, at most
+# LEASE_S after the kill) gets StepBusy and is retried 1 s later, then 2 s: at worst 4 s from
+# the kill to an attempt that may act (tests/test_recovery.py computes the bound).
 STEP_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),  # a recovered database is noticed within 30 s
     non_retryable_error_types=sorted(END_STATES),
