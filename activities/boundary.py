@@ -13,7 +13,7 @@ from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
 from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
-from tidemark.errors import TidemarkError
+from tidemark.errors import TidemarkError, release_command
 from tidemark.grants import GrantBroker
 from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
@@ -64,7 +64,8 @@ class BoundaryActivities:
             decision=decided["detail"].get("decision") if decided else None,
             decided_by=decided["actor"] if decided else None,
             irreversible=asked["lines"] if asked else [],
-            stopped=(stop["reason"] or "stopped") if stop else None)
+            stopped=(stop["reason"] or "stopped") if stop else None,
+            release=release_command(inp.task_id, stop["scope"]) if stop else None)
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.reach_boundary]

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities.granted import acting_for
 from tidemark import metrics, series
 from tidemark.actions import Registry
-from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError
+from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.payloads import (
     HaltInput,
@@ -122,6 +122,7 @@ class StepActivities:
                         next_step=progress.next_step, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
+                        release=release_command(task_id, stop["scope"]) if stop else None,
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None)
 

@@ -146,7 +146,7 @@ def check_stop(s: StepSession, task_id: str, acting: Direction) -> None:
     if s.unwound:
         raise TaskUnwound(task_id)
     if s.stopped is not None:
-        raise TaskStopped(task_id, s.stopped)
+        raise TaskStopped(task_id, s.stopped, s.stop_scope)
 
 
 def attempt(store: JournalStore, s: StepSession, side: Side, *,

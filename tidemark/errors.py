@@ -158,15 +158,26 @@ class NeedsDecision(TidemarkError):
         return {"step": self.step, "action": self.action, "reason": self.reason}
 
 
+def release_command(task_id: str, scope: str | None) -> str:
+    """The command that lifts the stop ``scope`` (its controls row) holds on a task: the task's
+    own, its series' (``series:S``) or every task's (``*``). Releasing the task by name does not
+    lift a stop of its series or of every task."""
+    if scope == "*":
+        return "tidemark release --all"
+    if scope is not None and scope.startswith("series:"):
+        return f"tidemark release --series {scope.removeprefix('series:')}"
+    return f"tidemark release {task_id}"
+
+
 class TaskStopped(TidemarkError):
     """The task's durable stop state is set; nothing acts until a person releases it."""
 
     end_state = TaskState.STOPPED
     stop_reason = "stopped"
 
-    def __init__(self, task_id: str, reason: str) -> None:
+    def __init__(self, task_id: str, reason: str, scope: str | None = None) -> None:
         super().__init__(f"task {task_id!r} is stopped ({reason}); "
-                         f"release it with `tidemark release {task_id}`")
+                         f"release it with `{release_command(task_id, scope)}`")
         self.task_id = task_id
         self.reason = reason
 

@@ -53,6 +53,8 @@ class Prepared:
     confirmed: int
     failed: int
     stopped: str | None  # the stop reason when the durable stop state is set
+    # The command that lifts that stop (tidemark.errors.release_command); None: not stopped.
+    release: str | None = None
     first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
     unwound: bool = False  # the task was unwound: it never runs forward again
 
@@ -203,6 +205,7 @@ class BoundaryOutcome:
     decided_by: str | None = None
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
+    release: str | None = None  # the command that lifts it (tidemark.errors.release_command)
 
 
 @dataclass

@@ -293,7 +293,7 @@ class RunPlan:
         if prep.stopped is not None:
             return self._end(STOPPED, {"type": "TaskStopped", "message":
                                        f"task is stopped ({prep.stopped}); release it with "
-                                       f"`tidemark release {prep.task_id}`"})
+                                       f"`{prep.release or f'tidemark release {prep.task_id}'}`"})
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
             return self._end(FAILED if prep.failed else COMPLETED)
         return prep
@@ -517,7 +517,7 @@ class RunPlan:
             if out.stopped is not None:
                 return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
                                            f"task is stopped ({out.stopped}); release it with "
-                                           f"`tidemark release {task_id}`"})
+                                           f"`{out.release or f'tidemark release {task_id}'}`"})
             if not out.approval_required or out.decision == "approve":
                 if self._result.state != RUNNING:
                     self._result.state = RUNNING

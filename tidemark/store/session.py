@@ -49,6 +49,7 @@ class StepSession:
         self.row: JournalRow | None = None
         self.stopped: str | None = None
         self.killed: bool = False  # the stop that applies is a kill
+        self.stop_scope: str | None = None  # whose stop it is: the task, ``series:S`` or ``*``
         self.unwound: bool = False
         self.lease_left: float | None = None  # seconds the row's last attempt may still act
 
@@ -141,13 +142,14 @@ class StepSession:
                 f"SELECT {_UNWOUND} AS unwound, {_COMPENSATED} AS compensated,"
                 " (SELECT c->>'state' FROM tidemark.stop_of(%(task_id)s) c) AS state,"
                 " (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')"
-                " FROM tidemark.stop_of(%(task_id)s) c) AS stopped",
+                " FROM tidemark.stop_of(%(task_id)s) c) AS stopped,"
+                " (SELECT c->>'scope' FROM tidemark.stop_of(%(task_id)s) c) AS stop_scope",
                 {"task_id": task_id}).fetchone()
         assert r is not None
         if r["unwound"]:
             raise TaskUnwound(task_id)
         if phase == "do" and r["stopped"] is not None:
-            raise TaskStopped(task_id, r["stopped"])
+            raise TaskStopped(task_id, r["stopped"], r["stop_scope"])
         if phase == "do" and r["compensated"]:
             raise PartlyUnwound(task_id)
         if phase == "undo" and r["stopped"] is None:

@@ -47,6 +47,8 @@ class StepsMixin(StoreBase):
                                   FROM tidemark.stop_of(p.task_id) c) AS stopped,
                                (SELECT c->>'state' = 'killed'
                                   FROM tidemark.stop_of(p.task_id) c) AS killed,
+                               (SELECT c->>'scope'
+                                  FROM tidemark.stop_of(p.task_id) c) AS stop_scope,
                                {_UNWOUND} AS unwound,
                                extract(epoch FROM coalesce(j.lease_until, j.started_at
                                  + make_interval(secs => %(lease)s)) - clock_timestamp()
@@ -73,6 +75,7 @@ class StepsMixin(StoreBase):
                 session = StepSession(conn)
                 session.stopped = r["stopped"]
                 session.killed = bool(r["killed"])
+                session.stop_scope = r["stop_scope"]
                 session.unwound = r["unwound"]
                 session.lease_left = r["lease_left"]
                 if r["plan_action"] is None:

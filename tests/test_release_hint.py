@@ -1,0 +1,46 @@
+"""A stop names the command that lifts it: the task's own stop `tidemark release T`, a series'
+`release --series S`, the global one `release --all`. Releasing a task by name does not lift a
+stop of its series or of every task, so a hint naming the task would send the person on call
+round in a circle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.steps import StepActivities
+from helpers.ledger import ledger_registry, persisted
+from tidemark.errors import TaskStopped, release_command
+from tidemark.payloads import PrepareInput
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from tidemark.words import ControlState
+
+
+@pytest.mark.parametrize(("scope", "command"), [
+    ("t", "tidemark release t"),
+    ("*", "tidemark release --all"),
+    ("series:nightly", "tidemark release --series nightly"),
+    (None, "tidemark release t"),
+])
+def test_each_scope_of_a_stop_has_its_own_release(scope: str | None, command: str) -> None:
+    assert release_command("t", scope) == command
+    assert f"`{command}`" in str(TaskStopped("t", "why", scope))
+
+
+@pytest.mark.parametrize(("scope", "command"), [
+    ("t", "tidemark release t"),
+    ("*", "tidemark release --all"),
+])
+def test_a_step_that_meets_a_stop_names_the_release_of_that_stop(
+        store: JournalStore, tmp_path: Path, scope: str, command: str) -> None:
+    persisted(store, tmp_path, "t", 1)
+    store.set_control(scope, ControlState.STOPPED, "incident", "ops@example")
+    with pytest.raises(TaskStopped) as stopped:
+        run_step(store, ledger_registry(), "t", 1)
+    assert f"`{command}`" in str(stopped.value)
+    prepared = ActivityEnvironment().run(StepActivities(store, ledger_registry()).prepare,
+                                         PrepareInput(document={"task_id": "t"}))
+    assert prepared.stopped == "incident" and prepared.release == command
