@@ -22,7 +22,7 @@ from tidemark.errors import END_STATES, TidemarkError
 from tidemark.payloads import StepBatchInput, StepInput
 from tidemark.store import JournalStore
 from tidemark.words import ControlState, TaskState
-from workflows.run_plan import STEP_RETRY, end_state_of
+from workflows.shared import STEP_RETRY, end_state_of
 
 # What a run ends in for each error a step may raise that another attempt cannot fix: the
 # promises of the README's end-state table, stated once more here as the specification.

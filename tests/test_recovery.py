@@ -31,7 +31,7 @@ from tidemark.payloads import RunResult
 from tidemark.store import LEASE_S, JournalStore
 from workflows import unwind_plan
 from workflows.outcome import run_result
-from workflows.run_plan import STEP_HEARTBEAT, STEP_RETRY
+from workflows.shared import STEP_HEARTBEAT, STEP_RETRY
 
 # Kill to the killed step done by another worker.
 BUDGET_S = 5.0

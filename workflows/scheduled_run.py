@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.payloads import FAILED, KILLED, PlannerInput, RunResult
     from tidemark.series_names import scheduled_task_id
     from workflows.outcome import ended, result_of
-    from workflows.run_plan import (
+    from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
         UnwoundInput,
     )
     from workflows.outcome import failure_type
-    from workflows.run_plan import (
+    from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,
