@@ -140,10 +140,10 @@ class StepSession:
         with _translated():
             r = self.conn.execute(
                 f"SELECT {_UNWOUND} AS unwound, {_COMPENSATED} AS compensated,"
-                " (SELECT c->>'state' FROM tidemark.stop_of(%(task_id)s) c) AS state,"
-                " (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')"
-                " FROM tidemark.stop_of(%(task_id)s) c) AS stopped,"
-                " (SELECT c->>'scope' FROM tidemark.stop_of(%(task_id)s) c) AS stop_scope",
+                " c.stop->>'state' AS state,"
+                " coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state') AS stopped,"
+                " c.stop->>'scope' AS stop_scope"
+                " FROM tidemark.stop_of(%(task_id)s) AS c(stop)",
                 {"task_id": task_id}).fetchone()
         assert r is not None
         if r["unwound"]:

@@ -43,17 +43,16 @@ class StepsMixin(StoreBase):
                         f"""
                         SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
                                s.irreversible AS plan_irreversible,
-                               (SELECT coalesce(nullif(c->>'reason', ''), c->>'state')
-                                  FROM tidemark.stop_of(p.task_id) c) AS stopped,
-                               (SELECT c->>'state' = 'killed'
-                                  FROM tidemark.stop_of(p.task_id) c) AS killed,
-                               (SELECT c->>'scope'
-                                  FROM tidemark.stop_of(p.task_id) c) AS stop_scope,
+                               coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state')
+                                 AS stopped,
+                               c.stop->>'state' = 'killed' AS killed,
+                               c.stop->>'scope' AS stop_scope,
                                {_UNWOUND} AS unwound,
                                extract(epoch FROM coalesce(j.lease_until, j.started_at
                                  + make_interval(secs => %(lease)s)) - clock_timestamp()
                                )::float8 AS lease_left, j.*
                         FROM tidemark.plans p
+                        CROSS JOIN tidemark.stop_of(p.task_id) AS c(stop)
                         LEFT JOIN tidemark.plan_steps s
                           ON s.task_id = p.task_id AND s.step = %(step)s
                         LEFT JOIN LATERAL (
