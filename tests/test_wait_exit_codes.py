@@ -111,10 +111,7 @@ async def test_unwind_wait_exits_3_when_a_compensation_is_refused(
 async def test_approve_wait_exits_3_when_the_run_ends_failed_after_the_decision(
         cli: Any, store: JournalStore, temporal_env: WorkflowEnvironment, tmp_path: Path,
         workers: Any, task_queue: str) -> None:
-    task = Task(tmp_path, approval=True)
-    workers.start()
-    handle = await start_plan(temporal_env.client, task.doc, task.id, task_queue)
-    await wait_for_boundary(temporal_env, task.id)
+    task, handle = await awaiting_approval(temporal_env, tmp_path, workers, task_queue)
     task.refuse.write_text("")  # approved, the target refuses the payment
     code, out, err = await cli("approve", task.id, "--wait", "--task-queue", task_queue)
     assert code == EXIT_NOT_DONE, (code, out, err)
@@ -127,10 +124,7 @@ async def test_approve_wait_exits_3_when_the_run_ends_failed_after_the_decision(
 async def test_approve_wait_waits_for_the_end_and_exits_0_when_it_completes(
         cli: Any, store: JournalStore, temporal_env: WorkflowEnvironment, tmp_path: Path,
         workers: Any, task_queue: str) -> None:
-    task = Task(tmp_path, approval=True)
-    workers.start()
-    await start_plan(temporal_env.client, task.doc, task.id, task_queue)
-    await wait_for_boundary(temporal_env, task.id)
+    task, _ = await awaiting_approval(temporal_env, tmp_path, workers, task_queue)
     code, out, err = await cli("approve", task.id, "--wait", "--task-queue", task_queue)
     assert (code, err) == (0, ""), (out, err)
     assert out.strip().splitlines()[-1] == (
@@ -141,10 +135,7 @@ async def test_approve_wait_waits_for_the_end_and_exits_0_when_it_completes(
 async def test_reject_wait_exits_0_for_a_run_that_ends_stopped(
         cli: Any, store: JournalStore, temporal_env: WorkflowEnvironment, tmp_path: Path,
         workers: Any, task_queue: str) -> None:
-    task = Task(tmp_path, approval=True)
-    workers.start()
-    await start_plan(temporal_env.client, task.doc, task.id, task_queue)
-    await wait_for_boundary(temporal_env, task.id)
+    task, _ = await awaiting_approval(temporal_env, tmp_path, workers, task_queue)
     code, out, err = await cli("reject", task.id, "--wait", "--task-queue", task_queue)
     assert (code, err) == (0, ""), (out, err)
     assert "took the decision and ended failed: stopped" in out.strip().splitlines()[-1]
@@ -154,10 +145,7 @@ async def test_reject_wait_exits_0_for_a_run_that_ends_stopped(
 async def test_json_wait_carries_the_same_exit_code(
         cli: Any, store: JournalStore, temporal_env: WorkflowEnvironment, tmp_path: Path,
         workers: Any, task_queue: str) -> None:
-    task = Task(tmp_path, approval=True)
-    workers.start()
-    await start_plan(temporal_env.client, task.doc, task.id, task_queue)
-    await wait_for_boundary(temporal_env, task.id)
+    task, _ = await awaiting_approval(temporal_env, tmp_path, workers, task_queue)
     task.refuse.write_text("")
     code, out, err = await cli("approve", task.id, "--wait", "--json", "--task-queue",
                                task_queue)
@@ -165,6 +153,16 @@ async def test_json_wait_carries_the_same_exit_code(
     stands = json.loads(out)["stands"]
     assert (stands["open"], stands["state"]) == (False, "failed")
     one_line(err, f"tidemark-{task.id} ended failed")
+
+
+async def awaiting_approval(temporal_env: WorkflowEnvironment, tmp_path: Path, workers: Any,
+                            task_queue: str) -> tuple[Task, Any]:
+    """A task with an irreversible step, its run started and waiting at the boundary."""
+    task = Task(tmp_path, approval=True)
+    workers.start()
+    handle = await start_plan(temporal_env.client, task.doc, task.id, task_queue)
+    await wait_for_boundary(temporal_env, task.id)
+    return task, handle
 
 
 async def wait_for_boundary(temporal_env: WorkflowEnvironment, task_id: str) -> None:
