@@ -108,3 +108,15 @@ def test_the_rules_document_lists_every_mutant_by_name() -> None:
     assert listed.returncode == 0, listed.stdout + listed.stderr
     text = mc.RULES_DOC.read_text(encoding="utf-8")
     assert all(f"- mutant: {m.name}\n" in text for m in mc.MUTANTS)
+
+
+def test_the_ci_subset_breaks_every_covered_rule_once() -> None:
+    """--per-rule keeps one mutant per covered rule: each covered rule still has a mutant in the
+    subset, and no mutant outside the first ones named is run."""
+    rules = mc.read_rules()
+    subset = mc.per_rule(list(mc.MUTANTS), rules)
+    names = {m.name for m in subset}
+    covered = [r for r in rules if r.status == "covered"]
+    assert all(any(n in names for n in r.mutants) for r in covered)
+    assert names == {r.mutants[0] for r in covered}
+    assert len(subset) < len(mc.MUTANTS)
