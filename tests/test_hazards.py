@@ -25,12 +25,11 @@ from activities.fs import FsRename
 from activities.gmail import GmailSend
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
-from helpers.steps import run_one, wait_unlocked
+from helpers.steps import cut_sessions, run_one, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision, PlanError, StepBusy, TidemarkError
 from tidemark.faults import CRASH_ENV
-from tidemark.keys import lock_id
 from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
@@ -162,10 +161,7 @@ def test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_connect
     a = threading.Thread(target=first)
     a.start()
     assert_eventually(lambda: store.step_row(task, 1))  # intent committed; A is acting
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks"
-                      " WHERE locktype = 'advisory' AND pid <> pg_backend_pid()")
-    wait_unlocked(db_url, leases=False)
+    cut_sessions(db_url)
     with pytest.raises(StepBusy):  # B: must not act while A may still be acting
         run_step(store, REGISTRY, task, 1)
     hold.unlink()  # A's call lands
@@ -221,18 +217,23 @@ async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
     gate = tmp_path / "gate"
     doc = {"task_id": "halt-pf", "steps": [
         ledger_step(tmp_path, "e1", gate_file=str(gate)), ledger_step(tmp_path, "e2")]}
-    with psycopg.connect(db_url, autocommit=True) as holder:
-        # A live twin holds step 1: the workflow's attempt meets StepBusy and retries.
-        holder.execute("SELECT pg_advisory_lock(%s)", (lock_id("halt-pf", "do", 1),))
-        workers.start()
-        handle = await temporal_env.client.start_workflow(
-            "RunPlan", doc, id="tidemark-halt-pf", task_queue=task_queue,
-            result_type=RunResult)
-        await until(handle, lambda s: s["current_step"] == 1)
-        await handle.signal("halt", "maintenance")
-        await until(handle, lambda s: s["halt_requested"])
-        gate.write_text("")  # the world changed: step 1's gate now refuses
-        holder.execute("SELECT pg_advisory_unlock(%s)", (lock_id("halt-pf", "do", 1),))
+    hold = tmp_path / "hold"
+    doc["steps"][0]["args"]["hold_while"] = str(hold)
+    hold.write_text("")
+    store.persist_plan(load_plan(doc, SPECS))
+    # A live twin acts on step 1 (another process): the workflow's attempt meets StepBusy and
+    # retries while the twin's lease runs.
+    twin = run_one(db_url, "halt-pf", 1)
+    assert_eventually(lambda: store.step_row("halt-pf", 1))
+    workers.start()
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", doc, id="tidemark-halt-pf", task_queue=task_queue, result_type=RunResult)
+    await until(handle, lambda s: s["current_step"] == 1)
+    await handle.signal("halt", "maintenance")
+    await until(handle, lambda s: s["halt_requested"])
+    gate.write_text("")  # the world changed: step 1's gate now refuses
+    twin.send_signal(signal.SIGKILL)  # the twin dies in its call; its lease runs out
+    twin.communicate(timeout=30)
     result = await run_result(handle)
     # The halt is written while step 1 still retries; its next attempt meets the stop state
     # before its gate, so the run ends halted, with nothing after it started.

@@ -95,16 +95,17 @@ def test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_inten
 
 def test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_reports(
         crashable: tuple[str, Path], tmp_path: Path) -> None:
-    """Step 4 is busy (another attempt holds its lock), so the batch ends on its error before
-    step 4 writes anything: no intent of step 4 flushes step 3's outcome, only the batch's own
-    flush does. The batch reports steps 1-3, so all three must be on disk when it returns."""
+    """Step 4's gate refuses, so the batch ends on its error before step 4 writes anything: no
+    intent of step 4 flushes step 3's outcome, only the batch's own flush does. The batch
+    reports steps 1-3, so all three must be on disk when it returns."""
     url, data = crashable
+    gate = tmp_path / "gate"
+    gate.write_text("")
     with JournalStore(url) as store:
         store.migrate()
-        persisted(store, tmp_path, "flushed-err", 5)
-        with store.execution("flushed-err", 4):
-            batch = run_steps(store, ledger_registry(), "flushed-err", 1, 5, max_steps=64,
-                              budget_s=60)
+        persisted(store, tmp_path, "flushed-err", 5, s4={"gate_file": str(gate)})
+        batch = run_steps(store, ledger_registry(), "flushed-err", 1, 5, max_steps=64,
+                          budget_s=60)
         assert [r.step for r in batch.results] == [1, 2, 3]
-        assert type(batch.error).__name__ == "StepBusy"
+        assert type(batch.error).__name__ == "PreconditionFailed"
     assert crash_and_read(data) == [["flushed-err", n, "done"] for n in range(1, 4)]

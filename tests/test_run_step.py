@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from activities.catalog import spec_registry
 from activities.fs import FsRename
@@ -26,9 +27,8 @@ from tidemark.errors import (
     StoreUnavailable,
 )
 from tidemark.faults import CRASH_ENV
-from tidemark.keys import lock_id
 from tidemark.plan import load_plan
-from tidemark.run_step import run_step
+from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
 
 SPECS = spec_registry(LedgerRecord)
@@ -138,11 +138,7 @@ def test_sigkilled_lock_holder_frees_the_lock_and_the_next_attempt_probes(
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
 
-    wait_unlocked(db_url)  # the server freed the dead holder's lock
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        got = conn.execute("SELECT pg_try_advisory_lock(%s), pg_advisory_unlock(%s)",
-                           (lock_id(task, "do", 1), lock_id(task, "do", 1))).fetchone()
-        assert got == (True, True)
+    wait_unlocked(db_url)  # the dead attempt's lease has run out
     hold.unlink()
     result = run_step(store, REGISTRY, task, 1)
     # The killed attempt never wrote its line: the probe says absent, so it executes now, once.
@@ -202,16 +198,26 @@ def test_two_threads_racing_one_step_execute_it_once(store: JournalStore,
     assert len(ledger_lines(tmp_path / "ledger")) == 1
 
 
-def test_a_step_whose_lock_another_session_holds_is_busy_and_nothing_runs(
+def test_a_twin_that_writes_the_intent_first_makes_the_other_busy_and_nothing_runs_twice(
         store: JournalStore, tmp_path: Path) -> None:
-    # The holder has the lock but no intent yet (at its gates or snapshot), so no lease
-    # stands in for the lock: only the lock keeps the second attempt out.
+    """Two attempts begin on a step with no intent yet, and both run its gates and snapshot
+    (nothing is locked before the intent). The one whose intent lands first owns the step; the
+    other's intent is refused (StepBusy) and it acts on nothing."""
     task = persist(store, [ledger_step(tmp_path)])
-    with store.execution(task, 1), pytest.raises(StepBusy):
-        run_step(store, REGISTRY, task, 1)
-    assert store.step_row(task, 1) is None
-    assert ledger_lines(tmp_path / "ledger") == []
-    assert run_step(store, REGISTRY, task, 1).status == "done"  # once let go, it runs
+    twin: list[StepResult] = []
+
+    class Overtaken(LedgerRecord):
+        def snapshot(self, ctx):  # a twin runs the whole step while this attempt snapshots
+            if not twin:
+                twin.append(run_step(store, REGISTRY, task, 1))
+            return super().snapshot(ctx)
+
+    with pytest.raises(StepBusy, match="wrote its intent first"):
+        run_step(store, Registry([Overtaken()]), task, 1)
+    assert [(r.status, r.resolved_by) for r in twin] == [("done", "execute")]
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+    again = run_step(store, REGISTRY, task, 1)
+    assert (again.status, again.skipped) == ("done", True)
     assert len(ledger_lines(tmp_path / "ledger")) == 1
 
 
@@ -234,15 +240,28 @@ def test_postgres_unreachable_at_intent_time_runs_no_action(store: JournalStore,
                                                             tmp_path: Path) -> None:
     task = persist(store, [ledger_step(tmp_path)])
 
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+
+    def allow(allowed: bool) -> None:  # from another database: this one may refuse us
+        with psycopg.connect(db_url, dbname="postgres", autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(dbname), sql.Literal(allowed)))
+            if not allowed:  # and every session it has is cut
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                              " WHERE datname = %s", (dbname,))
+
     class CutOff(LedgerRecord):
         def snapshot(self, ctx):  # the database goes away between the gate and the intent
-            with psycopg.connect(db_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                              " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            allow(False)
             return super().snapshot(ctx)
 
-    with pytest.raises(StoreUnavailable):
-        run_step(store, Registry([CutOff()]), task, 1)
+    short = JournalStore(db_url, timeout=1.0).open()
+    try:
+        with pytest.raises(StoreUnavailable):
+            run_step(short, Registry([CutOff()]), task, 1)
+    finally:
+        allow(True)
+        short.close()
     assert ledger_lines(tmp_path / "ledger") == []
     assert store.step_row(task, 1) is None  # the pool reconnects; nothing was written
     assert run_step(store, REGISTRY, task, 1).resolved_by == "execute"

@@ -3,15 +3,18 @@
 
 ::
 
-    lock the step's row of the phase (a live twin attempt -> StepBusy), check the stop state
-    open intent (an earlier attempt wrote it and ended)
+    read the step's row of the phase and the task's stop state; check the stop state
+    open intent (an earlier attempt wrote it and ended, or may still be acting)
         its last attempt's lease still fresh -> StepBusy, nothing probes or acts
+        take it over (one statement: the lease has passed and the owner is the one read;
+            a twin that took it first -> StepBusy)
         the side decides: settled without acting (a forward step's probe said done), or act
-        again on it: claim the intent (the stop state is checked once more in that statement)
+        again on it: claim the intent (the stop state and the ownership checked once more)
     no open intent (none yet, or a settled earlier attempt of a compensation)
         the side's before_state (a forward step: gates, then a snapshot of the target)
-        commit the intent with the call's lease (refused if a stop was committed meanwhile)
-    act under the lease keeper, then settle:
+        commit the intent, owned by this attempt, with the call's lease (refused if a stop was
+        committed meanwhile; a twin that wrote it first -> StepBusy)
+    give the connection back, act under the lease keeper, then settle:
         an outcome           -> recorded as done (resolved_by=execute)
         Refused              -> recorded as failed; StepFailed
         anything else        -> in doubt: the intent stays open, its lease held for the target's
@@ -22,16 +25,17 @@ tidemark.unwind.Compensation): the phase, the key of each attempt, what the inte
 before_state is, what the action is given, what an open intent needs before it is acted on
 again, and the call itself. Everything else, above, is this module's.
 
-Only the connection that holds the lock writes the intent and the outcome, so two live attempts
-of one step can never both act, and a crash leaves exactly one row in doubt. The attempt lease
-(see tidemark.store.LEASE_S) covers what the lock cannot: an attempt whose database session (and
-so its lock) was lost while its call to the target may still be in flight. It is written before
-the call to cover the action's deadline plus its horizon, kept fresh by renewals that may fail
-without harm, and after an ambiguous failure held for the target's horizon: a request that left
-us may still be applied until then, so a probe's *absent* is not asked for before. A call that
-runs past its deadline while renewals fail ends the worker before its lease could lapse
-(guarded_call): an overrunning attempt is covered while it is renewed, and stopped before a
-twin could take the step.
+Ownership is a fenced lease, not a held connection (tidemark.store.session.StepSession): the
+attempt that wrote the intent, or took it over, owns it by a token, and every later write of
+the attempt is conditional on that token. So two live attempts of one step never both act, a
+crash leaves exactly one row in doubt, and no database connection is held across the call to
+the target. The attempt lease (tidemark.store.LEASE_S) keeps a twin from probing or acting
+while the owner's call may still be in flight: it is written before the call to cover the
+action's deadline plus its horizon, kept fresh by renewals that may fail without harm, and after
+an ambiguous failure held for the target's horizon: a request that left us may still be applied
+until then, so a probe's *absent* is not asked for before. A call that runs past its deadline
+while renewals fail ends the worker before its lease could lapse (guarded_call): an overrunning
+attempt is covered while it is renewed, and stopped before a twin could take the step.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ log = logging.getLogger(__name__)
 class Direction:
     """Forward or backward: the journal's phase of an attempt, and what goes with it."""
 
-    phase: Phase  # the journal row's phase, and the execution lock's
+    phase: Phase  # the journal row's phase
     crash_prefix: str  # the crash points of this phase are named with it (tidemark.faults)
     # The step metrics (settled, left in doubt) count forward attempts: they are labelled with
     # the action's name only, so a compensation counted there would read as the step itself.
@@ -124,10 +128,10 @@ class Side(Protocol):
 @contextmanager
 def locked(store: JournalStore, task_id: str, step: int, way: Direction = DO, *,
            acting: Direction) -> Iterator[StepSession]:
-    """Holds the execution lock of the step's row of ``way`` and checks the stop state read
-    with it for an attempt of ``acting`` (check_stop). This early check only saves work: the
-    statement that writes (or claims) the intent checks the same state again, so a stop
-    committed after the lock was taken still prevents the action."""
+    """Begins an attempt on the step's row of ``way`` and checks the stop state read with it
+    for an attempt of ``acting`` (check_stop). This early check only saves work: the statement
+    that writes (or claims) the intent checks the same state again, so a stop committed after
+    the read still prevents the action."""
     with store.execution(task_id, step, way.phase) as s:
         check_stop(s, task_id, acting)
         yield s
@@ -151,10 +155,10 @@ def check_stop(s: StepSession, task_id: str, acting: Direction) -> None:
 
 def attempt(store: JournalStore, s: StepSession, side: Side, *,
             flush_outcome: bool = True) -> JournalRow:
-    """Lease, intent, act and settle, on the step ``s`` locks (its row of ``side.direction``, read
-    with the lock, is ``s.row``; a recorded outcome the side does not act on again is the
-    caller's to return before). Returns the settled row: done by the call, or as the side's
-    resume found it.
+    """Lease, intent, act and settle, for the attempt ``s`` began (its row of
+    ``side.direction``, as read then, is ``s.row``; a recorded outcome the side does not act on
+    again is the caller's to return before). Returns the settled row: done by the call, or as
+    the side's resume found it.
 
     ``flush_outcome=False`` commits the outcome without waiting for the disk
     (tidemark.store.StepSession.complete): the caller makes it durable before reporting it.
@@ -162,14 +166,14 @@ def attempt(store: JournalStore, s: StepSession, side: Side, *,
     row = s.row
     if row is not None and row.outcome is None:
         # In doubt: an earlier attempt wrote the intent and ended, or may still be acting.
-        check_lease(s, side.ctx)
-        ctx = side.context(row)
-        settled = side.resume(s, ctx)
-        if settled is not None:
-            return settled
-        key = row.idem_key
-        lease_from = time.monotonic()  # before the statement: the cover it gives errs early
-        s.claim(ctx.task_id, key, call_lease(side.action), phase=side.direction.phase)
+        with taken_over(s, side.ctx):
+            ctx = side.context(row)
+            settled = side.resume(s, ctx)
+            if settled is not None:
+                return settled
+            key = row.idem_key
+            lease_from = time.monotonic()  # before the statement: the cover it gives errs early
+            s.claim(ctx.task_id, key, call_lease(side.action), phase=side.direction.phase)
     else:
         # A settled earlier attempt of this phase is never rewritten: the next one is new.
         number = 1 if row is None else row.attempt + 1
@@ -198,7 +202,7 @@ def act(store: JournalStore, s: StepSession, side: Side, ctx: StepContext, key: 
     """Runs the side's call under its lease and settles the intent ``key`` with what came of
     it: an outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
     try:
-        with guarded_call(store, key, side.action, lease_from):
+        with guarded_call(store, s, key, side.action, lease_from):
             outcome = side.call(store, s, ctx)
     except Refused as e:
         refused(s, side, ctx, key, e)
@@ -232,12 +236,34 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
     raise StepFailed(ctx.step, side.name, str(e)) from e
 
 
-def check_lease(s: StepSession, ctx: StepContext) -> None:
-    """Raises StepBusy while the attempt on this open intent may still be acting."""
-    if s.lease_left is not None and s.lease_left > 0:
+@contextmanager
+def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
+    """This attempt takes over the open intent ``s.row`` before it probes or acts on it, in the
+    one statement that checks the lease and the owner (StepSession.take_over): StepBusy while
+    the last attempt's lease runs, and StepBusy if another attempt took it over first.
+
+    The take-over's own lease (LEASE_S) covers the probe: an attempt whose probe outlasts it
+    may find the intent taken over by a twin, whose writes then win; both only read the target
+    until one of them claims the intent, and the other's claim or outcome is refused. If the
+    block ends in an error before anything acted (the probe cannot tell, a gate refuses, the
+    task was stopped), the lease is given back: the next attempt need not wait for it. The
+    block must end before the action's call, which the claimed lease covers."""
+    assert s.row is not None
+    key = s.row.idem_key
+    left = s.take_over(key, LEASE_S, LEASE_S)
+    if left is not None and left > 0:
         metrics.lease_wait(ctx.action)
         raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
-                       f"on it for {s.lease_left:.1f}s")
+                       f"on it for {left:.1f}s")
+    if left is not None:
+        raise StepBusy(f"{ctx.task_id}/{ctx.step}: another attempt took it over, or settled "
+                       "it, first")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(TidemarkError):
+            s.give_back(key)
+        raise
 
 
 def covered_call_s(action: Action) -> float:
@@ -260,7 +286,7 @@ def renewal_lease(action: Action) -> float:
     return LEASE_S + float(action.horizon_s)
 
 
-def guarded_call(store: JournalStore, key: str, action: Action,
+def guarded_call(store: JournalStore, s: StepSession, key: str, action: Action,
                  lease_from: float) -> contextlib.AbstractContextManager[None]:
     """The block in which an action's call runs: its lease is renewed, and the process ends
     before the lease could lapse while the call still runs (tidemark.store.LeaseKeeper).
@@ -269,7 +295,8 @@ def guarded_call(store: JournalStore, key: str, action: Action,
     call's lease (call_lease seconds from then, on the database's clock): a request that leaves
     us before ``lease_from + covered_call_s(action)`` is covered by it whether or not any
     renewal succeeds. Past that, only committed renewals cover the call."""
-    return store.keep_lease(key, renewal_lease(action), horizon_s=float(action.horizon_s),
+    return store.keep_lease(key, s.attempt_token(), renewal_lease(action),
+                            horizon_s=float(action.horizon_s),
                             covered_until=lease_from + covered_call_s(action),
                             deadline_s=float(action.deadline_s))
 

@@ -27,14 +27,3 @@ def key_for(task_id: str, step: int, action: str, args: dict[str, Any]) -> str:
     """
     payload = json.dumps([task_id, step, action, args], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
-
-
-def lock_id(task_id: str, phase: str, step: int) -> int:
-    """The signed 64-bit Postgres advisory-lock id of one step of one task.
-
-    It is derived from the step's place, not from its key, so that the lock can be taken in
-    the same round trip that reads the step (the key needs the step's args first). A step's
-    place determines its key within a persisted plan, so the two are equivalent.
-    """
-    digest = hashlib.sha256(json.dumps([task_id, phase, step]).encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)

@@ -1,9 +1,12 @@
 """Versioned SQL migrations, applied at start-up and by `tidemark db migrate`.
 
-Each file ``migrations/NNNN_name.sql`` runs once, in its own transaction, in order. A
-session-level advisory lock, held across the whole run, serialises processes that start at the
-same moment: the second waits until the first has applied everything, then finds every version
-recorded and skips them (a lock per transaction would let the two take turns file by file).
+Each file ``migrations/NNNN_name.sql`` runs once, in order, all of them in one transaction that
+first takes a transaction-level advisory lock: processes that start at the same moment are
+serialised (the second waits until the first has committed everything, then finds every version
+recorded and skips them), and a database either has every migration of a run or none. The lock
+is a transaction's, never a session's: it ends with the commit on whatever server connection a
+transaction-mode pooler (PgBouncer) gave the transaction, where a session lock taken in one
+transaction could be left held on a server connection that another client then reuses.
 """
 
 from __future__ import annotations
@@ -34,17 +37,15 @@ def migration_files() -> list[tuple[int, str, str]]:
 def migrate(conn: psycopg.Connection[Any]) -> list[str]:
     """Applies the migrations this database lacks. Returns the names applied."""
     applied: list[str] = []
-    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
-    try:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
         _apply(conn, applied)
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
     return applied
 
 
 def _apply(conn: psycopg.Connection, applied: list[str]) -> None:
     for version, name, sql in migration_files():
-        with conn.transaction():
+        with conn.transaction():  # a savepoint inside migrate's transaction
             conn.execute("CREATE SCHEMA IF NOT EXISTS tidemark")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS tidemark.schema_migrations ("

@@ -26,9 +26,9 @@ from tidemark.attempt import (
     UNDO,
     Direction,
     attempt,
-    check_lease,
     locked,
     resolve_in_doubt,
+    taken_over,
 )
 from tidemark.errors import Refused
 from tidemark.keys import key_for
@@ -67,8 +67,8 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
         StepBusy, StoreUnavailable, TargetUnavailable, Unauthorized: retry or stop, as for
             a forward step; a compensation left in doubt is applied again next time.
     """
-    # The stop state is checked for a compensation under the forward step's lock, taken first;
-    # the statement that writes (or claims) the compensation's intent checks it again.
+    # The stop state is checked for a compensation when the forward step's row is read; the
+    # statement that writes (or claims) the compensation's intent checks it again.
     with locked(store, task_id, step, DO, acting=UNDO) as s:
         spec, row = s.spec, s.row
         action = registry.bound(spec.action)
@@ -81,13 +81,14 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
             return UndoResult(step, spec.action, "nothing_to_undo", {"reason": "never started"})
         ctx = replace(ctx, started_at=row.started_at, before_state=row.before_state)
         if row.outcome is None:
-            check_lease(s, ctx)
-            settled = resolve_in_doubt(action, ctx, s)
-            if settled is None:
-                s.complete(key=ctx.key, outcome={"not_done": "absent when the task was unwound"},
-                           status="failed", resolved_by="probe")
-                return UndoResult(step, spec.action, "nothing_to_undo",
-                                  {"reason": "the probe found it not done"})
+            with taken_over(s, ctx):
+                settled = resolve_in_doubt(action, ctx, s)
+                if settled is None:
+                    s.complete(key=ctx.key,
+                               outcome={"not_done": "absent when the task was unwound"},
+                               status="failed", resolved_by="probe")
+                    return UndoResult(step, spec.action, "nothing_to_undo",
+                                      {"reason": "the probe found it not done"})
             row = settled
         if row.status != "done":
             return UndoResult(step, spec.action, "nothing_to_undo",

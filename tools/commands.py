@@ -262,12 +262,14 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
             s.event(task_id, EventKind.DECISION, detail, step, by)
             if as_ == Verdict.DONE:
                 s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
-                           status=StepStatus.DONE, resolved_by=ResolvedBy.OPERATOR)
+                           status=StepStatus.DONE, resolved_by=ResolvedBy.OPERATOR,
+                           owned=False)
             elif as_ == Verdict.NEVER:
                 s.complete(key=doubt.idem_key,
                            outcome={"operator": by, "note": note, "never": True,
                                     "decision": "it did not happen and must not happen"},
-                           status=StepStatus.FAILED, resolved_by=ResolvedBy.OPERATOR)
+                           status=StepStatus.FAILED, resolved_by=ResolvedBy.OPERATOR,
+                           owned=False)
     return {"task_id": task_id, "step": step, **detail, "by": by}
 
 

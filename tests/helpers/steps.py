@@ -50,31 +50,39 @@ def persist(store: JournalStore, specs: Registry, steps: list[dict[str, Any]],
 
 def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) -> None:
     """Waits until a killed attempt is presumed dead, as a worker's retry would find it: no
-    session of this database holds an execution lock and (with ``leases``) no open intent's
-    attempt lease is fresh.
+    open intent's attempt lease is fresh. Without ``leases`` there is nothing to wait for (an
+    attempt holds no session state: ownership is the lease, StepSession).
 
-    A SIGKILLed holder's lock is freed when its backend notices the closed socket and exits:
-    milliseconds, but not before ``subprocess.run`` returns. Its lease lapses once the action's
-    deadline_s + horizon_s (written before the call) or the last renewal's LEASE_S have passed,
-    whichever is later: about a second for ``ledger.record``, two for ``fs.rename``. A resume
-    started at once would get StepBusy (a real worker retries it later).
+    A SIGKILLed attempt's lease lapses once the action's deadline_s + horizon_s (written before
+    the call) or the last renewal's LEASE_S have passed, whichever is later: about a second for
+    ``ledger.record``, two for ``fs.rename``. A resume started at once would get StepBusy (a
+    real worker retries it later).
     """
+    if not leases:
+        return
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as conn:
         while True:
             row = conn.execute(
-                "SELECT (SELECT count(*) FROM pg_locks l"
-                "        JOIN pg_database d ON d.oid = l.database"
-                "        WHERE l.locktype = 'advisory' AND d.datname = current_database())"
-                "     + CASE WHEN %s THEN (SELECT count(*) FROM tidemark.journal"
-                "        WHERE outcome IS NULL AND clock_timestamp() < coalesce(lease_until,"
-                "              started_at + make_interval(secs => %s)))"
-                "       ELSE 0 END", (leases, LEASE_S)).fetchone()
+                "SELECT count(*) FROM tidemark.journal"
+                " WHERE outcome IS NULL AND clock_timestamp() < coalesce(lease_until,"
+                "       started_at + make_interval(secs => %s))", (LEASE_S,)).fetchone()
             if row is not None and row[0] == 0:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"advisory locks still held after {timeout}s")
+                raise AssertionError(f"attempt leases still fresh after {timeout}s")
             time.sleep(0.01)
+
+
+def cut_sessions(db_url: str) -> int:
+    """Terminates every other session of the database (pooled connections, lease keepers), as
+    a Postgres restart, a failover or a network cut does to a worker; returns how many."""
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FILTER (WHERE true) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "   AND backend_type = 'client backend'").fetchone()
+    return int(row[0]) if row else 0
 
 
 RUN_ONE = str(Path(__file__).parent / "run_one.py")

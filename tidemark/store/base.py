@@ -17,7 +17,13 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from tidemark.migrate import migrate
-from tidemark.store.connection import CONNECT_TIMEOUT_S, POOL_MAX, POOL_TIMEOUT_S, _translated
+from tidemark.store.connection import (
+    CONNECT_TIMEOUT_S,
+    POOL_MAX,
+    POOL_TIMEOUT_S,
+    _translated,
+    connect_options,
+)
 from tidemark.store.leases import LeaseKeeper, end_process
 
 log = logging.getLogger(__name__)
@@ -35,7 +41,7 @@ class StoreBase:
             conninfo, min_size=1, max_size=max_size, open=False, timeout=timeout,
             check=self._check, configure=self._born,
             kwargs={"autocommit": True, "row_factory": dict_row,
-                    "connect_timeout": CONNECT_TIMEOUT_S})
+                    "connect_timeout": CONNECT_TIMEOUT_S, **connect_options()})
         self.leases = LeaseKeeper(conninfo, on_lapse=on_lapse)
         self._born_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
             weakref.WeakKeyDictionary())

@@ -3,19 +3,51 @@ the caller (StoreUnavailable, retryable)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from tidemark.errors import StoreUnavailable
+from tidemark.errors import ConfigError, StoreUnavailable
 
 # A step waits this long for a pooled connection before its attempt fails as retryable; long
 # enough to ride out a burst, short enough that a dead database surfaces within one heartbeat.
 POOL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5  # libpq connect_timeout: a blackholed host fails fast, not after minutes
 POOL_MAX = 16  # one connection per concurrent step plus a few for reports
+
+
+# TIDEMARK_DB_POOLER says what stands between Tidemark and Postgres: nothing (``none``, the
+# default) or a transaction-mode pooler such as PgBouncer (``transaction``). The store keeps no
+# session state either way (no session locks, no session settings: see StepSession), so the one
+# difference is prepared statements: psycopg prepares a statement on the server session after
+# it ran a few times, and through a transaction-mode pooler the next transaction may run on a
+# server session that never saw it (PgBouncer before 1.21, or with max_prepared_statements 0).
+POOLER_ENV = "TIDEMARK_DB_POOLER"
+POOLERS = ("none", "transaction")
+
+
+def pooler(env: Mapping[str, str] = os.environ) -> str:
+    """The pooler TIDEMARK_DB_POOLER names (ConfigError for any other value: a session-mode
+    pooler pins a server connection to every client connection, which bounds nothing)."""
+    value = env.get(POOLER_ENV, "none").strip() or "none"
+    if value == "session":
+        raise ConfigError(f"{POOLER_ENV}=session: Tidemark needs no session, and a pooler in "
+                          "session mode gives every client connection a server connection of "
+                          "its own; run it with pool_mode = transaction and set "
+                          f"{POOLER_ENV}=transaction")
+    if value not in POOLERS:
+        raise ConfigError(f"{POOLER_ENV}={value!r}: expected one of {', '.join(POOLERS)}")
+    return value
+
+
+def connect_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """psycopg.connect arguments for the pooler in use: no server-side prepared statements
+    through a transaction-mode pooler."""
+    return {"prepare_threshold": None} if pooler(env) == "transaction" else {}
 
 
 @contextmanager

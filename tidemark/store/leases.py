@@ -8,13 +8,14 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from tidemark.store.connection import CONNECT_TIMEOUT_S
+from tidemark.store.connection import CONNECT_TIMEOUT_S, connect_options
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class _Held:
     ``horizon_s`` after it left, so requests that leave before ``t + secs - horizon_s`` are
     covered. ``deadline_at`` is when the call passes its declared deadline."""
 
+    owner: uuid.UUID  # the attempt's token: a renewal extends only the lease it owns
     renew_s: float
     horizon_s: float
     cover_until: float
@@ -141,8 +143,8 @@ class LeaseKeeper:
         self._conn: psycopg.Connection[Any] | None = None
         self._last = 0.0  # monotonic: when the last renewal was started
 
-    def hold(self, key: str, seconds: float, *, horizon_s: float, covered_until: float,
-             deadline_s: float) -> None:
+    def hold(self, key: str, owner: uuid.UUID, seconds: float, *, horizon_s: float,
+             covered_until: float, deadline_s: float) -> None:
         """Renews ``key`` to ``seconds`` from each renewal until ``drop``, and watches it.
 
         Args:
@@ -157,7 +159,7 @@ class LeaseKeeper:
         with self._mutex:
             if not self._held:  # the period runs from here: a quick call is never renewed
                 self._last = now
-            self._held[key] = _Held(seconds, horizon_s, covered_until, deadline_s,
+            self._held[key] = _Held(owner, seconds, horizon_s, covered_until, deadline_s,
                                     now + deadline_s)
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
@@ -225,26 +227,32 @@ class LeaseKeeper:
             with self._renewing:
                 with self._mutex:
                     self._last = time.monotonic()
-                    held = {k: (h.renew_s, h.horizon_s) for k, h in self._held.items()}
+                    held = {k: (h.renew_s, h.horizon_s, h.owner) for k, h in self._held.items()}
                     overran, self._overran = self._overran, []
                 if held or overran:  # an overrun is journaled even once its call ended
                     self._renew(held, overran)
 
-    def _renew(self, held: dict[str, tuple[float, float]],
+    def _renew(self, held: dict[str, tuple[float, float, uuid.UUID]],
                overran: list[tuple[str, float]]) -> None:
         sent = time.monotonic()  # the lease runs from a moment after this
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
                     self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                    options=f"-c statement_timeout={RENEW_TIMEOUT_MS}")
+                    **connect_options())
                 sent = time.monotonic()
-            self._conn.execute(
-                "UPDATE tidemark.journal j SET lease_until = greatest(j.lease_until,"
-                "   clock_timestamp() + make_interval(secs => v.secs))"
-                " FROM unnest(%s::text[], %s::float8[]) AS v(key, secs)"
-                " WHERE j.idem_key = v.key AND j.outcome IS NULL",
-                (list(held), [renew for renew, _ in held.values()]))
+            # The timeout is the transaction's own (SET LOCAL), never the session's: through a
+            # transaction-mode pooler the next transaction may run on another server session.
+            with self._conn.transaction():
+                self._conn.execute("SELECT set_config('statement_timeout', %s, true)",
+                                   (str(RENEW_TIMEOUT_MS),))
+                self._conn.execute(
+                    "UPDATE tidemark.journal j SET lease_until = greatest(j.lease_until,"
+                    "   clock_timestamp() + make_interval(secs => v.secs))"
+                    " FROM unnest(%s::text[], %s::float8[], %s::uuid[]) AS v(key, secs, owner)"
+                    " WHERE j.idem_key = v.key AND j.outcome IS NULL AND j.owner = v.owner",
+                    (list(held), [renew for renew, _, _ in held.values()],
+                     [owner for _, _, owner in held.values()]))
         except psycopg.Error as e:  # the database is away; the lock may be too
             log.warning("cannot renew %d attempt lease(s): %s", len(held), e)
             with self._mutex:
@@ -254,7 +262,7 @@ class LeaseKeeper:
                 self._conn = None
             return
         with self._mutex:
-            for key, (renew, horizon) in held.items():
+            for key, (renew, horizon, _) in held.items():
                 h = self._held.get(key)
                 if h is not None:
                     h.cover_until = max(h.cover_until, sent + renew - horizon)

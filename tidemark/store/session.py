@@ -1,8 +1,12 @@
-"""StepSession: the journal operations of one attempt, on the connection that holds its step's
-execution lock (intent, claim, stage, outcome, lease)."""
+"""StepSession: the journal operations of one attempt (intent, take-over, claim, stage,
+outcome, lease), each conditional on the attempt's owner token, on a connection borrowed for
+the attempt's bookkeeping and given back before the action's call."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +18,7 @@ from tidemark.errors import (
     JournalMismatch,
     NotStopped,
     PartlyUnwound,
+    StepBusy,
     TaskKilled,
     TaskStopped,
     TaskUnwound,
@@ -33,18 +38,51 @@ from tidemark.store.journal import (
 # claim): a forward step not once anything was compensated, a compensation not under a kill.
 _ACT_GUARDS = (f"CASE WHEN %(phase)s = 'undo' THEN NOT {_KILLED}"
                f" ELSE NOT {_COMPENSATED} END")
+# The attempt lease of an open intent has passed (database clock); a row written before
+# lease_until existed counts from its start (tidemark.store.LEASE_S, given as %(legacy)s).
+_LEASE_PASSED = ("coalesce(lease_until, started_at + make_interval(secs => %(legacy)s))"
+                 " <= clock_timestamp()")
+
+Borrow = Callable[[], Any]  # a context manager factory lending a pooled connection
 
 
 class StepSession:
-    """Journal operations on the connection that holds a step's execution lock.
+    """Journal operations of one attempt at a step.
 
-    ``spec`` is the plan's step and ``row`` its journal row as read when the lock was taken;
+    ``spec`` is the plan's step and ``row`` its journal row as read when the attempt began;
     ``stopped`` is the reason of the task's durable stop state, or None; ``lease_left`` the
-    seconds (database clock) for which the last attempt on an open intent may still be acting.
+    seconds (database clock) for which the last attempt on an open intent may still be acting;
+    ``seen_owner`` that attempt's token as read.
+
+    **Ownership without a held connection.** An attempt owns its step's open intent through a
+    token (``token``, written into the row's ``owner``), not through a database session: every
+    write of the attempt after its intent (stage, lease, outcome) is conditional on the token,
+    and a later attempt takes an open intent over only in a statement that checks both that its
+    lease has passed and that the owner is still the one it read (``take_over``). So:
+
+    * two live attempts never both act: the intent is written by one INSERT (a twin's INSERT of
+      the same row fails on the primary key: StepBusy), and an open intent is taken over only
+      once its lease has passed, by exactly one attempt (the token check), and only after that
+      does anything probe or act again;
+    * a lost connection costs nothing: the attempt borrows another for its next write, and the
+      lease, not a session, keeps a twin out while the call may still be in flight (the lease
+      rules and the deadline watch of tidemark.store.leases are unchanged);
+    * an attempt that lost its intent anyway (its process froze past its lease) finds its later
+      writes refused (StepBusy) and records nothing: the owner's probe settles the step;
+    * at most one step in doubt: the partial unique index of the journal, as before.
+
+    Each statement (or transaction) borrows a connection from the pool for itself alone, so
+    none is held while the attempt waits on the target, whether for its gates, its snapshot,
+    its probe or its call. Nothing of it is session state: every statement stands alone or in
+    its own transaction, so it runs through a transaction-mode pooler. Built on a bare
+    connection (``StepSession(conn)``), it runs its statements on that one.
     """
 
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        self.conn = conn
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]] | None = None, *,
+                 borrow: Borrow | None = None, token: uuid.UUID | None = None) -> None:
+        self._conn = conn
+        self._borrow = borrow
+        self.token = token  # this attempt's owner token (None: a session that owns nothing)
         self.spec: Step
         self.row: JournalRow | None = None
         self.stopped: str | None = None
@@ -52,10 +90,24 @@ class StepSession:
         self.stop_scope: str | None = None  # whose stop it is: the task, ``series:S`` or ``*``
         self.unwound: bool = False
         self.lease_left: float | None = None  # seconds the row's last attempt may still act
+        self.seen_owner: uuid.UUID | None = None  # the row's owner when it was read
+
+    @contextmanager
+    def _use(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """The connection for one statement (or one transaction): the session's own, or one
+        borrowed from the pool for it alone."""
+        with _translated():
+            if self._conn is not None:
+                yield self._conn
+            elif self._borrow is not None:
+                with self._borrow() as conn:
+                    yield conn
+            else:
+                raise InvariantViolation("a step session without a connection")
 
     def get(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
-        with _translated():
-            r = self.conn.execute(
+        with self._use() as conn:
+            r = conn.execute(
                 f"SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal"
                 " WHERE task_id = %s AND phase = %s AND step = %s"
                 " ORDER BY attempt DESC LIMIT 1", (task_id, phase, step)).fetchone()
@@ -64,24 +116,37 @@ class StepSession:
     def begin(self, *, task_id: str, step: int, key: str, action: str, args: dict[str, Any],
               before_state: dict[str, Any], lease_s: float, phase: str = "do",
               attempt: int = 1) -> JournalRow:
-        """Commits the intent, with an attempt lease of ``lease_s`` seconds from now (the
-        action's deadline plus its horizon). Only when this returns may the action run.
+        """Commits the intent, owned by this attempt's token, with an attempt lease of
+        ``lease_s`` seconds from now (the action's deadline plus its horizon). Only when this
+        returns may the action run.
 
         The statement itself refuses a 'do' step whose predecessor has no 'done' outcome, a
         'do' step of a stopped task (TaskStopped: a stop committed before this statement began
         prevents the intent), an 'undo' step of a task that is not stopped (NotStopped), and
         any step of an unwound task (TaskUnwound); the partial unique index refuses a second
-        open intent in the task.
+        open intent in the task. A twin attempt that wrote this very row first (the same
+        attempt number of the step and phase) makes it StepBusy.
+
+        It runs in a transaction that first takes a share lock on the task's plan row, which an
+        unwind's list of steps to compensate (undo_candidates) takes exclusively: an intent
+        whose statement could still miss a stop committed before that list is read is either
+        committed before the list is read or written after, by a statement that sees the stop.
         """
+        params = {"task_id": task_id, "phase": phase, "step": step, "key": key,
+                  "action": action, "args": Jsonb(args), "before": Jsonb(before_state),
+                  "lease": lease_s, "attempt": attempt, "owner": self.attempt_token()}
         try:
-            with _translated():
-                r = self.conn.execute(
+            with self._use() as conn, conn.transaction():
+                conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",
+                             (task_id,))
+                r = conn.execute(
                     f"""
                     INSERT INTO tidemark.journal (task_id, phase, step, attempt, idem_key,
-                                                  action, args, before_state, lease_until)
+                                                  action, args, before_state, lease_until,
+                                                  owner)
                     SELECT %(task_id)s, %(phase)s, %(step)s, %(attempt)s, %(key)s, %(action)s,
                            %(args)s, %(before)s,
-                           clock_timestamp() + make_interval(secs => %(lease)s)
+                           clock_timestamp() + make_interval(secs => %(lease)s), %(owner)s
                     WHERE (%(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (
                       SELECT 1 FROM tidemark.journal
                       WHERE task_id = %(task_id)s AND phase = 'do' AND step = %(step)s - 1
@@ -89,12 +154,11 @@ class StepSession:
                       AND {_ACT_GUARDS}
                       AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}
                     RETURNING {_JOURNAL_COLUMNS}
-                    """,
-                    {"task_id": task_id, "phase": phase, "step": step, "key": key,
-                     "action": action, "args": Jsonb(args), "before": Jsonb(before_state),
-                     "lease": lease_s, "attempt": attempt},
-                ).fetchone()
+                    """, params).fetchone()
         except psycopg.errors.UniqueViolation as e:
+            if self._written(task_id, phase, step, attempt):
+                raise StepBusy(f"{task_id}/{phase}/{step}: a twin attempt wrote its intent "
+                               "first") from e
             constraint = e.diag.constraint_name
             if constraint == "journal_one_in_doubt":
                 raise InvariantViolation(
@@ -111,34 +175,95 @@ class StepSession:
                 f"task {task_id!r}: step {step} may not start before step {step - 1} is done")
         return JournalRow(**r)
 
+    def _written(self, task_id: str, phase: str, step: int, attempt: int) -> bool:
+        """Whether the row of this attempt number exists (a twin's insert won the race)."""
+        with self._use() as conn:
+            return conn.execute(
+                "SELECT 1 FROM tidemark.journal WHERE task_id = %s AND phase = %s"
+                " AND step = %s AND attempt = %s", (task_id, phase, step, attempt)
+            ).fetchone() is not None
+
+    def take_over(self, key: str, lease_s: float, legacy_lease_s: float) -> float | None:
+        """This attempt takes over the open intent ``key`` whose last attempt has ended or lost
+        its lease, for ``lease_s`` seconds (its probe), in the statement that checks both: the
+        lease has passed on the database's clock, and the owner is still the one read with the
+        row (``seen_owner``, so that nothing acts on a read another attempt has made stale).
+        Exactly one of several attempts that read the same lapsed intent gets it.
+
+        Returns None when taken over; otherwise the seconds the lease still runs (0.0 when
+        another attempt took the intent over, or settled it, first)."""
+        with self._use() as conn:
+            r = conn.execute(
+                "UPDATE tidemark.journal SET owner = %(owner)s,"
+                " lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
+                " WHERE idem_key = %(key)s AND outcome IS NULL"
+                f" AND owner IS NOT DISTINCT FROM %(seen)s AND {_LEASE_PASSED}"
+                " RETURNING step",
+                {"owner": self.attempt_token(), "lease": lease_s, "key": key,
+                 "seen": self.seen_owner, "legacy": legacy_lease_s}).fetchone()
+            if r is not None:
+                return None
+            left = conn.execute(
+                "SELECT extract(epoch FROM coalesce(lease_until, started_at + make_interval("
+                "   secs => %(legacy)s)) - clock_timestamp())::float8 AS left"
+                " FROM tidemark.journal WHERE idem_key = %(key)s AND outcome IS NULL"
+                " AND owner IS NOT DISTINCT FROM %(seen)s",
+                {"key": key, "seen": self.seen_owner, "legacy": legacy_lease_s}).fetchone()
+        return max(0.0, left["left"]) if left is not None else 0.0
+
+    def give_back(self, key: str) -> None:
+        """Ends the lease of the open intent ``key`` this attempt took over and did not act on
+        (its probe or gates ended the attempt; no request left it): the next attempt need not
+        wait for it."""
+        with self._use() as conn:
+            conn.execute("UPDATE tidemark.journal SET lease_until = clock_timestamp()"
+                         " WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
+                         (key, self.attempt_token()))
+
     def claim(self, task_id: str, key: str, lease_s: float, phase: str = "do") -> None:
-        """This attempt acts now on the open intent ``key`` (found in doubt, probed absent):
-        sets its lease to ``lease_s`` from now, in the statement that checks once more that the
-        task may act (TaskStopped / NotStopped / TaskUnwound otherwise)."""
-        with _translated():
-            r = self.conn.execute(
+        """This attempt acts now on the open intent ``key`` it took over (probed absent): sets
+        its lease to ``lease_s`` from now, in the statement that checks once more that the task
+        may act (TaskStopped / NotStopped / TaskUnwound otherwise) and that this attempt still
+        owns the intent (StepBusy otherwise)."""
+        with self._use() as conn:
+            r = conn.execute(
                 "UPDATE tidemark.journal"
                 " SET lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
-                " WHERE idem_key = %(key)s AND outcome IS NULL"
+                " WHERE idem_key = %(key)s AND outcome IS NULL AND owner = %(owner)s"
                 f"  AND {_ACT_GUARDS}"
                 f"  AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}"
                 " RETURNING step",
-                {"task_id": task_id, "key": key, "lease": lease_s, "phase": phase}).fetchone()
+                {"task_id": task_id, "key": key, "lease": lease_s, "phase": phase,
+                 "owner": self.attempt_token()}).fetchone()
         if r is None:
             self._refusal(task_id, phase)
+            self._lost(key)
             raise InvariantViolation(f"no open intent with key {key} to act on")
+
+    def attempt_token(self) -> uuid.UUID:
+        if self.token is None:
+            raise InvariantViolation("this step session owns no attempt")
+        return self.token
+
+    def _lost(self, key: str) -> None:
+        """Raises StepBusy if the open intent ``key`` is owned by another attempt now."""
+        with self._use() as conn:
+            r = conn.execute("SELECT owner FROM tidemark.journal"
+                             " WHERE idem_key = %s AND outcome IS NULL", (key,)).fetchone()
+        if r is not None and r["owner"] != self.token:
+            raise StepBusy(f"{key}: another attempt took the intent over")
 
     def _open_row(self, task_id: str) -> str:
         """Names the task's row in doubt, for an error message."""
-        with _translated():
-            r = self.conn.execute("SELECT step, phase, action FROM tidemark.journal"
-                                  " WHERE task_id = %s AND outcome IS NULL", (task_id,)).fetchone()
+        with self._use() as conn:
+            r = conn.execute("SELECT step, phase, action FROM tidemark.journal"
+                             " WHERE task_id = %s AND outcome IS NULL", (task_id,)).fetchone()
         return f"step {r['step']} {r['action']} ({r['phase']})" if r else "settled meanwhile"
 
     def _refusal(self, task_id: str, phase: str) -> None:
         """Raises why the task may not act now, if it is its stop or unwound state."""
-        with _translated():
-            r = self.conn.execute(
+        with self._use() as conn:
+            r = conn.execute(
                 f"SELECT {_UNWOUND} AS unwound, {_COMPENSATED} AS compensated,"
                 " c.stop->>'state' AS state,"
                 " coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state') AS stopped,"
@@ -158,12 +283,10 @@ class StepSession:
             raise TaskKilled(task_id)
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
-                 resolved_by: str, flush: bool = True) -> JournalRow:
-        """Commits the outcome of the open intent ``key``.
-
-        The execution lock is let go only afterwards (when the session ends): a session-level
-        unlock takes effect at once, so unlocking inside this statement would let a twin read
-        the intent as still open before the outcome's commit is visible.
+                 resolved_by: str, flush: bool = True, owned: bool = True) -> JournalRow:
+        """Commits the outcome of the open intent ``key``, if this attempt still owns it
+        (StepBusy otherwise: another attempt took it over, and its probe settles the step).
+        ``owned=False`` is a person's decision (`tidemark resolve`), which owns no attempt.
 
         ``flush=False`` commits without waiting for the write-ahead log to reach the disk
         (synchronous_commit off for this transaction only): the commit is visible at once and
@@ -176,48 +299,57 @@ class StepSession:
         # set_config(..., true) holds for this statement's own transaction only; as a filter
         # on the one row the key finds, it is set whenever the outcome is written.
         unflushed = "" if flush else " AND set_config('synchronous_commit', 'off', true) = 'off'"
-        with _translated():
-            r = self.conn.execute(
-                "UPDATE tidemark.journal SET outcome = %s, status = %s, resolved_by = %s,"
-                " finished_at = clock_timestamp() WHERE idem_key = %s AND outcome IS NULL"
+        with self._use() as conn:
+            r = conn.execute(
+                "UPDATE tidemark.journal SET outcome = %(outcome)s, status = %(status)s,"
+                " resolved_by = %(by)s, finished_at = clock_timestamp()"
+                " WHERE idem_key = %(key)s AND outcome IS NULL"
+                " AND (NOT %(owned)s OR owner = %(owner)s)"
                 f"{unflushed} RETURNING {_JOURNAL_COLUMNS}",
-                (Jsonb(outcome), status, resolved_by, key)).fetchone()
+                {"outcome": Jsonb(outcome), "status": status, "by": resolved_by, "key": key,
+                 "owned": owned, "owner": self.token}).fetchone()
         if r is None:
+            if owned:
+                self._lost(key)
             raise InvariantViolation(f"no open intent with key {key} to complete")
         return JournalRow(**r)
 
     def renew_lease(self, key: str, seconds: float) -> None:
-        """Sets the attempt lease of the open intent ``key`` to end ``seconds`` from now: after
-        an ambiguous failure, the target's horizon (its request may still land until then)."""
-        with _translated():
-            self.conn.execute(
+        """Sets the attempt lease of the open intent ``key`` this attempt owns to end
+        ``seconds`` from now: after an ambiguous failure, the target's horizon (its request may
+        still land until then)."""
+        with self._use() as conn:
+            conn.execute(
                 "UPDATE tidemark.journal"
                 " SET lease_until = clock_timestamp() + make_interval(secs => %s)"
-                " WHERE idem_key = %s AND outcome IS NULL", (seconds, key))
+                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
+                (seconds, key, self.attempt_token()))
 
     def stage(self, key: str, staged: dict[str, Any], lease_s: float) -> None:
         """Journals the handle an action staged for the open intent ``key`` (once), and extends
         its lease to cover the call that consumes it (``lease_s`` from now, never shorter)."""
-        with _translated():
-            r = self.conn.execute(
+        with self._use() as conn:
+            r = conn.execute(
                 "UPDATE tidemark.journal SET staged = %s, lease_until = greatest(lease_until,"
                 " clock_timestamp() + make_interval(secs => %s))"
-                " WHERE idem_key = %s AND outcome IS NULL AND staged IS NULL RETURNING step",
-                (Jsonb(staged), lease_s, key)).fetchone()
+                " WHERE idem_key = %s AND outcome IS NULL AND staged IS NULL AND owner = %s"
+                " RETURNING step",
+                (Jsonb(staged), lease_s, key, self.attempt_token())).fetchone()
         if r is None:
+            self._lost(key)
             raise InvariantViolation(f"no open, unstaged intent with key {key} to stage")
 
     def operator_decision(self, task_id: str, step: int, since: datetime) -> dict[str, Any] | None:
         """The latest decision a person recorded about this step since its intent, if any."""
-        with _translated():
-            return self.conn.execute(
+        with self._use() as conn:
+            return conn.execute(
                 "SELECT detail, actor, at FROM tidemark.events"
                 " WHERE task_id = %s AND step = %s AND kind = 'decision' AND at >= %s"
                 " ORDER BY id DESC LIMIT 1", (task_id, step, since)).fetchone()
 
     def event(self, task_id: str, kind: str, detail: dict[str, Any], step: int | None = None,
               actor: str = "tidemark") -> None:
-        with _translated():
-            self.conn.execute(
+        with self._use() as conn:
+            conn.execute(
                 "INSERT INTO tidemark.events (task_id, step, kind, detail, actor)"
                 " VALUES (%s, %s, %s, %s, %s)", (task_id, step, kind, Jsonb(detail), actor))

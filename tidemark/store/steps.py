@@ -1,19 +1,16 @@
-"""A step's attempt as the store serves it: the execution lock and what is read under it, the
-lease keeper's hold, the fast path's batches, the events an attempt journals."""
+"""A step's attempt as the store serves it: what an attempt reads when it begins, the lease
+keeper's hold, the fast path's batches, the events an attempt journals."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-
-from tidemark.errors import JournalMismatch, StepBusy, UnknownTask
-from tidemark.keys import lock_id
+from tidemark.errors import JournalMismatch, UnknownTask
 from tidemark.plan import Step
 from tidemark.store.base import StoreBase
-from tidemark.store.connection import _translated
 from tidemark.store.journal import _JOURNAL_COLUMNS, _UNWOUND, JournalRow
 from tidemark.store.leases import LEASE_S
 from tidemark.store.session import StepSession
@@ -24,88 +21,70 @@ class StepsMixin(StoreBase):
 
     @contextmanager
     def execution(self, task_id: str, step: int, phase: str = "do") -> Iterator[StepSession]:
-        """Holds the step's execution lock on one live connection for the whole block.
+        """One attempt at the step's row of ``phase``: reads the plan step, its latest journal
+        row (with its owner and what is left of its lease) and the task's stop state, in one
+        statement. Raises UnknownTask or JournalMismatch if the plan has no such step.
 
-        The lock is taken in a statement of its own and only then are the plan step, its latest
-        journal row and the task's stop state read, so the read sees everything an earlier
-        holder committed before letting go (a statement reads the database as it was when the
-        statement began). Both go in one network round trip (pipeline mode). Raises StepBusy at
-        once if another live attempt holds the lock, UnknownTask or JournalMismatch if the plan
-        has no such step. If this process dies, the server ends the session and frees the lock;
-        nothing else can free it.
+        Nothing is locked here: the attempt owns the step only once its intent is written (or
+        an open intent taken over), by statements conditional on its owner token
+        (tidemark.store.session.StepSession), so no connection is held across the call.
         """
-        lock = lock_id(task_id, phase, step)
+        session = StepSession(borrow=self._conn, token=uuid.uuid4())
         with self._conn() as conn:
-            with _translated():
-                with conn.pipeline():
-                    locked = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,))
-                    read = conn.execute(
-                        f"""
-                        SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
-                               s.irreversible AS plan_irreversible,
-                               coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state')
-                                 AS stopped,
-                               c.stop->>'state' = 'killed' AS killed,
-                               c.stop->>'scope' AS stop_scope,
-                               {_UNWOUND} AS unwound,
-                               extract(epoch FROM coalesce(j.lease_until, j.started_at
-                                 + make_interval(secs => %(lease)s)) - clock_timestamp()
-                               )::float8 AS lease_left, j.*
-                        FROM tidemark.plans p
-                        CROSS JOIN tidemark.stop_of(p.task_id) AS c(stop)
-                        LEFT JOIN tidemark.plan_steps s
-                          ON s.task_id = p.task_id AND s.step = %(step)s
-                        LEFT JOIN LATERAL (
-                          SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal
-                          WHERE task_id = p.task_id AND phase = %(phase)s AND step = %(step)s
-                          ORDER BY attempt DESC LIMIT 1) j ON true
-                        WHERE p.task_id = %(task_id)s
-                        """, {"task_id": task_id, "phase": phase, "step": step,
-                              "lease": LEASE_S})
-                got = bool((locked.fetchone() or {}).get("got"))
-                r = read.fetchone()
-            try:
-                if not got:
-                    if r is None:
-                        raise UnknownTask(task_id)
-                    raise StepBusy(f"{task_id}/{phase}/{step}")
-                if r is None:
-                    raise UnknownTask(task_id)
-                session = StepSession(conn)
-                session.stopped = r["stopped"]
-                session.killed = bool(r["killed"])
-                session.stop_scope = r["stop_scope"]
-                session.unwound = r["unwound"]
-                session.lease_left = r["lease_left"]
-                if r["plan_action"] is None:
-                    raise JournalMismatch(
-                        f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
-                session.spec = Step(step, r["plan_action"], r["plan_args"],
-                                    r["plan_irreversible"])
-                session.row = JournalRow(**{k: r[k] for k in JournalRow.__dataclass_fields__}
-                                         ) if r["idem_key"] else None
-                yield session
-            finally:
-                if got:
-                    try:
-                        conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-                    except psycopg.Error:
-                        conn.close()  # the pool discards it; closing the session frees the lock
+            r = conn.execute(
+                f"""
+                SELECT p.step_count, s.action AS plan_action, s.args AS plan_args,
+                       s.irreversible AS plan_irreversible,
+                       coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state')
+                         AS stopped,
+                       c.stop->>'state' = 'killed' AS killed,
+                       c.stop->>'scope' AS stop_scope,
+                       {_UNWOUND} AS unwound,
+                       extract(epoch FROM coalesce(j.lease_until, j.started_at
+                         + make_interval(secs => %(lease)s)) - clock_timestamp()
+                       )::float8 AS lease_left, j.*
+                FROM tidemark.plans p
+                CROSS JOIN tidemark.stop_of(p.task_id) AS c(stop)
+                LEFT JOIN tidemark.plan_steps s
+                  ON s.task_id = p.task_id AND s.step = %(step)s
+                LEFT JOIN LATERAL (
+                  SELECT {_JOURNAL_COLUMNS}, owner AS seen_owner FROM tidemark.journal
+                  WHERE task_id = p.task_id AND phase = %(phase)s AND step = %(step)s
+                  ORDER BY attempt DESC LIMIT 1) j ON true
+                WHERE p.task_id = %(task_id)s
+                """, {"task_id": task_id, "phase": phase, "step": step,
+                      "lease": LEASE_S}).fetchone()
+        if r is None:
+            raise UnknownTask(task_id)
+        session.stopped = r["stopped"]
+        session.killed = bool(r["killed"])
+        session.stop_scope = r["stop_scope"]
+        session.unwound = r["unwound"]
+        session.lease_left = r["lease_left"]
+        session.seen_owner = r["seen_owner"]
+        if r["plan_action"] is None:
+            raise JournalMismatch(
+                f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
+        session.spec = Step(step, r["plan_action"], r["plan_args"], r["plan_irreversible"])
+        session.row = JournalRow(**{k: r[k] for k in JournalRow.__dataclass_fields__}
+                                 ) if r["idem_key"] else None
+        yield session
 
     def step_row(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
         with self._conn() as conn:
             return StepSession(conn).get(task_id, step, phase)
 
     @contextmanager
-    def keep_lease(self, key: str, seconds: float, *, horizon_s: float, covered_until: float,
-                   deadline_s: float) -> Iterator[None]:
+    def keep_lease(self, key: str, owner: uuid.UUID, seconds: float, *, horizon_s: float,
+                   covered_until: float, deadline_s: float) -> Iterator[None]:
         """While the block runs, the lease keeper extends the attempt lease of the open intent
-        ``key`` to at least ``seconds`` from each renewal (on its own connection), and ends the
+        ``key`` (while ``owner`` owns it) to at least ``seconds`` from each renewal (on its own
+        connection), and ends the
         process before the lease could lapse while the block still runs (LeaseKeeper); it
         stops before the block's end is journaled. ``covered_until`` (monotonic) is how long
         the lease committed before the block covers a request that leaves us, ``deadline_s``
         the call's declared deadline."""
-        self.leases.hold(key, seconds, horizon_s=horizon_s, covered_until=covered_until,
+        self.leases.hold(key, owner, seconds, horizon_s=horizon_s, covered_until=covered_until,
                          deadline_s=deadline_s)
         try:
             yield

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from tidemark.errors import InvariantViolation, StepBusy, UnknownTask
-from tidemark.keys import lock_id
 from tidemark.store.base import StoreBase
 from tidemark.store.connection import _translated
 from tidemark.store.journal import _STOPPED, _UNWOUND
 from tidemark.store.session import StepSession
+
+# How long the list of steps to compensate waits for an intent being written (two statements).
+LOCK_WAIT_MS = 5000
 
 
 class UnwindsMixin(StoreBase):
@@ -22,37 +25,34 @@ class UnwindsMixin(StoreBase):
         doubt, whose compensation has no 'done' outcome yet.
 
         Complete once the task is stopped: the only step that could still get an intent is the
-        one after the last journaled step (an intent needs its predecessor done), and an attempt
-        on it writes its intent while holding that step's execution lock. So the list is read
-        while holding that lock (StepBusy while an attempt holds it): an intent whose statement
+        one after the last journaled step (an intent needs its predecessor done), and an
+        attempt writes its intent in a transaction that first takes a share lock on the task's
+        plan row (StepSession.begin). The list is read in a transaction that takes that row
+        exclusively first, so it waits for any intent being written: an intent whose statement
         began before the stop was committed has landed by then and is listed, and any later one
-        is refused by the stop state its own statement checks.
+        is refused by the stop state its own statement checks. The wait is bounded
+        (LOCK_WAIT_MS; StepBusy after it, retryable).
         """
         with self._conn() as conn, _translated():
-            r = conn.execute(
-                "SELECT p.step_count, (SELECT coalesce(max(step), 0) FROM tidemark.journal j"
-                "   WHERE j.task_id = p.task_id AND j.phase = 'do') + 1 AS next"
-                " FROM tidemark.plans p WHERE p.task_id = %s", (task_id,)).fetchone()
-            if r is None:
-                raise UnknownTask(task_id)
-            lock = lock_id(task_id, "do", r["next"]) if r["next"] <= r["step_count"] else None
-            if lock is not None:
-                got = conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (lock,)).fetchone()
-                if not (got and got["got"]):
-                    raise StepBusy(f"{task_id}/do/{r['next']}: an attempt is at work on it")
             try:
-                rows = conn.execute(
-                    "SELECT j.step FROM tidemark.journal j"
-                    " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
-                    " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
-                    "   AND (j.status = 'done' OR j.outcome IS NULL)"
-                    "   AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id ="
-                    "     j.task_id AND u.phase = 'undo' AND u.step = j.step"
-                    "     AND u.status = 'done')"
-                    " ORDER BY j.step DESC", (task_id,)).fetchall()
-            finally:
-                if lock is not None:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+                with conn.transaction():
+                    conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                                 (str(LOCK_WAIT_MS),))
+                    found = conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s"
+                                         " FOR UPDATE", (task_id,)).fetchone()
+                    if found is None:
+                        raise UnknownTask(task_id)
+                    rows = conn.execute(
+                        "SELECT j.step FROM tidemark.journal j"
+                        " JOIN tidemark.plan_steps s ON s.task_id = j.task_id AND s.step = j.step"
+                        " WHERE j.task_id = %s AND j.phase = 'do' AND NOT s.irreversible"
+                        "   AND (j.status = 'done' OR j.outcome IS NULL)"
+                        "   AND NOT EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id ="
+                        "     j.task_id AND u.phase = 'undo' AND u.step = j.step"
+                        "     AND u.status = 'done')"
+                        " ORDER BY j.step DESC", (task_id,)).fetchall()
+            except psycopg.errors.LockNotAvailable as e:
+                raise StepBusy(f"{task_id}: an intent is being written") from e
         return [r["step"] for r in rows]
 
     def record_unwound(self, task_id: str, by: str, detail: dict[str, Any]) -> list[int]:

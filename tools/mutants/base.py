@@ -9,8 +9,8 @@ RS = "tidemark/run_step.py"
 S_BASE = "tidemark/store/base.py"  # the pool and its connection check
 S_CONN = "tidemark/store/connection.py"
 S_JOURNAL = "tidemark/store/journal.py"  # row shapes, the shared stop / unwound conditions
-S_SESSION = "tidemark/store/session.py"  # StepSession: intent, claim, outcome, decision
-S_STEPS = "tidemark/store/steps.py"  # the execution lock
+S_SESSION = "tidemark/store/session.py"  # StepSession: intent, take-over, claim, outcome
+S_STEPS = "tidemark/store/steps.py"  # what an attempt reads when it begins
 S_LEASES = "tidemark/store/leases.py"  # LeaseKeeper and its deadline watch
 S_PLANS = "tidemark/store/plans.py"
 S_REPORTS = "tidemark/store/reports.py"
@@ -53,8 +53,10 @@ T_DR = "tests/test_drive_rename.py"
 T_BD = "tests/test_boundary.py"
 T_KL = "tests/test_kill.py"
 T_SE = "tests/test_series.py"
-# The tests that run a step's attempt against the journal: its intent, claim, lock and outcome.
-ST_TIER = (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, "tests/test_plan.py")
+T_OW = "tests/test_ownership.py"  # the fenced lease: take-over, lost intents, no held connection
+# The tests that run a step's attempt against the journal: its intent, take-over, claim and
+# outcome.
+ST_TIER = (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, T_OW, "tests/test_plan.py")
 
 
 @dataclass(frozen=True)
