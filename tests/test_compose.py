@@ -37,8 +37,8 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 TLS_FILE = ROOT / "docker-compose.tls.yml"  # added to the base file for authentication and TLS
 LOCK_FILE = ROOT / "requirements.lock"  # what the images install, pinned and hashed
 # What `docker compose up` starts: the real providers, and nothing of the staging profile.
-DEFAULT_SERVICES = {"postgres", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
-                    "worker"}
+DEFAULT_SERVICES = {"postgres", "pgbouncer", "temporal-schema", "temporal", "temporal-setup",
+                    "temporal-ui", "worker"}
 # A compose variable: $$ (a literal $ for the container's shell) or ${NAME[:-default|:?error]}.
 VARIABLE = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_]\w*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}"
                       r"|(?P<bare>[A-Za-z_]\w*))")
@@ -198,6 +198,9 @@ def test_the_stack_has_the_parts_of_the_design(services: dict[str, dict[str, Any
     assert images["postgres"] == "postgres"
     assert images["temporal"] == "temporalio/server"
     assert images["temporal-ui"] == "temporalio/ui"
+    assert images["pgbouncer"] == "edoburu/pgbouncer"
+    assert environment(services["pgbouncer"])["POOL_MODE"] == "transaction"
+    assert environment(services["worker"])["TIDEMARK_DB_POOLER"] == "transaction"
     assert environment(services["temporal-ui"])["TEMPORAL_ADDRESS"] == "temporal:7233"
     worker = services["worker"]
     assert {dep for dep, spec in worker["depends_on"].items()
@@ -253,7 +256,7 @@ def test_images_are_pinned(services: dict[str, dict[str, Any]]) -> None:
         repo, _, tag = image.rpartition(":")
         assert repo and "/" not in tag and tag, f"{name}: {image} has no tag"
         assert tag != "latest" and "$" not in tag, f"{name}: {image} is not pinned"
-        assert re.match(r"\d", tag), f"{name}: {image} names no version"
+        assert re.match(r"v?\d", tag), f"{name}: {image} names no version"
 
 
 def test_postgres_and_temporal_have_health_checks(
@@ -271,7 +274,11 @@ def test_the_databases_exist_before_their_users_start(
     created = init_databases()
     journal = psycopg.conninfo.conninfo_to_dict(
         environment(services["worker"])["DATABASE_URL"])
-    assert journal["host"] == "postgres" and journal["dbname"] in created
+    # The worker reaches the journal through the pooler, which reaches that database.
+    pooler = environment(services["pgbouncer"])
+    assert (journal["host"], journal["port"]) == ("pgbouncer", pooler["LISTEN_PORT"])
+    assert journal["dbname"] == pooler["DB_NAME"] and pooler["DB_HOST"] == "postgres"
+    assert journal["dbname"] in created
     temporal = environment(services["temporal"])
     assert {temporal["DBNAME"], temporal["VISIBILITY_DBNAME"]} <= created
     schema_dbs = set(re.findall(r"--db (\w+)", command_text(services["temporal-schema"])))
@@ -455,6 +462,7 @@ def test_images_that_take_a_password_only_from_a_variable_get_it_through_the_wra
     assert wrapped == {
         "temporal-schema": {"SQL_PASSWORD": "/run/secrets/temporal_db_password"},
         "temporal": {"POSTGRES_PWD": "/run/secrets/temporal_db_password"},
+        "pgbouncer": {"DB_PASSWORD": "/run/secrets/tidemark_db_password"},
     }
     # The server's own entrypoint still runs, after the wrapper.
     assert services["temporal"]["entrypoint"][-1] == "/etc/temporal/entrypoint.sh"
