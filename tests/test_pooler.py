@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -144,3 +145,21 @@ def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connec
     lines = ledger_lines(tmp_path / "ledger")
     assert sorted(line.split(" ", 1)[1] for line in lines) == sorted(
         f"e{i}" for i in range(STEPS))
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("session", "pool_mode = transaction"),
+    ("pgpool", "expected one of none, transaction"),
+])
+def test_a_worker_behind_a_pooler_in_the_wrong_mode_refuses_to_start_in_one_line(
+        value: str, says: str, tmp_path: Path) -> None:
+    """A session-mode pooler would pin a server connection to every client connection of
+    every worker: the fleet's connections would not be bounded at all. Said at start, in one
+    line naming the setting, before anything connects."""
+    worker = Path(__file__).resolve().parent.parent / "worker.py"
+    env = {**os.environ, POOLER_ENV: value, "DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
+    proc = subprocess.run([sys.executable, str(worker)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{POOLER_ENV}=" in lines[0] and says in lines[0], lines
