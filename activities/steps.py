@@ -1,6 +1,6 @@
 """The Temporal activities around the journal: prepare a run, describe steps, run one step, and
-record a halt. Synchronous on purpose (see tidemark.store): the worker runs them in a thread
-pool, and each step holds its execution lock on its own connection for the whole action.
+record a halt. Synchronous (see tidemark.store): the worker runs them in a thread pool; a step
+borrows a pooled connection only for each journal statement, never across its action's call.
 """
 
 from __future__ import annotations

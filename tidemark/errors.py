@@ -117,7 +117,8 @@ class StoreUnavailable(TidemarkError):
 
 
 class StepBusy(TidemarkError):
-    """Another live attempt holds this step's execution lock. Retry later."""
+    """Another attempt owns this step (its intent's lease runs, or it wrote or took over the
+    intent first). Retry later."""
 
     retryable = True
 

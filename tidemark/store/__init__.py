@@ -1,16 +1,18 @@
 """JournalStore: every read and write of the journal, in one package.
 
-Synchronous psycopg 3, on purpose: a step holds its execution lock on one live connection for
-the whole action, and the actions call synchronous SDKs (google-api-python-client, stripe) from
-worker threads. A thread per step with a blocking connection is the simplest shape in which
-"the lock lives exactly as long as the attempt" is obviously true.
+Synchronous psycopg 3: the actions call synchronous SDKs (google-api-python-client, stripe) from
+worker threads. A step owns its journal row by a fenced lease (session.StepSession), not by a
+connection: each statement borrows a pooled connection for itself, none is held while a step
+waits on its target, and nothing relies on session state, so the pool may sit behind a
+transaction-mode pooler (connection.POOLER_ENV).
 
 All SQL of the project lives in this package and in ``migrations/``; values are always
 parameters. One module per concern, each a set of JournalStore's methods over the shared pool
 (base.StoreBase):
 
-* ``steps``: a step's attempt (execution lock, lease hold, batches); ``session`` its
-  StepSession (intent, claim, stage, outcome); ``leases`` the attempt lease and its keeper;
+* ``steps``: a step's attempt (what it reads when it begins, lease hold, batches); ``session``
+  its StepSession (intent, take-over, claim, stage, outcome, all fenced by the attempt's owner
+  token); ``leases`` the attempt lease and its keeper;
 * ``plans``, ``reports``, ``unwinds``, ``controls`` (stop, kill, release), ``approvals`` (the
   irreversible boundary), ``series``, ``grants`` and ``inbox`` (who waits for a person);
 * ``journal``: the row shapes and the conditions on a task's state the statements share;

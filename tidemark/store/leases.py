@@ -20,10 +20,11 @@ from tidemark.store.connection import CONNECT_TIMEOUT_S, connect_options
 log = logging.getLogger(__name__)
 
 # The attempt lease of an open intent says until when the attempt acting on it may still be
-# acting; a twin neither probes nor acts before it has passed. It guards what the execution lock
-# cannot: the acting attempt lost its database session (a restart, a failover, a terminated
-# backend), which frees the lock, while its call to the target is still in flight. The lease
-# does not depend on renewals succeeding:
+# acting; a twin neither takes the intent over, nor probes, nor acts before it has passed
+# (StepSession.take_over checks it in the statement that takes the intent). It is what keeps a
+# twin out while the owner's call to the target is in flight: the owner holds no connection
+# then, and may lose every session it had (a restart, a failover) without losing the step. The
+# lease does not depend on renewals succeeding:
 #
 # * before an action's call (stage or execute) the attempt writes
 #   lease_until = now + deadline_s + horizon_s, in the statement that writes the intent (or, on a
@@ -253,7 +254,7 @@ class LeaseKeeper:
                     " WHERE j.idem_key = v.key AND j.outcome IS NULL AND j.owner = v.owner",
                     (list(held), [renew for renew, _, _ in held.values()],
                      [owner for _, _, owner in held.values()]))
-        except psycopg.Error as e:  # the database is away; the lock may be too
+        except psycopg.Error as e:  # the database is away
             log.warning("cannot renew %d attempt lease(s): %s", len(held), e)
             with self._mutex:
                 self._overran = overran + self._overran  # journaled with a later renewal
