@@ -4,8 +4,8 @@ Runs a plan of N no-op steps three ways in the same process, interleaved in roun
 noise hits all three alike, and prints p50/p99 per step and the ratios:
 
 * ``bare``: INSERT intent + UPDATE outcome, two commits, nothing else (the journal's floor);
-* ``run_step``: the full algorithm — lock the key, look the step up, gates, snapshot, intent,
-  action (a no-op), outcome, unlock;
+* ``run_step``: the full algorithm — look the step up, gates, snapshot, the intent (owned by
+  the attempt), action (a no-op), outcome;
 * ``seed``: the essay's figure of about 15 ms per step against a local Postgres (a constant, not
   measured here), to say how far under it we are.
 

@@ -136,7 +136,8 @@ class StepSession:
                   "action": action, "args": Jsonb(args), "before": Jsonb(before_state),
                   "lease": lease_s, "attempt": attempt, "owner": self.attempt_token()}
         try:
-            with self._use() as conn, conn.transaction():
+            # One round trip: BEGIN, the lock, the insert and COMMIT go out together.
+            with self._use() as conn, conn.pipeline(), conn.transaction():
                 conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",
                              (task_id,))
                 r = conn.execute(
