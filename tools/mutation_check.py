@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the unmutated run of the selected tests")
     ap.add_argument("--full", action="store_true",
                     help="the baseline runs every selected mutant's whole tier, not only the "
-                         "named tests (nightly; see README, Testing)")
+                         "named tests (nightly; see docs/develop.md, Testing)")
     ap.add_argument("--named-only", action="store_true",
                     help="run each mutant against its named tests only (quick; not a score)")
     args = ap.parse_args(argv)
