@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 from test_control_matrix import SPECS, Task
+from test_run_plan import README_START
 
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -168,6 +169,12 @@ async def test_the_on_call_commands_run_as_printed(
     assert outputs["status"].startswith(f"task {task.id}  (stopped)")
     stop = store.stop_state(task.id)
     assert stop is not None and stop["state"] == "killed", stop
+
+
+def test_the_start_command_of_the_operators_guide_is_the_one_a_test_runs() -> None:
+    """tests/test_run_plan.py starts a plan with README_START; docs/operate.md prints it."""
+    guide = (ROOT / "docs" / "operate.md").read_text()
+    assert README_START.format(task="supplier-sync-2026-11-30", file="plan.json") in guide
 
 
 # -- links -----------------------------------------------------------------------------------
