@@ -22,8 +22,8 @@ was written, and which a twin must wait out (``recovery_s_after_kill_deadline_5s
 
 What a recovery waits for, in order: the heartbeat timeout (Temporal's only sign that the
 worker died), the retry policy's first interval, and the dead attempt's lease if it is still
-fresh (a retry meets StepBusy and waits for the next interval); see README, "Heartbeats and
-retries".
+fresh (a retry meets StepBusy and waits for the next interval); see docs/operate.md,
+"Heartbeats and retries".
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from helpers import example_plugin
 from helpers.fs_roots import FS_ROOTS
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
@@ -40,6 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
     file stands in for the user's, and the TEMPORAL_* variables are dropped."""
     for name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
         del os.environ[name]
+    # The worked example of docs/writing-an-action.md, which many tests run, needs no install.
+    example_plugin.put_on_path()
     empty = Path(tempfile.mkdtemp(prefix="tidemark-temporal-")) / "temporal.toml"
     empty.write_text("")
     os.environ["TEMPORAL_CONFIG_FILE"] = str(empty)

@@ -25,7 +25,7 @@ from tidemark.words import ControlState, TaskState
 from workflows.shared import STEP_RETRY, end_state_of
 
 # What a run ends in for each error a step may raise that another attempt cannot fix: the
-# promises of the README's end-state table, stated once more here as the specification.
+# promises of the end-state table of docs/operate.md, stated once more here as the specification.
 SPECIFIED = {
     "NeedsDecision": "needs_decision", "PreconditionFailed": "precondition_failed",
     "TaskStopped": "stopped", "TaskUnwound": "unwound", "Unauthorized": "stopped",

@@ -461,7 +461,8 @@ def test_unreadable_mailbox_is_unknown_and_nothing_is_sent(mail: StagingServer,
 def test_a_lost_draft_answer_leaves_an_unsent_orphan_and_one_mail(mail: StagingServer,
                                                                   store: JournalStore) -> None:
     """The draft was created but its id never reached the journal: the next attempt makes a
-    new draft and sends that; the orphan stays in Drafts, unsent (README: needs a person)."""
+    new draft and sends that; the orphan stays in Drafts, unsent (docs/reference.md,
+    graph.send_mail: what still needs a person)."""
     task = persist_step(store)
     registry = Registry([action(mail)])
     arm(mail, "graph", "messages.create", "drop_after_commit")

@@ -34,6 +34,7 @@ from tools.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
 
+# The start command of docs/operate.md, "Running plans" (tests/test_readme.py checks it is there).
 README_START = ("temporal workflow start --task-queue tidemark --type RunPlan "
                 "--workflow-id tidemark-{task} --input-file {file}")
 
@@ -79,7 +80,7 @@ async def test_readme_start_command_renames_the_files(
                                          "name": f"2026-Q3 report {i}.txt"}} for i in range(3)]}
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
-    workers.env["TIDEMARK_TASK_QUEUE"] = "tidemark"  # the README's queue
+    workers.env["TIDEMARK_TASK_QUEUE"] = "tidemark"  # the documented queue
     workers.start()
     cmd = README_START.format(task="readme-1", file=plan_file).split()
     cmd[0] = temporal_binary()

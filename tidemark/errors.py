@@ -93,8 +93,8 @@ class ActionNotConfigured(TidemarkError):
 
     def __init__(self, action: str, bound: list[str]) -> None:
         super().__init__(f"action {action!r} is not configured on this worker "
-                         f"(configured: {', '.join(bound) or 'none'}); see the README's "
-                         "configuration table")
+                         f"(configured: {', '.join(bound) or 'none'}); see the "
+                         "configuration table of docs/reference.md")
         self.action = action
 
 

@@ -16,7 +16,7 @@ A ``Minter`` is how one provider issues and revokes a short-lived credential:
   credential and revoking it makes the broker refuse. It stops our code, not a process that
   already holds the credential.
 
-What real providers offer (README, "Kill"): Google — OAuth access tokens live an hour;
+What real providers offer (docs/operate.md, "Kill"): Google — OAuth access tokens live an hour;
 ``https://oauth2.googleapis.com/revoke?token=`` revokes a token (and the refresh token it came
 from); a per-task token needs its own OAuth grant or a service account with domain-wide
 delegation minting one token per task. Microsoft Graph — ``revokeSignInSessions`` invalidates

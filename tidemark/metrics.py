@@ -9,7 +9,7 @@ counter`` and ``counter.add(value, attributes)``.
 
 Recording never fails a step: a sink that raises is logged and ignored.
 
-The counters (labels in brackets; the README lists them too):
+The counters (labels in brackets; docs/operate.md lists them too, under Metrics and traces):
 
 - ``tidemark_steps_settled`` [action, resolved_by, status]: a step's outcome written by this
   attempt (an outcome read back from the journal is not counted again).

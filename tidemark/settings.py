@@ -1,6 +1,6 @@
 """Tidemark's configuration: read from the environment once, by ``load_settings``, and passed down.
 
-Every variable the project reads is listed in the README's Configuration table. The Temporal
+Every variable the project reads is listed in docs/reference.md's Configuration table. The Temporal
 connection is the SDK's own environment configuration (``temporalio.envconfig``): the profile
 ``TEMPORAL_PROFILE`` (default ``default``) of ``temporal.toml`` (``TEMPORAL_CONFIG_FILE``, else
 the ``temporal`` CLI's default path), overridden by ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the unmutated run of the selected tests")
     ap.add_argument("--full", action="store_true",
                     help="the baseline runs every selected mutant's whole tier, not only the "
-                         "named tests (nightly; see README, Testing)")
+                         "named tests (nightly; see docs/develop.md, Testing)")
     ap.add_argument("--per-rule", action="store_true",
                     help="one mutant per covered rule, the first it names (CI's subset; the "
                          "full run is the documented heavier check)")

@@ -5,8 +5,9 @@ Each scenario runs RunPlan or UnwindPlan for real: a Temporal dev server from te
 embedded Postgres, and an in-process worker built as the production one is
 (``worker.build_worker``) with the test actions ``ledger.record`` and ``fs.rename`` bound. The
 history of each run is written to tests/histories/<name>.json. Re-record after a change to a
-workflow only when the change is meant to be incompatible with open runs (see the README:
-a compatible change replays the old histories unchanged, and they must stay).
+workflow only when the change is meant to be incompatible with open runs (see docs/develop.md,
+"Changing a workflow while runs are open": a compatible change replays the old histories
+unchanged, and they must stay).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ STATE = SearchAttributeKey.for_keyword("TidemarkState")
 STEP_START_TO_CLOSE = timedelta(minutes=5)
 # A worker that stops heartbeating for this long is presumed dead and the step is retried on
 # another worker: it is the larger part of the time from a worker's death to its step done
-# elsewhere (README, "Heartbeats and retries"; bench/recovery.py). The step heartbeats every
+# elsewhere (docs/operate.md, Heartbeats and retries; bench/recovery.py). The step heartbeats every
 # HEARTBEAT_EVERY_S (activities/steps.py); the SDK sends at most one heartbeat per 80% of this
 # timeout, so the server hears from a live step every 1.6 s. A live step whose heartbeats
 # stall longer (a process frozen by GC or swap, a starved machine) is retried early: harmless,
