@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
@@ -38,6 +42,8 @@ from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
+
+log = logging.getLogger(__name__)
 
 # How often a running step tells Temporal it is alive. Well under the workflow's heartbeat
 # timeout (STEP_HEARTBEAT, 2 s), so that only a dead worker misses it: the SDK sends the latest
@@ -251,28 +257,89 @@ def _output(result: StepResult) -> StepOutput:
                       skipped=result.skipped)
 
 
+@dataclass
+class _Beat:
+    """One running activity's heartbeat, as the shared heartbeat thread sees it."""
+
+    beat: Callable[[], None]
+    due: float  # monotonic: when its next heartbeat is due
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while it beats
+    over: bool = False  # its activity returned: it never beats again
+
+
+class Heartbeats:
+    """One thread of this process heartbeats for every activity running in ``beating``, every
+    ``every`` seconds from the activity's start.
+
+    A thread per activity did the same, but starting it and joining it cost each step two
+    hand-overs of the interpreter lock between threads (0.5-1 ms a step on a loaded 2-core
+    machine, docs/benchmarks.md), for steps that mostly end before their first beat. The
+    shared thread is started once and never ends (between two steps of the activity path no
+    activity runs, and a thread that ended then would be started again for the next step)."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._mutex = threading.Lock()  # guards _beats and _thread
+        self._beats: dict[int, _Beat] = {}
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def beating(self, beat: Callable[[], None]) -> Iterator[None]:
+        """Calls ``beat`` every ``every`` seconds while the block runs; none is called after
+        the block ends (a beat in flight is waited for, as joining a thread would)."""
+        b = _Beat(beat, time.monotonic() + self.every)
+        with self._mutex:
+            self._beats[id(b)] = b
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tidemark-heartbeats")
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._mutex:
+                del self._beats[id(b)]
+            with b.lock:
+                b.over = True
+
+    def _run(self) -> None:
+        # No wake-up is needed when an activity registers: the thread never sleeps longer than
+        # `every`, and a new activity's first beat is due `every` after it registered.
+        while True:
+            with self._mutex:
+                now = time.monotonic()
+                due = [b for b in self._beats.values() if b.due <= now]
+                wake = min((b.due for b in self._beats.values() if b.due > now),
+                           default=now + self.every)
+            for b in due:
+                self._send(b)
+            time.sleep(max(0.0, min(wake, time.monotonic() + self.every) - time.monotonic()))
+
+    def _send(self, b: _Beat) -> None:
+        with b.lock:
+            if b.over:
+                return
+            try:
+                b.beat()
+            except Exception as e:  # one activity's failed beat must not stop the others'
+                log.warning("heartbeat failed: %r", e)
+            b.due = time.monotonic() + self.every
+
+
+_HEARTBEATS = Heartbeats(HEARTBEAT_EVERY_S)
+
+
 @contextlib.contextmanager
 def _heartbeating() -> Iterator[None]:
-    """Heartbeats from a side thread while the block runs, so that a worker that dies mid-step
-    is noticed within the heartbeat timeout while a slow but live step is not.
+    """Heartbeats while the block runs (from this process's shared heartbeat thread), so that a
+    worker that dies mid-step is noticed within the heartbeat timeout while a slow but live
+    step is not.
 
     A local activity (RunPlan's fast path) has no heartbeat: the worker keeps its workflow task
     alive instead, and a dead worker is noticed when that task times out."""
     if activity.info().is_local:
         yield
         return
-    stop = threading.Event()
     ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
-
-    def beat() -> None:
-        while not stop.wait(HEARTBEAT_EVERY_S):
-            activity.heartbeat()
-
-    thread = threading.Thread(target=ctx.run, args=(beat,), daemon=True)
-    thread.start()
-    try:
+    with _HEARTBEATS.beating(functools.partial(ctx.run, activity.heartbeat)):
         yield
-    finally:
-        stop.set()
-        thread.join()
-

@@ -5,6 +5,7 @@ statements per concern."""
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 import weakref
@@ -28,6 +29,25 @@ from tidemark.store.leases import LeaseKeeper, end_process
 
 log = logging.getLogger(__name__)
 
+# A pooled connection not handed out for this long is checked with a round trip before it is
+# handed out again (StoreBase._check); one handed out more recently only if its socket says the
+# server ended the session. Far shorter than any host reboot or network repair, far longer than
+# the gap between two steps of a busy worker.
+QUIET_S = 1.0
+
+
+def _nothing_to_read(conn: psycopg.Connection[Any]) -> bool:
+    """True when the idle connection's socket has no byte waiting: the server has not ended the
+    session (it would have sent a FATAL error and closed it)."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, psycopg.Error):
+        return False
+
 
 class StoreBase:
     """The journal on one Postgres database: its pool, its lease keeper, its schema."""
@@ -45,13 +65,17 @@ class StoreBase:
         self.leases = LeaseKeeper(conninfo, on_lapse=on_lapse)
         self._born_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
             weakref.WeakKeyDictionary())
+        # When each connection was last handed out (or made): _check skips the round trip for
+        # one handed out within QUIET_S whose socket has nothing to read.
+        self._handed_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary())
         self._drained_at = 0.0
         self._drain_mutex = threading.Lock()
 
     def _born(self, conn: psycopg.Connection[Any]) -> None:
         """The pool's ``configure``: notes when each connection was made (for _check)."""
         with self._drain_mutex:
-            self._born_at[conn] = time.monotonic()
+            self._born_at[conn] = self._handed_at[conn] = time.monotonic()
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """The pool's ``check``, run on every connection before it is handed out.
@@ -59,15 +83,30 @@ class StoreBase:
         A pooled connection can be dead without the pool knowing (Postgres restarted, a
         failover, a terminated session); handed out, it would fail the step attempt that got
         it, so a restart would cost one failed attempt, and its retry wait, per pooled
-        connection. ``check_connection`` sends an empty query first; a dead connection is
-        discarded and the pool hands out another (psycopg_pool 3.2+). One dead connection also
-        says the server went away after it was made, so every connection made before it is as
-        dead: they are all dropped at once (``drain``, psycopg_pool 3.3+), since the pool would
-        otherwise try them one by one, waiting after each failed check (1 s, then doubling)
-        and running out of ``timeout``. Connections made after that drain are not drained
-        again by a later failure of an older one. Costs one round trip per connection handed
-        out.
+        connection. A dead connection is discarded and the pool hands out another (psycopg_pool
+        3.2+). One dead connection also says the server went away after it was made, so every
+        connection made before it is as dead: they are all dropped at once (``drain``,
+        psycopg_pool 3.3+), since the pool would otherwise try them one by one, waiting after
+        each failed check (1 s, then doubling) and running out of ``timeout``. Connections made
+        after that drain are not drained again by a later failure of an older one.
+
+        How a connection is found dead without a round trip on every checkout (which cost each
+        step one, docs/benchmarks.md): a server that ends a session, by a restart, a shutdown,
+        a failover that stops it or ``pg_terminate_backend``, sends the session a FATAL error
+        and closes it, so its socket turns readable; an idle, live session has nothing to read
+        (the store never LISTENs). A readable socket, or a connection not handed out for
+        QUIET_S, gets the full check: ``check_connection`` sends an empty query. What no message
+        announces is a server host that died or was cut off without closing its sockets: it is
+        back (and answers the old connection with a reset) only after a reboot or a network
+        repair, much longer than QUIET_S, so such a connection has been quiet long enough to
+        get the full check as before. A quiet connection costs one ``poll`` system call.
         """
+        now = time.monotonic()
+        with self._drain_mutex:
+            last = self._handed_at.get(conn)
+            self._handed_at[conn] = now
+        if last is not None and now - last < QUIET_S and _nothing_to_read(conn):
+            return
         try:
             ConnectionPool.check_connection(conn)
         except psycopg.Error:

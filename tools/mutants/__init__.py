@@ -68,7 +68,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     S_STEPS: ST_TIER,
     S_JOURNAL: ST_TIER,
     S_LEASES: (T_LS, T_LZ, T_DO, "tests/test_deadlines.py", T_HZ),
-    S_BASE: (T_PO, T_SC, T_RS),
+    S_BASE: (T_PO, "tests/test_pool_check.py", T_SC, T_RS),
     S_CONN: (T_PO, T_SC),
     "tidemark/store/__init__.py": (T_SC, T_RS),
     S_PLANS: ("tests/test_plan.py", T_RS, "tests/test_stored_plan_gates.py"),

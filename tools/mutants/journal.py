@@ -81,6 +81,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "configure=self._born,",
            (f"{T_PO}::test_steps_started_after_a_restart_of_postgres_never_get_a_dead_"
             "connection",)),
+    Mutant("the pool hands out a recently used connection whose session the server ended",
+           S_BASE, "if last is not None and now - last < QUIET_S and _nothing_to_read(conn):",
+           "if last is not None and now - last < QUIET_S:",
+           ("tests/test_pool_check.py::test_a_session_the_server_ended_is_never_handed_out_"
+            "even_just_after_use",)),
     Mutant("a failed attempt keeps its lease", AT,
            "s.renew_lease(key, float(action.horizon_s))",
            "s.renew_lease(key, renewal_lease(action))",
