@@ -1,0 +1,55 @@
+"""`tidemark fleet` in small: many steps in flight over two real worker processes, one of them
+SIGKILLed and replaced while the steps wait on the target; nothing duplicated, nothing done
+that did not happen, every run completed, and the Postgres connections bounded by the pools,
+not by the steps in flight. The 1,000-task run is `tidemark fleet` by hand (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tools.cli import EXIT_ERROR, EXIT_USAGE, main
+
+PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
+def fleet_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "tidemark-fleet-*")))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tasks", "0"], "--tasks must be 1 or more, got 0"),
+    (["--workers", "-1"], "--workers must be 1 or more, got -1"),
+    (["--pool", "1"], "--pool must be 2 or more, got 1"),
+    (["--kills", "-2"], "--kills must be 0 or more, got -2"),
+    (["--wait-s", "-1"], "--wait-s must be between 0 and 30"),
+])
+def test_bad_flags_are_one_line_and_start_nothing(args: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    before = fleet_dirs()
+    assert main(["fleet", str(PLAN), *args]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"tidemark: {message}" or err[-1].startswith(f"tidemark: {message}"), err
+    assert fleet_dirs() == before
+
+
+@pytest.mark.parametrize(("step", "message"), [
+    ({"action": "gmail.send", "args": {"to": ["a@b.example"], "subject": "s", "body": "b"}},
+     "step 1 is 'gmail.send'; a fleet plan's steps are drive.rename"),
+    ({"action": "drive.rename", "args": {"file_id": "one-file", "name": "x"}},
+     "step 1's file_id must hold {n}"),
+])
+def test_a_plan_the_fleet_cannot_spread_is_refused_in_one_line(
+        step: dict[str, object], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"task_id": "f", "steps": [step]}))
+    before = fleet_dirs()
+    assert main(["fleet", str(plan), "--tasks", "3"]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert fleet_dirs() == before
