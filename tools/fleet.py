@@ -42,7 +42,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,24 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
+from activities.catalog import spec_registry
 from tidemark.errors import TidemarkError
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.words import Phase, StepStatus
-from tools.chaos_world import chaos_registry, staging_http
+from tools.chaos_world import staging_http
 from tools.fleet_cli import DEFAULT_POOL, DEFAULT_STEPS_PER_WORKER
 
 # The actions a fleet plan may use, and the (target, op) of the write that waits.
 WAIT_OPS = {"drive.rename": ("drive", "files.update")}
 PLACEHOLDER = "{n}"
+# The workers' client timeouts for the targets the fleet's steps never write to: only their
+# start reads them (each checks whose account its tokens reach), and a machine loaded by the
+# fleet itself must not fail that check. Drive's stays the staging one: it bounds a step's
+# deadline, hence the lease a killed attempt leaves.
+IDLE_CLIENTS = {"TIDEMARK_GMAIL_TIMEOUT_S": "30", "TIDEMARK_GRAPH_TIMEOUT_S": "30",
+                "TIDEMARK_STRIPE_TIMEOUT_S": "30"}
 # Connections a worker may hold beyond its pool: its lease keeper's, and one spare.
 PER_WORKER_EXTRA = 2
 # The harness's own connections to the journal's database while the fleet runs (none but the
@@ -295,13 +303,35 @@ def worker_env(cfg: FleetConfig, *, temporal_address: str, db_url: str, staging_
     profile = log_dir / "temporal.toml"
     profile.write_text("")
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-    return {**STAGING_CLIENTS, **inherited,
+    return {**STAGING_CLIENTS, **IDLE_CLIENTS, **inherited,
             "TEMPORAL_CONFIG_FILE": str(profile), "TEMPORAL_ADDRESS": temporal_address,
             "DATABASE_URL": db_url, "TIDEMARK_STAGING_URL": staging_url,
             "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_APPROVAL": "none",
             "TIDEMARK_LOG_LEVEL": "WARNING",
             "TIDEMARK_MAX_CONCURRENT_STEPS": str(cfg.steps_per_worker),
             "TIDEMARK_DB_POOL_MAX": str(cfg.pool)}
+
+
+@contextmanager
+def staging_process() -> Iterator[str]:
+    """The staging servers in a process of their own (`tidemark staging`): their URL."""
+    from tools.devstack import free_port, wait_for_port
+
+    port = free_port()
+    log_dir = Path(tempfile.mkdtemp(prefix="tidemark-fleet-staging-"))
+    with open(log_dir / "staging.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "staging", "--port",
+                                 str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc, "staging servers", log_dir / "staging.log")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 async def pollers(client: Client, queue: str) -> set[int]:
@@ -408,7 +438,7 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
         raise FleetError(f"fleet: {cfg.problem()}")
     base = f"{plan_doc.get('task_id') or 'fleet'}-{uuid.uuid4().hex[:6]}"
     docs = task_docs(plan_doc, cfg.tasks, base)
-    registry = chaos_registry(staging_url)
+    registry = spec_registry()  # validates; the workers bind the actions
     plans = [load_plan(d, registry) for d in docs]  # refuses a bad plan before anything runs
     with JournalStore(db_url, max_size=2) as store:
         store.migrate()

@@ -77,22 +77,23 @@ def _cmd_fleet(a: Any) -> int:
 
 
 async def _fleet_stack(doc: dict[str, Any], cfg: FleetConfig, db_url: str) -> FleetReport:
-    """A Temporal dev server and staging servers of the fleet's own around ``run_fleet``."""
+    """A Temporal dev server and staging servers of the fleet's own around ``run_fleet``. The
+    staging servers run in a process of their own (`tidemark staging`), as a provider would:
+    in this one they would share the interpreter with the harness, whose bookkeeping of a
+    thousand runs could hold up their answers past the workers' client timeouts."""
     from temporalio.testing import WorkflowEnvironment
 
-    from staging.core import StagingServer
-    from staging.targets import build_staging
     from tools.devstack import dev_server_args, temporal_binary
-    from tools.fleet import run_fleet
+    from tools.fleet import run_fleet, staging_process
     from workflows.run_plan import STATE, TASK_ID
 
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     try:
-        with StagingServer(build_staging()) as server:
+        with staging_process() as staging_url:
             return await run_fleet(doc, cfg, client=env.client, db_url=db_url,
-                                   staging_url=server.url,
+                                   staging_url=staging_url,
                                    say=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         await env.shutdown()
