@@ -281,16 +281,21 @@ class Workers:
         return out
 
     def stop(self) -> None:
-        for proc in self.live.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.live.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(list(self.live.values()))
         self.live.clear()
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to all, then each gets 30 s to end before a SIGKILL."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def worker_env(cfg: FleetConfig, *, temporal_address: str, db_url: str, staging_url: str,
@@ -326,12 +331,7 @@ def staging_process() -> Iterator[str]:
         wait_for_port(port, proc, "staging servers", log_dir / "staging.log")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_processes([proc])
 
 
 async def pollers(client: Client, queue: str) -> set[int]:
