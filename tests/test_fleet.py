@@ -13,10 +13,37 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
+from staging.core import StagingServer
 from tools.cli import EXIT_ERROR, EXIT_USAGE, main
+from tools.fleet import FleetConfig, run_fleet
 
 PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
+# Two workers, each allowed far more steps at once than its pool has connections.
+SMALL = FleetConfig(tasks=60, workers=2, wait_s=2.0, kills=1, seed=22, steps_per_worker=64,
+                    pool=4, timeout_s=45.0)
+# Steps in flight at once that the fleet must reach: 15 a worker, four times a worker's pool.
+# A step that held a pooled connection across its call would cap it at the pools (8).
+INFLIGHT_AT_LEAST = 30
+
+
+async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bounded(
+        temporal_env: WorkflowEnvironment, db_url: str, server: StagingServer) -> None:
+    report = await run_fleet(json.loads(PLAN.read_text()), SMALL, client=temporal_env.client,
+                             db_url=db_url, staging_url=server.url)
+    summary = (f"completed {report.completed}/{SMALL.tasks}, steps in flight at most "
+               f"{report.inflight_steps_peak}, connections at most {report.db_connections_peak} "
+               f"(bound {SMALL.connection_bound}), duplicates {report.duplicates}, false done "
+               f"{len(report.false_done)}, kills {len(report.kills)}; not completed: "
+               f"{report.not_completed[:3]}")
+    assert report.completed == SMALL.tasks, summary
+    assert (report.duplicates, report.false_done, report.missing) == (0, [], 0), summary
+    assert len(report.kills) == SMALL.kills and report.kills[0].writes_in_flight > 0, summary
+    assert report.inflight_steps_peak >= INFLIGHT_AT_LEAST, summary
+    assert 0 < report.db_connections_peak <= SMALL.connection_bound, summary
+
+
 def fleet_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "tidemark-fleet-*")))
 
