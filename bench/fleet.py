@@ -32,9 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from temporalio.client import Client
 
-from staging.core import StagingServer
-from staging.targets import build_staging
-from tools.fleet import FleetConfig, run_fleet
+from tools.fleet import FleetConfig, run_fleet, staging_process
 
 PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
 DEFAULTS = FleetConfig(tasks=200, workers=4, wait_s=2.0, kills=2, seed=22, timeout_s=1200.0)
@@ -47,9 +45,9 @@ def _log(msg: str) -> None:
 async def measure_fleet(client: Client, db_url: str,
                         cfg: FleetConfig = DEFAULTS) -> dict[str, Any]:
     """The fleet's keys, from one run on ``db_url`` (a database of its own)."""
-    with StagingServer(build_staging()) as server:
+    with staging_process() as staging_url:  # as `tidemark fleet` runs them
         r = await run_fleet(json.loads(PLAN.read_text()), cfg, client=client, db_url=db_url,
-                            staging_url=server.url, say=_log)
+                            staging_url=staging_url, say=_log)
     j = r.as_json()
     _log(r.table())
     return {"inflight_tasks": cfg.tasks, "inflight_workers": cfg.workers,
