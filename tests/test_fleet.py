@@ -53,10 +53,14 @@ def fleet_dirs() -> set[str]:
     (["--workers", "-1"], "--workers must be 1 or more, got -1"),
     (["--pool", "1"], "--pool must be 2 or more, got 1"),
     (["--kills", "-2"], "--kills must be 0 or more, got -2"),
-    (["--wait-s", "-1"], "--wait-s must be between 0 and 30"),
+    (["--wait-s", "-1"], "--wait-s must be at least 0 and below the Drive client's timeout"),
+    (["--wait-s", "5"], "--wait-s must be at least 0 and below the Drive client's timeout "
+                        "(TIDEMARK_DRIVE_TIMEOUT_S, 5 s here), got 5"),
 ])
 def test_bad_flags_are_one_line_and_start_nothing(args: list[str], message: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIDEMARK_DRIVE_TIMEOUT_S", raising=False)  # the staging client's 5 s
     before = fleet_dirs()
     assert main(["fleet", str(PLAN), *args]) == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()

@@ -104,8 +104,10 @@ class FleetConfig:
             return f"--tasks must be 1 or more, got {self.tasks}"
         if self.workers < 1:
             return f"--workers must be 1 or more, got {self.workers}"
-        if not 0 <= self.wait_s <= 30:
-            return f"--wait-s must be between 0 and 30 (the client's timeout), got {self.wait_s}"
+        limit = drive_timeout_s()
+        if not 0 <= self.wait_s < limit:
+            return (f"--wait-s must be at least 0 and below the Drive client's timeout "
+                    f"(TIDEMARK_DRIVE_TIMEOUT_S, {limit:g} s here), got {self.wait_s:g}")
         if self.kills < 0:
             return f"--kills must be 0 or more, got {self.kills}"
         if self.steps_per_worker < 1:
@@ -119,6 +121,17 @@ class FleetConfig:
     @property
     def connection_bound(self) -> int:
         return self.workers * (self.pool + PER_WORKER_EXTRA) + HARNESS_CONNECTIONS
+
+
+def drive_timeout_s() -> float:
+    """The workers' Drive client timeout: a write that waits longer would never be answered."""
+    from tools.devstack import STAGING_CLIENTS
+
+    name = "TIDEMARK_DRIVE_TIMEOUT_S"
+    try:
+        return float(os.environ.get(name) or STAGING_CLIENTS[name])
+    except ValueError:
+        return float(STAGING_CLIENTS[name])
 
 
 @dataclass
