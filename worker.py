@@ -37,7 +37,7 @@ from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
 from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
-from tidemark.settings import Settings, load_settings
+from tidemark.settings import DEFAULT_MAX_CONCURRENT_STEPS, Settings, load_settings
 from tidemark.store import JournalStore
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
@@ -45,8 +45,9 @@ from workflows.unwind_plan import UnwindPlan
 
 log = logging.getLogger("tidemark.worker")
 
-# Steps of different tasks run in parallel, one thread each; steps of one task never do.
-MAX_CONCURRENT_STEPS = 16
+# Steps of different tasks run in parallel, one thread each; steps of one task never do. The
+# default; TIDEMARK_MAX_CONCURRENT_STEPS sets it (and TIDEMARK_DB_POOL_MAX the journal's pool).
+MAX_CONCURRENT_STEPS = DEFAULT_MAX_CONCURRENT_STEPS
 # After a worker dies, its workflow tasks wait this long on its sticky queue before any other
 # worker may take them (the SDK's default is 10 s): after a SIGKILL, the step after the one
 # taken over waits this long (bench/recovery.py). Short, so a crash costs about a second; the
@@ -62,9 +63,11 @@ EXIT_CONFIG = 78
 
 def build_worker(client: Client, store: JournalStore, registry: Registry,
                  executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE,
-                 approval: ApprovalPolicy | None = None) -> Worker:
+                 approval: ApprovalPolicy | None = None, *,
+                 max_steps: int = MAX_CONCURRENT_STEPS) -> Worker:
     """The worker with every workflow and activity; tests build it the same way. ``approval``
-    is the operator's policy (default: every irreversible step waits for a person)."""
+    is the operator's policy (default: every irreversible step waits for a person);
+    ``max_steps`` the steps it runs at once (``executor`` must have as many threads)."""
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
     activities = StepActivities(store, registry, grants)
     boundary = BoundaryActivities(store, registry, grants, approval)
@@ -72,9 +75,19 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     return Worker(
         client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun],
         activities=[*activities.all(), *boundary.all(), *planning.all()],
-        activity_executor=executor, max_concurrent_activities=MAX_CONCURRENT_STEPS,
+        activity_executor=executor, max_concurrent_activities=max_steps,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)
+
+
+def journal_store(settings: Settings) -> JournalStore:
+    """The journal, opened, on a pool of ``settings.db_pool_max`` connections."""
+    return JournalStore(database_url(settings), max_size=settings.db_pool_max).open()
+
+
+def step_executor(settings: Settings) -> ThreadPoolExecutor:
+    """One thread per step the worker may run at once."""
+    return ThreadPoolExecutor(settings.max_concurrent_steps, thread_name_prefix="step")
 
 
 def temporal_connect_config(env: Mapping[str, str]) -> dict[str, Any]:
@@ -92,17 +105,19 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
     # Credentials first: a file that cannot be read is reported before anything connects.
     registry = registry or worker_registry(settings.env)
     metrics_address(settings.env)  # a malformed metrics address is refused before connecting
-    store = JournalStore(database_url(settings)).open()
+    store = journal_store(settings)
     applied = store.migrate()
     if applied:
         log.info("journal migrations applied: %s", ", ".join(applied))
-    with telemetry(settings.env) as seen, ThreadPoolExecutor(MAX_CONCURRENT_STEPS) as executor:
+    with telemetry(settings.env) as seen, step_executor(settings) as executor:
         client = await Client.connect(**connect, runtime=seen.runtime,
                                       interceptors=seen.interceptors)
         worker = build_worker(client, store, registry, executor, settings.task_queue,
-                              settings.approval)
+                              settings.approval, max_steps=settings.max_concurrent_steps)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
                  settings.task_queue, ", ".join(registry.names()))
+        log.info("steps at once: %d; journal pool: %d connections",
+                 settings.max_concurrent_steps, settings.db_pool_max)
         log.info("approval before irreversible steps: %s; approvers: %s",
                  settings.approval.text, ", ".join(settings.approval.approvers) or "nobody")
         if seen.metrics_address:

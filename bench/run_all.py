@@ -28,6 +28,10 @@ hits them alike:
   import of the provider SDKs (``python_sdk_import_ms``), with the ratios (bench/cli_start.py).
 * ``recovery_s_after_kill``: a worker SIGKILLed in the middle of a step's call, to that step
   done by another worker (bench/recovery.py: median, max and samples of several kills).
+* ``inflight_tasks``, ``inflight_workers``, ``inflight_duplicates``, ``inflight_false_done``,
+  ``db_connections_peak``, ``inflight_wall_s``: many tasks whose writes wait 2 s at the target
+  over four worker processes, two SIGKILLed meanwhile, on a database of its own (bench/fleet.py;
+  200 tasks, 60 with --quick; the 1,000-task run is ``python bench/fleet.py --tasks 1000``).
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -59,6 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import BenchStep, bench_plan
 from cli_start import measure_cli_start
+from fleet import DEFAULTS as FLEET_DEFAULTS
+from fleet import measure_fleet
 from recovery import measure_recovery
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
@@ -495,14 +502,15 @@ def measure_cli(db_url: str, runs: int) -> dict[str, Any]:
 
 # -- main --------------------------------------------------------------------------------------
 
-PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli", "recovery")
+PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli", "recovery", "fleet")
 
 
 async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
             "many": 60 if quick else 200, "big": 10_000, "resumes": 3,
-            "cli": 7 if quick else 15, "recovery": 3 if quick else 7}
+            "cli": 7 if quick else 15, "recovery": 3 if quick else 7,
+            "fleet": 60 if quick else FLEET_DEFAULTS.tasks}
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "quick": quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -545,6 +553,10 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
                                                  pg_pid))
             if "recovery" in parts:  # worker processes of its own, on a task queue of its own
                 result.update(await measure_recovery(env.client, db_url, size["recovery"]))
+            if "fleet" in parts:  # workers and a database of its own: its connections alone
+                fleet_db = new_database(admin_url, f"fleet_{uuid.uuid4().hex[:8]}")
+                result.update(await measure_fleet(env.client, fleet_db, dataclasses.replace(
+                    FLEET_DEFAULTS, tasks=size["fleet"])))
         finally:
             workers.stop()
             default_workers.stop()

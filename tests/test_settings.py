@@ -191,6 +191,13 @@ def test_the_cli_connects_with_the_profiles_tls(
     ({"TEMPORAL_PROFILE": "nosuch"}, "profile nosuch"),
     ({"TIDEMARK_EMBEDDED_DB": "maybe"}, "TIDEMARK_EMBEDDED_DB must be 1 or 0"),
     ({"TIDEMARK_LOG_LEVEL": "loud"}, "TIDEMARK_LOG_LEVEL must be one of"),
+    ({"TIDEMARK_MAX_CONCURRENT_STEPS": "0"}, "TIDEMARK_MAX_CONCURRENT_STEPS must be a whole"),
+    ({"TIDEMARK_MAX_CONCURRENT_STEPS": "-4"}, "TIDEMARK_MAX_CONCURRENT_STEPS must be a whole"),
+    ({"TIDEMARK_MAX_CONCURRENT_STEPS": "2.5"}, "TIDEMARK_MAX_CONCURRENT_STEPS must be a whole"),
+    ({"TIDEMARK_MAX_CONCURRENT_STEPS": "many"}, "TIDEMARK_MAX_CONCURRENT_STEPS must be a whole"),
+    ({"TIDEMARK_DB_POOL_MAX": "1"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or more"),
+    ({"TIDEMARK_DB_POOL_MAX": "0"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or more"),
+    ({"TIDEMARK_DB_POOL_MAX": "eight"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or"),
 ])
 def test_bad_configuration_is_one_clear_error(env: dict[str, str], message: str,
                                               tmp_path: Path) -> None:
@@ -201,6 +208,53 @@ def test_bad_configuration_is_one_clear_error(env: dict[str, str], message: str,
         env = {**env, "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml")}
     with pytest.raises(ConfigError, match=message):
         load_settings(env)
+
+
+def test_the_workers_concurrency_and_pool_are_settings_with_the_old_defaults(
+        db_url: str) -> None:
+    import worker
+    from tidemark.store import POOL_MAX
+
+    default = load_settings({})
+    assert (default.max_concurrent_steps, default.db_pool_max) == (16, POOL_MAX)
+    assert default.max_concurrent_steps == worker.MAX_CONCURRENT_STEPS
+    set_ = load_settings({"TIDEMARK_MAX_CONCURRENT_STEPS": " 256 ", "TIDEMARK_DB_POOL_MAX": "8",
+                          "DATABASE_URL": db_url})
+    assert (set_.max_concurrent_steps, set_.db_pool_max) == (256, 8)
+    # What serve() opens: the journal's pool sized by the setting.
+    store = worker.journal_store(set_)
+    try:
+        assert store._pool.max_size == 8
+    finally:
+        store.close()
+
+
+async def test_the_worker_runs_as_many_steps_as_the_setting_says(
+        temporal_env: WorkflowEnvironment, store: JournalStore) -> None:
+    import worker
+    from activities.wiring import worker_registry
+
+    settings = load_settings({"TIDEMARK_MAX_CONCURRENT_STEPS": "40"})
+    with worker.step_executor(settings) as executor:
+        built = worker.build_worker(temporal_env.client, store, worker_registry({}), executor,
+                                    "tq-settings", max_steps=settings.max_concurrent_steps)
+        assert built.config()["max_concurrent_activities"] == 40
+        assert executor._max_workers == 40
+
+
+@pytest.mark.parametrize(("name", "value"), [("TIDEMARK_MAX_CONCURRENT_STEPS", "0"),
+                                             ("TIDEMARK_DB_POOL_MAX", "1")])
+def test_the_worker_refuses_a_bad_concurrency_or_pool_at_start_in_one_line(
+        name: str, value: str, home: Path) -> None:
+    from worker import EXIT_CONFIG
+
+    env = {**bare_env(home), "TEMPORAL_ADDRESS": "127.0.0.1:1",
+           "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", name: value}
+    worker = subprocess.run([sys.executable, "worker.py"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert worker.returncode == EXIT_CONFIG, worker.stderr
+    lines = worker.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot start: {name} must be" in lines[0], worker.stderr
 
 
 # -- the embedded database only where asked for -----------------------------------------------

@@ -36,10 +36,19 @@ ENV_TASK_QUEUE = "TIDEMARK_TASK_QUEUE"
 ENV_LOG_LEVEL = "TIDEMARK_LOG_LEVEL"
 ENV_TEMPORAL_PROFILE = "TEMPORAL_PROFILE"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
+ENV_MAX_CONCURRENT_STEPS = "TIDEMARK_MAX_CONCURRENT_STEPS"
+ENV_DB_POOL_MAX = "TIDEMARK_DB_POOL_MAX"
 
 DEFAULT_TASK_QUEUE = "tidemark"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_TEMPORAL_NAMESPACE = "default"
+# Steps a worker runs at once (its activity threads and Temporal's max_concurrent_activities),
+# and the journal pool's size (tidemark.store's POOL_MAX, kept equal by a test; not imported
+# here, so that reading the settings does not load the store and its driver).
+DEFAULT_MAX_CONCURRENT_STEPS = 16
+DEFAULT_DB_POOL_MAX = 16
+# The pool's floor: a step's attempt and the reports it journals beside it need two.
+MIN_DB_POOL = 2
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -72,6 +81,10 @@ class Settings:
     # The operator's approval policy (TIDEMARK_APPROVAL, TIDEMARK_APPROVERS): which
     # irreversible steps wait for a person, and who may approve. Default: every one, nobody.
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    # How many steps one worker runs at once (TIDEMARK_MAX_CONCURRENT_STEPS), and how many
+    # Postgres connections its journal pool may open (TIDEMARK_DB_POOL_MAX).
+    max_concurrent_steps: int = DEFAULT_MAX_CONCURRENT_STEPS
+    db_pool_max: int = DEFAULT_DB_POOL_MAX
 
     @property
     def temporal_address(self) -> str:
@@ -127,6 +140,17 @@ def flag(env: Mapping[str, str], name: str) -> bool:
     raise ConfigError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
+def whole_number(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+    """``env[name]`` as a whole number of at least ``least`` (``default`` when unset or
+    empty); anything else is a ConfigError naming the variable."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < least:
+        raise ConfigError(f"{name} must be a whole number of {least} or more, got {raw!r}")
+    return int(raw)
+
+
 def default_home() -> Path:
     return Path.home() / ".local" / "share" / "tidemark"
 
@@ -175,4 +199,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
         temporal_config_file=source.get(ENV_TEMPORAL_CONFIG_FILE) or None,
         temporal=load_temporal_profile(source),
         approval=policy_from_env(source),
+        max_concurrent_steps=whole_number(source, ENV_MAX_CONCURRENT_STEPS,
+                                          DEFAULT_MAX_CONCURRENT_STEPS, 1),
+        db_pool_max=whole_number(source, ENV_DB_POOL_MAX, DEFAULT_DB_POOL_MAX, MIN_DB_POOL),
     )

@@ -36,6 +36,7 @@ from tools.cli_decisions import add_decision_commands
 from tools.cli_reports import add_report_commands
 from tools.cli_series import add_series_commands
 from tools.cli_stack import add_stack_commands
+from tools.fleet_cli import add_fleet_command
 from tools.inbox import add_inbox_command
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_NOT_DONE", "EXIT_USAGE", "SUCCESS",
@@ -49,7 +50,7 @@ EXIT_BROKEN_PIPE = 141
 
 # The commands that are a laptop stack or a test harness: they may use the embedded Postgres
 # when DATABASE_URL is unset. Every other command needs DATABASE_URL or --embedded-db.
-EMBEDDED_COMMANDS = ("dev", "demo", "chaos")
+EMBEDDED_COMMANDS = ("dev", "demo", "chaos", "fleet")
 
 
 def command_settings(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stack_commands(sub)
     add_series_commands(sub, user)
     add_inbox_command(sub)
+    add_fleet_command(sub)
     return p
 
 

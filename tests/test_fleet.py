@@ -1,0 +1,86 @@
+"""`tidemark fleet` in small: many steps in flight over two real worker processes, one of them
+SIGKILLed and replaced while the steps wait on the target; nothing duplicated, nothing done
+that did not happen, every run completed, and the Postgres connections bounded by the pools,
+not by the steps in flight. The 1,000-task run is `tidemark fleet` by hand (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from staging.core import StagingServer
+from tools.cli import EXIT_ERROR, EXIT_USAGE, main
+from tools.fleet import FleetConfig, run_fleet
+
+PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
+# Two workers, each allowed far more steps at once than its pool has connections.
+SMALL = FleetConfig(tasks=60, workers=2, wait_s=2.0, kills=1, seed=22, steps_per_worker=64,
+                    pool=4, timeout_s=45.0)
+# Steps in flight at once that the fleet must reach: 15 a worker, four times a worker's pool.
+# A step that held a pooled connection across its call would cap it at the pools (8).
+INFLIGHT_AT_LEAST = 30
+
+
+async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bounded(
+        temporal_env: WorkflowEnvironment, db_url: str, server: StagingServer) -> None:
+    report = await run_fleet(json.loads(PLAN.read_text()), SMALL, client=temporal_env.client,
+                             db_url=db_url, staging_url=server.url)
+    summary = (f"completed {report.completed}/{SMALL.tasks}, steps in flight at most "
+               f"{report.inflight_steps_peak}, connections at most {report.db_connections_peak} "
+               f"(bound {SMALL.connection_bound}), duplicates {report.duplicates}, false done "
+               f"{len(report.false_done)}, kills {len(report.kills)}; not completed: "
+               f"{report.not_completed[:3]}")
+    assert report.completed == SMALL.tasks, summary
+    assert (report.duplicates, report.false_done, report.missing) == (0, [], 0), summary
+    assert len(report.kills) == SMALL.kills and report.kills[0].writes_in_flight > 0, summary
+    assert report.inflight_steps_peak >= INFLIGHT_AT_LEAST, summary
+    assert 0 < report.db_connections_peak <= SMALL.connection_bound, summary
+
+
+def fleet_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "tidemark-fleet-*")))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tasks", "0"], "--tasks must be 1 or more, got 0"),
+    (["--workers", "-1"], "--workers must be 1 or more, got -1"),
+    (["--pool", "1"], "--pool must be 2 or more, got 1"),
+    (["--kills", "-2"], "--kills must be 0 or more, got -2"),
+    (["--wait-s", "-1"], "--wait-s must be at least 0 and below the Drive client's timeout"),
+    (["--wait-s", "5"], "--wait-s must be at least 0 and below the Drive client's timeout "
+                        "(TIDEMARK_DRIVE_TIMEOUT_S, 5 s here), got 5"),
+])
+def test_bad_flags_are_one_line_and_start_nothing(args: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIDEMARK_DRIVE_TIMEOUT_S", raising=False)  # the staging client's 5 s
+    before = fleet_dirs()
+    assert main(["fleet", str(PLAN), *args]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"tidemark: {message}" or err[-1].startswith(f"tidemark: {message}"), err
+    assert fleet_dirs() == before
+
+
+@pytest.mark.parametrize(("step", "message"), [
+    ({"action": "gmail.send", "args": {"to": ["a@b.example"], "subject": "s", "body": "b"}},
+     "step 1 is 'gmail.send'; a fleet plan's steps are drive.rename"),
+    ({"action": "drive.rename", "args": {"file_id": "one-file", "name": "x"}},
+     "step 1's file_id must hold {n}"),
+])
+def test_a_plan_the_fleet_cannot_spread_is_refused_in_one_line(
+        step: dict[str, object], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"task_id": "f", "steps": [step]}))
+    before = fleet_dirs()
+    assert main(["fleet", str(plan), "--tasks", "3"]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert fleet_dirs() == before
