@@ -1,8 +1,9 @@
 """Which actions a worker can run, built from its configuration (environment variables).
 
 Every known action class is registered, so plans validate everywhere; an instance is bound only
-where its clients are configured, and a plan that needs an unconfigured action is refused before
-its first step. Each target takes a base URL and two credentials: one that may write (used by
+where its clients are configured and its provider's client library is installed (an extra,
+docs/install.md), and a plan that needs an unconfigured action is refused before its first
+step. Each target takes a base URL and two credentials: one that may write (used by
 ``execute`` and ``compensate`` only) and a read-only one (probes, snapshots, gates).
 
 A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
@@ -307,19 +308,18 @@ def installed_targets() -> list[str]:
     return [t for t in BUILDERS if TARGET_ACTIONS[t] not in left_out]
 
 
-def bound_actions(env: Mapping[str, str], plugins: list[type[Action]] | None = None,
-                  targets: list[str] | None = None) -> list[Action]:
-    """Instances of every action whose configuration is present in ``env``; ``plugins``: the
-    installed plugin classes, when the caller has loaded them already; ``targets``: those whose
-    client library is installed (default: found here, see ``installed_targets``)."""
+def bound_actions(env: Mapping[str, str],
+                  plugins: list[type[Action]] | None = None) -> list[Action]:
+    """Instances of every action whose configuration is present in ``env`` and whose client
+    library is installed; ``plugins``: the installed plugin classes, when the caller has loaded
+    them already."""
     actions: list[Action] = []
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
         actions.append(FsRename(roots))
     # Every target's configuration is checked before any client is built or called; a target
     # whose library is missing is not read (a credential file of its needs that library).
-    configured = {target: credentials(env, target)
-                  for target in (installed_targets() if targets is None else targets)}
+    configured = {target: credentials(env, target) for target in installed_targets()}
     for target, build in BUILDERS.items():
         creds = configured.get(target)
         if creds is not None:
