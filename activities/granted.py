@@ -6,45 +6,25 @@ Outside ``acting_for`` (binding a worker, identity checks) a client presents its
 credential. The base credential comes from a credential source (tidemark.credentials) that
 refreshes it before it expires; after a 401 each client renews it once and resends (see
 ``GrantedCredentials`` and probes.graph.RenewOnUnauthorized for why that is safe for writes).
-Wired for the Google clients (Drive, Gmail: their credentials object is asked on
-every request), the Stripe client (its HTTP client's ``request`` sets the header) and the Graph
-client (its token provider; the coroutine submitted to the client's loop thread carries the
-submitting thread's context, ``acting_for`` included).
+Wired here for the Google clients (Drive, Gmail: their credentials object is asked on every
+request), on google-auth's classes: this module needs the ``google`` extra. ``acting_for`` and
+the Stripe and Graph clients' side live in activities/acting.py, which a worker imports whatever
+is installed (docs/install.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import google_auth_httplib2
 from google.oauth2.credentials import Credentials
 
+from activities.acting import _ACTING, acting_for
 from tidemark.credentials import CredentialSource, StaticToken
-from tidemark.grants import GrantBroker, Minter
-from tidemark.words import GrantPurpose
+from tidemark.grants import Minter
 
-_ACTING: contextvars.ContextVar[tuple[GrantBroker, str, str] | None] = contextvars.ContextVar(
-    "tidemark_acting_for", default=None)
-
-
-@contextlib.contextmanager
-def acting_for(broker: GrantBroker | None, task_id: str,
-               purpose: str = GrantPurpose.RUN) -> Iterator[None]:
-    """Every granted call made in this block (this thread) presents ``task_id``'s grant for
-    ``purpose`` (``run``: its steps; ``undo``: the compensations of a person's unwind)."""
-    if broker is None:
-        yield
-        return
-    reset = _ACTING.set((broker, task_id, purpose))
-    try:
-        yield
-    finally:
-        _ACTING.reset(reset)
+__all__ = ["GrantedCredentials", "RenewingHttp", "acting_for", "granted_google"]
 
 
 class GrantedCredentials(Credentials):
@@ -121,73 +101,3 @@ def granted_google(service: Any, target: str, scope: str, minter: Minter,
                                      minter)
     service._http = RenewingHttp(credentials, http=old.http, refresh_status_codes=())
     return service
-
-
-def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
-    """Makes a stripe.StripeClient present per-task grants: every request's bearer key is the
-    acting task's grant (the key the client was built with stays the worker's base)."""
-    http = client._requestor._client  # the stripe.RequestsClient every request goes through
-    send = http.request
-
-    def request(method: str, url: str, headers: Any, post_data: Any = None) -> Any:
-        acting = _ACTING.get()
-        if acting is not None:
-            broker, task_id, purpose = acting
-            headers = dict(headers or {})
-            base = str(headers.get("Authorization", "")).removeprefix("Bearer ").strip()
-            headers["Authorization"] = "Bearer " + broker.token(task_id, target, scope, base,
-                                                                minter, purpose)
-        return send(method, url, headers, post_data)
-
-    http.request = request
-    return client
-
-
-class GrantedTokenProvider:
-    """A kiota AccessTokenProvider that hands out the acting task's grant, for the hosts the
-    wrapped provider would serve; ``renew`` (asked by probes.graph.RenewOnUnauthorized after a
-    401) renews the base token the refused grant was issued for and asks the broker again."""
-
-    def __init__(self, inner: Any, target: str, scope: str, minter: Minter) -> None:
-        self._inner, self._target, self._scope, self._minter = inner, target, scope, minter
-        self._base_of: dict[str, str] = {}  # recent presented token -> its base
-        self._lock = threading.Lock()
-
-    async def get_authorization_token(self, uri: str,
-                                      additional_authentication_context: dict[str, Any] | None
-                                      = None) -> str:
-        base = await self._inner.get_authorization_token(uri, additional_authentication_context)
-        if not base:
-            return str(base)
-        return await self._present(str(base))
-
-    async def _present(self, base: str) -> str:
-        acting = _ACTING.get()
-        if acting is None:
-            return base
-        broker, task_id, purpose = acting
-        token = await asyncio.to_thread(broker.token, task_id, self._target, self._scope, base,
-                                        self._minter, purpose)
-        with self._lock:
-            if len(self._base_of) > 256:
-                self._base_of.clear()
-            self._base_of[token] = base
-        return str(token)
-
-    async def renew(self, stale: str) -> str:
-        with self._lock:
-            base = self._base_of.get(stale, stale)
-        renew = getattr(self._inner, "renew", None)
-        fresh_base = await renew(base) if renew is not None else base
-        return await self._present(str(fresh_base))
-
-    def get_allowed_hosts_validator(self) -> Any:
-        return self._inner.get_allowed_hosts_validator()
-
-
-def granted_graph(client: Any, target: str, scope: str, minter: Minter) -> Any:
-    """Makes a probes.graph.GraphClient present per-task grants."""
-    auth = client.service.request_adapter._authentication_provider
-    auth.access_token_provider = GrantedTokenProvider(auth.access_token_provider, target, scope,
-                                                      minter)
-    return client

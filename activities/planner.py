@@ -18,7 +18,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.granted import acting_for
+from activities.acting import acting_for
 from activities.steps import _as_application_error
 from tidemark import series as series_rules
 from tidemark.actions import Registry

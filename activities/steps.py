@@ -18,7 +18,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.granted import acting_for
+from activities.acting import acting_for
 from tidemark import metrics, series
 from tidemark.actions import Registry
 from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command

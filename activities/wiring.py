@@ -1,8 +1,9 @@
 """Which actions a worker can run, built from its configuration (environment variables).
 
 Every known action class is registered, so plans validate everywhere; an instance is bound only
-where its clients are configured, and a plan that needs an unconfigured action is refused before
-its first step. Each target takes a base URL and two credentials: one that may write (used by
+where its clients are configured and its provider's client library is installed (an extra,
+docs/install.md), and a plan that needs an unconfigured action is refused before its first
+step. Each target takes a base URL and two credentials: one that may write (used by
 ``execute`` and ``compensate`` only) and a read-only one (probes, snapshots, gates).
 
 A secret is read from ``NAME`` or from the file named by ``NAME_FILE``; it is never logged and
@@ -13,12 +14,13 @@ with ``TIDEMARK_FS_ROOTS``, the directories it may touch.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from activities.catalog import BUILTIN_ACTIONS, builtin_refs
+from activities.catalog import BUILTIN_ACTIONS, builtin_refs, missing_libraries
 from activities.fs import FsRename
 from probes.fs import ROOTS_ENV, parse_roots
 from tidemark import staging_tokens
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # each builder imports its target's module (and client librar
     from activities.gmail import GmailSend
     from activities.graph import GraphSendMail
     from activities.stripe import StripePaymentIntent
+
+log = logging.getLogger("tidemark.worker")
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
@@ -253,7 +257,7 @@ def _gmail(env: Mapping[str, str], c: Credentials) -> GmailSend:
 
 
 def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
-    from activities.granted import granted_graph
+    from activities.acting import granted_graph
     from activities.graph import GraphSendMail, confirm_timeout, late_timeout
     from probes.graph import graph_client
 
@@ -268,7 +272,7 @@ def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
 
 
 def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
-    from activities.granted import granted_stripe
+    from activities.acting import granted_stripe
     from activities.stripe import StripePaymentIntent, key_mode, stripe_client
 
     timeout = timeout_s(env, "stripe")
@@ -287,20 +291,37 @@ def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
 BUILDERS: dict[str, Callable[[Mapping[str, str], Credentials], Action]] = {
     "drive": _drive, "gmail": _gmail, "graph": _graph, "stripe": _stripe,
 }
+# The action each target's builder binds.
+TARGET_ACTIONS = {"drive": "drive.rename", "gmail": "gmail.send", "graph": "graph.send_mail",
+                  "stripe": "stripe.payment_intent"}
+
+
+def installed_targets() -> list[str]:
+    """The targets whose client library is installed, each missing one told in one log line
+    naming the extra to install: the worker binds what is installed, and a plan that names a
+    left-out action is refused by its validation (ActionUnavailable)."""
+    left_out: set[str] = set()
+    for library, names in missing_libraries().items():
+        left_out.update(names)
+        log.warning("%s left out: %s is not installed (pip install 'tidemark[%s]')",
+                    ", ".join(names), library.what, library.extra)
+    return [t for t in BUILDERS if TARGET_ACTIONS[t] not in left_out]
 
 
 def bound_actions(env: Mapping[str, str],
                   plugins: list[type[Action]] | None = None) -> list[Action]:
-    """Instances of every action whose configuration is present in ``env``; ``plugins``: the
-    installed plugin classes, when the caller has loaded them already."""
+    """Instances of every action whose configuration is present in ``env`` and whose client
+    library is installed; ``plugins``: the installed plugin classes, when the caller has loaded
+    them already."""
     actions: list[Action] = []
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
         actions.append(FsRename(roots))
-    # Every target's configuration is checked before any client is built or called.
-    configured = {target: credentials(env, target) for target in BUILDERS}
+    # Every target's configuration is checked before any client is built or called; a target
+    # whose library is missing is not read (a credential file of its needs that library).
+    configured = {target: credentials(env, target) for target in installed_targets()}
     for target, build in BUILDERS.items():
-        creds = configured[target]
+        creds = configured.get(target)
         if creds is not None:
             action = build(env, creds)
             action.check_identity()  # a probe that reads a foreign account proves nothing

@@ -103,6 +103,48 @@ def test_help_loads_no_provider_sdk(tmp_path: Path) -> None:
     code, out, modules = run_fresh(tmp_path, RUNNER, "--help")
     assert code == 0 and "status" in out
     assert sdk_modules(modules) == []
+    assert temporal_modules(modules) == []
+
+
+def temporal_modules(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] == "temporalio")
+
+
+# A Temporal profile that cannot be loaded: the file it names does not exist.
+BAD_PROFILE = {"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}
+
+
+def test_a_command_that_reads_the_journal_loads_no_temporal_sdk_nor_its_profile(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """`status` reads Postgres only: temporalio (a quarter of a command's start-up, for its
+    profile loader) is not imported, and a profile that would not load does not stop it."""
+    doc = every_provider_plan(tmp_path, "imports-4")
+    store.persist_plan(load_plan({**doc, "steps": doc["steps"][:1]}, spec_registry()))
+    run_step(store, Registry([FsRename([tmp_path])]), "imports-4", 1)
+    code, out, modules = run_fresh(tmp_path, RUNNER, "status", "imports-4",
+                                   env={"DATABASE_URL": db_url, **BAD_PROFILE})
+    assert code == 0 and "confirmed      1" in out, out
+    assert temporal_modules(modules) == []
+
+
+def test_a_command_that_connects_refuses_a_bad_profile_before_it_changes_anything(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """`reject` journals the decision, then tells the waiting run through Temporal: its profile
+    is loaded when the command starts, so a bad one is one line and a non-zero exit, and the
+    decision is not journaled (loaded at the connection, it would be, and the run never told)."""
+    doc = every_provider_plan(tmp_path, "imports-5")
+    store.persist_plan(load_plan({**doc, "steps": [doc["steps"][0], doc["steps"][4]]},
+                                 spec_registry()))
+    store.ask_approval("imports-5", "every", [commands.os_user()], [2], ["a payment"])
+    done = subprocess.run([sys.executable, "-m", "tools.cli", "reject", "imports-5",
+                           "--reason", "test"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "DATABASE_URL": db_url, **BAD_PROFILE})
+    assert done.returncode == 1
+    assert done.stderr == (
+        "tidemark: ConfigError: TEMPORAL_CONFIG_FILE names /nonexistent/temporal.toml, which "
+        "is not a file: point it at your temporal.toml, or unset it to use the `temporal` "
+        "CLI's default\n")
+    assert store.approval_decision("imports-5") is None
 
 
 def test_a_plan_check_imports_the_modules_of_the_actions_it_names_only(tmp_path: Path) -> None:
@@ -154,10 +196,9 @@ def test_a_worker_imports_a_targets_sdk_only_where_it_binds_it(server: StagingSe
         "TIDEMARK_STRIPE_READ_TOKEN": staging_tokens.STRIPE_READ})
     assert "stripe.payment_intent" in names
     loaded = {m.split(".")[0] for m in sdk_modules(modules)}
-    # The Google transport (httplib2) comes with activities.granted, which every worker
-    # imports (activities.steps); the other targets' client libraries do not come at all.
-    assert "stripe" in loaded and not loaded & {"googleapiclient", "msgraph", "msgraph_core",
-                                                "azure", "msal", "aiohttp"}, loaded
+    # Nor the Google transport: the worker's activities reach the grants through
+    # activities.acting, which imports no client library.
+    assert loaded == {"stripe"}, loaded
     assert not [m for m in modules if m.startswith(SDK_PREFIXES)]
 
 

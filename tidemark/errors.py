@@ -98,6 +98,21 @@ class ActionNotConfigured(TidemarkError):
         self.action = action
 
 
+class ActionUnavailable(TidemarkError):
+    """The plan names an action whose provider's client library is not installed here: the
+    action's module cannot even be imported. The message names the extra that installs it."""
+
+    end_state = TaskState.FAILED
+
+    def __init__(self, action: str, library: str, extra: str) -> None:
+        super().__init__(f"action {action} needs {library}: pip install 'tidemark[{extra}]'")
+        self.action = action
+        self.extra = extra
+
+    def details(self) -> dict[str, Any]:
+        return {"action": self.action, "extra": self.extra}
+
+
 class JournalMismatch(TidemarkError):
     """The journal holds a different action at this step than the stored plan says."""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.actions import DELTA_VERBS, Registry
-from tidemark.errors import PlanError
+from tidemark.errors import ActionUnavailable, PlanError
 
 TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # also a CHECK in the schema
 MAX_STEPS = 100_000  # far beyond any agent plan; keeps a typo'd generator from filling the journal
@@ -206,7 +206,10 @@ def _load_step(i: int, raw: Any, registry: Registry) -> tuple[str, dict[str, Any
         raise PlanError(f"{where}.action",
                         f"{action!r} is a delta ({verb}); write the end state instead, "
                         "e.g. rename to the final name, so that applying it twice is harmless")
-    spec = registry.spec(action)
+    try:
+        spec = registry.spec(action)
+    except ActionUnavailable as e:  # known, but its client library is not installed here
+        raise PlanError(f"{where}.action", str(e)) from None
     if spec is None:
         raise PlanError(f"{where}.action",
                         f"unknown action {action!r}; known: {', '.join(registry.names())}")

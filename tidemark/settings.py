@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
-
-from temporalio.envconfig import ClientConfigProfile
+from typing import TYPE_CHECKING, Any
 
 from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.errors import ConfigError
 from tidemark.secret_files import unreadable
+
+if TYPE_CHECKING:  # imported where a profile is loaded: a quarter of a command's start-up
+    from temporalio.envconfig import ClientConfigProfile
 
 ENV_DATABASE_URL = "DATABASE_URL"
 ENV_DATABASE_PASSWORD_FILE = "DATABASE_PASSWORD_FILE"
@@ -75,9 +76,10 @@ class Settings:
     log_level: str
     temporal_profile: str | None
     temporal_config_file: str | None
-    # The Temporal profile as loaded (address, namespace, TLS, API key). Not in the repr: it
-    # may hold an API key.
-    temporal: ClientConfigProfile = field(repr=False)
+    # The Temporal profile as loaded (address, namespace, TLS, API key), or None until the
+    # ``temporal`` property first needs it (``load_settings(lazy_temporal=True)``). Not in the
+    # repr: it may hold an API key.
+    loaded_temporal: ClientConfigProfile | None = field(repr=False)
     # The operator's approval policy (TIDEMARK_APPROVAL, TIDEMARK_APPROVERS): which
     # irreversible steps wait for a person, and who may approve. Default: every one, nobody.
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
@@ -85,6 +87,17 @@ class Settings:
     # Postgres connections its journal pool may open (TIDEMARK_DB_POOL_MAX).
     max_concurrent_steps: int = DEFAULT_MAX_CONCURRENT_STEPS
     db_pool_max: int = DEFAULT_DB_POOL_MAX
+
+    @property
+    def temporal(self) -> ClientConfigProfile:
+        """The Temporal profile, loaded on first use where it was left for later (a bad one is
+        a ConfigError then, before any connection)."""
+        profile = self.loaded_temporal
+        if profile is None:
+            profile = load_temporal_profile(self.env)
+            # Frozen for callers; this fills the one field left for later, once.
+            object.__setattr__(self, "loaded_temporal", profile)
+        return profile
 
     @property
     def temporal_address(self) -> str:
@@ -101,11 +114,14 @@ class Settings:
     def with_temporal(self, *, address: str | None = None, namespace: str | None = None
                       ) -> Settings:
         """These settings with the Temporal address or namespace replaced (command-line
-        flags); the profile's TLS and API key stay."""
+        flags); the profile's TLS and API key stay. Without either, the profile is left as it
+        is (loaded or not)."""
+        if address is None and namespace is None:
+            return self
         profile = dataclasses.replace(
             self.temporal, address=address or self.temporal.address,
             namespace=namespace or self.temporal.namespace)
-        return dataclasses.replace(self, temporal=profile)
+        return dataclasses.replace(self, loaded_temporal=profile)
 
     def temporal_connect(self) -> dict[str, Any]:
         """``temporalio.client.Client.connect`` keyword arguments: target_host, namespace and,
@@ -165,6 +181,8 @@ def load_temporal_profile(env: Mapping[str, str]) -> ClientConfigProfile:
         raise ConfigError(f"{ENV_TEMPORAL_CONFIG_FILE} names {config_file}, which is not a "
                           f"file: point it at your temporal.toml, or unset it to use the "
                           f"`temporal` CLI's default")
+    from temporalio.envconfig import ClientConfigProfile
+
     try:
         return ClientConfigProfile.load(profile, override_env_vars=dict(env))
     except OSError as e:
@@ -175,11 +193,14 @@ def load_temporal_profile(env: Mapping[str, str]) -> ClientConfigProfile:
                           f"{profile or 'default'}): {e}") from None
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = False
-                  ) -> Settings:
+def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = False,
+                  lazy_temporal: bool = False) -> Settings:
     """The settings of ``env`` (default: this process's environment). ``embedded_db`` allows
     the embedded Postgres whatever TIDEMARK_EMBEDDED_DB says (a command that is the dev stack).
-    Bad values are a ConfigError saying which variable and what it must be."""
+    Bad values are a ConfigError saying which variable and what it must be. ``lazy_temporal``
+    leaves the Temporal profile (and temporalio's import) until first use: for a command that
+    only reads the journal; one that connects loads it here, so a bad profile stops it before
+    it changes anything."""
     source = dict(os.environ if env is None else env)
     level = source.get(ENV_LOG_LEVEL, "INFO").upper()
     if level not in LOG_LEVELS:
@@ -197,7 +218,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
         log_level=level,
         temporal_profile=source.get(ENV_TEMPORAL_PROFILE) or None,
         temporal_config_file=source.get(ENV_TEMPORAL_CONFIG_FILE) or None,
-        temporal=load_temporal_profile(source),
+        loaded_temporal=None if lazy_temporal else load_temporal_profile(source),
         approval=policy_from_env(source),
         max_concurrent_steps=whole_number(source, ENV_MAX_CONCURRENT_STEPS,
                                           DEFAULT_MAX_CONCURRENT_STEPS, 1),

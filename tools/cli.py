@@ -56,8 +56,10 @@ EMBEDDED_COMMANDS = ("dev", "demo", "chaos", "fleet")
 def command_settings(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
     """The settings of this command line: the environment's, the embedded database allowed for
     the commands that are a dev stack or a harness (or with --embedded-db), and the Temporal
-    flags applied."""
-    settings = load_settings(env, embedded_db=a.embedded_db or a.command in EMBEDDED_COMMANDS)
+    flags applied. The Temporal profile is loaded here for the commands that take the Temporal
+    flags (they connect, after changing the journal), and on first use for the others."""
+    settings = load_settings(env, embedded_db=a.embedded_db or a.command in EMBEDDED_COMMANDS,
+                             lazy_temporal=not hasattr(a, "address"))
     return settings.with_temporal(address=getattr(a, "address", None),
                                   namespace=getattr(a, "namespace", None))
 
