@@ -273,3 +273,22 @@ def test_postgres_down_from_the_start_is_a_clear_retryable_error(tmp_path: Path)
     with pytest.raises(StoreUnavailable) as e:
         store.open()
     assert e.value.retryable
+
+
+def test_a_probe_that_cannot_reach_the_journal_is_retried_not_stopped_for_a_person(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """A probe whose own use of the journal fails (the grant of its credential read from a pool
+    with no free connection, Postgres away) learned nothing about the target: the attempt fails
+    as retryable StoreUnavailable, and no person is asked to decide."""
+    task = persist(store, [ledger_step(tmp_path)])
+    crash_at(db_url, task, 1, "after_intent")
+
+    class JournalAway(LedgerRecord):
+        def probe(self, ctx):
+            raise StoreUnavailable("no database connection in time")
+
+    with pytest.raises(StoreUnavailable):
+        run_step(store, Registry([JournalAway()]), task, 1)
+    result = run_step(store, REGISTRY, task, 1)  # at once: its take-over was given back
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert len(ledger_lines(tmp_path / "ledger")) == 1

@@ -216,7 +216,7 @@ def test_the_workers_concurrency_and_pool_are_settings_with_the_old_defaults(
     from tidemark.store import POOL_MAX
 
     default = load_settings({})
-    assert (default.max_concurrent_steps, default.db_pool_max) == (16, POOL_MAX)
+    assert (default.max_concurrent_steps, default.db_pool_max) == (128, POOL_MAX)
     assert default.max_concurrent_steps == worker.MAX_CONCURRENT_STEPS
     set_ = load_settings({"TIDEMARK_MAX_CONCURRENT_STEPS": " 256 ", "TIDEMARK_DB_POOL_MAX": "8",
                           "DATABASE_URL": db_url})

@@ -56,6 +56,7 @@ from tidemark.errors import (
     Refused,
     StepBusy,
     StepFailed,
+    StoreUnavailable,
     TaskKilled,
     TaskStopped,
     TaskUnwound,
@@ -349,12 +350,15 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
 def _probe(action: Action, ctx: StepContext) -> ProbeResult:
     """Runs the probe; a probe that fails to run could not decide, so it answers unknown.
 
-    A rejected credential is the exception: it is how a task is stopped from outside (the
-    grant was revoked), so it stops the task as such rather than asking a person to decide.
+    Two failures are not the target's silence and are raised as they are: a rejected
+    credential is how a task is stopped from outside (the grant was revoked), so it stops the
+    task as such rather than asking a person to decide; and the journal's own database out of
+    reach (StoreUnavailable, e.g. the grant of the probe's credential could not be read) says
+    nothing about the target, so the attempt is retried rather than stopped for a person.
     """
     try:
         return action.probe(ctx)
-    except Unauthorized:
+    except (Unauthorized, StoreUnavailable):
         raise
     except Exception as e:  # any other failure of a read-only probe means "cannot tell"
         log.warning("probe of step %s %s failed: %r", ctx.step, ctx.action, e)

@@ -17,7 +17,9 @@ from tidemark.errors import ConfigError, StoreUnavailable
 # enough to ride out a burst, short enough that a dead database surfaces within one heartbeat.
 POOL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5  # libpq connect_timeout: a blackholed host fails fast, not after minutes
-POOL_MAX = 16  # one connection per concurrent step plus a few for reports
+# Each statement of a step borrows a connection for itself; none is held across a call to a
+# target (StepSession), so a few connections serve a worker's many steps in flight.
+POOL_MAX = 8
 
 
 # TIDEMARK_DB_POOLER says what stands between Tidemark and Postgres: nothing (``none``, the
