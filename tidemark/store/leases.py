@@ -242,9 +242,10 @@ class LeaseKeeper:
                     self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                     **connect_options())
                 sent = time.monotonic()
-            # The timeout is the transaction's own (SET LOCAL), never the session's: through a
-            # transaction-mode pooler the next transaction may run on another server session.
-            with self._conn.transaction():
+            # The timeout is the transaction's own (set_config's is_local), never the session's:
+            # through a transaction-mode pooler the next transaction may run on another server
+            # session. One round trip: BEGIN, the setting, the renewal and COMMIT go together.
+            with self._conn.pipeline(), self._conn.transaction():
                 self._conn.execute("SELECT set_config('statement_timeout', %s, true)",
                                    (str(RENEW_TIMEOUT_MS),))
                 self._conn.execute(
