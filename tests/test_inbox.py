@@ -200,10 +200,11 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
             await client.get_workflow_handle(wid).terminate("test over")
 
 
-def test_the_readme_links_the_web_ui_list_the_command_prints() -> None:
-    """The runbook's link is the one `tidemark inbox` ends with on the dev stack."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in readme
+def test_the_who_needs_me_doc_links_the_web_ui_list_the_command_prints() -> None:
+    """The link of docs/who-needs-me.md (which the runbook points at) is the one `tidemark
+    inbox` ends with on the dev stack."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "who-needs-me.md"
+    assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in doc.read_text(encoding="utf-8")
 
 
 async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(
