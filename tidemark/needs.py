@@ -82,6 +82,7 @@ def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
     step, msg, t = err.get("step"), _clean(err.get("message")), task_id
     at = f" at step {step}" if step else ""
     done = f" ({confirmed})" if confirmed and not confirmed.startswith("0/0 ") else ""
+    why_done = f"; {confirmed}" if done else ""
     need = need_of(state, err)
     if state == TaskState.COMPLETED:
         return f"Task {t} completed{done}; nothing to do."
@@ -90,11 +91,12 @@ def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
     if need == Need.NOTHING:
         return f"Task {t} stopped{at} because its unwind began: {msg}; nothing to do here."
     if need == Need.KILLED:
-        return (f"Task {t} was killed{at}{done} ({msg or 'kill'}); nothing acts on it until a "
+        return (f"Task {t} was killed{at} ({msg or 'kill'}{why_done}); nothing acts on it "
+                "until a "
                 f"person runs `tidemark release {t}` (or `tidemark release {t} --for-unwind`, "
                 f"then `tidemark unwind {t} --yes`).")
     if need == Need.HALTED:
-        return (f"Task {t} was halted{at}{done} ({msg or 'halt'}); continue it with "
+        return (f"Task {t} was halted{at} ({msg or 'halt'}{why_done}); continue it with "
                 f"`tidemark resume {t}` or put its steps back with `tidemark unwind {t} --yes`.")
     if need == Need.DECISION:
         return (f"Step {step} of task {t} is in doubt and its probe cannot tell whether it "

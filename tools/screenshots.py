@@ -112,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
             {"url": base,
              "path": str(OUT / "web-ui-all-runs.png")},
             {"url": stack.worklist_url, "path": str(OUT / "web-ui-needs-a-person.png")},
-            {"url": f"{base}/{waiting}", "path": str(OUT / "web-ui-awaiting-approval.png")},
             # the run's current details (the one sentence first) are on its User Metadata tab
             {"url": f"{base}/{waiting}", "click": "User Metadata",
              "path": str(OUT / "web-ui-awaiting-approval-details.png")},
