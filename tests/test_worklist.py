@@ -25,7 +25,8 @@ from tools.inbox import DEFAULT_UI
 
 # What each run's TidemarkNeeds says.
 NEEDS = {"completed": "nothing", "halted": "halted", "awaiting_approval": "approval",
-         "needs_decision": "decision", "killed": "killed", "unwound": "nothing"}
+         "needs_decision": "decision", "killed": "killed", "unwound": "nothing",
+         "resumed": "nothing"}
 # The command the first line of an ended run's failure, and of `tidemark status`, names.
 NEXT = {"halted": "tidemark resume {T}", "needs_decision": "tidemark resolve {T} --step 3",
         "killed": "tidemark release {T}"}
@@ -58,11 +59,25 @@ async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_p
     assert code == 0
     query = printed_query(out)
     assert query == worklist_query()
-    ours = {f"tidemark-{t}" for t in ids.values()} | {f"tidemark-unwind-{t}" for t in ids.values()}
-    listed = [(w.id, w.run_id) async for w in client.list_workflows(query) if w.id in ours]
-    assert sorted(wid for wid, _ in listed) == sorted(
-        f"tidemark-{ids[s]}" for s, needs in NEEDS_A_PERSON.items() if needs)
-    assert len(set(listed)) == len(listed)  # one row each: no superseded run among them
+    ours = {f"{prefix}{t}" for t in ids.values()
+            for prefix in ("tidemark-", "tidemark-unwind-", "tidemark-needs-")}
+    listed = [w async for w in client.list_workflows(query) if w.id in ours]
+    # one row per task that needs a person: the run waiting for approval itself, and for each
+    # run that ended needing one its open row, which says what and why
+    assert sorted(w.id for w in listed) == sorted(
+        f"tidemark-needs-{ids[s]}" if s != "awaiting_approval" else f"tidemark-{ids[s]}"
+        for s, needs in NEEDS_A_PERSON.items() if needs)
+    for w in listed:
+        attrs = dict((k.name, v) for k, v in w.typed_search_attributes)
+        state = next(s for s, t in ids.items() if w.id.endswith(t))
+        assert (attrs["TidemarkNeeds"], attrs["TidemarkTaskId"]) == (NEEDS[state], ids[state])
+    # the resumed task's halted run still says what it needed when it ended, but it is closed
+    # and its row was closed by the run that resumed it: the worklist does not list it
+    resumed = [w async for w in client.list_workflows(
+        f'WorkflowId = "tidemark-{ids["resumed"]}"')]
+    assert sorted(w.status.name for w in resumed if w.status) == ["COMPLETED", "FAILED"]
+    assert await attribute(client, f"tidemark-needs-{ids['resumed']}", "TidemarkNeeds") == \
+        "nothing"
     # the unwound task's unwind completed, and says so
     assert await attribute(client, f"tidemark-unwind-{ids['unwound']}", "TidemarkNeeds") == \
         "nothing"
@@ -85,8 +100,8 @@ async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_p
     assert out.splitlines()[0] == f"Task {ids['completed']} needs nothing from a person " \
                                   "(completed)."
 
-    await client.get_workflow_handle(f"tidemark-{ids['awaiting_approval']}").terminate(
-        "test over")
+    for w in listed:  # the dev server is shared by the session's tests
+        await client.get_workflow_handle(w.id).terminate("test over")
 
 
 async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
@@ -104,6 +119,9 @@ async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
     assert "`tidemark status wl-bad-input`" in first and "\n" not in first
     assert failure.type == "TidemarkFailed" and failure.non_retryable
     assert await attribute(temporal_env.client, handle.id, "TidemarkNeeds") == "failed"
+    holder = temporal_env.client.get_workflow_handle("tidemark-needs-wl-bad-input")
+    assert await attribute(temporal_env.client, holder.id, "TidemarkNeeds") == "failed"
+    await holder.terminate("test over")
 
 
 def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None:

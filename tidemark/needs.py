@@ -66,8 +66,13 @@ def need_of(state: str, error: dict[str, Any] | None = None) -> Need:
 
 
 def worklist_query() -> str:
-    """The visibility query that selects the runs waiting for a person (Web UI, CLI, SDK)."""
-    return f"{ATTRIBUTE} IN ({', '.join(repr_q(n) for n in WAITING)})"
+    """The visibility query that selects the runs waiting for a person (Web UI, CLI, SDK):
+    the open executions that need one. Open only: a closed run's attributes cannot change,
+    so a run that ended needing a person keeps saying so after a later run settled its task;
+    while its task needs a person, its open NeedsPerson row (workflows/needs_person.py) says
+    it instead."""
+    return (f'ExecutionStatus = "Running" AND '
+            f"{ATTRIBUTE} IN ({', '.join(repr_q(n) for n in WAITING)})")
 
 
 def repr_q(value: str) -> str:

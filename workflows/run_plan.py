@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         StepOutput,
         WindowInput,
     )
+    from workflows.needs_person import hold, release
     from workflows.outcome import ended
     from workflows.shared import (
         BOOKKEEPING_RETRY,
@@ -119,6 +120,13 @@ class RunPlan:
         self._unwinding: str | None = None
         self._needs_patched: bool | None = None
 
+    def _holds(self) -> bool:
+        """Whether this run keeps its task's worklist row (workflows/needs_person.py): every
+        run under NEEDS_PATCH; a history from before it issues neither command."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return self._needs_patched
+
     def _needs(self, need: Need) -> list[Any]:
         """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
         history from before it upserts the state alone). Decided once per run, at its first
@@ -179,6 +187,11 @@ class RunPlan:
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
         result = await self._run(document)
+        need = need_of(result.state, result.error)
+        if need != Need.NOTHING and result.task_id and self._holds():
+            await hold(result.task_id, result.state, need, sentence(
+                result.task_id, result.state, result.error,
+                f"{result.confirmed}/{result.steps} steps confirmed"))
         if self._killed is not None:
             # Ended by `tidemark kill`, which terminates the run: waiting for it is what makes
             # the run end Terminated, as a killed run should, rather than Failed.
@@ -256,6 +269,8 @@ class RunPlan:
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
             KILLED if self._killed is not None else RUNNING), *self._needs(
             Need.KILLED if self._killed is not None else Need.NOTHING)])
+        if not hop and self._holds():  # a new run of the task: its worklist row, if any, closes
+            await release(prep.task_id, workflow.info().workflow_id)
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "

@@ -21,8 +21,9 @@ NEEDS = SearchAttributeKey.for_keyword(NEEDS_ATTRIBUTE)
 # benches' dev servers, tools/devstack.py, docker/temporal-setup.sh), or the upsert fails the
 # workflow task.
 SEARCH_ATTRIBUTES = [TASK_ID, STATE, NEEDS]
-# The patch under which a run keeps TidemarkNeeds up to date: histories from before it upsert
-# TidemarkTaskId and TidemarkState only (workflow.patched).
+# The patch under which a run keeps TidemarkNeeds up to date and its task's worklist row
+# (workflows/needs_person.py): histories from before it upsert TidemarkTaskId and TidemarkState
+# only, and start and signal no NeedsPerson (workflow.patched).
 NEEDS_PATCH = "tidemark-needs"
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).

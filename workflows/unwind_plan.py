@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         UnwindResult,
         UnwoundInput,
     )
+    from workflows.needs_person import hold, release
     from workflows.outcome import failure_type
     from workflows.shared import (
         BOOKKEEPING_RETRY,
@@ -77,6 +78,12 @@ class UnwindPlan:
         self._run_told = False
         self._needs_patched: bool | None = None
 
+    def _holds(self) -> bool:
+        """Whether this unwind keeps its task's worklist row (workflows/needs_person.py)."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return self._needs_patched
+
     def _needs(self, need: Need) -> list[Any]:
         """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
         history from before it upserts the state alone). An unwind that does not end
@@ -105,6 +112,10 @@ class UnwindPlan:
     @workflow.run
     async def run(self, document: Any) -> UnwindResult:
         result = await self._run(document)
+        if result.state != UNWOUND and result.task_id and self._holds():
+            await hold(result.task_id, result.state,
+                       Need.KILLED if result.state == KILLED else Need.UNWIND,
+                       unwind_sentence(result))
         if self._killed is not None:
             await workflow.sleep(KILL_WAIT)  # `tidemark kill` terminates it meanwhile
         if result.state == UNWOUND or not workflow.patched(UNWIND_ENDS_FAILED):
@@ -157,6 +168,8 @@ class UnwindPlan:
             if not self._run_told:  # the task is stopped: the unwind goes ahead
                 self._run_told = True
                 await self._close_waiting_run(task_id)
+                if self._holds():  # the unwind settles the task: its worklist row closes
+                    await release(task_id, workflow.info().workflow_id)
             todo = [(n, line) for n, line in zip(planned.steps, planned.summaries, strict=True)
                     if n not in visited]
             visited.update(n for n, _ in todo)

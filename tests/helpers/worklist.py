@@ -31,7 +31,8 @@ from workflows.outcome import run_result
 SPECS = spec_registry(LedgerRecord)
 # The states, and whether the task then needs a person.
 NEEDS_A_PERSON = {"completed": False, "halted": True, "awaiting_approval": True,
-                  "needs_decision": True, "killed": True, "unwound": False}
+                  "needs_decision": True, "killed": True, "unwound": False,
+                  "resumed": False}
 
 
 def plan(task_id: str, root: Path, *, approval: bool) -> dict[str, Any]:
@@ -80,7 +81,8 @@ async def _cli(*args: str) -> None:
 
 async def make_tasks(client: Client, store: JournalStore, task_queue: str,
                      root: Path, prefix: str = "wl") -> dict[str, str]:
-    """Brings one task to each state of NEEDS_A_PERSON; returns their ids by state. A worker
+    """Brings one task to each state of NEEDS_A_PERSON (``resumed``: halted, resumed, approved
+    and completed); returns their ids by state. A worker
     (tests/helpers/worker_main.py) must poll ``task_queue``."""
     address = client.service_client.config.target_host
     ids = {state: f"{prefix}-{state.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
@@ -90,6 +92,21 @@ async def make_tasks(client: Client, store: JournalStore, task_queue: str,
 
     done = await start_plan(client, docs["completed"], ids["completed"], task_queue)
     assert (await run_result(done)).state == "completed"
+
+    # halted, then resumed and approved: its first run (halted) is superseded by the second
+    await _awaiting(client, docs["resumed"], task_queue)
+    first = client.get_workflow_handle(f"tidemark-{ids['resumed']}")
+    await first.signal("halt", "wrong hour")
+    assert (await run_result(first)).state == "halted"
+    await _cli("resume", ids["resumed"], "--address", address, "--task-queue", task_queue)
+
+    async def resumed_waits() -> bool:
+        return await attribute(client, f"tidemark-{ids['resumed']}", "TidemarkState") == \
+            "awaiting_approval"
+    await until(resumed_waits)
+    await _cli("approve", ids["resumed"], "--address", address)
+    assert (await run_result(client.get_workflow_handle(f"tidemark-{ids['resumed']}"))).state \
+        == "completed"
 
     await _awaiting(client, docs["halted"], task_queue)
     halted = client.get_workflow_handle(f"tidemark-{ids['halted']}")
