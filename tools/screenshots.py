@@ -2,10 +2,12 @@
 
 Starts the embedded stack (tools/devstack.py: dev server and Web UI, Postgres, staging servers)
 with the test worker (tests/helpers/worker_main.py, which binds the test action
-``ledger.record``), brings six tasks to a completed, a halted, an awaiting-approval, a
-needs-a-decision, a killed and an unwound state (tests/helpers/worklist.py), and photographs
+``ledger.record``), brings seven tasks to a completed, a halted, an awaiting-approval, a
+needs-a-decision, a killed, an unwound and a resumed-then-completed state
+(tests/helpers/worklist.py), and photographs
 with headless Chromium the workflow list (all runs), the worklist (the runs that need a
-person) and the page of the run that waits for approval. Run it from the repository root::
+person), the details of the run that waits for approval, a halted run's failure and the
+worklist row of the task that needs a decision. Run it from the repository root::
 
     python tools/screenshots.py --browser-python /tmp/shots-venv/bin/python
 
@@ -117,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
              "path": str(OUT / "web-ui-awaiting-approval-details.png")},
             {"url": f"{base}/tidemark-{ids['halted']}",
              "path": str(OUT / "web-ui-halted.png")},
+            # the worklist row of the task that needs a decision: its summary is the sentence
+            {"url": f"{base}/tidemark-needs-{ids['needs_decision']}", "click": "User Metadata",
+             "path": str(OUT / "web-ui-needs-decision-row.png")},
         ])
         print(json.dumps(ids, indent=2))
         print("worklist:", web_ui_url(stack.ui_url, "default"))
