@@ -39,6 +39,7 @@ from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
 from tidemark.settings import DEFAULT_MAX_CONCURRENT_STEPS, Settings, load_settings
 from tidemark.store import JournalStore
+from workflows.needs_person import NeedsPerson
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
 from workflows.unwind_plan import UnwindPlan
@@ -73,7 +74,7 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     boundary = BoundaryActivities(store, registry, grants, approval)
     planning = PlannerActivities(store, registry, grants)
     return Worker(
-        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun],
+        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun, NeedsPerson],
         activities=[*activities.all(), *boundary.all(), *planning.all()],
         activity_executor=executor, max_concurrent_activities=max_steps,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,

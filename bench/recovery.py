@@ -236,11 +236,11 @@ async def _main(reps: int) -> dict[str, Any]:
     from run_all import new_database, postgres
 
     from tools.devstack import dev_server_args, temporal_binary
-    from workflows.run_plan import STATE, TASK_ID
+    from workflows.shared import SEARCH_ATTRIBUTES
     with postgres() as (admin_url, _):
         db_url = new_database(admin_url, f"recovery_{uuid.uuid4().hex[:8]}")
         env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+            dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
             dev_server_log_level="error", dev_server_extra_args=dev_server_args())
         try:
             return await measure_recovery(env.client, db_url, reps)

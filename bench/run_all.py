@@ -82,7 +82,7 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tools.devstack import dev_server_args, temporal_binary
 from workflows.outcome import run_result
-from workflows.run_plan import STATE, TASK_ID
+from workflows.shared import SEARCH_ATTRIBUTES
 
 BENCH = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -244,7 +244,7 @@ async def bare(env: WorkflowEnvironment, n: int, local: bool) -> tuple[float, fl
 
 async def start_env(flags: bool) -> WorkflowEnvironment:
     return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+        dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args() if flags else [])
 
 

@@ -33,7 +33,7 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tools.devstack import dev_server_args, temporal_binary
 from worker import MAX_CONCURRENT_STEPS, build_worker
-from workflows.run_plan import STATE, TASK_ID
+from workflows.shared import SEARCH_ATTRIBUTES
 
 
 def plan_doc(task_id: str, n: int) -> dict:
@@ -55,7 +55,7 @@ async def main() -> None:
 async def measure(store: JournalStore, steps: int, rounds: int) -> tuple[list[float], list[float]]:
     registry = Registry([Noop()])
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+        dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     temporal_ms: list[float] = []
     journal_ms: list[float] = []

@@ -39,10 +39,11 @@ namespace_ready() {
 attributes_ready() {
     temporal operator search-attribute create --namespace "$namespace" \
         --name TidemarkTaskId --type Keyword \
-        --name TidemarkState --type Keyword
+        --name TidemarkState --type Keyword \
+        --name TidemarkNeeds --type Keyword
 }
 
 retry "the Temporal server at ${TEMPORAL_ADDRESS:?set TEMPORAL_ADDRESS} is not serving" serving
 retry "namespace $namespace could not be created" namespace_ready
 retry "search attributes could not be created in namespace $namespace" attributes_ready
-echo "temporal-setup: namespace $namespace and search attributes TidemarkTaskId, TidemarkState ready"
+echo "temporal-setup: namespace $namespace and search attributes TidemarkTaskId, TidemarkState, TidemarkNeeds ready"

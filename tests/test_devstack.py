@@ -32,12 +32,14 @@ from tidemark.errors import ConfigError
 from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
 from tools.devstack import DevStack, DevStackError
+from tools.inbox import web_ui_url
 from workflows.outcome import run_result
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
 DEADLINE_S = 30.0
 # One line of `tidemark dev`'s address block: "Web UI         http://127.0.0.1:8233".
-ADDRESS_LINE = re.compile(r"(Temporal gRPC|Web UI|Postgres|staging|worker|metrics) +(.+)$")
+ADDRESS_LINE = re.compile(
+    r"(Temporal gRPC|Web UI|needs a person|Postgres|staging|worker|metrics) +(.+)$")
 
 
 @pytest.fixture
@@ -204,6 +206,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         printed = dict(m.groups() for m in map(ADDRESS_LINE.match, lines) if m)
         assert printed["Temporal gRPC"].split()[0] == f"127.0.0.1:{port}"
         assert printed["Web UI"] == f"http://127.0.0.1:{ui_port}"
+        assert printed["needs a person"] == web_ui_url(f"http://127.0.0.1:{ui_port}", "default")
         dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
         assert f"dbname={dbname}" in printed["Postgres"]
         assert printed["staging"] == f"http://127.0.0.1:{staging_port}"

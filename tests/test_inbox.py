@@ -172,7 +172,10 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         assert ui.startswith("Web UI: http://localhost:8233/namespaces/default/workflows?query=")
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(ui.split(" ", 2)[2]).query)["query"]
         ids = {w.id async for w in client.list_workflows(query[0])}
-        assert {f"tidemark-{t}" for t in (awaiting.id, halted.id, earlier, refused.id)} <= ids
+        # the run that waits is open itself; each run that ended waiting opened its task's
+        # NeedsPerson row (workflows/needs_person.py)
+        assert {f"tidemark-{awaiting.id}"} | {
+            f"tidemark-needs-{t}" for t in (halted.id, earlier, refused.id)} <= ids
         assert not ids & {f"tidemark-{tasks['completed'].id}", f"tidemark-{running.id}"}
 
         code, out, err = await cli("inbox", "--json")
@@ -206,6 +209,13 @@ def test_the_runbook_links_the_web_ui_list_the_command_prints() -> None:
     runbook = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text(
         encoding="utf-8")
     assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in runbook
+
+
+def test_the_who_needs_me_doc_links_the_web_ui_list_the_command_prints() -> None:
+    """The link of docs/who-needs-me.md (which the runbook points at) is the one `tidemark
+    inbox` ends with on the dev stack."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "who-needs-me.md"
+    assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in doc.read_text(encoding="utf-8")
 
 
 async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(

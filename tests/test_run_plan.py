@@ -168,11 +168,14 @@ async def test_history_carries_summaries_and_search_attributes(
             summaries.append(json.loads(payload.data))
     assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert metadata.current_details == "**completed**: 1/1 steps confirmed"  # the UI shows it
+    assert metadata.current_details == (  # the UI shows it: the sentence first
+        "Task summary-1 completed (1/1 steps confirmed); nothing to do.\n\n"
+        "**completed**: 1/1 steps confirmed")
     desc = await handle.describe()
     attrs = {k.name: v for k, v in desc.typed_search_attributes}
     assert attrs["TidemarkTaskId"] == "summary-1"
     assert attrs["TidemarkState"] == "completed"
+    assert attrs["TidemarkNeeds"] == "nothing"
     query = 'TidemarkTaskId = "summary-1" AND TidemarkState = "completed"'
     for _ in range(50):  # visibility trails the workflow by a moment
         found = [w.id async for w in temporal_env.client.list_workflows(query)]

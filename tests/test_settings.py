@@ -32,7 +32,7 @@ from tidemark.store import JournalStore
 from tools.cli import main
 from tools.client import TidemarkClient
 from tools.devstack import DevStack, dev_server_args, temporal_binary
-from workflows.run_plan import STATE, TASK_ID
+from workflows.shared import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
@@ -46,7 +46,7 @@ async def profiled_server() -> AsyncIterator[WorkflowEnvironment]:
     that ignores the profile's namespace finds nothing there."""
     env = await WorkflowEnvironment.start_local(
         namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
-        search_attributes=[TASK_ID, STATE], dev_server_log_level="error",
+        search_attributes=SEARCH_ATTRIBUTES, dev_server_log_level="error",
         dev_server_extra_args=dev_server_args())
     yield env
     await env.shutdown()

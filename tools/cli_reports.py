@@ -82,6 +82,10 @@ def _cmd_status(a: argparse.Namespace) -> int:
     if a.json:
         print_json(report.as_json())
     else:
+        from tools.inbox import first_line
+
+        with commands.open_store(journal_url(a)) as store:
+            print(first_line(store, a.task, report.state))
         print(report.text())
     return 0
 

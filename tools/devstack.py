@@ -25,7 +25,9 @@ from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
 from tidemark.errors import TidemarkError
 from tidemark.settings import ENV_FS_ROOTS, Settings, load_settings
 
-SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword"}
+# The search attributes the workflows upsert (workflows.shared.SEARCH_ATTRIBUTES), all keywords.
+SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword",
+                     "TidemarkNeeds": "Keyword"}
 # What the dev server and the worker create (temporal.db and its journal files, the demo's
 # files) is readable by its owner only.
 PRIVATE_UMASK = 0o077
@@ -157,6 +159,13 @@ class DevStack:
     @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.ui_port}"
+
+    @property
+    def worklist_url(self) -> str:
+        """The Web UI's list of the runs that need a person (docs/who-needs-me.md)."""
+        from tools.inbox import web_ui_url  # the inbox's link: one query, one place
+
+        return web_ui_url(self.ui_url, "default")
 
     def start(self) -> DevStack:
         self.port = self.port or free_port()

@@ -12,7 +12,8 @@ while it runs, the task is being settled, not waiting).
 Each entry says why, since when, what is at stake (the irreversible steps not yet done, as
 `tidemark approve` shows them: recipients, subjects, amounts in the currency's own units) and
 the one command that decides it (docs/control-matrix.md). For people, the output ends with the
-Temporal Web UI list of the same runs (the TidemarkState search attribute, as a URL).
+Temporal Web UI list of the runs that wait for a person (the TidemarkNeeds search attribute, as
+a URL; docs/who-needs-me.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from tidemark.boundary import what_it_will_do
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
+from tidemark.needs import sentence, worklist_query
 from tidemark.payloads import HaltInput
 from tidemark.report import Report, build_report
 from tidemark.settings import Settings
@@ -39,12 +41,6 @@ from tools.commands import open_store
 # Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
 # apart from a person's `tidemark stop` by it.
 HALT_BY = HaltInput(task_id="", reason="").by
-# The TidemarkState values of a run that waits for a person (its own end state, or
-# awaiting_approval while it waits): the Web UI's list of the same set.
-WAITING_STATES = (TaskState.AWAITING_APPROVAL, TaskState.NEEDS_DECISION, TaskState.HALTED,
-                  TaskState.STOPPED, TaskState.KILLED, TaskState.VERIFICATION_FAILED,
-                  TaskState.PRECONDITION_FAILED, TaskState.FAILED, TaskState.BLOCKED,
-                  TaskState.PARTLY_UNWOUND)
 DEFAULT_UI = "http://localhost:8233"
 # The unwinds under way (tools.starter.unwind_task names them tidemark-unwind-<task>).
 UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
@@ -146,6 +142,31 @@ def _entry(store: JournalStore, candidate: dict[str, Any]) -> Entry | None:
     return None
 
 
+# The state whose sentence (tidemark.needs.sentence) says an entry's why.
+STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND}
+
+
+def entry_for(store: JournalStore, task_id: str) -> Entry | None:
+    """The inbox entry of one task, or None when it does not wait for a person."""
+    found = [c for c in store.inbox_candidates() if c["task_id"] == task_id]
+    return _entry(store, found[0]) if found else None
+
+
+def first_line(store: JournalStore, task_id: str, state: str) -> str:
+    """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
+    the Web UI (tidemark.needs.sentence): what holds the task, and the one command next."""
+    e = entry_for(store, task_id)
+    if e is None:
+        return f"Task {task_id} needs nothing from a person ({state})."
+    if e.why == "awaiting_approval":
+        return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
+                f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
+    doubt = build_report(store, task_id).progress.in_doubt
+    said = sentence(task_id, STATE_OF_WHY.get(e.why, e.why),
+                    {"message": e.detail, "step": doubt.step if doubt else None})
+    return said if f"`{e.command}" in said else f"{said} Next: `{e.command}`."
+
+
 def _blocked(event: dict[str, Any]) -> Entry:
     t, d = event["task_id"], event["detail"]
     series = d.get("series")
@@ -188,9 +209,10 @@ def inbox(store: JournalStore, unwinding: set[str] | None = None) -> list[Entry]
 
 def web_ui_url(base: str, namespace: str) -> str:
     """The Temporal Web UI's workflow list filtered on the runs that wait for a person (the UI
-    takes a list filter in its ``query`` URL parameter)."""
-    states = ", ".join(f'"{s}"' for s in WAITING_STATES)
-    query = f"TidemarkState IN ({states})"
+    takes a list filter in its ``query`` URL parameter): TidemarkNeeds, which each run keeps
+    up to date and sets to ``nothing`` when it goes on or its task is settled (tidemark.needs;
+    docs/who-needs-me.md)."""
+    query = worklist_query()
     return (f"{base.rstrip('/')}/namespaces/{urllib.parse.quote(namespace, safe='')}"
             f"/workflows?query={urllib.parse.quote(query, safe='')}")
 

@@ -115,7 +115,10 @@ async def open_workflows(client: Client, t: Target) -> dict[str, str]:
     found: dict[str, str] = {}
     queries: list[str] = []
     if t.everything:
-        queries = ['ExecutionStatus="Running" AND WorkflowId STARTS_WITH "tidemark-"']
+        # not the NeedsPerson rows of the worklist (workflows/needs_person.py): they act on
+        # nothing, and they are what says, after the kill, which tasks need a person
+        queries = ['ExecutionStatus="Running" AND WorkflowId STARTS_WITH "tidemark-" '
+                   'AND WorkflowType != "NeedsPerson"']
     elif t.scope.startswith("series:"):
         # Temporal stamps the schedule's id on every workflow a schedule starts: an exact match.
         queries = [f'ExecutionStatus="Running" AND TemporalScheduledById='

@@ -44,7 +44,8 @@ from tidemark.store import JournalStore  # noqa: E402
 from tools import commands  # noqa: E402
 from tools.devstack import dev_server_args, temporal_binary  # noqa: E402
 from worker import build_worker  # noqa: E402
-from workflows.run_plan import FAST_STEPS_PER_RUN, STATE, STEPS_PER_RUN, TASK_ID  # noqa: E402
+from workflows.run_plan import FAST_STEPS_PER_RUN, STEPS_PER_RUN  # noqa: E402
+from workflows.shared import SEARCH_ATTRIBUTES  # noqa: E402
 
 HISTORIES = ROOT / "tests" / "histories"
 # file name -> the workflow id its history ran under (the Replayer wants it)
@@ -251,7 +252,7 @@ async def record(names: list[str]) -> None:
     base = Path(tempfile.mkdtemp(prefix="tidemark-record-"))
     pg = EmbeddedPostgres(base / "pg", delete=True)
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+        dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     store = JournalStore(pg.url()).open()  # every scenario has its own task ids
     store.migrate()

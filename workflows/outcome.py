@@ -21,6 +21,7 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, TerminatedError
 
+from tidemark.needs import sentence
 from tidemark.payloads import COMPLETED, KILLED, RunResult, UnwindResult
 
 TYPE_PREFIX = "Tidemark"
@@ -36,11 +37,20 @@ def ended(result: RunResult) -> RunResult:
     code: call it as the run's last statement)."""
     if result.state == COMPLETED:
         return result
+    raise ApplicationError(failure_message(result), dataclasses.asdict(result),
+                           type=failure_type(result.state), non_retryable=True)
+
+
+def failure_message(result: RunResult) -> str:
+    """The message of a run's failure: first the one plain sentence a person reads (what
+    happened, what to do next; tidemark.needs.sentence), then, below it, the state, the error's
+    type and its own message as the code raised it. The Web UI shows the message above the
+    stack trace; the RunResult is in the failure's details."""
     err = result.error or {}
-    raise ApplicationError(
-        f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip()
-        + f" ({result.confirmed}/{result.steps} steps confirmed)",
-        dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
+    confirmed = f"{result.confirmed}/{result.steps} steps confirmed"
+    technical = (f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip()
+                 + f" ({confirmed})")
+    return f"{sentence(result.task_id, result.state, err, confirmed)}\n\n{technical}"
 
 
 def result_of(e: BaseException) -> RunResult | None:

@@ -33,6 +33,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from tidemark.errors import END_STATES
+    from tidemark.needs import Need, need_of, sentence
     from tidemark.payloads import (
         AWAITING_APPROVAL,
         COMPLETED,
@@ -56,12 +57,15 @@ with workflow.unsafe.imports_passed_through():
         StepOutput,
         WindowInput,
     )
+    from workflows.needs_person import hold, release
     from workflows.outcome import ended
     from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         GATE_PER_STEP,
         KILL_WAIT,
+        NEEDS,
+        NEEDS_PATCH,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
@@ -114,6 +118,22 @@ class RunPlan:
         self._batched = False
         self._killed: dict[str, Any] | None = None
         self._unwinding: str | None = None
+        self._needs_patched: bool | None = None
+
+    def _holds(self) -> bool:
+        """Whether this run keeps its task's worklist row (workflows/needs_person.py): every
+        run under NEEDS_PATCH; a history from before it issues neither command."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return self._needs_patched
+
+    def _needs(self, need: Need) -> list[Any]:
+        """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
+        history from before it upserts the state alone). Decided once per run, at its first
+        upsert, so that a run never mixes the two."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
     def kill(self, note: dict[str, Any] | None = None) -> None:
@@ -125,10 +145,12 @@ class RunPlan:
             return
         self._killed = dict(note or {})
         self._result.state = KILLED
-        workflow.upsert_search_attributes([STATE.value_set(KILLED)])
+        workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
+        said = f"by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}"
         workflow.set_current_details(
-            f"**killed** by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}; "
-            "the attempt under way may finish, nothing after it starts")
+            sentence(self._result.task_id, KILLED, {"message": f"killed {said}"})
+            + f"\n\n**killed** {said}; the attempt under way may finish, nothing after it "
+            "starts")
 
     @workflow.signal
     def approval(self, decision: dict[str, Any] | None = None) -> None:
@@ -165,6 +187,11 @@ class RunPlan:
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
         result = await self._run(document)
+        need = need_of(result.state, result.error)
+        if need != Need.NOTHING and result.task_id and self._holds():
+            await hold(result.task_id, result.state, need, sentence(
+                result.task_id, result.state, result.error,
+                f"{result.confirmed}/{result.steps} steps confirmed"))
         if self._killed is not None:
             # Ended by `tidemark kill`, which terminates the run: waiting for it is what makes
             # the run end Terminated, as a killed run should, rather than Failed.
@@ -240,7 +267,10 @@ class RunPlan:
         r.resolved_by_probe = carried.get("resolved_by_probe", 0)
         r.skipped = carried.get("skipped", 0)
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
-            KILLED if self._killed is not None else RUNNING)])
+            KILLED if self._killed is not None else RUNNING), *self._needs(
+            Need.KILLED if self._killed is not None else Need.NOTHING)])
+        if not hop and self._holds():  # a new run of the task: its worklist row, if any, closes
+            await release(prep.task_id, workflow.info().workflow_id)
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "
@@ -476,20 +506,23 @@ class RunPlan:
             if not out.approval_required or out.decision == "approve":
                 if self._result.state != RUNNING:
                     self._result.state = RUNNING
-                    workflow.upsert_search_attributes([STATE.value_set(RUNNING)])
+                    workflow.upsert_search_attributes([STATE.value_set(RUNNING),
+                                                       *self._needs(Need.NOTHING)])
                 return None
             self._result.state = AWAITING_APPROVAL
             who = ", ".join(out.approvers) if out.approvers else (
                 "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
             workflow.set_current_details(
-                f"**awaiting approval** before step {step}/{count} ({out.summary}); may "
-                f"approve: {who}.\n\n`tidemark approve {task_id}` or "
-                f"`tidemark reject {task_id}`, run as one of them. The irreversible steps "
-                "will do:\n\n"
+                f"Task {task_id} waits for approval of its irreversible steps from step "
+                f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
+                                     else "") + f" — `tidemark approve {task_id}` or "
+                f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
+                f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
                 + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
                 + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
                    if len(out.irreversible) > DETAILS_LINES else ""))
-            workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL)])
+            workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
+                                               *self._needs(Need.APPROVAL)])
             await workflow.wait_condition(
                 lambda: self._approval_news or self._halt_reason is not None
                 or self._killed is not None or self._unwinding is not None)
@@ -545,9 +578,11 @@ class RunPlan:
         self._result.error = error or {}
         r = self._result
         workflow.set_current_details(
-            f"**{state}**: {r.confirmed}/{r.steps} steps confirmed"
+            sentence(r.task_id, state, error, f"{r.confirmed}/{r.steps} steps confirmed")
+            + f"\n\n**{state}**: {r.confirmed}/{r.steps} steps confirmed"
             + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""))
-        workflow.upsert_search_attributes([STATE.value_set(state)])
+        workflow.upsert_search_attributes([STATE.value_set(state),
+                                           *self._needs(need_of(state, error))])
         return self._result
 
 

@@ -10,10 +10,21 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tidemark.errors import END_STATES
+from tidemark.needs import ATTRIBUTE as NEEDS_ATTRIBUTE
 from tidemark.words import TaskState
 
 TASK_ID = SearchAttributeKey.for_keyword("TidemarkTaskId")
 STATE = SearchAttributeKey.for_keyword("TidemarkState")
+# What the task needs from a person (tidemark.needs.Need): the Web UI's worklist filters on it.
+NEEDS = SearchAttributeKey.for_keyword(NEEDS_ATTRIBUTE)
+# Every attribute the workflows upsert: a server must have them all registered (the tests' and
+# benches' dev servers, tools/devstack.py, docker/temporal-setup.sh), or the upsert fails the
+# workflow task.
+SEARCH_ATTRIBUTES = [TASK_ID, STATE, NEEDS]
+# The patch under which a run keeps TidemarkNeeds up to date and its task's worklist row
+# (workflows/needs_person.py): histories from before it upsert TidemarkTaskId and TidemarkState
+# only, and start and signal no NeedsPerson (workflow.patched).
+NEEDS_PATCH = "tidemark-needs"
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
 STEP_START_TO_CLOSE = timedelta(minutes=5)

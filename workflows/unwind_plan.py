@@ -28,6 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.needs import Need
     from tidemark.payloads import (
         FAILED,
         KILLED,
@@ -40,11 +41,14 @@ with workflow.unsafe.imports_passed_through():
         UnwindResult,
         UnwoundInput,
     )
+    from workflows.needs_person import hold, release
     from workflows.outcome import failure_type
     from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,
+        NEEDS,
+        NEEDS_PATCH,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
@@ -72,6 +76,21 @@ class UnwindPlan:
         self._result = UnwindResult(task_id="", state=RUNNING)
         self._killed: dict[str, Any] | None = None
         self._run_told = False
+        self._needs_patched: bool | None = None
+
+    def _holds(self) -> bool:
+        """Whether this unwind keeps its task's worklist row (workflows/needs_person.py)."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return self._needs_patched
+
+    def _needs(self, need: Need) -> list[Any]:
+        """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
+        history from before it upserts the state alone). An unwind that does not end
+        ``unwound`` needs a person to finish it (or, killed, to release the task)."""
+        if self._needs_patched is None:
+            self._needs_patched = workflow.patched(NEEDS_PATCH)
+        return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
     def kill(self, note: dict[str, Any] | None = None) -> None:
@@ -81,7 +100,7 @@ class UnwindPlan:
             return
         self._killed = dict(note or {})
         self._result.state = KILLED
-        workflow.upsert_search_attributes([STATE.value_set(KILLED)])
+        workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -93,13 +112,18 @@ class UnwindPlan:
     @workflow.run
     async def run(self, document: Any) -> UnwindResult:
         result = await self._run(document)
+        if result.state != UNWOUND and result.task_id and self._holds():
+            await hold(result.task_id, result.state,
+                       Need.KILLED if result.state == KILLED else Need.UNWIND,
+                       unwind_sentence(result))
         if self._killed is not None:
             await workflow.sleep(KILL_WAIT)  # `tidemark kill` terminates it meanwhile
         if result.state == UNWOUND or not workflow.patched(UNWIND_ENDS_FAILED):
             return result
         err = result.error or {}
         raise ApplicationError(
-            f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip(),
+            unwind_sentence(result) + "\n\n"
+            + f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip(),
             dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
 
     async def _run(self, document: Any) -> UnwindResult:
@@ -135,7 +159,8 @@ class UnwindPlan:
             if self._killed is not None:
                 return self._end(KILLED)
             workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
-                                               STATE.value_set("unwinding")])
+                                               STATE.value_set("unwinding"),
+                                               *self._needs(Need.NOTHING)])
             r.irreversible_done = planned.irreversible_done
             if planned.stopped is None:
                 return self._end(STOPPED, {"type": "NotStopped", "message":
@@ -143,6 +168,8 @@ class UnwindPlan:
             if not self._run_told:  # the task is stopped: the unwind goes ahead
                 self._run_told = True
                 await self._close_waiting_run(task_id)
+                if self._holds():  # the unwind settles the task: its worklist row closes
+                    await release(task_id, workflow.info().workflow_id)
             todo = [(n, line) for n, line in zip(planned.steps, planned.summaries, strict=True)
                     if n not in visited]
             visited.update(n for n, _ in todo)
@@ -220,5 +247,23 @@ class UnwindPlan:
             state = KILLED
         self._result.state = state
         self._result.error = error or {}
-        workflow.upsert_search_attributes([STATE.value_set(state)])
+        need = (Need.NOTHING if state == UNWOUND else Need.KILLED if state == KILLED
+                else Need.UNWIND)
+        workflow.upsert_search_attributes([STATE.value_set(state), *self._needs(need)])
+        workflow.set_current_details(unwind_sentence(self._result))
         return self._result
+
+
+def unwind_sentence(result: UnwindResult) -> str:
+    """The one plain sentence that opens an unwind's failure and its Web UI details: what
+    happened and what to do next (the errors' messages name the command)."""
+    t, err = result.task_id, result.error or {}
+    if result.state == UNWOUND:
+        return (f"Task {t} is unwound: {len(result.undone)} step(s) put back, "
+                f"{len(result.already_undone)} already were; nothing to do.")
+    msg = " ".join(str(err.get("message") or err.get("type") or "").split()).rstrip(".")
+    if result.state == KILLED:
+        return (f"The unwind of task {t} was killed ({msg}); `tidemark release {t} "
+                f"--for-unwind`, then `tidemark unwind {t} --yes` finishes it.")
+    return (f"The unwind of task {t} ended {result.state}: {msg}; when the cause is cleared, "
+            f"`tidemark unwind {t} --yes` runs it again.")

@@ -1,0 +1,137 @@
+"""Who needs me, in the Temporal Web UI: the worklist link `tidemark inbox` prints selects, on a
+real dev server with real worker processes, exactly the runs that wait for a person among a
+completed, a halted, an awaiting-approval, a needs-a-decision, a killed and an unwound task
+(tests/helpers/worklist.py reaches them); every run's TidemarkNeeds says what its task needs;
+and every run that ends needing a person opens its failure, as the Web UI shows it, with one
+plain sentence of what happened and what to do next, the line `tidemark status T` prints first.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks
+from tidemark.needs import Need, need_of, worklist_query
+from tidemark.store import JournalStore
+from tools.inbox import DEFAULT_UI
+
+# What each run's TidemarkNeeds says.
+NEEDS = {"completed": "nothing", "halted": "halted", "awaiting_approval": "approval",
+         "needs_decision": "decision", "killed": "killed", "unwound": "nothing",
+         "resumed": "nothing"}
+# The command the first line of an ended run's failure, and of `tidemark status`, names.
+NEXT = {"halted": "tidemark resume {T}", "needs_decision": "tidemark resolve {T} --step 3",
+        "killed": "tidemark release {T}"}
+
+
+def printed_query(out: str) -> str:
+    """The visibility query of the Web UI link the inbox's text output ends with."""
+    link = out.rstrip("\n").splitlines()[-1].split(": ", 1)[1]
+    assert link.startswith(f"{DEFAULT_UI}/namespaces/default/workflows?query="), link
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(link).query)["query"][0]
+
+
+async def failure_of(env: WorkflowEnvironment, workflow_id: str) -> ApplicationError:
+    with pytest.raises(WorkflowFailureError) as e:
+        await env.client.get_workflow_handle(workflow_id).result()
+    assert isinstance(e.value.cause, ApplicationError)
+    return e.value.cause
+
+
+async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_person(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    workers.start()
+    ids = await make_tasks(temporal_env.client, store, task_queue, tmp_path)
+    client = temporal_env.client
+    for state, task_id in ids.items():
+        assert await attribute(client, f"tidemark-{task_id}", "TidemarkNeeds") == NEEDS[state]
+
+    code, out, _ = await cli("inbox")
+    assert code == 0
+    query = printed_query(out)
+    assert query == worklist_query()
+    ours = {f"{prefix}{t}" for t in ids.values()
+            for prefix in ("tidemark-", "tidemark-unwind-", "tidemark-needs-")}
+    listed = [w async for w in client.list_workflows(query) if w.id in ours]
+    # one row per task that needs a person: the run waiting for approval itself, and for each
+    # run that ended needing one its open row, which says what and why
+    assert sorted(w.id for w in listed) == sorted(
+        f"tidemark-needs-{ids[s]}" if s != "awaiting_approval" else f"tidemark-{ids[s]}"
+        for s, needs in NEEDS_A_PERSON.items() if needs)
+    for w in listed:
+        attrs = dict((k.name, v) for k, v in w.typed_search_attributes)
+        state = next(s for s, t in ids.items() if w.id.endswith(t))
+        assert (attrs["TidemarkNeeds"], attrs["TidemarkTaskId"]) == (NEEDS[state], ids[state])
+    # the resumed task's halted run still says what it needed when it ended, but it is closed
+    # and its row was closed by the run that resumed it: the worklist does not list it
+    resumed = [w async for w in client.list_workflows(
+        f'WorkflowId = "tidemark-{ids["resumed"]}"')]
+    assert sorted(w.status.name for w in resumed if w.status) == ["COMPLETED", "FAILED"]
+    assert await attribute(client, f"tidemark-needs-{ids['resumed']}", "TidemarkNeeds") == \
+        "nothing"
+    # the unwound task's unwind completed, and says so
+    assert await attribute(client, f"tidemark-unwind-{ids['unwound']}", "TidemarkNeeds") == \
+        "nothing"
+
+    for state, command in NEXT.items():
+        t = ids[state]
+        failure = await failure_of(temporal_env, f"tidemark-{t}") if state != "killed" else None
+        if failure is not None:
+            first, _, rest = (failure.message or "").partition("\n\n")
+            assert "\n" not in first and first.endswith(".") and first.startswith(
+                ("Task ", "Step ")), first
+            assert command.format(T=t) in first, first
+            assert f"{state}: " in rest  # the state and the error's own words, below it
+            raw = failure.failure  # the failure as the server holds it and the Web UI shows it
+            assert raw is not None and raw.message == failure.message and raw.stack_trace
+        code, out, _ = await cli("status", t)
+        assert code == 0 and command.format(T=t) in out.splitlines()[0], out
+        assert out.splitlines()[1].startswith(f"task {t}  (")  # the report follows
+    code, out, _ = await cli("status", ids["completed"])
+    assert out.splitlines()[0] == f"Task {ids['completed']} needs nothing from a person " \
+                                  "(completed)."
+
+    for w in listed:  # the dev server is shared by the session's tests
+        await client.get_workflow_handle(w.id).terminate("test over")
+
+
+async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
+        temporal_env: WorkflowEnvironment, workers: Any, task_queue: str) -> None:
+    """The quickest end of all (no plan stored): the Web UI's first line still says what
+    happened and what to do, and the run's TidemarkNeeds says it failed."""
+    workers.start()
+    handle = await temporal_env.client.start_workflow(
+        "RunPlan", ["not", "a", "plan"], id="tidemark-wl-bad-input", task_queue=task_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+    failure = await failure_of(temporal_env, handle.id)
+    first = (failure.message or "").split("\n\n")[0]
+    assert first.startswith("Task wl-bad-input failed before any step ran: the input must be "
+                            "a plan object"), first
+    assert "`tidemark status wl-bad-input`" in first and "\n" not in first
+    assert failure.type == "TidemarkFailed" and failure.non_retryable
+    assert await attribute(temporal_env.client, handle.id, "TidemarkNeeds") == "failed"
+    holder = temporal_env.client.get_workflow_handle("tidemark-needs-wl-bad-input")
+    assert await attribute(temporal_env.client, holder.id, "TidemarkNeeds") == "failed"
+    await holder.terminate("test over")
+
+
+def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None:
+    assert need_of("completed") == need_of("unwound") == need_of("running") == Need.NOTHING
+    assert need_of("stopped", {"type": "Unwinding"}) == Need.NOTHING  # its unwind settles it
+    assert need_of("stopped", {"type": "Rejected"}) == Need.UNWIND
+    for state in ("halted", "stopped", "killed", "needs_decision", "failed", "blocked",
+                  "precondition_failed", "verification_failed", "partly_unwound",
+                  "awaiting_approval"):
+        assert need_of(state) != Need.NOTHING, state
+        assert f'"{need_of(state)}"' in worklist_query()
+    assert '"nothing"' not in worklist_query()
+

@@ -1,0 +1,107 @@
+"""NeedsPerson: the open row of the Web UI's worklist for a task whose run ended waiting for a
+person (halted, needs a decision, stopped, killed, failed, blocked, rejected, a failed unwind).
+
+A closed run's search attributes cannot change any more (Temporal writes them only from the
+running workflow), and each resume of a task is a new run under the same workflow id: a run
+that ended ``halted`` would keep saying so after a later run completed the task. So the
+worklist counts open executions only (tidemark.needs.worklist_query): a run waiting for
+approval is itself open, and a run that ends needing a person starts this workflow, id
+``tidemark-needs-<task>``, as an abandoned child that outlives it. It holds the task's
+TidemarkTaskId, TidemarkState and TidemarkNeeds and, as its summary, the sentence of what
+happened and what to do next; it waits, acting on nothing, until the task's next run starts or
+its unwind begins (the ``settled`` signal), then closes with TidemarkNeeds ``nothing``. A later
+end that needs a person again updates the open one (``need``) or starts it anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from tidemark.needs import Need
+    from workflows.shared import NEEDS, STATE, TASK_ID
+
+# The Web UI shows a workflow's summary as one line; the sentence fits in this.
+SUMMARY_CHARS = 400
+
+
+@workflow.defn(name="NeedsPerson")
+class NeedsPerson:
+    def __init__(self) -> None:
+        self._settled: str | None = None
+        self._need: dict[str, Any] = {}
+
+    @workflow.signal
+    def settled(self, by: str = "") -> None:
+        """The task's next run started, or its unwind began: nobody needs to act on this."""
+        self._settled = by or "a later run"
+
+    @workflow.signal
+    def need(self, need: dict[str, Any]) -> None:
+        """The task's run ended needing a person again before this one closed: it says so."""
+        self._settled = None
+        self._show(need)
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        return {**self._need, "settled_by": self._settled}
+
+    @workflow.run
+    async def run(self, need: dict[str, Any]) -> str:
+        self._show(need)
+        await workflow.wait_condition(lambda: self._settled is not None)
+        workflow.upsert_search_attributes([NEEDS.value_set(Need.NOTHING)])
+        return f"settled: {self._settled}"
+
+    def _show(self, need: dict[str, Any]) -> None:
+        self._need = dict(need)
+        workflow.upsert_search_attributes([STATE.value_set(str(need.get("state", ""))),
+                                           NEEDS.value_set(str(need.get("need", "")))])
+        workflow.set_current_details(str(need.get("sentence", "")))
+
+
+# A run releases its task's holder when it starts and starts one when it ends needing a person
+# under workflows.shared.NEEDS_PATCH, as it upserts TidemarkNeeds: histories from before it
+# issue neither command (workflow.patched).
+# A start that meets a holder closing at that moment tries again this many times.
+HOLD_ATTEMPTS = 3
+
+
+def holder_id(task_id: str) -> str:
+    return f"tidemark-needs-{task_id}"
+
+
+async def hold(task_id: str, state: str, need: Need, sentence: str) -> None:
+    """Opens (or updates) the task's worklist row. Workflow code: call it from a run's end."""
+    body = {"task_id": task_id, "state": state, "need": need, "sentence": sentence,
+            "by": workflow.info().workflow_id}
+    for _ in range(HOLD_ATTEMPTS):
+        try:
+            await workflow.start_child_workflow(
+                NeedsPerson.run, body, id=holder_id(task_id),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=TypedSearchAttributes([
+                    SearchAttributePair(TASK_ID, task_id), SearchAttributePair(STATE, state),
+                    SearchAttributePair(NEEDS, need)]),
+                static_summary=sentence[:SUMMARY_CHARS])
+            return
+        except WorkflowAlreadyStartedError:
+            try:  # the row is open: it says what this run ended needing
+                await workflow.get_external_workflow_handle(holder_id(task_id)).signal(
+                    NeedsPerson.need, body)
+                return
+            except FailureError:
+                continue  # it closed meanwhile: open it anew
+
+
+async def release(task_id: str, by: str) -> None:
+    """Closes the task's worklist row, if one is open: a new run of the task started, or its
+    unwind began. Workflow code."""
+    with contextlib.suppress(FailureError):
+        await workflow.get_external_workflow_handle(holder_id(task_id)).signal(
+            NeedsPerson.settled, by)
