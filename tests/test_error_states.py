@@ -31,7 +31,8 @@ SPECIFIED = {
     "TaskStopped": "stopped", "TaskUnwound": "unwound", "Unauthorized": "stopped",
     "StepFailed": "failed", "PlanChanged": "failed", "PlanError": "failed",
     "UnknownTask": "failed", "JournalMismatch": "failed", "InvariantViolation": "failed",
-    "Refused": "failed", "ActionNotConfigured": "failed", "NotStopped": "stopped",
+    "Refused": "failed", "ActionNotConfigured": "failed", "ActionUnavailable": "failed",
+    "NotStopped": "stopped",
     "SeriesBlocked": "blocked", "TaskKilled": "killed", "PartlyUnwound": "partly_unwound",
 }
 

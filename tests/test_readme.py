@@ -166,7 +166,9 @@ async def test_the_on_call_commands_run_as_printed(
             assert (await unwind_result(handle)).state == "unwound"
             assert task.effects() == (0, 2, 0)
     assert f"{task.id}  stopped  since " in outputs["inbox"]
-    assert outputs["status"].startswith(f"task {task.id}  (stopped)")
+    first, report = outputs["status"].split("\n", 1)
+    assert first.startswith(f"Task {task.id} is stopped") and "tidemark resume" in first
+    assert report.startswith(f"task {task.id}  (stopped)")
     stop = store.stop_state(task.id)
     assert stop is not None and stop["state"] == "killed", stop
 

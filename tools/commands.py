@@ -18,7 +18,14 @@ from probes.fs import parse_roots
 from tidemark.actions import GateRefused
 from tidemark.approval import ApprovalPolicy, parse_policy
 from tidemark.boundary import ApprovalError, check_approver
-from tidemark.errors import ConfigError, PlanError, TaskKilled, TidemarkError, UnknownTask
+from tidemark.errors import (
+    ConfigError,
+    PlanError,
+    StepBusy,
+    TaskKilled,
+    TidemarkError,
+    UnknownTask,
+)
 from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
 from tidemark.report import Report, build_report
 from tidemark.store import JournalStore
@@ -250,15 +257,16 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
             raise DecisionError(f"task {task_id!r}: step {step} is not in doubt ({where} is)")
         detail = {"as": as_, "note": note, "key": doubt.idem_key}
         with store.execution(task_id, step) as s:
-            if as_ == Verdict.NEVER:
-                if s.stopped is None:
-                    raise DecisionError(
-                        f"task {task_id!r} is not stopped; stop it first (`tidemark stop "
-                        f"{task_id}`) so that no run acts on step {step} meanwhile")
-                if s.lease_left is not None and s.lease_left > 0:
-                    raise DecisionError(
-                        f"task {task_id!r}: an attempt on step {step} may still be acting for "
-                        f"{s.lease_left:.1f}s; decide once that has passed")
+            if as_ == Verdict.NEVER and s.stopped is None:
+                raise DecisionError(
+                    f"task {task_id!r} is not stopped; stop it first (`tidemark stop "
+                    f"{task_id}`) so that no run acts on step {step} meanwhile")
+            # What a person saw at the target says nothing while an attempt may still act on
+            # it: its request may land after they looked.
+            if s.lease_left is not None and s.lease_left > 0:
+                raise StepBusy(
+                    f"{task_id}/{step}: an attempt may still be acting on it for "
+                    f"{s.lease_left:.1f}s; decide once that has passed")
             s.event(task_id, EventKind.DECISION, detail, step, by)
             if as_ == Verdict.DONE:
                 s.complete(key=doubt.idem_key, outcome={"operator": by, "note": note},
