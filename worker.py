@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.boundary import BoundaryActivities
@@ -42,6 +44,7 @@ from tidemark.store import JournalStore
 from workflows.needs_person import NeedsPerson
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
+from workflows.shared import SEARCH_ATTRIBUTES
 from workflows.unwind_plan import UnwindPlan
 
 log = logging.getLogger("tidemark.worker")
@@ -96,6 +99,28 @@ def temporal_connect_config(env: Mapping[str, str]) -> dict[str, Any]:
     return load_settings(env).temporal_connect()
 
 
+async def check_search_attributes(client: Client) -> None:
+    """Refuses to start, in one line, on a namespace that lacks a search attribute the workflows
+    upsert: Temporal would fail every workflow task that upserts it, and every run would hang,
+    retried, with nothing said but the worker's warnings. A server that does not let us read the
+    list (an API key without operator rights) is not a reason to refuse: it is logged."""
+    request = ListSearchAttributesRequest(namespace=client.namespace)
+    try:
+        known = (await client.operator_service.list_search_attributes(request)).custom_attributes
+    except RPCError as e:
+        log.warning("cannot read the search attributes of namespace %s (%s); the workflows "
+                    "upsert %s", client.namespace, e.message,
+                    ", ".join(a.name for a in SEARCH_ATTRIBUTES))
+        return
+    missing = [a.name for a in SEARCH_ATTRIBUTES if a.name not in known]
+    if missing:
+        raise ConfigError(
+            f"namespace {client.namespace!r} lacks the search attribute(s) {', '.join(missing)}"
+            " that the workflows upsert: register each with `temporal operator "
+            f"search-attribute create --namespace {client.namespace} --name NAME --type "
+            "Keyword` (docker/temporal-setup.sh does it for the compose stack)")
+
+
 async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
                 registry: Registry | None = None) -> None:
     """Runs the worker until ``stop`` is set. ``settings`` may be given as an environment
@@ -113,6 +138,7 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
     with telemetry(settings.env) as seen, step_executor(settings) as executor:
         client = await Client.connect(**connect, runtime=seen.runtime,
                                       interceptors=seen.interceptors)
+        await check_search_attributes(client)
         worker = build_worker(client, store, registry, executor, settings.task_queue,
                               settings.approval, max_steps=settings.max_concurrent_steps)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),

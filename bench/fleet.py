@@ -68,11 +68,11 @@ async def _main(cfg: FleetConfig) -> dict[str, Any]:
     from temporalio.testing import WorkflowEnvironment
 
     from tools.devstack import dev_server_args, temporal_binary
-    from workflows.run_plan import STATE, TASK_ID
+    from workflows.shared import SEARCH_ATTRIBUTES
     with postgres() as (admin_url, _):
         db_url = new_database(admin_url, f"fleet_{uuid.uuid4().hex[:8]}")
         env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+            dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
             dev_server_log_level="error", dev_server_extra_args=dev_server_args())
         try:
             return await measure_fleet(env.client, db_url, cfg)

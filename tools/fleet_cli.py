@@ -85,10 +85,10 @@ async def _fleet_stack(doc: dict[str, Any], cfg: FleetConfig, db_url: str) -> Fl
 
     from tools.devstack import dev_server_args, temporal_binary
     from tools.fleet import run_fleet, staging_process
-    from workflows.run_plan import STATE, TASK_ID
+    from workflows.shared import SEARCH_ATTRIBUTES
 
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), search_attributes=[TASK_ID, STATE],
+        dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     try:
         with staging_process() as staging_url:
