@@ -244,8 +244,13 @@ def test_worker_starts_with_database_url_and_no_pgserver(
     with psycopg.connect(admin_url, autocommit=True) as db:
         db.execute("CREATE DATABASE journal_start_up")
     db_url = psycopg.conninfo.make_conninfo(admin_url, dbname="journal_start_up")
+    # As the compose stack does before its worker starts: the namespace and its search
+    # attributes (a worker refuses a namespace without them).
+    ready = setup_script(dev_server, "compose-start-up")
+    assert ready.returncode == 0, ready.stderr
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
            ENV_URL: db_url, "TEMPORAL_ADDRESS": dev_server,
+           "TEMPORAL_NAMESPACE": "compose-start-up",
            "TIDEMARK_TASK_QUEUE": "compose-start-up", "TIDEMARK_LOG_LEVEL": "INFO"}
     proc, lines = start_worker(env)
     try:

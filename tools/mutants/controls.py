@@ -75,8 +75,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- stop, release and resolve ----------------------------------------------------------------
     Mutant("resolve --as never closes a step of a task that is not stopped",
            "tools/commands.py",
-           "if s.stopped is None:\n                    raise DecisionError(",
-           "if s.stopped is None and False:\n                    raise DecisionError(",
+           "if as_ == Verdict.NEVER and s.stopped is None:\n",
+           "if as_ == Verdict.NEVER and s.stopped is None and False:\n",
            (f"{T_CT}::test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_"
             "proceeds",)),
     Mutant("stop accepts a task id that names no task", "tools/commands.py",
