@@ -15,6 +15,7 @@ from googleapiclient.errors import HttpError
 from activities.drive import drive_client
 from helpers.staging_fixtures import post
 from helpers.steps import step_context
+from helpers.wait import assert_eventually
 from probes.drive import DriveRenameProbe
 from staging.core import Fault, Staging, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget, parse_query
@@ -198,6 +199,9 @@ def test_a_delayed_answer_times_out(server: StagingServer, staging: Staging,
     staging.arm(Fault("drive", "files.update", "delay", seconds=0.6))
     with pytest.raises(TimeoutError):
         impatient.files().update(fileId="f1", body={"name": "b.txt"}).execute(num_retries=0)
+    # The request we gave up on still lands; the test ends when it has (the server is shared,
+    # and a late write would land in the next test's files).
+    assert_eventually(lambda: drive.files["f1"].name == "b.txt", timeout=10)
 
 
 def test_fail_before_commit_is_a_503_and_changes_nothing(staging: Staging, drive: DriveTarget,

@@ -306,7 +306,10 @@ async def test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_act
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         drive: Any, staged, task_queue: str) -> None:
     # Each rename is held 4 s at the provider (under the client's 5 s timeout), then applied;
-    # step 2's worker dies while its request is in flight, and the Drive applies it after.
+    # step 2's worker dies while its request is in flight, and the Drive applies it after. The
+    # 4 s run from the request's arrival, which a loaded machine delays past the intent's
+    # commit: a horizon of 3 s covers that, as it covers a slow commit at the real Drive.
+    staged.env["TIDEMARK_DRIVE_HORIZON_S"] = "3"
     first = staged.start()
     files = [drive.seed(f"scan-{i}.pdf") for i in range(1, 3)]
     arm(server, "drive", "files.update", "delay", seconds=4, times=2)
