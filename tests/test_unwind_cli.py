@@ -315,11 +315,15 @@ async def test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_act
     arm(server, "drive", "files.update", "delay", seconds=4, times=2)
     handle = await start(temporal_env.client, drive_doc("uw-twin", files, mail=False),
                          task_queue)
+    # Kill the worker once step 2's rename has reached the provider: its intent row alone may
+    # commit before the request leaves, and a request never sent is rightly found not applied.
     for _ in range(600):
-        if any(r.step == 2 for r in store.rows("uw-twin")):
+        if any(q.path.endswith(files[1].id) for q in server.staging.requests_of("drive")):
             break
         await asyncio.sleep(0.05)
-    first.kill()  # SIGKILL: its lock goes with its session, its lease stays
+    else:
+        pytest.fail("step 2's rename never reached the staging Drive")
+    first.kill()  # SIGKILL: its request is in flight, its lease stays
     first.wait()
     assert await acli(temporal_env, task_queue, "stop", "uw-twin") == 0
     await handle.terminate("replaced by an unwind")
