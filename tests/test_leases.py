@@ -15,7 +15,7 @@ import pytest
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
-from helpers.steps import cut_sessions, persist
+from helpers.steps import Attempts, cut_sessions, persist
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry, StepContext
 from tidemark.errors import Refused, StepBusy, StepFailed, TargetUnavailable
@@ -54,17 +54,8 @@ def test_locks_lost_at_full_load_leave_no_twin_acting(store: JournalStore, db_ur
     hold.write_text("")
     tasks = [persist(store, SPECS, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
                      f"full-{i}") for i in range(2 * POOL_MAX)]
-    errors: dict[str, BaseException] = {}
-
-    def attempt(task: str) -> None:
-        try:
-            run_step(store, Registry([LedgerRecord()]), task, 1)
-        except BaseException as e:
-            errors[task] = e
-
-    threads = [threading.Thread(target=attempt, args=(t,)) for t in tasks]
-    for t in threads:
-        t.start()
+    attempts = Attempts(lambda task: run_step(store, Registry([LedgerRecord()]), task, 1),
+                        tasks)
     admin = psycopg.connect(db_url, autocommit=True)
     try:
         assert_eventually(lambda: admin.execute(
@@ -81,14 +72,13 @@ def test_locks_lost_at_full_load_leave_no_twin_acting(store: JournalStore, db_ur
             assert all(probes(twin, task) == [] for task in tasks)
             assert ledger_lines(tmp_path / "ledger") == []
             hold.unlink()  # the first attempts finish their actions and record them
-            for t in threads:
-                t.join(timeout=30)
+            attempts.join(timeout=30)
             for task in tasks:
                 result = assert_eventually(lambda t=task: settle(twin, Registry([Eager()]), t))
                 assert (result.status, result.resolved_by) == ("done", "execute")
     finally:
         admin.close()
-    assert errors == {}  # no first attempt lost anything with its sessions
+    assert attempts.errors == {}  # no first attempt lost anything with its sessions
     lines = ledger_lines(tmp_path / "ledger")
     assert sorted(line.split(" ", 1)[1] for line in lines) == sorted(
         f"e{i}" for i in range(2 * POOL_MAX))  # one effect per task, none twice

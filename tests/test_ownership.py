@@ -4,14 +4,13 @@ an attempt that lost its intent to a twin writes nothing more."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
-from helpers.steps import crash_at, persist, wait_unlocked
+from helpers.steps import Attempts, crash_at, persist, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision, StepBusy
@@ -46,33 +45,21 @@ def test_calls_waiting_on_their_target_hold_no_connection(
     tasks = [persist(store, REGISTRY, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
                      f"held-{i}") for i in range(CALLS)]
     app = "ownership-small-pool"
-    small = JournalStore(psycopg.conninfo.make_conninfo(db_url, application_name=app),
-                         max_size=POOL, timeout=2.0).open()
-    errors: list[BaseException] = []
-
-    def attempt(task: str) -> None:
+    with JournalStore(psycopg.conninfo.make_conninfo(db_url, application_name=app),
+                      max_size=POOL, timeout=2.0) as small:
+        attempts = Attempts(lambda task: run_step(small, REGISTRY, task, 1), tasks)
         try:
-            run_step(small, REGISTRY, task, 1)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=attempt, args=(t,)) for t in tasks]
-    try:
-        for t in threads:
-            t.start()
-        with psycopg.connect(db_url, autocommit=True) as admin:
-            assert_eventually(lambda: admin.execute(
-                "SELECT count(*) FROM tidemark.journal WHERE outcome IS NULL").fetchone()[0]
-                == CALLS, timeout=20)
-        sessions, advisory = server_sessions(db_url, app)
-        assert sessions <= POOL, f"{sessions} server sessions for {CALLS} calls in flight"
-        assert advisory == 0
-    finally:
-        hold.unlink()
-        for t in threads:
-            t.join(timeout=30)
-        small.close()
-    assert errors == []
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                assert_eventually(lambda: admin.execute(
+                    "SELECT count(*) FROM tidemark.journal WHERE outcome IS NULL").fetchone()[0]
+                    == CALLS, timeout=20)
+            sessions, advisory = server_sessions(db_url, app)
+            assert sessions <= POOL, f"{sessions} server sessions for {CALLS} calls in flight"
+            assert advisory == 0
+        finally:
+            hold.unlink()
+            attempts.join(timeout=30)
+    assert attempts.errors == {}
     assert sorted(line.split(" ", 1)[1] for line in ledger_lines(tmp_path / "ledger")) == sorted(
         f"e{i}" for i in range(CALLS))
 

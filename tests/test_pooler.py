@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import psycopg
 import pytest
 
 from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
-from helpers.steps import persist
+from helpers.steps import Attempts, persist
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
 from tidemark.run_step import run_step
@@ -115,17 +114,7 @@ def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connec
         store.migrate()
         tasks = [persist(store, registry, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
                          f"pooled-{i}") for i in range(STEPS)]
-        errors: list[BaseException] = []
-
-        def attempt(task: str) -> None:
-            try:
-                run_step(store, registry, task, 1)
-            except BaseException as e:
-                errors.append(e)
-
-        threads = [threading.Thread(target=attempt, args=(t,)) for t in tasks]
-        for t in threads:
-            t.start()
+        attempts = Attempts(lambda task: run_step(store, registry, task, 1), tasks)
         try:
             assert_eventually(lambda: sum(store.step_row(t, 1) is not None for t in tasks)
                               == STEPS, timeout=30)
@@ -134,9 +123,8 @@ def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connec
             assert sessions <= SERVER_POOL, f"{sessions} server sessions behind the pooler"
         finally:
             hold.unlink()
-            for t in threads:
-                t.join(timeout=60)
-        assert errors == []
+            attempts.join(timeout=60)
+        assert attempts.errors == {}
         assert all(run_step(store, registry, t, 1).skipped for t in tasks)
         store.set_control(tasks[0], "stopped", "unwind", "ops@example")
         store.undo_candidates(tasks[0])  # its row lock, in a transaction of the pooler's

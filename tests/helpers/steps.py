@@ -6,10 +6,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
@@ -83,6 +85,47 @@ def cut_sessions(db_url: str) -> int:
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             "   AND backend_type = 'client backend'").fetchone()
     return int(row[0]) if row else 0
+
+
+T = TypeVar("T")
+
+
+class Attempts(Generic[T]):
+    """``run(item)`` for every item at once, each in a thread of its own (attempts racing or
+    waiting side by side in one process), started on construction. What each returned or
+    raised is kept by item: ``results`` and ``errors``."""
+
+    def __init__(self, run: Callable[[T], Any], items: Iterable[T]) -> None:
+        self.results: dict[T, Any] = {}
+        self.errors: dict[T, BaseException] = {}
+        self._lock = threading.Lock()
+        # Daemon threads: an attempt a failed test left waiting never keeps pytest alive.
+        self._threads = [threading.Thread(target=self._one, args=(run, item), daemon=True)
+                         for item in items]
+        for t in self._threads:
+            t.start()
+
+    def _one(self, run: Callable[[T], Any], item: T) -> None:
+        try:
+            result = run(item)
+        except BaseException as e:  # kept for the test's assertions
+            with self._lock:
+                self.errors[item] = e
+            return
+        with self._lock:
+            self.results[item] = result
+
+    def join(self, timeout: float = 30.0) -> dict[T, BaseException]:
+        """Waits for every attempt, ``timeout`` seconds in all; returns the errors. An attempt
+        still running then fails the test: its outcome would otherwise go unchecked."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        running = sum(t.is_alive() for t in self._threads)
+        if running:
+            raise AssertionError(f"{running} of {len(self._threads)} attempts still running "
+                                 f"after {timeout}s")
+        return self.errors
 
 
 RUN_ONE = str(Path(__file__).parent / "run_one.py")
