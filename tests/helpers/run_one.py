@@ -3,8 +3,8 @@
 
 Used by tests that race processes or SIGKILL one (via TIDEMARK_CRASH_AT). Prints the result as
 JSON on stdout, or the error's class name on stderr with exit code 3. With
-``TIDEMARK_GRAPH_URL`` and its tokens in the environment, ``graph.send_mail`` is bound too, as a
-worker binds it.
+``TIDEMARK_GRAPH_URL`` (``TIDEMARK_DRIVE_URL``) and its tokens in the environment,
+``graph.send_mail`` (``drive.rename``) is bound too, as a worker binds it.
 """
 
 import json
@@ -15,7 +15,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.fs import FsRename
-from activities.graph import GraphSendMail
 from activities.wiring import bound_actions
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord
@@ -25,13 +24,16 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 
+# The actions bound as a worker binds them, each when its target's URL is configured.
+BOUND_WITH = {"graph.send_mail": "TIDEMARK_GRAPH_URL", "drive.rename": "TIDEMARK_DRIVE_URL"}
+
 
 def main() -> int:
     url, task_id, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
     undo = sys.argv[4:] == ["undo"]
-    graph = [a for a in bound_actions(os.environ) if isinstance(a, GraphSendMail)] \
-        if os.environ.get("TIDEMARK_GRAPH_URL") else []
-    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord(), *graph])
+    targets = [name for name, variable in BOUND_WITH.items() if os.environ.get(variable)]
+    bound = [a for a in bound_actions(os.environ) if a.name in targets] if targets else []
+    registry = Registry([FsRename([FS_ROOTS]), LedgerRecord(), *bound])
     with JournalStore(url) as store:
         try:
             if undo:
