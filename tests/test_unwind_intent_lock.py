@@ -27,7 +27,7 @@ from helpers.fs_roots import FS_ROOTS
 from helpers.steps import Attempts, persist
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry, StepContext
-from tidemark.errors import StepBusy, TaskStopped
+from tidemark.errors import StepBusy, TaskStopped, TaskUnwound
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.store.unwinds import LOCK_WAIT_MS
@@ -37,7 +37,7 @@ SPECS = spec_registry(FsRename)
 REGISTRY = Registry([FsRename([FS_ROOTS])])
 
 # Step 2's intent waits in its INSERT, inside the transaction that holds the plan row FOR
-# SHARE, for as long as this test holds the gate row.
+# SHARE, for as long as this test holds the gate row; so does an unwind's mark.
 GATE = """
 CREATE TABLE public.intent_gate (id int);
 INSERT INTO public.intent_gate VALUES (1);
@@ -45,6 +45,8 @@ CREATE FUNCTION public.intent_waits_at_gate() RETURNS trigger LANGUAGE plpgsql A
 BEGIN PERFORM 1 FROM public.intent_gate FOR UPDATE; RETURN NEW; END $$;
 CREATE TRIGGER intent_waits_at_gate BEFORE INSERT ON tidemark.journal FOR EACH ROW
   WHEN (NEW.step = 2 AND NEW.phase = 'do') EXECUTE FUNCTION public.intent_waits_at_gate();
+CREATE TRIGGER mark_waits_at_gate BEFORE INSERT ON tidemark.unwinds FOR EACH ROW
+  EXECUTE FUNCTION public.intent_waits_at_gate();
 """
 
 
@@ -75,6 +77,7 @@ def waits_on_a_lock(db_url: str, statement: str) -> bool:
 
 
 INTENT = "INSERT INTO tidemark.journal"
+MARK = "INSERT INTO tidemark.unwinds"
 PLAN_ROW_SHARED = "FROM tidemark.plans WHERE task_id = $1 FOR SHARE"
 PLAN_ROW_TAKEN = "FROM tidemark.plans WHERE task_id = $1 FOR UPDATE"
 UNWIND_STEPS = "JOIN tidemark.plan_steps"
@@ -205,3 +208,40 @@ def test_an_intent_attempted_while_an_unwind_reads_its_list_waits_and_is_refused
     assert [r.step for r in store.rows(task)] == [1]  # no intent for step 2
     assert names(tmp_path) == ["draft-2.txt", "final-1.txt"]
     assert store.undo_candidates(task) == [1]  # what the unwind read is still all there is
+
+
+def test_an_intent_never_stands_beside_an_unwound_mark_that_did_not_see_it(
+        store: JournalStore, db_url: str, tmp_path: Path,
+        gate: psycopg.Connection[Any]) -> None:
+    """Nothing of the task had run when it was stopped; its unwind's mark has found nothing
+    to compensate and is being written when a person releases the task and step 1's attempt
+    writes its intent (nothing was compensated, so only the stop and the mark could refuse
+    it). The intent waits for the mark and is refused as an unwound task requires. Written
+    beside a mark that did not see it, the task would read unwound, terminal, with a
+    reversible step done that no unwind will ever visit."""
+    task = "mark-vs-intent"
+    (tmp_path / "draft-1.txt").write_text("1")
+    persist(store, SPECS, [{"action": "fs.rename", "args": {
+        "path": str(tmp_path / "draft-1.txt"), "name": "final-1.txt"}}], task)
+    store.set_control(task, "stopped", "unwind", "ops")
+    mark = Attempts(lambda t: store.record_unwound(t, "ops", {}), [task])
+    forward: Attempts[int] | None = None
+    try:
+        assert_eventually(lambda: waits_on_a_lock(db_url, MARK))
+        store.set_control(task, "released", "go on after all", "ops")
+        forward = Attempts(lambda step: run_step(store, REGISTRY, task, step), [1])
+        assert_eventually(lambda: forward.results or forward.errors
+                          or waits_on_a_lock(db_url, PLAN_ROW_SHARED))
+        gate.commit()  # the mark commits
+        assert mark.join(10) == {}
+        forward.join(10)
+    finally:
+        gate.rollback()
+        mark.join(10)
+        if forward is not None:
+            forward.join(10)
+    assert mark.results[task] == []  # marked unwound
+    assert forward.results == {}, "an intent was written beside the unwound mark"
+    assert [type(e) for e in forward.errors.values()] == [TaskUnwound]
+    assert store.rows(task) == []
+    assert names(tmp_path) == ["draft-1.txt"]
