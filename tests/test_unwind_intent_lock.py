@@ -112,8 +112,8 @@ def test_an_unwind_waits_for_an_intent_being_written_and_lists_its_step(
     """Step 2's intent has read the task as running and is being written when the stop is
     committed and the unwind starts: the unwind waits for it, lists step 2, and leaves it to
     the attempt that owns it (StepBusy) until that attempt has settled it; then both steps
-    are compensated. Without the plan row's lock the list would be [1], and step 2's rename
-    would stay done after the task was marked unwound."""
+    are compensated. Without the plan row's lock the list would be [1]: an unwind planned
+    from it would miss step 2, whose intent commits right after."""
     task = two_renames(store, tmp_path, "unwind-waits")
     go = threading.Event()
     forward = Attempts(lambda step: run_step(store, Registry([HeldRename(go)]), task, step), [2])
