@@ -254,10 +254,10 @@ def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
     left = s.take_over(key, LEASE_S, LEASE_S)
     if left is not None and left > 0:
         metrics.lease_wait(ctx.action)
-        raise StepBusy(f"{ctx.task_id}/{ctx.step}: an earlier attempt may still be acting "
+        raise StepBusy(f"{ctx.task_id}/{ctx.step}", "an earlier attempt may still be acting "
                        f"on it for {left:.1f}s")
     if left is not None:
-        raise StepBusy(f"{ctx.task_id}/{ctx.step}: another attempt took it over, or settled "
+        raise StepBusy(f"{ctx.task_id}/{ctx.step}", "another attempt took it over, or settled "
                        "it, first")
     try:
         yield

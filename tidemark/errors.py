@@ -137,8 +137,8 @@ class StepBusy(TidemarkError):
 
     retryable = True
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"step {key} is being executed by another live attempt")
+    def __init__(self, key: str, why: str = "another live attempt owns it") -> None:
+        super().__init__(f"step {key}: {why}")
         self.key = key
 
 

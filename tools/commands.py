@@ -265,7 +265,7 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
             # it: its request may land after they looked.
             if s.lease_left is not None and s.lease_left > 0:
                 raise StepBusy(
-                    f"{task_id}/{step}: an attempt may still be acting on it for "
+                    f"{task_id}/{step}", "an attempt may still be acting on it for "
                     f"{s.lease_left:.1f}s; decide once that has passed")
             s.event(task_id, EventKind.DECISION, detail, step, by)
             if as_ == Verdict.DONE:

@@ -158,8 +158,8 @@ class StepSession:
                     """, params).fetchone()
         except psycopg.errors.UniqueViolation as e:
             if self._written(task_id, phase, step, attempt):
-                raise StepBusy(f"{task_id}/{phase}/{step}: a twin attempt wrote its intent "
-                               "first") from e
+                raise StepBusy(f"{task_id}/{phase}/{step}",
+                               "a twin attempt wrote its intent first") from e
             constraint = e.diag.constraint_name
             if constraint == "journal_one_in_doubt":
                 raise InvariantViolation(
@@ -252,7 +252,7 @@ class StepSession:
             r = conn.execute("SELECT owner FROM tidemark.journal"
                              " WHERE idem_key = %s AND outcome IS NULL", (key,)).fetchone()
         if r is not None and r["owner"] != self.token:
-            raise StepBusy(f"{key}: another attempt took the intent over")
+            raise StepBusy(key, "another attempt took the intent over")
 
     def _open_row(self, task_id: str) -> str:
         """Names the task's row in doubt, for an error message."""

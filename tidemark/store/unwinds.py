@@ -105,4 +105,4 @@ def _plan_row_taken(conn: psycopg.Connection[dict[str, Any]], task_id: str) -> I
                 raise UnknownTask(task_id)
             yield
     except psycopg.errors.LockNotAvailable as e:
-        raise StepBusy(f"{task_id}: an intent is being written") from e
+        raise StepBusy(task_id, "an intent is being written; try again") from e

@@ -26,6 +26,7 @@ from tools.mutants.base import (
     T_RS,
     T_SC,
     T_SS,
+    T_TK,
     T_UW,
     Mutant,
 )
@@ -67,6 +68,15 @@ MUTANTS: tuple[Mutant, ...] = (
             "connection",
             f"{T_AT}::test_a_compensation_whose_attempt_lost_its_session_is_not_applied_by_a_"
             "twin_meanwhile")),
+    Mutant("a take-over writes no lease for its probe", S_SESSION,
+           '" lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"\n'
+           '                " WHERE idem_key = %(key)s AND outcome IS NULL"\n'
+           '                f" AND owner IS NOT DISTINCT FROM %(seen)s AND {_LEASE_PASSED}"',
+           '" lease_until = clock_timestamp()"\n'
+           '                " WHERE idem_key = %(key)s AND outcome IS NULL"\n'
+           '                f" AND owner IS NOT DISTINCT FROM %(seen)s AND {_LEASE_PASSED}"',
+           (f"{T_TK}::test_a_worker_killed_in_its_take_overs_probe_keeps_the_step_out_of_reach_"
+            "until_its_lease",)),
     Mutant("the lease is never renewed", S_LEASES,
            "if held or overran:  # an overrun is journaled even once its call ended\n"
            "                    self._renew(held, overran)",
