@@ -7,11 +7,11 @@ DATABASE_URL) and ``tidemark --help`` run as subprocesses, the way an operator r
 alternate in rounds with a bare ``python -c pass``, with a process that only imports the
 provider SDKs (Google's, Microsoft Graph's, Stripe's), and with one that only imports what
 `status` cannot do without: the journal's driver and its connection pool (psycopg,
-psycopg_pool). `--help` needs neither, and `status` no Temporal SDK (tests/test_cli_imports.py
-holds both to that). The machine's load moves every absolute number; the ratios to those
-neighbours, measured in the same rounds, say what the command itself costs beyond its driver
-and whether it still pays for the SDKs. bench/run_all.py reports the median as
-``cli_status_ms``.
+psycopg_pool), ending as the command ends. `--help` needs neither, and `status` no Temporal
+SDK (tests/test_cli_imports.py holds both to that). The machine's load moves every absolute
+number; the ratios to those neighbours, measured in the same rounds, say what the command
+itself costs beyond its driver and whether it still pays for the SDKs. bench/run_all.py
+reports the median as ``cli_status_ms``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ from tidemark.store import JournalStore  # noqa: E402
 TIDEMARK = "from tools.cli import run; run()"
 SDKS = "import googleapiclient.discovery, msgraph, stripe"
 # What `tidemark status` cannot start without: the journal's driver and the pool the store
-# opens (tidemark.store.base). A command's floor: what it costs beyond this is ours.
-FLOOR = "import psycopg, psycopg_pool"
+# opens (tidemark.store.base). A command's floor: what it costs beyond this is ours. It ends as
+# the command does, without the interpreter's teardown (tidemark.process_exit), which costs
+# a process that loaded psycopg tens of milliseconds more.
+FLOOR = "import os, psycopg, psycopg_pool; os._exit(0)"
 
 
 def variants(task_id: str) -> dict[str, list[str]]:
@@ -101,10 +103,15 @@ def measure_cli_start(db_url: str, runs: int) -> dict[str, Any]:
     in CPU time under ``cli_start_cpu_ms``."""
     with tempfile.TemporaryDirectory(prefix="tidemark-cli-start-") as work:
         task_id = seed_task(db_url, Path(work))
-        # This tree first on the path, so that a worktree measures its own code.
-        env = {**os.environ, ENV_URL: db_url,
-               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                             if p)}
+        # This tree first on the path, so that a worktree measures its own code. Its bytecode
+        # is cached as an installed package's is (pip compiles it), in a directory of this run:
+        # under PYTHONDONTWRITEBYTECODE (a container's or a CI's setting) every start would
+        # otherwise compile each of our modules again, and a tree that happens to hold
+        # __pycache__ would be measured against one that does not.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update({ENV_URL: db_url, "PYTHONPYCACHEPREFIX": str(Path(work) / "pycache"),
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)})
         lines = variants(task_id)
         wall: dict[str, list[float]] = {k: [] for k in lines}
         cpu: dict[str, list[float]] = {k: [] for k in lines}
