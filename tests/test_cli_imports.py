@@ -1,7 +1,9 @@
 """What a command imports: `tidemark status` and `tidemark --help` read the journal or print a
 page, so they load no provider's client library (Google's, Microsoft Graph's with kiota and
-azure, msal, Stripe's) nor the staging servers' aiohttp; a plan check imports the action
-modules its plan names and no other; a worker imports a target's module where it binds it.
+azure, msal, Stripe's, nor httpx or requests) nor the staging servers' aiohttp; `status` loads
+the journal's driver and what reads the journal, nothing of the actions or the Temporal SDK,
+and `--help` not even the driver; a plan check imports the action modules its plan names and no
+other; a worker imports a target's module where it binds it.
 
 Each command runs as the operator runs it, in a fresh process (a test process has imported
 everything already), which reports its ``sys.modules`` at exit. How long they take is measured
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from activities import wiring
@@ -36,6 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # Top-level packages of the providers' client libraries (and the staging servers' web server).
 SDK_PACKAGES = ("googleapiclient", "google_auth_httplib2", "httplib2", "msgraph", "msgraph_core",
                 "azure", "msal", "stripe", "aiohttp")
+# What a command that reads the journal has no use for, each a noticeable share of a start-up:
+# the action and probe modules (a plan check loads those its plan names), the Temporal SDK
+# (the commands that connect load it), and the HTTP clients the providers' SDKs use.
+NOT_FOR_READING = ("activities", "probes", "temporalio", "httpx", "requests")
+# What --help has no use for beyond that: the journal's driver and the store built on it,
+# asyncio (the commands that talk to Temporal load it) and the installed package's metadata
+# (read for --version only; it pulls in email, zipfile and csv). A command that reads the
+# journal loads those two all the same: psycopg imports asyncio, and psycopg_binary reads its
+# own version with importlib.metadata.
+NOT_FOR_HELP = (*NOT_FOR_READING, "psycopg", "psycopg_pool", "tidemark.store", "asyncio",
+                "importlib.metadata")
 SDK_PREFIXES = ("kiota_",)  # kiota_abstractions, kiota_http, kiota_serialization_*, ...
 
 # Runs `tidemark ARGS` through tools.cli.main, as the console script does, then writes the
@@ -51,6 +65,11 @@ except SystemExit as e:  # argparse's --help
 with open(out, "w") as f:
     json.dump({"code": code, "modules": sorted(sys.modules)}, f)
 """
+
+
+def loaded_of(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of ``modules`` that are one of ``names`` or inside one."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
 
 
 def sdk_modules(modules: set[str]) -> list[str]:
@@ -97,13 +116,34 @@ def test_status_of_a_task_of_every_provider_loads_no_provider_sdk(
     assert "task imports-1" in out and "confirmed      1" in out, out
     assert "tools.cli" in modules and "psycopg" in modules  # it did read the journal
     assert sdk_modules(modules) == []
+    assert loaded_of(modules, NOT_FOR_READING) == []
 
 
-def test_help_loads_no_provider_sdk(tmp_path: Path) -> None:
+def test_help_loads_no_provider_sdk_nor_the_journals_driver(tmp_path: Path) -> None:
     code, out, modules = run_fresh(tmp_path, RUNNER, "--help")
     assert code == 0 and "status" in out
     assert sdk_modules(modules) == []
-    assert temporal_modules(modules) == []
+    assert loaded_of(modules, NOT_FOR_HELP) == []
+    code, out, modules = run_fresh(tmp_path, RUNNER, "--version")  # what the metadata is for
+    assert code == 0 and out.startswith("tidemark ") and "importlib.metadata" in modules
+
+
+def test_status_reads_a_journal_it_may_not_write(store: JournalStore, db_url: str,
+                                                 tmp_path: Path) -> None:
+    """`status` only reads, so it answers from a database that refuses every write (a hot
+    standby, a read-only role): it does not bring the schema up to date on its way, which is
+    `tidemark db migrate`'s and a worker's job."""
+    doc = every_provider_plan(tmp_path, "imports-6")
+    store.persist_plan(load_plan({**doc, "steps": doc["steps"][:2]}, spec_registry()))
+    run_step(store, Registry([FsRename([tmp_path])]), "imports-6", 1)
+    read_only = psycopg.conninfo.make_conninfo(db_url,
+                                               options="-c default_transaction_read_only=on")
+    done = subprocess.run([sys.executable, "-m", "tools.cli", "status", "imports-6"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DATABASE_URL": read_only})
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith("Task imports-6 needs nothing from a person (partial).\n")
+    assert "confirmed      1" in done.stdout
 
 
 def temporal_modules(modules: set[str]) -> list[str]:

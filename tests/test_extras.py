@@ -260,3 +260,25 @@ def test_a_base_install_runs_the_commands_and_a_rename_worker_without_any_provid
     assert loaded(modules, absent) == []
     assert "worker" in modules and "activities.steps" in modules
     assert len([x for x in done.stderr.splitlines() if "left out" in x]) == 3, done.stderr
+
+
+# -- the provider conformance kit -------------------------------------------------------------
+
+@pytest.mark.parametrize(("absent", "args", "line"), [
+    (("httpx",), ("--live",), "tidemark: ProvidersError: `tidemark providers verify` needs "
+                              "httpx, the HTTP client its checks speak through: pip install "
+                              "'tidemark[microsoft]'"),
+    (("httpx",), (), "tidemark: ProvidersError: `tidemark providers verify` needs httpx, the "
+                     "HTTP client its checks speak through: pip install 'tidemark[microsoft]'"),
+    (("aiohttp",), (), "tidemark: ProvidersError: `tidemark providers verify` needs the staging "
+                       "servers (or --live): pip install 'tidemark[staging]'"),
+])
+def test_providers_verify_without_its_library_says_which_extra_in_one_line(
+        tmp_path: Path, absent: tuple[str, ...], args: tuple[str, ...], line: str) -> None:
+    """The kit's checks speak plain HTTP through httpx (Microsoft Graph's SDK brings it), and by
+    default run against the staging servers (aiohttp): without them, one line naming the
+    extra, a non-zero exit and nothing checked; `--live` needs no staging server. No test
+    account is configured, so with httpx here `--live` would end at once, naming none."""
+    env = {k: "" for k in ("CI", "TIDEMARK_LIVE_STRIPE_KEY")}
+    code, done, _ = run_absent(tmp_path, CLI, absent, "providers", "verify", *args, env=env)
+    assert (code, done.stdout, done.stderr) == (1, "", line + "\n")

@@ -23,15 +23,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.actions import ProbeResult, ProbeStatus, Registry, StepContext
 from tidemark.approval import ApprovalPolicy, effective, steps_needing_person
 from tidemark.errors import ConfigError, TidemarkError, Unauthorized
 from tidemark.money import shown
 from tidemark.plan import Plan
-from tidemark.store import JournalRow, JournalStore
 from tidemark.words import EventKind, ResolvedBy
+
+# Named in annotations only: the commands that show what a step will do (`tidemark approve`, the
+# inbox) import this module without the store and its driver.
+if TYPE_CHECKING:
+    from tidemark.store import JournalRow, JournalStore
 
 log = logging.getLogger(__name__)
 

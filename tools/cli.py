@@ -15,9 +15,6 @@ import os
 import select
 import sys
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
-
-import psycopg
 
 from tidemark.errors import TidemarkError, UnknownTask
 from tidemark.process_exit import exit_now
@@ -70,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Crash-safe, idempotent execution of agent plans. The journal lives in "
                     "DATABASE_URL; `tidemark dev`, `demo` and `chaos` use an embedded "
                     "Postgres when it is unset, other commands only with --embedded-db.")
-    p.add_argument("--version", action="version", version=f"tidemark {installed_version()}")
+    p.add_argument("--version", action=_Version,
+                   help="show program's version number and exit")
     p.add_argument("--traceback", action="store_true", help="show the full trace on errors")
     p.add_argument("--embedded-db", action="store_true",
                    help="without DATABASE_URL, use the embedded Postgres in $TIDEMARK_HOME "
@@ -103,8 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"tidemark: {type(e).__name__}: {e}{_unknown_hint(args, e)}", file=sys.stderr)
         return EXIT_ERROR
-    except psycopg.errors.UndefinedTable:
-        if args.traceback:
+    except Exception as e:
+        if args.traceback or not _no_schema(e):
             raise
         print("tidemark: the journal database has no Tidemark schema yet: `tidemark db "
               "migrate` creates it (a worker does on start)", file=sys.stderr)
@@ -113,20 +111,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _no_schema(e: Exception) -> bool:
+    """Whether Postgres said a table of the journal does not exist. The driver is loaded by
+    the commands that use the journal, not by this module: a command that never read it
+    (`--help`, one that failed before it connected) does not load it just to be told apart."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(e, psycopg.errors.UndefinedTable)
+
+
 def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
     """For a task no plan is stored for whose start its series blocked: what blocked it (a
     person at 03:14 must not take the run for a typo)."""
     if not isinstance(e, UnknownTask):
         return ""
+    import psycopg  # loaded already: the journal said the task is unknown
+
     try:
         return "; " + commands.blocked_status(journal_url(a), e.task_id)["line"]
     except (TidemarkError, psycopg.Error):
         return ""
 
 
+class _Version(argparse.Action):
+    """--version, which reads the installed version when it is asked for (installed_version),
+    not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"tidemark {installed_version()}")
+        parser.exit()
+
+
 def installed_version() -> str:
     """The installed distribution's version (its metadata, so it cannot drift from what pip
-    installed)."""
+    installed). Read only when --version is asked: importlib.metadata and what it loads (email,
+    zipfile, csv) cost `--help` tens of milliseconds."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("tidemark")
     except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
 from typing import Any
@@ -140,6 +139,8 @@ def _cmd_release(a: argparse.Namespace) -> int:
 
 
 def _cmd_resume(a: argparse.Namespace) -> int:
+    import asyncio  # with the Temporal client: not loaded by `--help` nor the journal's commands
+
     from tools.starter import check_no_unwind, resume_task
 
     url = journal_url(a)
@@ -187,6 +188,8 @@ def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | N
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
+    import asyncio
+
     from tools.starter import decision_taken, signal_approval
 
     decision = Decision.APPROVE if a.command == Decision.APPROVE else Decision.REJECT
@@ -245,6 +248,8 @@ def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
 
 
 def _cmd_unwind(a: argparse.Namespace) -> int:
+    import asyncio
+
     from tools.starter import check_no_unwind, unwind_task
 
     url = journal_url(a)

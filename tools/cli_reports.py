@@ -71,7 +71,8 @@ def _cmd_status(a: argparse.Namespace) -> int:
         print("tidemark: status needs a task or --series S", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = commands.status(journal_url(a), a.task)
+        report, first = ((commands.status(journal_url(a), a.task), "") if a.json
+                         else commands.status_with_first_line(journal_url(a), a.task))
     except UnknownTask:
         blocked = commands.blocked_status(journal_url(a), a.task)  # or UnknownTask again
         if a.json:
@@ -82,10 +83,7 @@ def _cmd_status(a: argparse.Namespace) -> int:
     if a.json:
         print_json(report.as_json())
     else:
-        from tools.inbox import first_line
-
-        with commands.open_store(journal_url(a)) as store:
-            print(first_line(store, a.task, report.state))
+        print(first)
         print(report.text())
     return 0
 

@@ -4,7 +4,6 @@ create|list|pause|unpause|delete`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
@@ -22,6 +21,8 @@ from tools.cli_common import (
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
+    import asyncio  # with the Temporal client: not loaded by `--help` nor the journal's commands
+
     from tools.kill import kill, stopped_workflows
 
     if sum((a.task is not None, a.series is not None, a.all)) != 1:
@@ -60,6 +61,8 @@ def _cmd_kill(a: argparse.Namespace) -> int:
 
 
 def _cmd_schedule(a: argparse.Namespace) -> int:
+    import asyncio
+
     from tools import schedules
 
     async def go() -> Any:

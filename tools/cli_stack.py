@@ -165,6 +165,7 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
 def _cmd_providers(a: argparse.Namespace) -> int:
     from tools import providers
 
+    providers.check_installed(staging=not a.live)
     only = a.only or None
     if a.live:
         try:

@@ -10,12 +10,8 @@ import os
 import pwd
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from activities.catalog import spec_registry
-from activities.fs import FsRename
-from probes.fs import parse_roots
-from tidemark.actions import GateRefused
 from tidemark.approval import ApprovalPolicy, parse_policy
 from tidemark.boundary import ApprovalError, check_approver
 from tidemark.errors import (
@@ -26,9 +22,7 @@ from tidemark.errors import (
     TidemarkError,
     UnknownTask,
 )
-from tidemark.plan import TASK_ID_RE, Plan, load_plan_file
-from tidemark.report import Report, build_report
-from tidemark.store import JournalStore
+from tidemark.plan import TASK_ID_RE, Plan
 from tidemark.words import (
     ControlState,
     Decision,
@@ -39,16 +33,29 @@ from tidemark.words import (
     Verdict,
 )
 
+if TYPE_CHECKING:
+    from tidemark.report import Report
+    from tidemark.store import JournalStore
+
+
+def journal_store(url: str) -> JournalStore:
+    """The journal at ``url``, not yet opened. The store's modules (psycopg and its pool, about
+    half of what `tidemark status` imports) are loaded here, by the commands that use the
+    journal: `tidemark --help` and the commands that only talk to Temporal never do."""
+    from tidemark.store import JournalStore
+
+    return JournalStore(url)
+
 
 def open_store(url: str) -> JournalStore:
     """Opens the journal and brings its schema up to date."""
-    store = JournalStore(url).open()
+    store = journal_store(url).open()
     store.migrate()
     return store
 
 
 def db_migrate(url: str) -> list[str]:
-    with JournalStore(url) as store:
+    with journal_store(url) as store:
         return store.migrate()
 
 
@@ -59,6 +66,13 @@ def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = N
     path is checked against those roots as a worker with the same setting would before the
     first step.
     """
+    # Every known action's spec and the rename's path gate: only a plan check needs them.
+    from activities.catalog import spec_registry
+    from activities.fs import FsRename
+    from probes.fs import parse_roots
+    from tidemark.actions import GateRefused
+    from tidemark.plan import load_plan_file
+
     plan = load_plan_file(path, spec_registry(), sort=sort)
     roots = parse_roots(fs_roots)
     if roots:
@@ -79,8 +93,23 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
 
 
 def status(url: str, task_id: str) -> Report:
-    with JournalStore(url) as store:
+    from tidemark.report import build_report
+
+    with journal_store(url) as store:
         return build_report(store, task_id)
+
+
+def status_with_first_line(url: str, task_id: str) -> tuple[Report, str]:
+    """The interruption report of a task and the sentence `tidemark status T` opens with
+    (tools.inbox.first_line), read on one pool and without a migration: a status only reads,
+    so it answers from a database that refuses writes (a standby, a read-only role), and an
+    out-of-date schema is `tidemark db migrate`'s to change, not a reader's."""
+    from tidemark.report import build_report
+    from tools.inbox import first_line
+
+    with journal_store(url) as store:
+        report = build_report(store, task_id)
+        return report, first_line(store, task_id, report.state)
 
 
 ALL_TASKS = "*"  # the control scope that stops every task
@@ -135,7 +164,7 @@ def blocked_line(task_id: str, event: dict[str, Any]) -> str:
 def blocked_status(url: str, task_id: str) -> dict[str, Any]:
     """``tidemark status`` of a task that has no stored plan: ``blocked`` when its start was
     refused by its series, otherwise UnknownTask."""
-    with JournalStore(url) as store:
+    with journal_store(url) as store:
         event = blocked_start(store, task_id)
     if event is None:
         raise UnknownTask(task_id)
@@ -193,7 +222,7 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
     """An unwind starts only when no kill applies to the task. The refusal names the command
     that helps: for the task's own kill `release T --for-unwind` (TaskKilled); for a kill of
     every task or of its series, releasing that scope, as the task's name does not lift it."""
-    with JournalStore(url) as store:
+    with journal_store(url) as store:
         stop = store.stop_state(task_id)
     if stop is None or stop["state"] != ControlState.KILLED:
         return
@@ -229,7 +258,7 @@ def global_stop(url: str) -> dict[str, Any] | None:
 def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
     """What an unwind would do: the reversible steps it compensates (last first) and the
     irreversible steps that happened, which it leaves alone."""
-    with JournalStore(url) as store:
+    with journal_store(url) as store:
         store.progress(task_id)  # raises UnknownTask for a task that does not exist
         undo = store.undo_candidates(task_id)
         irreversible = store.irreversible_steps(task_id)
@@ -283,7 +312,7 @@ def resolve(url: str, task_id: str, step: int, as_: str, note: str, by: str) -> 
 
 def journal(url: str, task_id: str) -> dict[str, Any]:
     """Every journal row and event of a task, oldest first: the audit trail."""
-    with JournalStore(url) as store:
+    with journal_store(url) as store:
         store.progress(task_id)  # UnknownTask for a task that does not exist
         return {"rows": [r.as_json() for r in store.rows(task_id)],
                 "events": [{**e, "at": e["at"].isoformat()} for e in store.events(task_id)]}

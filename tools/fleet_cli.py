@@ -4,7 +4,6 @@ driver or SDK."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -43,6 +42,8 @@ def add_fleet_command(sub: Any) -> None:
 
 
 def _cmd_fleet(a: Any) -> int:
+    import asyncio  # with the harness: not loaded by `--help`
+
     from tools.fleet import FleetConfig, task_docs
 
     cfg = FleetConfig(tasks=a.tasks, workers=a.workers, wait_s=a.wait_s, kills=a.kills,

@@ -19,28 +19,27 @@ a URL; docs/who-needs-me.md).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.boundary import what_it_will_do
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
 from tidemark.needs import sentence, worklist_query
-from tidemark.payloads import HaltInput
-from tidemark.report import Report, build_report
 from tidemark.settings import Settings
-from tidemark.store import JournalStore
 from tidemark.words import ControlState, Decision, TaskState
 from tools.commands import open_store
 
-# Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
-# apart from a person's `tidemark stop` by it.
-HALT_BY = HaltInput(task_id="", reason="").by
+# The report and the store (psycopg) are loaded by the commands that read the journal, when
+# they read it: `tidemark --help` registers this command without them.
+if TYPE_CHECKING:
+    from tidemark.report import Report
+    from tidemark.store import JournalStore
+
 DEFAULT_UI = "http://localhost:8233"
 # The unwinds under way (tools.starter.unwind_task names them tidemark-unwind-<task>).
 UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
@@ -79,6 +78,21 @@ def _release(task_id: str, scope: str | None) -> str:
     return f"tidemark release {task_id}"
 
 
+def halt_by() -> str:
+    """Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
+    apart from a person's `tidemark stop` by it. The payloads (seventeen dataclasses, some
+    10 ms of a command's start) are loaded only when a stop is read."""
+    from tidemark.payloads import HaltInput
+
+    return HaltInput(task_id="", reason="").by
+
+
+def _report(store: JournalStore, task_id: str) -> Report:
+    from tidemark.report import build_report  # see TYPE_CHECKING above
+
+    return build_report(store, task_id)
+
+
 def _stake(store: JournalStore, task_id: str) -> list[str]:
     return [what_it_will_do(s["step"], s["action"], s["args"])
             for s in store.irreversible_pending(task_id)]
@@ -91,7 +105,7 @@ def _stopped(t: str, report: Report, stop: dict[str, Any], stake: list[str]) -> 
         return Entry(t, "killed", since, said, _release(t, scope), stake)
     if scope not in (None, t):
         return Entry(t, "stopped", since, f"{said} (scope {scope})", _release(t, scope), stake)
-    if stop["set_by"] == HALT_BY:
+    if stop["set_by"] == halt_by():
         return Entry(t, "halted", since, f"halted: {stop['reason']}", f"tidemark resume {t}",
                      stake)
     if (report.approval or {}).get("decision") == Decision.REJECT:
@@ -102,7 +116,7 @@ def _stopped(t: str, report: Report, stop: dict[str, Any], stake: list[str]) -> 
 def _entry(store: JournalStore, candidate: dict[str, Any]) -> Entry | None:
     """The task's entry, or None when it does not wait for a person."""
     t = candidate["task_id"]
-    report = build_report(store, t)
+    report = _report(store, t)
     p, state = report.progress, report.state
     if state == TaskState.UNWOUND or (p.finished and not p.undo_rows):
         return None  # settled: a stop or kill of a completed task holds nothing back
@@ -161,7 +175,7 @@ def first_line(store: JournalStore, task_id: str, state: str) -> str:
     if e.why == "awaiting_approval":
         return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
                 f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
-    doubt = build_report(store, task_id).progress.in_doubt
+    doubt = _report(store, task_id).progress.in_doubt
     said = sentence(task_id, STATE_OF_WHY.get(e.why, e.why),
                     {"message": e.detail, "step": doubt.step if doubt else None})
     return said if f"`{e.command}" in said else f"{said} Next: `{e.command}`."
@@ -189,6 +203,8 @@ async def _open_unwinds(settings: Settings) -> set[str]:
 def open_unwinds(settings: Settings) -> set[str] | None:
     """The tasks whose unwind is under way, or None (with one line on stderr) when Temporal
     does not answer in time: the inbox then answers from the journal alone."""
+    import asyncio  # with the Temporal client: `--help` registers this command without it
+
     try:
         return asyncio.run(asyncio.wait_for(_open_unwinds(settings), TEMPORAL_WAIT_S))
     except (TidemarkError, TimeoutError, RuntimeError) as e:

@@ -37,12 +37,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from tidemark import staging_tokens
+from tidemark.actions import ClientLibrary
 from tidemark.errors import TidemarkError
+
+if TYPE_CHECKING:
+    import httpx
+
+# What the kit runs on beyond the core, each the extra that installs it (docs/install.md): its
+# checks speak plain HTTP through httpx, which Microsoft Graph's SDK brings; without --live they
+# run against the staging servers (aiohttp, and PyJWT for the OAuth endpoints).
+HTTP_CLIENT = ClientLibrary("httpx, the HTTP client its checks speak through", "microsoft",
+                            ("httpx",))
+STAGING_SERVERS = ClientLibrary("the staging servers (or --live)", "staging", ("aiohttp", "jwt"))
 
 # How long a check waits for a provider's eventual state (a search to show a sent message, the
 # transport to move a submitted draft): Gmail's search lags by seconds, Graph's transport by
@@ -413,6 +422,8 @@ def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, An
     """Runs one check: ``{id, provider, status, facts, measured, failed, exchanges}``;
     ``status`` is ``held``, ``broken`` (a required fact differs), ``error`` (the check could
     not tell) or ``skipped`` (no credentials for this provider)."""
+    import httpx  # see HTTP_CLIENT
+
     out: dict[str, Any] = {"id": a.id, "provider": a.provider, "statement": a.statement,
                            "source": a.source, "switches": list(a.switches)}
     missing = _needs(a, e)
@@ -430,7 +441,19 @@ def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, An
             "measured": s.measured, "failed": failed, "exchanges": s.exchanges}
 
 
+def check_installed(*, staging: bool) -> None:
+    """ProvidersError, one line naming the extra, when a library the kit needs is not
+    installed (``staging``: it is to run against the staging servers); nothing is imported to
+    find out."""
+    for library in (HTTP_CLIENT, *([STAGING_SERVERS] if staging else [])):
+        if not library.installed():
+            raise ProvidersError(f"`tidemark providers verify` needs {library.what}: "
+                                 f"pip install 'tidemark[{library.extra}]'")
+
+
 def verify(e: Endpoints, only: list[str] | None = None) -> list[dict[str, Any]]:
+    import httpx  # see HTTP_CLIENT: the caller checked it is installed
+
     chosen = [a for a in ASSUMPTIONS if not only or a.id in only or a.provider in only]
     with httpx.Client() as client:
         return [run_check(a, e, client) for a in chosen]
