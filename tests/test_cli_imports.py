@@ -146,6 +146,34 @@ def test_status_reads_a_journal_it_may_not_write(store: JournalStore, db_url: st
     assert "confirmed      1" in done.stdout
 
 
+def test_status_on_a_schema_older_than_the_command_reads_it_or_names_the_migration(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """A journal whose schema predates this version (workers of the old version still run) is
+    not brought up to date by a read. `status` answers from it while what it reads is there (the
+    newest migration's column is not); when a column it reads is missing it says in one line
+    what brings the schema up to date, not a driver's traceback."""
+    doc = every_provider_plan(tmp_path, "imports-7")
+    store.persist_plan(load_plan({**doc, "steps": doc["steps"][:1]}, spec_registry()))
+    run_step(store, Registry([FsRename([tmp_path])]), "imports-7", 1)
+    status = [sys.executable, "-m", "tools.cli", "status", "imports-7"]
+    env = {**os.environ, "DATABASE_URL": db_url}
+    with psycopg.connect(db_url, autocommit=True) as conn:  # the schema as 0013 left it
+        conn.execute("ALTER TABLE tidemark.journal DROP COLUMN owner")
+        conn.execute("DELETE FROM tidemark.schema_migrations WHERE version = 14")
+    done = subprocess.run(status, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stderr) == (0, "") and "confirmed      1" in done.stdout
+    with psycopg.connect(db_url, autocommit=True) as conn:  # older still: no attempt lease
+        conn.execute("ALTER TABLE tidemark.journal DROP COLUMN lease_until CASCADE")
+    done = subprocess.run(status, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("tidemark: the journal database's schema is older than this "
+                           "version of Tidemark: `tidemark db migrate` brings it up to date "
+                           "(a worker does on start)\n")
+    with psycopg.connect(db_url) as conn:  # and nothing was written on the way
+        assert conn.execute("SELECT count(*) FROM tidemark.schema_migrations"
+                            " WHERE version = 14").fetchone() == (0,)
+
+
 def temporal_modules(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] == "temporalio")
 

@@ -102,21 +102,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tidemark: {type(e).__name__}: {e}{_unknown_hint(args, e)}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
-        if args.traceback or not _no_schema(e):
+        schema = None if args.traceback else _schema_behind(e)
+        if schema is None:
             raise
-        print("tidemark: the journal database has no Tidemark schema yet: `tidemark db "
-              "migrate` creates it (a worker does on start)", file=sys.stderr)
+        print(f"tidemark: {schema} (a worker does on start)", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 
 
-def _no_schema(e: Exception) -> bool:
-    """Whether Postgres said a table of the journal does not exist. The driver is loaded by
-    the commands that use the journal, not by this module: a command that never read it
-    (`--help`, one that failed before it connected) does not load it just to be told apart."""
+def _schema_behind(e: Exception) -> str | None:
+    """What to say when Postgres said a table or a column of the journal does not exist: no
+    schema yet, or one older than this version (a command that reads does not migrate). None
+    for any other error. The driver is loaded by the commands that use the journal, not by this
+    module: a command that never read it (`--help`, one that failed before it connected) does
+    not load it just to be told apart."""
     psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(e, psycopg.errors.UndefinedTable)
+    if psycopg is None:
+        return None
+    if isinstance(e, psycopg.errors.UndefinedTable):
+        return ("the journal database has no Tidemark schema yet: `tidemark db migrate` "
+                "creates it")
+    if isinstance(e, psycopg.errors.UndefinedColumn):
+        return ("the journal database's schema is older than this version of Tidemark: "
+                "`tidemark db migrate` brings it up to date")
+    return None
 
 
 def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
