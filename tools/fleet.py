@@ -23,7 +23,10 @@ database (``pg_stat_activity``, the sampler's own left out): its peak, against t
 ``workers x (pool + 2) + HARNESS_CONNECTIONS`` (each worker's pool plus its lease keeper and
 one spare). From the journal afterwards: the most steps whose intent was open at one moment,
 and the most tasks with a step open, at their peaks and at the connection peak. Throughput is
-steps completed per second of wall time, from the first start to the last run's end.
+steps completed per second of wall time, from the first start to the last run's end. What the
+steps in flight cost the workers is read at the same samples from each worker's /proc/<pid>:
+resident memory (VmRSS, and the kernel's own peak VmHWM), threads and CPU time, once all poll
+(before any run starts) and at their peaks (docs/scaling.md, *What one worker holds*).
 
 The heavier check beside ``tidemark chaos``: 1,000 tasks on four workers is a command to run
 by hand (docs/benchmarks.md), a small fleet is tests/test_fleet.py.
