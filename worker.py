@@ -41,6 +41,7 @@ from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
 from tidemark.settings import DEFAULT_MAX_CONCURRENT_STEPS, Settings, load_settings
 from tidemark.store import JournalStore
+from tidemark.workflow_code import compile_once
 from workflows.needs_person import NeedsPerson
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
@@ -61,6 +62,8 @@ STICKY_TO_START = timedelta(seconds=1)
 # On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
 # journal's probe on the next attempt). Steps normally take well under a second.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
+# The workflows every worker runs.
+WORKFLOWS = [RunPlan, UnwindPlan, ScheduledRun, NeedsPerson]
 # Exit status for a configuration the worker cannot start with (sysexits' EX_CONFIG).
 EXIT_CONFIG = 78
 
@@ -72,12 +75,14 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     """The worker with every workflow and activity; tests build it the same way. ``approval``
     is the operator's policy (default: every irreversible step waits for a person);
     ``max_steps`` the steps it runs at once (``executor`` must have as many threads)."""
+    # The sandbox imports a workflow's module anew for every run: compile each once.
+    compile_once(w.__module__ for w in WORKFLOWS)
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
     activities = StepActivities(store, registry, grants)
     boundary = BoundaryActivities(store, registry, grants, approval)
     planning = PlannerActivities(store, registry, grants)
     return Worker(
-        client, task_queue=task_queue, workflows=[RunPlan, UnwindPlan, ScheduledRun, NeedsPerson],
+        client, task_queue=task_queue, workflows=WORKFLOWS,
         activities=[*activities.all(), *boundary.all(), *planning.all()],
         activity_executor=executor, max_concurrent_activities=max_steps,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,

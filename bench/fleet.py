@@ -1,10 +1,12 @@
 """Many workers, many steps in flight: `tidemark fleet` (tools/fleet.py) as a benchmark.
 
     python bench/fleet.py [--tasks N] [--workers W] [--wait-s S] [--kills K]
+                          [--steps-per-worker M] [--pool P]
                                           (or as part ``fleet`` of bench/run_all.py)
 
 N runs of examples/fleet-rename.json (one drive.rename whose write waits S seconds on the
-staging server) over W real worker processes (each 256 steps at once, a journal pool of 8),
+staging server) over W real worker processes (each M steps at once, default 256, and a
+journal pool of P connections, default 8),
 K of them SIGKILLed and replaced while the steps wait, on a database of its own (so the
 connections counted are the fleet's alone). The default here is 200 tasks, a few minutes on a
 loaded 2-core machine; the issue's 1,000 is ``--tasks 1000`` (docs/benchmarks.md).
@@ -14,7 +16,12 @@ Keys: ``inflight_tasks`` and ``inflight_workers`` (what ran), ``inflight_duplica
 ``inflight_completed``, ``db_connections_peak`` (pg_stat_activity, sampled every 100 ms) with
 ``db_connections_bound`` (workers x (pool + 2) + 1), ``inflight_steps_peak`` and
 ``inflight_tasks_peak`` (steps whose intent was open at one moment), ``inflight_wall_s`` and
-``inflight_steps_per_s``.
+``inflight_steps_per_s``. What the steps in flight cost the workers, from /proc/<pid>, sampled
+with the connections: ``worker_rss_start_mib`` and ``worker_threads_start`` (the largest worker
+once polling, before any run started), ``worker_rss_peak_mib`` and ``worker_threads_peak``
+(the largest worker's peaks), ``worker_rss_per_step_kib`` and ``worker_threads_per_step`` (the
+growth per step in flight at the peak: exact for one worker, an upper bound for several), and
+``worker_cpu_ms_per_step`` (the workers' CPU time per step done).
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from temporalio.client import Client
 from tools.fleet import FleetConfig, run_fleet, staging_process
 
 PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
+WORKER_KEYS = ("worker_rss_start_mib", "worker_rss_peak_mib", "worker_rss_per_step_kib",
+               "worker_threads_start", "worker_threads_peak", "worker_threads_per_step",
+               "worker_cpu_ms_per_step")
 DEFAULTS = FleetConfig(tasks=200, workers=4, wait_s=2.0, kills=2, seed=22, timeout_s=1200.0)
 
 
@@ -60,7 +70,8 @@ async def measure_fleet(client: Client, db_url: str,
             "inflight_steps_per_worker": cfg.steps_per_worker, "inflight_pool": cfg.pool,
             "db_connections_peak": r.db_connections_peak,
             "db_connections_bound": cfg.connection_bound,
-            "inflight_wall_s": j["wall_s"], "inflight_steps_per_s": j["steps_per_s"]}
+            "inflight_wall_s": j["wall_s"], "inflight_steps_per_s": j["steps_per_s"],
+            **{k: j[k] for k in WORKER_KEYS}}
 
 
 async def _main(cfg: FleetConfig) -> dict[str, Any]:
@@ -88,9 +99,12 @@ if __name__ == "__main__":
     ap.add_argument("--workers", type=int, default=DEFAULTS.workers)
     ap.add_argument("--wait-s", type=float, default=DEFAULTS.wait_s)
     ap.add_argument("--kills", type=int, default=DEFAULTS.kills)
+    ap.add_argument("--steps-per-worker", type=int, default=DEFAULTS.steps_per_worker)
+    ap.add_argument("--pool", type=int, default=DEFAULTS.pool)
     a = ap.parse_args()
     config = dataclasses.replace(DEFAULTS, tasks=a.tasks, workers=a.workers, wait_s=a.wait_s,
-                                 kills=a.kills)
+                                 kills=a.kills, steps_per_worker=a.steps_per_worker,
+                                 pool=a.pool)
     if config.problem():
         ap.error(config.problem())
     # The dev server prints to the inherited stdout; only the result goes there.

@@ -44,6 +44,18 @@ async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bound
     assert len(report.kills) == SMALL.kills and report.kills[0].writes_in_flight > 0, summary
     assert report.inflight_steps_peak >= INFLIGHT_AT_LEAST, summary
     assert 0 < report.db_connections_peak <= SMALL.connection_bound, summary
+    # What the steps in flight cost the workers is read from each worker process itself (the
+    # two started and the one that replaced the killed one), not from the harness: their
+    # memory, and threads beyond those they had while only polling (one per running step).
+    use = (f"sampled {report.workers_sampled} of {report.worker_pids}; RSS "
+           f"{report.worker_rss_start_kib} -> {report.worker_rss_peak_kib} KiB, threads "
+           f"{report.worker_threads_start} -> {report.worker_threads_peak}")
+    assert len(report.worker_pids) == SMALL.workers + SMALL.kills, use
+    assert sorted(report.workers_sampled) == sorted(report.worker_pids), use
+    assert os.getpid() not in report.worker_pids, use
+    assert 0 < report.worker_rss_start_kib <= report.worker_rss_peak_kib, use
+    assert report.worker_threads_peak > report.worker_threads_start > 0, use
+    assert report.worker_cpu_s > 0, use
 
 
 def fleet_dirs() -> set[str]:

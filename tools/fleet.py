@@ -23,7 +23,10 @@ database (``pg_stat_activity``, the sampler's own left out): its peak, against t
 ``workers x (pool + 2) + HARNESS_CONNECTIONS`` (each worker's pool plus its lease keeper and
 one spare). From the journal afterwards: the most steps whose intent was open at one moment,
 and the most tasks with a step open, at their peaks and at the connection peak. Throughput is
-steps completed per second of wall time, from the first start to the last run's end.
+steps completed per second of wall time, from the first start to the last run's end. What the
+steps in flight cost the workers is read at the same samples from each worker's /proc/<pid>:
+resident memory (VmRSS, and the kernel's own peak VmHWM), threads and CPU time, once all poll
+(before any run starts) and at their peaks (docs/scaling.md, *What one worker holds*).
 
 The heavier check beside ``tidemark chaos``: 1,000 tasks on four workers is a command to run
 by hand (docs/benchmarks.md), a small fleet is tests/test_fleet.py.
@@ -78,6 +81,7 @@ PER_WORKER_EXTRA = 2
 # sampler, which leaves itself out; one for slack, e.g. a worker that is being replaced).
 HARNESS_CONNECTIONS = 1
 SAMPLE_EVERY_S = 0.1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 FOREVER = 10**9  # the delay fault's count: every write waits
 START_TIMEOUT_S = 120.0  # for a worker to poll (its start imports every SDK and checks every token)
 
@@ -123,6 +127,10 @@ class FleetConfig:
         return self.workers * (self.pool + PER_WORKER_EXTRA) + HARNESS_CONNECTIONS
 
 
+def mib(kib: int) -> float:
+    return round(kib / 1024, 1)
+
+
 def drive_timeout_s() -> float:
     """The workers' Drive client timeout: a write that waits longer would never be answered."""
     from tools.devstack import STAGING_CLIENTS
@@ -157,6 +165,18 @@ class FleetReport:
     inflight_steps_peak: int = 0
     inflight_tasks_peak: int = 0
     inflight_steps_at_connection_peak: int = 0
+    # What the steps in flight cost the workers (/proc/<pid>/status, sampled with the
+    # connections): each worker's resident memory and threads once it polls, before any run
+    # starts, and their peaks over the run (the largest worker's), and every pid sampled.
+    worker_rss_start_kib: int = 0
+    worker_rss_peak_kib: int = 0
+    worker_threads_start: int = 0
+    worker_threads_peak: int = 0
+    worker_growth_kib: int = 0  # the first workers' peak minus start, summed
+    worker_thread_growth: int = 0
+    worker_cpu_s: float = 0.0  # every worker's CPU time while the runs ran, summed
+    workers_sampled: list[int] = field(default_factory=list)
+    worker_pids: list[int] = field(default_factory=list)  # every worker started
     wall_s: float = 0.0
     steps_done: int = 0
     log_dir: str = ""
@@ -165,6 +185,12 @@ class FleetReport:
     def ok(self) -> bool:
         return (not self.not_completed and not self.false_done and self.duplicates == 0
                 and self.missing == 0)
+
+    def per_step(self, growth: float) -> float:
+        """``growth`` (the first workers' peak minus their start, summed) per step in flight at
+        the peak: exact for one worker; with several, or kills, an upper bound (their peaks
+        need not coincide)."""
+        return round(growth / self.inflight_steps_peak, 1) if self.inflight_steps_peak else 0.0
 
     def as_json(self) -> dict[str, Any]:
         c = self.config
@@ -180,6 +206,16 @@ class FleetReport:
             "inflight_steps_peak": self.inflight_steps_peak,
             "inflight_tasks_peak": self.inflight_tasks_peak,
             "inflight_steps_at_connection_peak": self.inflight_steps_at_connection_peak,
+            "worker_rss_start_mib": mib(self.worker_rss_start_kib),
+            "worker_rss_peak_mib": mib(self.worker_rss_peak_kib),
+            "worker_rss_per_step_kib": self.per_step(self.worker_growth_kib),
+            "worker_threads_start": self.worker_threads_start,
+            "worker_threads_peak": self.worker_threads_peak,
+            "worker_threads_per_step": self.per_step(self.worker_thread_growth),
+            "workers_sampled": len(self.workers_sampled),
+            "worker_cpu_s": round(self.worker_cpu_s, 1),
+            "worker_cpu_ms_per_step": (round(1000 * self.worker_cpu_s / self.steps_done, 1)
+                                       if self.steps_done else 0.0),
             "wall_s": round(self.wall_s, 2), "steps_done": self.steps_done,
             "steps_per_s": round(self.steps_done / self.wall_s, 2) if self.wall_s else 0.0,
             "log_dir": self.log_dir, "ok": self.ok}
@@ -199,6 +235,14 @@ class FleetReport:
                  f"in flight       {self.inflight_steps_peak} steps, {self.inflight_tasks_peak} "
                  f"tasks at most; {self.inflight_steps_at_connection_peak} steps at the "
                  "connection peak",
+                 f"worker memory   {j['worker_rss_start_mib']} MiB polling, "
+                 f"{j['worker_rss_peak_mib']} MiB at most; {j['worker_rss_per_step_kib']} KiB "
+                 "per step in flight",
+                 f"worker threads  {self.worker_threads_start} polling, "
+                 f"{self.worker_threads_peak} at most; {j['worker_threads_per_step']} per step "
+                 "in flight",
+                 f"worker CPU      {j['worker_cpu_s']} s, {j['worker_cpu_ms_per_step']} ms per "
+                 "step done",
                  f"wall            {j['wall_s']} s, {j['steps_per_s']} steps/s"]
         lines += [f"not completed   {n['task']}: {n['state']} {n['why']}"
                   for n in self.not_completed[:20]]
@@ -270,6 +314,11 @@ class Workers:
         self.log_dir = log_dir
         self.live: dict[int, subprocess.Popen[bytes]] = {}
         self.dead: list[subprocess.Popen[bytes]] = []
+        self.started: list[int] = []  # every pid, in order
+
+    def pids(self) -> list[int]:
+        """The live workers' pids (read from the sampler's thread: a copy)."""
+        return list(self.live)
 
     def start(self) -> int:
         n = len(self.live) + len(self.dead) + 1
@@ -277,6 +326,7 @@ class Workers:
             proc = subprocess.Popen([sys.executable, "-m", "worker"], env=self.env,
                                     stdout=log, stderr=subprocess.STDOUT)
         self.live[proc.pid] = proc
+        self.started.append(proc.pid)
         return proc.pid
 
     def kill(self, pid: int) -> None:
@@ -368,14 +418,62 @@ async def all_polling(client: Client, queue: str, workers: Workers) -> None:
 
 # -- what is measured meanwhile ------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ProcessSample:
+    """One look at a process in /proc: what a step in flight costs its worker."""
+
+    rss_kib: int  # VmRSS: resident now
+    hwm_kib: int  # VmHWM: the most it was resident (the kernel's own peak, between samples too)
+    threads: int
+    cpu_s: float  # user + system time so far (/proc/<pid>/stat)
+
+
+def process_sample(pid: int) -> ProcessSample | None:
+    """``pid``'s memory and threads from /proc/<pid>/status, its CPU time from
+    /proc/<pid>/stat; None when it is gone (or on a system without /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    # stat's second field, the command, is in parentheses and may hold spaces: count after it.
+    # utime and stime are the 14th and 15th fields, in clock ticks.
+    after = stat.rsplit(")", 1)[-1].split()
+    try:
+        return ProcessSample(rss_kib=int(fields["VmRSS"].split()[0]),
+                             hwm_kib=int(fields["VmHWM"].split()[0]),
+                             threads=int(fields["Threads"]),
+                             cpu_s=(int(after[11]) + int(after[12])) / CLOCK_TICKS)
+    except (KeyError, ValueError, IndexError):
+        return None  # a zombie has no Vm* lines
+
+
+@dataclass
+class WorkerUse:
+    """Each worker's peaks over the run, by pid."""
+
+    rss_peak_kib: dict[int, int] = field(default_factory=dict)
+    threads_peak: dict[int, int] = field(default_factory=dict)
+    cpu_s: dict[int, float] = field(default_factory=dict)  # the last seen
+
+    def add(self, pid: int, s: ProcessSample) -> None:
+        self.rss_peak_kib[pid] = max(self.rss_peak_kib.get(pid, 0), s.hwm_kib, s.rss_kib)
+        self.threads_peak[pid] = max(self.threads_peak.get(pid, 0), s.threads)
+        self.cpu_s[pid] = s.cpu_s
+
+
 class ConnectionSampler:
     """Counts the server connections to the journal's database every SAMPLE_EVERY_S, in a
-    thread of its own. The statement reads Postgres's view of its backends, not the journal:
+    thread of its own, and at the same moments reads each live worker's memory and threads
+    (``worker_pids``). The statement reads Postgres's view of its backends, not the journal:
     it is the harness's, not the store's."""
 
-    def __init__(self, db_url: str) -> None:
+    def __init__(self, db_url: str, worker_pids: Callable[[], list[int]] = list) -> None:
         self.db_url = db_url
+        self.worker_pids = worker_pids
         self.samples: list[tuple[float, int]] = []
+        self.workers = WorkerUse()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fleet-sampler")
 
@@ -385,6 +483,9 @@ class ConnectionSampler:
                 row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
                                    "current_database() AND pid <> pg_backend_pid()").fetchone()
                 self.samples.append((time.time(), int(row[0]) if row else 0))
+                for pid in self.worker_pids():
+                    if (sample := process_sample(pid)) is not None:
+                        self.workers.add(pid, sample)
                 self._stop.wait(SAMPLE_EVERY_S)
 
     def __enter__(self) -> ConnectionSampler:
@@ -468,7 +569,8 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
             workers.start()
         await all_polling(client, queue, workers)
         say(f"{cfg.workers} workers polling {queue}; starting {cfg.tasks} runs")
-        with ConnectionSampler(db_url) as sampler:
+        at_start = {pid: s for pid in workers.pids() if (s := process_sample(pid)) is not None}
+        with ConnectionSampler(db_url, workers.pids) as sampler:
             started = time.monotonic()
             handles = await asyncio.gather(*(client.start_workflow(
                 "RunPlan", d, id=f"tidemark-{d['task_id']}", task_queue=queue) for d in docs))
@@ -481,11 +583,30 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
             report.kills = await killer
         peak, peak_at = sampler.peak()
         report.db_connections_peak, report.db_connections_samples = peak, len(sampler.samples)
+        _worker_use(report, at_start, sampler.workers)
     finally:
+        report.worker_pids = list(workers.started)
         workers.stop()
     say(f"runs ended after {report.wall_s:.1f} s; judging")
     _judge(report, plans, results, staging_url, db_url, peak_at)
     return report
+
+
+def _worker_use(report: FleetReport, at_start: dict[int, ProcessSample], use: WorkerUse
+                ) -> None:
+    """The workers' memory and threads: polling (before any run started) and at their peaks."""
+    report.workers_sampled = sorted(use.rss_peak_kib)
+    if at_start:
+        report.worker_rss_start_kib = max(s.rss_kib for s in at_start.values())
+        report.worker_threads_start = max(s.threads for s in at_start.values())
+    report.worker_rss_peak_kib = max(use.rss_peak_kib.values(), default=0)
+    report.worker_threads_peak = max(use.threads_peak.values(), default=0)
+    report.worker_growth_kib = sum(max(use.rss_peak_kib.get(pid, 0) - s.rss_kib, 0)
+                                   for pid, s in at_start.items())
+    report.worker_cpu_s = sum(cpu - (at_start[pid].cpu_s if pid in at_start else 0.0)
+                              for pid, cpu in use.cpu_s.items())
+    report.worker_thread_growth = sum(max(use.threads_peak.get(pid, 0) - s.threads, 0)
+                                      for pid, s in at_start.items())
 
 
 async def _results(handles: Sequence[WorkflowHandle[Any, Any]], timeout: float
