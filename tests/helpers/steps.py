@@ -78,10 +78,15 @@ def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) ->
 
 def cut_sessions(db_url: str) -> int:
     """Terminates every other session of the database (pooled connections, lease keepers), as
-    a Postgres restart, a failover or a network cut does to a worker; returns how many."""
+    a Postgres restart, a failover or a network cut does to a worker; returns how many.
+
+    Each termination is waited for (up to 5 s): when this returns the sessions are gone, as
+    after a restart. Without the wait a pooled connection could still look idle and alive to
+    the pool's check for a moment after the call, and the next statement on it fail."""
     with psycopg.connect(db_url, autocommit=True) as admin:
         row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FILTER (WHERE true) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 5000)) FILTER (WHERE true)"
+            " FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             "   AND backend_type = 'client backend'").fetchone()
     return int(row[0]) if row else 0
