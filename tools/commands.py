@@ -109,7 +109,7 @@ def status_with_first_line(url: str, task_id: str) -> tuple[Report, str]:
 
     with journal_store(url) as store:
         report = build_report(store, task_id)
-        return report, first_line(store, task_id, report.state)
+        return report, first_line(store, report)
 
 
 ALL_TASKS = "*"  # the control scope that stops every task

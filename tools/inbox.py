@@ -113,10 +113,12 @@ def _stopped(t: str, report: Report, stop: dict[str, Any], stake: list[str]) -> 
     return Entry(t, "stopped", since, said, f"tidemark resume {t}", stake)
 
 
-def _entry(store: JournalStore, candidate: dict[str, Any]) -> Entry | None:
-    """The task's entry, or None when it does not wait for a person."""
+def _entry(store: JournalStore, candidate: dict[str, Any],
+           report: Report | None = None) -> Entry | None:
+    """The task's entry, or None when it does not wait for a person. ``report``: the task's
+    interruption report when the caller has read it already."""
     t = candidate["task_id"]
-    report = _report(store, t)
+    report = report or _report(store, t)
     p, state = report.progress, report.state
     if state == TaskState.UNWOUND or (p.finished and not p.undo_rows):
         return None  # settled: a stop or kill of a completed task holds nothing back
@@ -160,22 +162,25 @@ def _entry(store: JournalStore, candidate: dict[str, Any]) -> Entry | None:
 STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND}
 
 
-def entry_for(store: JournalStore, task_id: str) -> Entry | None:
+def entry_for(store: JournalStore, task_id: str,
+              report: Report | None = None) -> Entry | None:
     """The inbox entry of one task, or None when it does not wait for a person."""
     found = [c for c in store.inbox_candidates() if c["task_id"] == task_id]
-    return _entry(store, found[0]) if found else None
+    return _entry(store, found[0], report) if found else None
 
 
-def first_line(store: JournalStore, task_id: str, state: str) -> str:
+def first_line(store: JournalStore, report: Report) -> str:
     """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
-    the Web UI (tidemark.needs.sentence): what holds the task, and the one command next."""
-    e = entry_for(store, task_id)
+    the Web UI (tidemark.needs.sentence): what holds the task ``report`` is of, and the one
+    command next."""
+    task_id = report.progress.task_id
+    e = entry_for(store, task_id, report)
     if e is None:
-        return f"Task {task_id} needs nothing from a person ({state})."
+        return f"Task {task_id} needs nothing from a person ({report.state})."
     if e.why == "awaiting_approval":
         return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
                 f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
-    doubt = _report(store, task_id).progress.in_doubt
+    doubt = report.progress.in_doubt
     said = sentence(task_id, STATE_OF_WHY.get(e.why, e.why),
                     {"message": e.detail, "step": doubt.step if doubt else None})
     return said if f"`{e.command}" in said else f"{said} Next: `{e.command}`."
