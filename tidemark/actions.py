@@ -232,6 +232,21 @@ class Action:
     def execute(self, ctx: StepContext) -> dict[str, Any]:
         raise NotImplementedError
 
+    # Whether ``execute_async`` waits on the target without a thread (an asynchronous client).
+    # The step's activity then awaits it on the worker's event loop, so a step waiting on a
+    # slow provider costs the worker neither a thread nor a connection; everything around the
+    # call (the journal, gates, snapshot, probe, stage) still runs on the worker's step threads.
+    # False: ``execute`` runs on a step thread, as every other part does.
+    awaits: ClassVar[bool] = False
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        """``execute`` as a coroutine, for an action that ``awaits``: the same request, stamped
+        with the same key, answering or raising as ``execute`` would (Refused, Unauthorized,
+        TargetUnavailable). It must never block the event loop (a blocking part, such as reading
+        a task's grant, runs in ``asyncio.to_thread``), and it is cancelled like any coroutine:
+        a request cancelled after it left is in doubt, as a lost answer is."""
+        raise NotImplementedError(f"{self.name} does not await its call")
+
     def compensate(self, ctx: StepContext) -> dict[str, Any]:
         raise NotImplementedError
 
