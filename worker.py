@@ -78,7 +78,7 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     # The sandbox imports a workflow's module anew for every run: compile each once.
     compile_once(w.__module__ for w in WORKFLOWS)
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
-    activities = StepActivities(store, registry, grants)
+    activities = StepActivities(store, registry, grants, executor=executor)
     boundary = BoundaryActivities(store, registry, grants, approval)
     planning = PlannerActivities(store, registry, grants)
     return Worker(

@@ -1,17 +1,20 @@
 """The Temporal activities around the journal: prepare a run, describe steps, run one step, and
-record a halt. Synchronous (see tidemark.store): the worker runs them in a thread pool; a step
-borrows a pooled connection only for each journal statement, never across its action's call.
+record a halt. Synchronous (see tidemark.store), on the worker's thread pool, except run_step: a
+coroutine whose blocking parts run on the same pool (tidemark.step_threads). A step borrows a
+pooled connection only for each journal statement, never across its action's call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +41,13 @@ from tidemark.payloads import (
     WindowInput,
 )
 from tidemark.plan import Step, load_plan
-from tidemark.run_step import StepResult, check_stored_plan_gates, run_step, run_steps
+from tidemark.run_step import (
+    StepResult,
+    check_stored_plan_gates,
+    run_step_async,
+    run_steps,
+)
+from tidemark.step_threads import StepThreads
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
 from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
@@ -80,10 +89,12 @@ class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
     def __init__(self, store: JournalStore, registry: Registry,
-                 grants: GrantBroker | None = None) -> None:
+                 grants: GrantBroker | None = None, *, executor: Executor) -> None:
         self.store = store
         self.registry = registry
         self.grants = grants  # per-task credentials (activities/granted.py)
+        # The worker's step threads: a coroutine activity's blocking parts run there.
+        self.threads = StepThreads(executor)
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
@@ -143,14 +154,21 @@ class StepActivities:
         return f"{step.action} {spec.describe(step.args) if spec else ''}".strip()
 
     @activity.defn(name="run_step")
-    def run_step(self, inp: StepInput) -> StepOutput:
-        """One step through the two-phase journal, heartbeating while it runs."""
-        with _heartbeating(), acting_for(self.grants, inp.task_id):
-            try:
-                result = run_step(self.store, self.registry, inp.task_id, inp.step)
-            except TidemarkError as e:
-                _count_stop(e)
-                raise _as_application_error(e) from e
+    async def run_step(self, inp: StepInput) -> StepOutput:
+        """One step through the two-phase journal, heartbeating while it runs.
+
+        A coroutine on the worker's event loop: an action that awaits its call (Action.awaits)
+        waits on its target holding neither a thread nor a connection, so one worker holds
+        hundreds of such steps in flight; the attempt's blocking parts (the journal, gates,
+        probe) run on the worker's step threads (tidemark.run_step.run_step_async)."""
+        with acting_for(self.grants, inp.task_id):
+            async with _heartbeating_async():
+                try:
+                    result = await run_step_async(self.store, self.registry, inp.task_id,
+                                                  inp.step, self.threads)
+                except TidemarkError as e:
+                    _count_stop(e)
+                    raise _as_application_error(e) from e
         return _output(result)
 
     @activity.defn(name="run_steps")
@@ -343,3 +361,24 @@ def _heartbeating() -> Iterator[None]:
     ctx = contextvars.copy_context()  # the heartbeat thread needs the activity context
     with _HEARTBEATS.beating(functools.partial(ctx.run, activity.heartbeat)):
         yield
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating_async() -> AsyncIterator[None]:
+    """``_heartbeating`` for a coroutine activity: a task on the event loop beats every
+    HEARTBEAT_EVERY_S while the block runs, whether the attempt is waiting on its target, on a
+    step thread, or for one to be free."""
+    if activity.info().is_local:
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            activity.heartbeat()
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,3 +277,10 @@ def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
     rest = [i for i in items if i.get_closest_marker("slow") is None]
     paired = [item for pair in zip(slow, rest, strict=False) for item in pair]
     return paired + slow[len(rest):] + rest[len(slow):]
+
+
+@pytest.fixture
+def step_threads() -> Iterator[ThreadPoolExecutor]:
+    """Step threads for activities built outside a worker (a worker's come from worker.py)."""
+    with ThreadPoolExecutor(4, thread_name_prefix="step") as executor:
+        yield executor

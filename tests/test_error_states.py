@@ -4,10 +4,12 @@ activities read those declarations; no table keyed by class names stands beside 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,13 +130,14 @@ def counted() -> Any:
 
 
 def test_a_step_that_meets_a_stop_is_counted_under_its_errors_stop_reason(
-        store: JournalStore, tmp_path: Path, counted: Counted) -> None:
+        store: JournalStore, tmp_path: Path, counted: Counted,
+        step_threads: ThreadPoolExecutor) -> None:
     persisted(store, tmp_path, "t", 2)
     store.set_control("t", ControlState.STOPPED, "looks wrong", "ops@example")
-    steps = StepActivities(store, ledger_registry())
+    steps = StepActivities(store, ledger_registry(), executor=step_threads)
     env = ActivityEnvironment()
     with pytest.raises(ApplicationError) as one:
-        env.run(steps.run_step, StepInput(task_id="t", step=1))
+        asyncio.run(env.run(steps.run_step, StepInput(task_id="t", step=1)))
     with pytest.raises(ApplicationError) as first_of_batch:
         env.run(steps.run_steps, StepBatchInput(task_id="t", first=1, last=2, max_steps=2,
                                                 budget_s=5.0))
@@ -144,10 +147,11 @@ def test_a_step_that_meets_a_stop_is_counted_under_its_errors_stop_reason(
 
 
 def test_a_stop_met_inside_a_batch_is_counted_under_its_errors_stop_reason(
-        store: JournalStore, tmp_path: Path, counted: Counted) -> None:
+        store: JournalStore, tmp_path: Path, counted: Counted,
+        step_threads: ThreadPoolExecutor) -> None:
     """The batch ends at the step that meets the stop and returns the error; it counts the same."""
     persisted(store, tmp_path, "t", 2, s1={"hold_s": 1.0})
-    steps = StepActivities(store, ledger_registry())
+    steps = StepActivities(store, ledger_registry(), executor=step_threads)
     with JournalStore(store.conninfo) as other:
         stopper = threading.Timer(0.3, other.set_control,
                                   ("t", ControlState.STOPPED, "mid-batch", "ops@example"))

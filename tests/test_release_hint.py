@@ -5,6 +5,7 @@ round in a circle."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,14 @@ def test_each_scope_of_a_stop_has_its_own_release(scope: str | None, command: st
     ("*", "tidemark release --all"),
 ])
 def test_a_step_that_meets_a_stop_names_the_release_of_that_stop(
-        store: JournalStore, tmp_path: Path, scope: str, command: str) -> None:
+        store: JournalStore, tmp_path: Path, scope: str, command: str,
+        step_threads: ThreadPoolExecutor) -> None:
     persisted(store, tmp_path, "t", 1)
     store.set_control(scope, ControlState.STOPPED, "incident", "ops@example")
     with pytest.raises(TaskStopped) as stopped:
         run_step(store, ledger_registry(), "t", 1)
     assert f"`{command}`" in str(stopped.value)
-    prepared = ActivityEnvironment().run(StepActivities(store, ledger_registry()).prepare,
+    activities = StepActivities(store, ledger_registry(), executor=step_threads)
+    prepared = ActivityEnvironment().run(activities.prepare,
                                          PrepareInput(document={"task_id": "t"}))
     assert prepared.stopped == "incident" and prepared.release == command

@@ -40,6 +40,7 @@ attempt is covered while it is renewed, and stopped before a twin could take the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -64,6 +65,7 @@ from tidemark.errors import (
     Unauthorized,
 )
 from tidemark.faults import crash_point
+from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 from tidemark.words import Phase
 
@@ -164,6 +166,24 @@ def attempt(store: JournalStore, s: StepSession, side: Side, *,
     ``flush_outcome=False`` commits the outcome without waiting for the disk
     (tidemark.store.StepSession.complete): the caller makes it durable before reporting it.
     """
+    opened = open_attempt(s, side)
+    if isinstance(opened, JournalRow):
+        return opened
+    return act(store, s, side, opened, flush_outcome)
+
+
+@dataclass(frozen=True)
+class Call:
+    """An attempt whose intent is written (or claimed) and owned: what its call is given."""
+
+    ctx: StepContext  # the step as the action sees it, with the intent's before_state
+    key: str  # the intent's idempotency key
+    lease_from: float  # guarded_call's lease_from
+
+
+def open_attempt(s: StepSession, side: Side) -> JournalRow | Call:
+    """The part of ``attempt`` before the call: the row settled without acting (the side's
+    resume found it done), or the owned intent the call is to act on."""
     row = s.row
     if row is not None and row.outcome is None:
         # In doubt: an earlier attempt wrote the intent and ended, or may still be acting.
@@ -182,7 +202,7 @@ def attempt(store: JournalStore, s: StepSession, side: Side, *,
         lease_from, row = _intent(s, side, key, number)
         ctx = side.context(row)
     crash_point(side.direction.crash_prefix + "after_intent", ctx.step)
-    return act(store, s, side, ctx, key, lease_from, flush_outcome)
+    return Call(ctx, key, lease_from)
 
 
 def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, JournalRow]:
@@ -198,31 +218,76 @@ def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, J
     return lease_from, row
 
 
-def act(store: JournalStore, s: StepSession, side: Side, ctx: StepContext, key: str,
-        lease_from: float, flush_outcome: bool) -> JournalRow:
-    """Runs the side's call under its lease and settles the intent ``key`` with what came of
-    it: an outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
+def act(store: JournalStore, s: StepSession, side: Side, call: Call,
+        flush_outcome: bool) -> JournalRow:
+    """Runs the side's call under its lease and settles the intent with what came of it: an
+    outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
     try:
-        with guarded_call(store, s, key, side.action, lease_from):
-            outcome = side.call(store, s, ctx)
+        with guarded_call(store, s, call.key, side.action, call.lease_from):
+            outcome = side.call(store, s, call.ctx)
     except Refused as e:
-        refused(s, side, ctx, key, e)
+        refused(s, side, call.ctx, call.key, e)
     except Exception as e:
-        # Unauthorized, TargetUnavailable or anything unforeseen: the action may or may not
-        # have applied, so the intent stays open and the next attempt probes it (or, for a
-        # compensation, applies it again), once the target's horizon has passed.
-        end_attempt(s, key, side.action)
-        note_error(s, ctx, e)
-        if side.direction.counted:
-            metrics.left_in_doubt(ctx.action, type(e).__name__)
+        in_doubt(s, side, call, e)
         raise
+    return settle(s, side, call, outcome, flush_outcome)
+
+
+class AwaitingSide(Side, Protocol):
+    """A side whose call can be awaited (a forward step whose action ``awaits``)."""
+
+    async def call_async(self, store: JournalStore, s: StepSession, ctx: StepContext,
+                         threads: StepThreads) -> dict[str, Any]:
+        """``call``, with the wait on the target awaited on the event loop and every blocking
+        part on ``threads``."""
+        ...
+
+
+async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, call: Call,
+                    threads: StepThreads) -> JournalRow:
+    """``act`` for a call awaited on the event loop: the same lease, the same settling, with
+    each journal statement on a step thread. A wait that is cancelled (the worker shuts down,
+    Temporal gave up on the attempt) leaves the step in doubt, as a lost answer does: the
+    request may have left."""
+    lease = guarded_call(store, s, call.key, side.action, call.lease_from)
+    try:
+        lease.__enter__()  # only registers the key with the lease keeper
+        try:
+            outcome = await side.call_async(store, s, call.ctx, threads)
+        finally:
+            # Ending the lease's renewal may wait for a renewal in flight: not on the loop.
+            await threads.run(lease.__exit__, None, None, None)
+    except Refused as e:
+        await threads.run(refused, s, side, call.ctx, call.key, e)
+        raise AssertionError("refused always raises") from e
+    except (Exception, asyncio.CancelledError) as e:
+        await threads.run(in_doubt, s, side, call, e)
+        raise
+    return await threads.run(settle, s, side, call, outcome, True)
+
+
+def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],
+           flush_outcome: bool) -> JournalRow:
+    """Records the call's outcome: the step (or its compensation) is done."""
+    ctx = call.ctx
     crash_point(side.direction.crash_prefix + "after_execute", ctx.step)
-    done = s.complete(key=key, outcome=outcome, status="done", resolved_by="execute",
+    done = s.complete(key=call.key, outcome=outcome, status="done", resolved_by="execute",
                       flush=flush_outcome)
     if side.direction.counted:
         metrics.step_settled(ctx.action, "execute", "done")
     crash_point(side.direction.crash_prefix + "after_outcome", ctx.step)
     return done
+
+
+def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
+    """After a call that ended without an outcome or a refusal (Unauthorized, TargetUnavailable,
+    anything unforeseen, a cancelled wait): the action may or may not have applied, so the
+    intent stays open and the next attempt probes it (or, for a compensation, applies it
+    again), once the target's horizon has passed."""
+    end_attempt(s, call.key, side.action)
+    note_error(s, call.ctx, e)
+    if side.direction.counted:
+        metrics.left_in_doubt(call.ctx.action, type(e).__name__)
 
 
 def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) -> NoReturn:
@@ -310,7 +375,7 @@ def end_attempt(s: StepSession, key: str, action: Action) -> None:
         s.renew_lease(key, float(action.horizon_s))
 
 
-def note_error(s: StepSession, ctx: StepContext, e: Exception) -> None:
+def note_error(s: StepSession, ctx: StepContext, e: BaseException) -> None:
     """Logs an action's failure as an event (the intent stays open)."""
     # If the database is gone too, the open intent already tells the story.
     with contextlib.suppress(TidemarkError):

@@ -33,17 +33,21 @@ from typing import Any
 from tidemark.actions import Action, GateRefused, Registry, StepContext
 from tidemark.attempt import (
     DO,
+    Call,
     Direction,
-    attempt,
+    act,
+    act_async,
     call_lease,
     covered_call_s,
     locked,
+    open_attempt,
     resolve_in_doubt,
 )
 from tidemark.errors import JournalMismatch, PreconditionFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.plan import Plan, Step
+from tidemark.step_threads import StepThreads
 from tidemark.store import JournalRow, JournalStore, StepSession
 
 
@@ -88,18 +92,59 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *
         Unauthorized, TargetUnavailable: from the action; the step stays in doubt.
     """
     with locked(store, task_id, step, acting=DO) as s:
-        spec, row = s.spec, s.row
-        action = registry.bound(spec.action)
-        key = key_for(task_id, step, spec.action, spec.args)
-        ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args,
-                          key=key)
-        if row is not None and row.idem_key != key:
-            raise JournalMismatch(f"task {task_id!r} step {step}: journal holds {row.action} "
-                                  f"with key {row.idem_key}, the plan says {spec.action} {key}")
-        if row is not None and row.outcome is not None:
-            return StepResult.from_row(row, skipped=True)
-        done = attempt(store, s, Forward(action, ctx), flush_outcome=flush_outcome)
-        return StepResult.from_row(done, skipped=False)
+        begun = _begin(store, registry, s, task_id, step)
+        if isinstance(begun, StepResult):
+            return begun
+        side, call = begun
+        return _done(act(store, s, side, call, flush_outcome))
+
+
+async def run_step_async(store: JournalStore, registry: Registry, task_id: str, step: int,
+                         threads: StepThreads) -> StepResult:
+    """``run_step`` for a worker's event loop. When the step's action awaits its call
+    (Action.awaits), the call is awaited on the loop and holds no thread while it waits; every
+    other part of the attempt runs on ``threads``, in the same order and under the same lease.
+    Any other action's attempt runs as ``run_step`` on one step thread. Raises as run_step."""
+
+    def begin() -> StepResult | tuple[StepSession, Forward, Call]:
+        with locked(store, task_id, step, acting=DO) as s:
+            begun = _begin(store, registry, s, task_id, step)
+            if isinstance(begun, StepResult):
+                return begun
+            side, call = begun
+            if not side.action.awaits:
+                return _done(act(store, s, side, call, True))
+            return s, side, call
+
+    begun = await threads.run(begin)
+    if isinstance(begun, StepResult):
+        return begun
+    s, side, call = begun
+    return _done(await act_async(store, s, side, call, threads))
+
+
+def _begin(store: JournalStore, registry: Registry, s: StepSession, task_id: str,
+           step: int) -> StepResult | tuple[Forward, Call]:
+    """The attempt ``s`` began, up to its call: the result when nothing is left to act on
+    (recorded before, or settled by the probe), or the side and the owned intent to act on."""
+    spec, row = s.spec, s.row
+    action = registry.bound(spec.action)
+    key = key_for(task_id, step, spec.action, spec.args)
+    ctx = StepContext(task_id=task_id, step=step, action=spec.action, args=spec.args, key=key)
+    if row is not None and row.idem_key != key:
+        raise JournalMismatch(f"task {task_id!r} step {step}: journal holds {row.action} "
+                              f"with key {row.idem_key}, the plan says {spec.action} {key}")
+    if row is not None and row.outcome is not None:
+        return StepResult.from_row(row, skipped=True)
+    side = Forward(action, ctx)
+    opened = open_attempt(s, side)
+    if isinstance(opened, JournalRow):
+        return _done(opened)
+    return side, opened
+
+
+def _done(row: JournalRow) -> StepResult:
+    return StepResult.from_row(row, skipped=False)
 
 
 @dataclass(frozen=True)
@@ -140,8 +185,18 @@ class Forward:
         return self.action.snapshot(self.ctx)
 
     def call(self, store: JournalStore, s: StepSession, ctx: StepContext) -> dict[str, Any]:
-        """Stages the call if the action stages (once: a staged handle found in the intent is
-        consumed as is), then executes."""
+        """Stages the call if the action stages, then executes."""
+        return self.action.execute(self.staged(store, s, ctx))
+
+    async def call_async(self, store: JournalStore, s: StepSession, ctx: StepContext,
+                         threads: StepThreads) -> dict[str, Any]:
+        """``call`` with the execute awaited (staging, a blocking call, on a step thread)."""
+        ctx = await threads.run(self.staged, store, s, ctx)
+        return await self.action.execute_async(ctx)
+
+    def staged(self, store: JournalStore, s: StepSession, ctx: StepContext) -> StepContext:
+        """The context to execute with: staged once if the action stages (a staged handle found
+        in the intent is consumed as is), journaled before anything consumes it."""
         action = self.action
         if ctx.staged is None:
             staged = action.stage(ctx)
@@ -153,7 +208,7 @@ class Forward:
                                   float(action.deadline_s))
                 ctx = replace(ctx, staged=staged)
                 crash_point("after_stage", ctx.step)
-        return action.execute(ctx)
+        return ctx
 
 
 @dataclass(frozen=True)

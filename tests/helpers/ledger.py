@@ -11,6 +11,7 @@ for our key: done / absent, and unknown when the ledger's directory cannot be re
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import time
@@ -97,6 +98,30 @@ class LedgerRecord(Action):
         return {"entry": ctx.args["entry"], "pid": os.getpid()}
 
 
+class AwaitedLedgerRecord(LedgerRecord):
+    """``ledger.await``: ``ledger.record`` whose call is awaited (Action.awaits): its hold is an
+    ``asyncio.sleep``, so a held step keeps no thread. ``execute`` stays as the parent's, for
+    the paths that do not await."""
+
+    name: ClassVar[str] = "ledger.await"
+    awaits: ClassVar[bool] = True
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        down = ctx.args.get("unavailable_while")
+        if down and os.path.exists(down):
+            raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
+        refused = ctx.args.get("refused_while")
+        if refused and os.path.exists(refused):
+            raise Refused(f"the ledger refuses entries while {refused} exists")
+        await asyncio.sleep(float(ctx.args.get("hold_s", 0)))
+        hold_while = ctx.args.get("hold_while")
+        while hold_while and os.path.exists(hold_while):
+            await asyncio.sleep(0.02)
+        with open(ctx.args["ledger"], "a") as f:  # one short local write: no thread for it
+            f.write(f"{ctx.key} {ctx.args['entry']}\n")
+        return {"entry": ctx.args["entry"], "pid": os.getpid()}
+
+
 def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, Any]:
     """A plan step that records ``entry`` in ``tmp_path/ledger``."""
     return {"action": "ledger.record",
@@ -104,7 +129,7 @@ def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, 
 
 
 def ledger_registry() -> Registry:
-    return Registry([LedgerRecord()])
+    return Registry([LedgerRecord(), AwaitedLedgerRecord()])
 
 
 def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int,

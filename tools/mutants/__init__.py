@@ -24,6 +24,7 @@ from tools.mutants.base import (
     ST_TIER,
     T_AP,
     T_AT,
+    T_AW,
     T_BD,
     T_CR,
     T_CT,
@@ -62,7 +63,7 @@ MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTA
 # whole tier lets through, not one that a single chosen test missed. tests/test_mutation_check.py
 # checks that every mutant's file has a tier and every tier file exists.
 TIERS: dict[str, tuple[str, ...]] = {
-    RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py"),
+    RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py", T_AW),
     # The store: the modules of an attempt's statements, every test that runs attempts; each
     # other concern's module, the tests of that concern.
     S_SESSION: ST_TIER,
@@ -81,7 +82,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     S_GRANTS: (T_CR, T_KL, T_SE),
     # run_step's tier and unwind's: the sequence is both phases'.
     AT: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py", T_UW, T_UC,
-         T_DO, T_AT),
+         T_DO, T_AT, T_AW),
     M1: (T_SC, T_RS, T_CT),
     M_STOP: (T_CT, T_SS, T_SC),
     "tidemark/migrate.py": (T_SC,),

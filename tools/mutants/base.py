@@ -48,6 +48,7 @@ T_CR = "tests/test_credentials.py"
 # The undo phase's twins of the forward lease tests: a rule of the attempt sequence is held for
 # both phases by one mutant of tidemark/attempt.py and a test of each phase.
 T_AT = "tests/test_attempt.py"
+T_AW = "tests/test_awaited_step.py"  # a step whose call is awaited on the event loop
 T_ST = "tests/test_stripe_payment.py"
 T_DR = "tests/test_drive_rename.py"
 T_BD = "tests/test_boundary.py"

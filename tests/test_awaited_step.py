@@ -1,0 +1,114 @@
+"""A step whose action awaits its call (Action.awaits) waits on its target without a thread:
+tidemark.run_step.run_step_async awaits the call on the event loop and runs only the attempt's
+blocking parts (the journal, gates, snapshot, probe) on the step threads. The target here is
+``ledger.await`` (tests/helpers/ledger.py), whose hold is an asyncio.sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.ledger import ledger_lines, ledger_registry, ledger_step
+from tidemark.errors import StepFailed, TargetUnavailable
+from tidemark.plan import load_plan
+from tidemark.run_step import StepResult, run_step_async
+from tidemark.step_threads import StepThreads
+from tidemark.store import JournalStore
+
+THREADS = 4
+
+
+def awaited_plan(store: JournalStore, tmp_path: Path, task_id: str, **args: Any) -> None:
+    step = ledger_step(tmp_path, task_id, **args)
+    step["action"] = "ledger.await"
+    store.persist_plan(load_plan({"task_id": task_id, "steps": [step]}, ledger_registry()))
+
+
+def run(store: JournalStore, threads: StepThreads, task_id: str) -> Any:
+    return run_step_async(store, ledger_registry(), task_id, 1, threads)
+
+
+def test_many_steps_wait_at_once_on_a_few_threads(store: JournalStore, tmp_path: Path) -> None:
+    """40 steps each waiting 1.5 s on their target, on 4 step threads: all wait at once (were
+    each wait a thread's, 4 threads would take 15 s), the process starts no thread per step,
+    and each step is done once."""
+    tasks = [f"t{i}" for i in range(40)]
+    for t in tasks:
+        awaited_plan(store, tmp_path, t, hold_s=1.5)
+    peak = threading.active_count()
+    with ThreadPoolExecutor(THREADS) as executor:
+        threads = StepThreads(executor)
+
+        async def all_steps() -> list[StepResult]:
+            nonlocal peak
+            steps = asyncio.gather(*(run(store, threads, t) for t in tasks))
+            while not steps.done():
+                peak = max(peak, threading.active_count())
+                await asyncio.sleep(0.05)
+            return await steps
+
+        started = time.monotonic()
+        before = threading.active_count()
+        results = asyncio.run(all_steps())
+        took = time.monotonic() - started
+    assert [r.status for r in results] == ["done"] * len(tasks)
+    assert {r.resolved_by for r in results} == {"execute"}
+    assert sorted(line.split()[1] for line in ledger_lines(tmp_path / "ledger")) == sorted(tasks)
+    assert took < 1.5 * 4, f"40 steps waiting 1.5 s took {took:.1f} s on {THREADS} threads"
+    assert peak - before <= THREADS + 2, f"{peak - before} threads started for 40 steps"
+
+
+def test_a_step_whose_wait_is_cancelled_is_left_in_doubt_and_probed_by_the_next_attempt(
+        store: JournalStore, tmp_path: Path) -> None:
+    """Cancelled while it waits on the target (the worker shuts down, Temporal gave up on the
+    attempt): the request may have left, so the intent stays open with the error journaled,
+    and the next attempt probes; here the write never happened, so it acts once."""
+    held = tmp_path / "held"
+    held.touch()
+    awaited_plan(store, tmp_path, "t", hold_while=str(held))
+    with ThreadPoolExecutor(THREADS) as executor:
+        threads = StepThreads(executor)
+
+        async def cancelled() -> None:
+            step = asyncio.ensure_future(run(store, threads, "t"))
+            while store.step_row("t", 1) is None:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+            step.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await step
+
+        asyncio.run(cancelled())
+        row = store.step_row("t", 1)
+        assert row is not None and row.outcome is None  # in doubt, not failed, not done
+        errors = [e for e in store.events("t") if e["kind"] == "error"]
+        assert [e["detail"]["type"] for e in errors] == ["CancelledError"]
+        held.unlink()
+        result = asyncio.run(run(store, threads, "t"))
+    assert (result.status, result.resolved_by) == ("done", "execute")
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_an_awaited_call_refused_is_failed_and_one_unavailable_is_in_doubt(
+        store: JournalStore, tmp_path: Path) -> None:
+    refuse, down = tmp_path / "refuse", tmp_path / "down"
+    refuse.touch()
+    down.touch()
+    awaited_plan(store, tmp_path, "refused", refused_while=str(refuse))
+    awaited_plan(store, tmp_path, "down", unavailable_while=str(down))
+    with ThreadPoolExecutor(THREADS) as executor:
+        threads = StepThreads(executor)
+        with pytest.raises(StepFailed):
+            asyncio.run(run(store, threads, "refused"))
+        with pytest.raises(TargetUnavailable):
+            asyncio.run(run(store, threads, "down"))
+    failed, doubt = store.step_row("refused", 1), store.step_row("down", 1)
+    assert failed is not None and failed.status == "failed"
+    assert doubt is not None and doubt.outcome is None
+    assert ledger_lines(tmp_path / "ledger") == []
