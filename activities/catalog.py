@@ -26,9 +26,10 @@ BUILTIN_ACTIONS: dict[str, str] = {
 
 # The client libraries, each the extra of pyproject.toml that installs it (docs/install.md), by
 # the top-level modules our action and probe modules import from them at their top (google-auth
-# comes with google-api-python-client; azure-identity and msal with msgraph-sdk).
+# comes with google-api-python-client; azure-identity and msal with msgraph-sdk; httpx carries
+# Drive's and Gmail's awaited calls, probes/google_async.py).
 GOOGLE = ClientLibrary("Google's API client", "google",
-                       ("googleapiclient", "google_auth_httplib2", "httplib2"))
+                       ("googleapiclient", "google_auth_httplib2", "httplib2", "httpx"))
 MICROSOFT = ClientLibrary("the Microsoft Graph client", "microsoft",
                           ("msgraph", "msgraph_core", "kiota_abstractions", "kiota_http",
                            "httpx"))

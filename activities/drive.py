@@ -8,16 +8,21 @@ left it.
 Clients come from ``drive_client``: the real google-api-python-client over a transport that
 sends every request exactly once and gives up after a timeout (see ``probes.google_http``), so a
 lost answer surfaces as ``TargetUnavailable`` and the journal, not the library, decides what
-happens next.
+happens next. ``execute_async`` sends the very same request on the event loop
+(``probes.google_async``), so a rename waiting on Drive holds no thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from googleapiclient.discovery import Resource
+from googleapiclient.http import HttpRequest
 
 from probes.drive import STAMP, DriveRenameProbe, drive_error
+from probes.google_async import execute_async
 from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_service
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import ActionError, ConfigError, Refused
@@ -51,6 +56,7 @@ class DriveRename(Action):
 
     name = "drive.rename"
     irreversible = False
+    awaits = True
     args: ClassVar[dict[str, Arg]] = {
         "file_id": Arg(str, check=nonempty_str),
         # Drive accepts any non-empty name, slashes included.
@@ -122,9 +128,19 @@ class DriveRename(Action):
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
         file_id = ctx.args["file_id"]
-        f = self._update(file_id, {"name": ctx.args["name"], "appProperties": {STAMP: ctx.key}})
-        return {"file_id": file_id, "name": f.get("name"),
-                "tidemark_key": (f.get("appProperties") or {}).get(STAMP)}
+        f = self._update(file_id, self._renamed(ctx))
+        return _outcome(file_id, f)
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        file_id = ctx.args["file_id"]
+        with _update_errors(file_id):
+            f = await execute_async(self._update_request(file_id, self._renamed(ctx)))
+        return _outcome(file_id, f)
+
+    @staticmethod
+    def _renamed(ctx: StepContext) -> dict[str, Any]:
+        """The update of a step: the target name, stamped with the step's key."""
+        return {"name": ctx.args["name"], "appProperties": {STAMP: ctx.key}}
 
     def compensate(self, ctx: StepContext) -> dict[str, Any]:
         """Restores the before_state name and stamp, if the file is still as this step left it.
@@ -154,15 +170,32 @@ class DriveRename(Action):
                           "someone else changed it, so it is not put back")
         restored = self._update(file_id, {"name": before["name"],
                                           "appProperties": {STAMP: old_stamp}})
-        return {"file_id": file_id, "name": restored.get("name"),
-                "tidemark_key": (restored.get("appProperties") or {}).get(STAMP)}
+        return _outcome(file_id, restored)
 
     def _update(self, file_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return self.writer.files().update(
-                fileId=file_id, body=body, fields="id,name,appProperties").execute(num_retries=0)
-        except CLIENT_ERRORS as e:
-            raise drive_error(e, f"drive files.update {file_id}") from e
+        with _update_errors(file_id):
+            updated: dict[str, Any] = self._update_request(file_id, body).execute(num_retries=0)
+            return updated
+
+    def _update_request(self, file_id: str, body: dict[str, Any]) -> HttpRequest:
+        """The ``files.update``, built and not sent (building it sends nothing)."""
+        return self.writer.files().update(fileId=file_id, body=body,
+                                          fields="id,name,appProperties")
+
+
+@contextmanager
+def _update_errors(file_id: str) -> Iterator[None]:
+    """What a failed ``files.update`` raises: drive_error's mapping of the client's error."""
+    try:
+        yield
+    except CLIENT_ERRORS as e:
+        raise drive_error(e, f"drive files.update {file_id}") from e
+
+
+def _outcome(file_id: str, f: dict[str, Any]) -> dict[str, Any]:
+    """A step's outcome: the file as Drive answered the update."""
+    return {"file_id": file_id, "name": f.get("name"),
+            "tidemark_key": (f.get("appProperties") or {}).get(STAMP)}
 
 
 def _who(user: dict[str, Any]) -> str:

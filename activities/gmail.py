@@ -28,6 +28,7 @@ cannot list or read the mailbox's other mail. The read token needs ``gmail.reado
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Mapping
 from email.message import EmailMessage
@@ -35,9 +36,11 @@ from typing import Any, ClassVar
 
 from googleapiclient.discovery import Resource
 from googleapiclient.errors import HttpError
+from googleapiclient.http import HttpRequest
 
 from activities.mail import MailAction
 from probes.gmail import KEY_HEADER, GmailSendProbe, gmail_client, message_id_for, profile
+from probes.google_async import execute_async
 from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error
 from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
 from tidemark.errors import ConfigError, Refused, TargetUnavailable, Unauthorized
@@ -71,6 +74,8 @@ def build_message(args: dict[str, Any], key: str) -> EmailMessage:
 
 class GmailSend(MailAction):
     name: ClassVar[str] = "gmail.send"
+    # execute_async sends the same drafts.send on the event loop (probes.google_async).
+    awaits: ClassVar[bool] = True
 
     def __init__(self, writer: Resource, reader: Resource, user_id: str = "me", *,
                  timeout: float = DEFAULT_TIMEOUT_S,
@@ -158,18 +163,32 @@ class GmailSend(MailAction):
         return {"draft_id": draft["id"], "message_id": draft["message"]["id"]}
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
-        if not ctx.staged or "draft_id" not in ctx.staged:
-            raise ValueError("gmail.send sends a journaled draft: stage() must run first")
-        draft_id = ctx.staged["draft_id"]
+        draft_id, request = self._send_request(ctx)
         try:
-            sent = self.writer.users().drafts().send(
-                userId=self.user_id, body={"id": draft_id}).execute(num_retries=0)
+            sent = request.execute(num_retries=0)
         except HttpError as e:
             return self._after_error(ctx, draft_id, e)
         except CLIENT_ERRORS as e:  # a timeout, a dropped connection: in doubt
             raise google_error(e, "gmail drafts.send") from e
-        return {"id": sent["id"], "threadId": sent["threadId"],
-                "labelIds": sent.get("labelIds", []), "draft_id": draft_id}
+        return _outcome(sent, draft_id)
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        draft_id, request = self._send_request(ctx)
+        try:
+            sent = await execute_async(request)
+        except HttpError as e:  # the probe it may ask reads the mailbox: a blocking call
+            return await asyncio.to_thread(self._after_error, ctx, draft_id, e)
+        except CLIENT_ERRORS as e:
+            raise google_error(e, "gmail drafts.send") from e
+        return _outcome(sent, draft_id)
+
+    def _send_request(self, ctx: StepContext) -> tuple[str, HttpRequest]:
+        """The journaled draft's id and its ``drafts.send``, built and not sent."""
+        if not ctx.staged or "draft_id" not in ctx.staged:
+            raise ValueError("gmail.send sends a journaled draft: stage() must run first")
+        draft_id = ctx.staged["draft_id"]
+        return draft_id, self.writer.users().drafts().send(userId=self.user_id,
+                                                           body={"id": draft_id})
 
     def _after_error(self, ctx: StepContext, draft_id: str, e: HttpError) -> dict[str, Any]:
         """What an error answer to ``drafts.send`` means for the step.
@@ -200,6 +219,12 @@ class GmailSend(MailAction):
             e.status_code == 404) else ""
         raise TargetUnavailable(f"{err}{gone}; the send may have gone out, so the step stays "
                                 "in doubt and the probe decides") from e
+
+
+def _outcome(sent: dict[str, Any], draft_id: str) -> dict[str, Any]:
+    """A step's outcome: the sent message as drafts.send answered it."""
+    return {"id": sent["id"], "threadId": sent["threadId"],
+            "labelIds": sent.get("labelIds", []), "draft_id": draft_id}
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -6,6 +6,8 @@ Outside ``acting_for`` (binding a worker, identity checks) a client presents its
 credential. The base credential comes from a credential source (tidemark.credentials) that
 refreshes it before it expires; after a 401 each client renews it once and resends (see
 ``GrantedCredentials`` and probes.graph.RenewOnUnauthorized for why that is safe for writes).
+An awaited request (``RenewingHttp.request_async``, probes.google_async) does the same with the
+wait on the event loop and the grant's reads and renewal on worker threads.
 Wired here for the Google clients (Drive, Gmail: their credentials object is asked on every
 request), on google-auth's classes: this module needs the ``google`` extra. ``acting_for`` and
 the Stripe and Graph clients' side live in activities/acting.py, which a worker imports whatever
@@ -14,6 +16,7 @@ is installed (docs/install.md).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -21,6 +24,7 @@ import google_auth_httplib2
 from google.oauth2.credentials import Credentials
 
 from activities.acting import _ACTING, acting_for
+from probes.google_async import send
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.grants import Minter
 
@@ -66,14 +70,22 @@ class GrantedCredentials(Credentials):
             self._sent.base, self._sent.token = base, token
         super().apply(headers, token)
 
+    def sent(self) -> tuple[str, str] | None:
+        """(base token, token presented) of this thread's last request; None before any."""
+        base = getattr(self._sent, "base", None)
+        return None if base is None else (base, self._sent.token)
+
     def renew(self) -> bool:
         """After a 401: renews the base token this thread presented and asks the broker again;
         True when there is a fresh token to resend with. Raises ``Unauthorized`` when the
         task's grant was revoked."""
-        stale_base = getattr(self._sent, "base", None)
-        if stale_base is None:
-            return False
-        return self._present(self._source.renew(stale_base)) != self._sent.token
+        sent = self.sent()
+        return sent is not None and self.renew_from(*sent)
+
+    def renew_from(self, stale_base: str, presented: str) -> bool:
+        """``renew`` for a request that presented ``presented``, issued for ``stale_base``: for
+        an awaited request, whose authorizing and renewing may run on different threads."""
+        return self._present(self._source.renew(stale_base)) != presented
 
 
 class RenewingHttp(google_auth_httplib2.AuthorizedHttp):
@@ -89,6 +101,33 @@ class RenewingHttp(google_auth_httplib2.AuthorizedHttp):
             return response, content
         # Safe for writes: a 401 was not processed (see GrantedCredentials).
         return super().request(uri, method, body, headers, **kwargs)
+
+    async def request_async(self, uri: str, method: str, body: bytes | str | None,
+                            headers: dict[str, str]) -> tuple[Any, bytes]:
+        """``request``, awaited (probes.google_async): the request waits on the event loop;
+        presenting and renewing the grant, which read the journal, run on worker threads."""
+        response, content, sent = await self._send_async(uri, method, body, headers)
+        if response.status != 401 or not await asyncio.to_thread(self.credentials.renew_from,
+                                                                  *sent):
+            return response, content
+        # Safe for writes: a 401 was not processed (see GrantedCredentials).
+        response, content, _ = await self._send_async(uri, method, body, headers)
+        return response, content
+
+    async def _send_async(self, uri: str, method: str, body: bytes | str | None,
+                          headers: dict[str, str]) -> tuple[Any, bytes, tuple[str, str]]:
+        request_headers = dict(headers)
+        sent = await asyncio.to_thread(self._authorize, method, uri, request_headers)
+        response, content = await send(self.http, uri, method, body, request_headers)
+        return response, content, sent
+
+    def _authorize(self, method: str, uri: str, headers: dict[str, str]) -> tuple[str, str]:
+        """Applies the credentials to ``headers``; returns what they presented, read on the
+        thread that applied them (the credentials remember it per thread)."""
+        self.credentials.before_request(self._request, method, uri, headers)
+        sent = self.credentials.sent()
+        assert sent is not None  # apply() without a token records what it presented
+        return sent
 
 
 def granted_google(service: Any, target: str, scope: str, minter: Minter,

@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # What a base install lacks that `pip install '.[all]'` has, by extra: the top-level modules (and
 # the parts of the namespace package ``google`` beside protobuf's) found in a venv of the one
 # and not of the other, compared once by listing their site-packages. SHARED come with more
-# than one extra (requests: Google's, msal, Stripe's); AIOHTTP_OTEL with Microsoft's (kiota)
-# and with the staging and otel extras.
+# than one extra (requests: Google's, msal, Stripe's); HTTPX with Google's (the awaited
+# requests, probes/google_async.py) and Microsoft's (kiota); AIOHTTP_OTEL with Microsoft's
+# (kiota) and with the staging and otel extras.
 GOOGLE_ONLY = (
     "googleapiclient", "apiclient", "google_auth_httplib2", "httplib2", "uritemplate",
     "google.auth", "google.oauth2", "google.api_core", "google.api", "google.cloud",
@@ -45,13 +46,14 @@ MICROSOFT_ONLY = (
     "msgraph", "msgraph_core", "kiota_abstractions", "kiota_authentication_azure", "kiota_http",
     "kiota_serialization_form", "kiota_serialization_json", "kiota_serialization_multipart",
     "kiota_serialization_text", "stduritemplate", "azure", "msal", "msal_extensions", "jwt",
-    "cryptography", "cffi", "_cffi_backend", "httpx", "httpcore", "h11", "h2", "hpack",
-    "hyperframe", "anyio")
+    "cryptography", "cffi", "_cffi_backend", "h2", "hpack", "hyperframe")
+HTTPX = ("httpx", "httpcore", "h11", "anyio")
 STRIPE_ONLY = ("stripe",)
 SHARED = ("requests", "urllib3", "charset_normalizer", "idna", "certifi")
 AIOHTTP_OTEL = ("aiohttp", "aiohappyeyeballs", "aiosignal", "attr", "attrs", "frozenlist",
                 "multidict", "propcache", "yarl", "opentelemetry")
-ABSENT_IN_A_BASE_INSTALL = (*GOOGLE_ONLY, *MICROSOFT_ONLY, *STRIPE_ONLY, *SHARED, *AIOHTTP_OTEL)
+ABSENT_IN_A_BASE_INSTALL = (*GOOGLE_ONLY, *MICROSOFT_ONLY, *HTTPX, *STRIPE_ONLY, *SHARED,
+                            *AIOHTTP_OTEL)
 
 # Put first on sys.meta_path by every process below: BLOCKED (a JSON list in the environment)
 # names the modules to make absent, with their submodules.
@@ -143,6 +145,9 @@ def payment_and_mail_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
                      "pip install 'tidemark[stripe]'"),
     (("googleapiclient",), 1, "steps[1].action: action drive.rename needs Google's API "
                               "client: pip install 'tidemark[google]'"),
+    # Drive and Gmail await their calls through httpx: it is part of the extra.
+    (("httpx",), 1, "steps[1].action: action drive.rename needs Google's API client: pip "
+                    "install 'tidemark[google]'"),
     (("msgraph",), 2, "steps[2].action: action graph.send_mail needs the Microsoft Graph "
                       "client: pip install 'tidemark[microsoft]'"),
 ])
@@ -207,7 +212,7 @@ def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_e
     """Every target configured (the staging servers), Google's and Microsoft's libraries
     absent: the worker binds fs.rename and Stripe, names each extra once, and still knows
     every action, so that a plan naming a left-out one is refused by name."""
-    absent = (*GOOGLE_ONLY, *MICROSOFT_ONLY)
+    absent = (*GOOGLE_ONLY, *MICROSOFT_ONLY, *HTTPX)
     report, done, modules = run_absent(tmp_path, WORKER, absent,
                                        env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
     assert report["bound"] == ["fs.rename", "ledger.post_invoice", "stripe.payment_intent"]

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httplib2
 import pytest
 from googleapiclient.errors import HttpError, UnexpectedBodyError
 
 from activities.drive import drive_client
+from helpers.origin import serving
 from probes.google_http import OneShotHttp, google_error
 from staging.core import StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
@@ -54,13 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def origin() -> Iterator[str]:
     """A plain HTTP server that answers compressed content, as Google's front ends do."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+    with serving(_Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("path", ["/gzip", "/deflate", "/raw-deflate"])
