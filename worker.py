@@ -50,8 +50,10 @@ from workflows.unwind_plan import UnwindPlan
 
 log = logging.getLogger("tidemark.worker")
 
-# Steps of different tasks run in parallel, one thread each; steps of one task never do. The
-# default; TIDEMARK_MAX_CONCURRENT_STEPS sets it (and TIDEMARK_DB_POOL_MAX the journal's pool).
+# Steps of different tasks run in parallel; steps of one task never do. The default;
+# TIDEMARK_MAX_CONCURRENT_STEPS sets it (and TIDEMARK_DB_POOL_MAX the journal's pool). A step
+# whose action awaits its call holds a step thread only for its journal statements and reads,
+# not while it waits on the target (tidemark.step_threads).
 MAX_CONCURRENT_STEPS = DEFAULT_MAX_CONCURRENT_STEPS
 # After a worker dies, its workflow tasks wait this long on its sticky queue before any other
 # worker may take them (the SDK's default is 10 s): after a SIGKILL, the step after the one
@@ -95,7 +97,9 @@ def journal_store(settings: Settings) -> JournalStore:
 
 
 def step_executor(settings: Settings) -> ThreadPoolExecutor:
-    """One thread per step the worker may run at once."""
+    """Up to one thread per step the worker may run at once: a step whose action does not
+    await its call (fs.rename) holds one for its whole attempt; an awaiting one only for its
+    blocking parts. Threads are started as they are needed."""
     return ThreadPoolExecutor(settings.max_concurrent_steps, thread_name_prefix="step")
 
 

@@ -46,8 +46,9 @@ DEFAULT_TEMPORAL_NAMESPACE = "default"
 # Steps a worker runs at once (its activity threads and Temporal's max_concurrent_activities),
 # and the journal pool's size (tidemark.store's POOL_MAX, kept equal by a test; not imported
 # here, so that reading the settings does not load the store and its driver).
-# A step waiting on its target holds a thread but no connection (tidemark.store.session), so
-# the two are sized apart: many steps in flight, a few connections for their statements.
+# A step waiting on its target holds no connection (tidemark.store.session), and no thread when
+# its action awaits the call (tidemark.step_threads), so the two are sized apart: many steps in
+# flight, a few connections for their statements.
 DEFAULT_MAX_CONCURRENT_STEPS = 128
 DEFAULT_DB_POOL_MAX = 8
 # The pool's floor: a step's attempt and the reports it journals beside it need two.
