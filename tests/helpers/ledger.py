@@ -100,8 +100,9 @@ class LedgerRecord(Action):
 
 class AwaitedLedgerRecord(LedgerRecord):
     """``ledger.await``: ``ledger.record`` whose call is awaited (Action.awaits): its hold is an
-    ``asyncio.sleep``, so a held step keeps no thread. ``execute`` stays as the parent's, for
-    the paths that do not await."""
+    ``asyncio.sleep``, so a held step keeps no thread. As a remote target does, the ledger
+    applies an entry it was sent once the hold ends, whether or not the caller still waits for
+    the answer. ``execute`` stays as the parent's, for the paths that do not await."""
 
     name: ClassVar[str] = "ledger.await"
     awaits: ClassVar[bool] = True
@@ -113,6 +114,13 @@ class AwaitedLedgerRecord(LedgerRecord):
         refused = ctx.args.get("refused_while")
         if refused and os.path.exists(refused):
             raise Refused(f"the ledger refuses entries while {refused} exists")
+        applying = asyncio.ensure_future(self._apply(ctx))  # the target's side, sent
+        _APPLYING.add(applying)
+        applying.add_done_callback(_APPLYING.discard)
+        return await asyncio.shield(applying)
+
+    @staticmethod
+    async def _apply(ctx: StepContext) -> dict[str, Any]:
         await asyncio.sleep(float(ctx.args.get("hold_s", 0)))
         hold_while = ctx.args.get("hold_while")
         while hold_while and os.path.exists(hold_while):
@@ -120,6 +128,9 @@ class AwaitedLedgerRecord(LedgerRecord):
         with open(ctx.args["ledger"], "a") as f:  # one short local write: no thread for it
             f.write(f"{ctx.key} {ctx.args['entry']}\n")
         return {"entry": ctx.args["entry"], "pid": os.getpid()}
+
+
+_APPLYING: set[asyncio.Future[dict[str, Any]]] = set()  # held until applied (tasks are weak)
 
 
 def ledger_step(tmp_path: Path, entry: str = "e", **extra: object) -> dict[str, Any]:
