@@ -99,6 +99,29 @@ def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles
     assert [e for e in store.events("t") if e["kind"] == "error"] == []
 
 
+def test_an_attempt_cancelled_before_its_call_still_acts_once_and_settles(
+        store: JournalStore, tmp_path: Path) -> None:
+    """Cancelled while its first statements run on a step thread: a thread cannot be stopped,
+    so the intent is written anyway. Were the attempt dropped there, its intent would stand
+    open under the call's lease, and the step would wait that lease out and be probed. It
+    goes on instead: it acts, settles, and then ends cancelled."""
+    awaited_plan(store, tmp_path, "t")
+    with ThreadPoolExecutor(THREADS) as executor:
+        threads = StepThreads(executor)
+
+        async def cancelled_at_once() -> None:
+            step = asyncio.ensure_future(run(store, threads, "t"))
+            await asyncio.sleep(0)  # the attempt has handed its first part to a thread
+            step.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await step
+
+        asyncio.run(cancelled_at_once())
+    row = store.step_row("t", 1)
+    assert row is not None and (row.status, row.resolved_by) == ("done", "execute")
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
 def test_an_awaited_call_refused_is_failed_and_one_unavailable_is_in_doubt(
         store: JournalStore, tmp_path: Path) -> None:
     refuse, down = tmp_path / "refuse", tmp_path / "down"

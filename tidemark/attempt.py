@@ -246,42 +246,25 @@ class AwaitingSide(Side, Protocol):
 async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, call: Call,
                     threads: StepThreads) -> JournalRow:
     """``act`` for a call awaited on the event loop: the same lease, the same settling, with
-    each journal statement on a step thread.
-
-    The call is never given up because its attempt is cancelled (Temporal timed the attempt
-    out, the worker is shutting down): cancelling our wait would not stop a request that has
-    left, and the target may still apply it well after, while a step left in doubt early is
-    probed early. So the call goes on to its own end (its client's timeout bounds it, as for a
-    call on a thread, which cannot be interrupted either), is settled as any other, and only
-    then is the cancellation passed on. The retry Temporal starts meanwhile meets the call's
-    lease (StepBusy) and, later, its outcome."""
+    each journal statement on a step thread. A caller cancelled meanwhile must let this run to
+    its end (tidemark.step_threads.to_its_end): cancelling the call would not stop a request
+    that has left, and would leave the step in doubt, to be probed before the target applied
+    it."""
     lease = guarded_call(store, s, call.key, side.action, call.lease_from)
-    cancelled = False
     try:
         lease.__enter__()  # only registers the key with the lease keeper
         try:
-            calling = asyncio.ensure_future(side.call_async(store, s, call.ctx, threads))
-            while True:
-                try:
-                    outcome = await asyncio.shield(calling)
-                    break
-                except asyncio.CancelledError:
-                    if calling.cancelled():
-                        raise  # the call itself was cancelled: in doubt, below
-                    cancelled = True  # the attempt was: the call goes on (or has just ended)
+            outcome = await side.call_async(store, s, call.ctx, threads)
         finally:
             # Ending the lease's renewal may wait for a renewal in flight: not on the loop.
             await threads.run(lease.__exit__, None, None, None)
     except Refused as e:
         await threads.run(refused, s, side, call.ctx, call.key, e)
         raise AssertionError("refused always raises") from e
-    except (Exception, asyncio.CancelledError) as e:
+    except (Exception, asyncio.CancelledError) as e:  # the call itself cancelled: in doubt
         await threads.run(in_doubt, s, side, call, e)
         raise
-    done = await threads.run(settle, s, side, call, outcome, True)
-    if cancelled:
-        raise asyncio.CancelledError("the attempt was cancelled; its call was settled first")
-    return done
+    return await threads.run(settle, s, side, call, outcome, True)
 
 
 def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],

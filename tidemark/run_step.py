@@ -47,7 +47,7 @@ from tidemark.errors import JournalMismatch, PreconditionFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.plan import Plan, Step
-from tidemark.step_threads import StepThreads
+from tidemark.step_threads import StepThreads, to_its_end
 from tidemark.store import JournalRow, JournalStore, StepSession
 
 
@@ -104,7 +104,9 @@ async def run_step_async(store: JournalStore, registry: Registry, task_id: str, 
     """``run_step`` for a worker's event loop. When the step's action awaits its call
     (Action.awaits), the call is awaited on the loop and holds no thread while it waits; every
     other part of the attempt runs on ``threads``, in the same order and under the same lease.
-    Any other action's attempt runs as ``run_step`` on one step thread. Raises as run_step."""
+    Any other action's attempt runs as ``run_step`` on one step thread. Raises as run_step; if
+    the caller is cancelled meanwhile, the attempt still runs to its end (to_its_end) and
+    CancelledError is raised after it."""
 
     def begin() -> StepResult | tuple[StepSession, Forward, Call]:
         with locked(store, task_id, step, acting=DO) as s:
@@ -116,11 +118,14 @@ async def run_step_async(store: JournalStore, registry: Registry, task_id: str, 
                 return _done(act(store, s, side, call, True))
             return s, side, call
 
-    begun = await threads.run(begin)
-    if isinstance(begun, StepResult):
-        return begun
-    s, side, call = begun
-    return _done(await act_async(store, s, side, call, threads))
+    async def whole() -> StepResult:
+        begun = await threads.run(begin)
+        if isinstance(begun, StepResult):
+            return begun
+        s, side, call = begun
+        return _done(await act_async(store, s, side, call, threads))
+
+    return await to_its_end(whole())
 
 
 def _begin(store: JournalStore, registry: Registry, s: StepSession, task_id: str,

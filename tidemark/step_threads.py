@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import ParamSpec, TypeVar
 
@@ -36,3 +36,29 @@ class StepThreads:
         context = contextvars.copy_context()
         call = functools.partial(context.run, fn, *args, **kwargs)
         return await loop.run_in_executor(self.executor, call)
+
+
+async def to_its_end(work: Awaitable[T]) -> T:
+    """Awaits ``work`` to its end even if the awaiting task is cancelled meanwhile, and only
+    then passes the cancellation on (``work``'s result is dropped; an error it raised is
+    raised instead).
+
+    A step's attempt is run this way, as a thread runs it: cancelling the task that awaits it
+    (Temporal timed the attempt out, the worker shuts down) must not cut it between two of its
+    statements, nor cut its call to the target, which would not stop a request that has left
+    but would leave the step in doubt, to be probed before the target applied it. The attempt
+    ends on its own (the call's client timeout bounds it) and is settled; Temporal's retry
+    meanwhile meets its lease (StepBusy) and then its outcome."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise  # the work itself was cancelled
+            cancelled = True  # the waiter was: the work goes on (or has just ended)
+    if cancelled:
+        raise asyncio.CancelledError("cancelled while the attempt ran; it ran to its end first")
+    return result

@@ -107,9 +107,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "s.renew_lease(key, 0.0)",
            (f"{T_LZ}::test_a_provider_slower_than_the_client_is_waited_out_not_sent_again",
             f"{T_AT}::test_a_compensation_that_fails_ambiguously_holds_its_lease_for_the_horizon")),
-    Mutant("a cancelled attempt abandons its awaited call and leaves the step in doubt", AT,
-           "outcome = await asyncio.shield(calling)",
-           "outcome = await calling",
+    Mutant("a cancelled attempt abandons its awaited call and leaves the step in doubt", RS,
+           "    return await to_its_end(whole())",
+           "    return await whole()",
            (f"{T_AW}::test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_"
             "settles_it",)),
     Mutant("the lease written with the intent does not cover the horizon", AT,
