@@ -39,7 +39,12 @@ from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
 from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
-from tidemark.settings import DEFAULT_MAX_CONCURRENT_STEPS, Settings, load_settings
+from tidemark.settings import (
+    DEFAULT_MAX_CONCURRENT_STEPS,
+    DEFAULT_STEP_THREADS,
+    Settings,
+    load_settings,
+)
 from tidemark.store import JournalStore
 from tidemark.workflow_code import compile_once
 from workflows.needs_person import NeedsPerson
@@ -73,14 +78,19 @@ EXIT_CONFIG = 78
 def build_worker(client: Client, store: JournalStore, registry: Registry,
                  executor: ThreadPoolExecutor, task_queue: str = TASK_QUEUE,
                  approval: ApprovalPolicy | None = None, *,
-                 max_steps: int = MAX_CONCURRENT_STEPS) -> Worker:
+                 max_steps: int = MAX_CONCURRENT_STEPS,
+                 step_threads: int = DEFAULT_STEP_THREADS) -> Worker:
     """The worker with every workflow and activity; tests build it the same way. ``approval``
     is the operator's policy (default: every irreversible step waits for a person);
-    ``max_steps`` the steps it runs at once (``executor`` must have as many threads)."""
+    ``max_steps`` the steps it runs at once (``executor``, for the synchronous activities, must
+    have as many threads); ``step_threads`` the threads for the blocking parts of run_step,
+    a coroutine (tidemark.step_threads), started as they are needed and kept for the
+    process's life."""
     # The sandbox imports a workflow's module anew for every run: compile each once.
     compile_once(w.__module__ for w in WORKFLOWS)
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
-    activities = StepActivities(store, registry, grants, executor=executor)
+    parts = ThreadPoolExecutor(step_threads, thread_name_prefix="step-part")
+    activities = StepActivities(store, registry, grants, executor=parts)
     boundary = BoundaryActivities(store, registry, grants, approval)
     planning = PlannerActivities(store, registry, grants)
     return Worker(
@@ -97,9 +107,9 @@ def journal_store(settings: Settings) -> JournalStore:
 
 
 def step_executor(settings: Settings) -> ThreadPoolExecutor:
-    """Up to one thread per step the worker may run at once: a step whose action does not
-    await its call (fs.rename) holds one for its whole attempt; an awaiting one only for its
-    blocking parts. Threads are started as they are needed."""
+    """One thread per step the worker may run at once, for its synchronous activities (all but
+    run_step, whose blocking parts have threads of their own: build_worker's
+    ``step_threads``). Threads are started as they are needed."""
     return ThreadPoolExecutor(settings.max_concurrent_steps, thread_name_prefix="step")
 
 
@@ -149,11 +159,13 @@ async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
                                       interceptors=seen.interceptors)
         await check_search_attributes(client)
         worker = build_worker(client, store, registry, executor, settings.task_queue,
-                              settings.approval, max_steps=settings.max_concurrent_steps)
+                              settings.approval, max_steps=settings.max_concurrent_steps,
+                              step_threads=settings.step_threads)
         log.info("worker on %s task queue %s; actions: %s", settings.describe_temporal(),
                  settings.task_queue, ", ".join(registry.names()))
-        log.info("steps at once: %d; journal pool: %d connections",
-                 settings.max_concurrent_steps, settings.db_pool_max)
+        log.info("steps at once: %d; threads for their blocking parts: %d; journal pool: %d "
+                 "connections", settings.max_concurrent_steps, settings.step_threads,
+                 settings.db_pool_max)
         log.info("approval before irreversible steps: %s; approvers: %s",
                  settings.approval.text, ", ".join(settings.approval.approvers) or "nobody")
         if seen.metrics_address:

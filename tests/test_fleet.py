@@ -58,6 +58,29 @@ async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bound
     assert report.worker_cpu_s > 0, use
 
 
+# One worker with 4 threads for its steps' blocking parts, and 40 runs whose renames each wait
+# 3 s at the staging Drive. drive.rename awaits its call, so a waiting step holds none of the
+# 4: the steps wait side by side. Were each wait a thread's, at most 4 intents would stand open
+# at once, and the 40 steps would take ten rounds of 3 s.
+ONE_WORKER = FleetConfig(tasks=40, workers=1, wait_s=3.0, kills=0, seed=7, steps_per_worker=64,
+                         pool=4, timeout_s=60.0)
+STEP_THREADS = 4
+
+
+async def test_one_worker_holds_many_more_waiting_steps_than_it_has_step_threads(
+        temporal_env: WorkflowEnvironment, db_url: str, server: StagingServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEMARK_STEP_THREADS", str(STEP_THREADS))
+    report = await run_fleet(json.loads(PLAN.read_text()), ONE_WORKER,
+                             client=temporal_env.client, db_url=db_url, staging_url=server.url)
+    summary = (f"completed {report.completed}/{ONE_WORKER.tasks} in {report.wall_s:.1f} s, "
+               f"steps in flight at most {report.inflight_steps_peak}, duplicates "
+               f"{report.duplicates}, false done {len(report.false_done)}")
+    assert report.completed == ONE_WORKER.tasks, summary
+    assert (report.duplicates, report.false_done, report.missing) == (0, [], 0), summary
+    assert report.inflight_steps_peak >= 5 * STEP_THREADS, summary
+
+
 def fleet_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "tidemark-fleet-*")))
 

@@ -198,6 +198,7 @@ def test_the_cli_connects_with_the_profiles_tls(
     ({"TIDEMARK_DB_POOL_MAX": "1"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or more"),
     ({"TIDEMARK_DB_POOL_MAX": "0"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or more"),
     ({"TIDEMARK_DB_POOL_MAX": "eight"}, "TIDEMARK_DB_POOL_MAX must be a whole number of 2 or"),
+    ({"TIDEMARK_STEP_THREADS": "0"}, "TIDEMARK_STEP_THREADS must be a whole number of 1 or more"),
 ])
 def test_bad_configuration_is_one_clear_error(env: dict[str, str], message: str,
                                               tmp_path: Path) -> None:
@@ -218,9 +219,10 @@ def test_the_workers_concurrency_and_pool_are_settings_with_the_old_defaults(
     default = load_settings({})
     assert (default.max_concurrent_steps, default.db_pool_max) == (128, POOL_MAX)
     assert default.max_concurrent_steps == worker.MAX_CONCURRENT_STEPS
+    assert default.step_threads == 32
     set_ = load_settings({"TIDEMARK_MAX_CONCURRENT_STEPS": " 256 ", "TIDEMARK_DB_POOL_MAX": "8",
-                          "DATABASE_URL": db_url})
-    assert (set_.max_concurrent_steps, set_.db_pool_max) == (256, 8)
+                          "TIDEMARK_STEP_THREADS": "6", "DATABASE_URL": db_url})
+    assert (set_.max_concurrent_steps, set_.db_pool_max, set_.step_threads) == (256, 8, 6)
     # What serve() opens: the journal's pool sized by the setting.
     store = worker.journal_store(set_)
     try:
@@ -243,7 +245,8 @@ async def test_the_worker_runs_as_many_steps_as_the_setting_says(
 
 
 @pytest.mark.parametrize(("name", "value"), [("TIDEMARK_MAX_CONCURRENT_STEPS", "0"),
-                                             ("TIDEMARK_DB_POOL_MAX", "1")])
+                                             ("TIDEMARK_DB_POOL_MAX", "1"),
+                                             ("TIDEMARK_STEP_THREADS", "none")])
 def test_the_worker_refuses_a_bad_concurrency_or_pool_at_start_in_one_line(
         name: str, value: str, home: Path) -> None:
     from worker import EXIT_CONFIG

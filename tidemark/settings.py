@@ -39,6 +39,7 @@ ENV_TEMPORAL_PROFILE = "TEMPORAL_PROFILE"
 ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
 ENV_MAX_CONCURRENT_STEPS = "TIDEMARK_MAX_CONCURRENT_STEPS"
 ENV_DB_POOL_MAX = "TIDEMARK_DB_POOL_MAX"
+ENV_STEP_THREADS = "TIDEMARK_STEP_THREADS"
 
 DEFAULT_TASK_QUEUE = "tidemark"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -51,6 +52,11 @@ DEFAULT_TEMPORAL_NAMESPACE = "default"
 # flight, a few connections for their statements.
 DEFAULT_MAX_CONCURRENT_STEPS = 128
 DEFAULT_DB_POOL_MAX = 8
+# Threads for the blocking parts of a worker's steps (tidemark.step_threads): the journal's
+# statements, gates, snapshots and probes of every step, and the whole attempt of a step whose
+# action does not await its call (fs.rename). A step waiting on an awaiting action holds none,
+# so this is sized for the parts at once, not the steps in flight.
+DEFAULT_STEP_THREADS = 32
 # The pool's floor: a step's attempt and the reports it journals beside it need two.
 MIN_DB_POOL = 2
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -90,6 +96,8 @@ class Settings:
     # Postgres connections its journal pool may open (TIDEMARK_DB_POOL_MAX).
     max_concurrent_steps: int = DEFAULT_MAX_CONCURRENT_STEPS
     db_pool_max: int = DEFAULT_DB_POOL_MAX
+    # Threads for the blocking parts of its steps (TIDEMARK_STEP_THREADS).
+    step_threads: int = DEFAULT_STEP_THREADS
 
     @property
     def temporal(self) -> ClientConfigProfile:
@@ -226,4 +234,5 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
         max_concurrent_steps=whole_number(source, ENV_MAX_CONCURRENT_STEPS,
                                           DEFAULT_MAX_CONCURRENT_STEPS, 1),
         db_pool_max=whole_number(source, ENV_DB_POOL_MAX, DEFAULT_DB_POOL_MAX, MIN_DB_POOL),
+        step_threads=whole_number(source, ENV_STEP_THREADS, DEFAULT_STEP_THREADS, 1),
     )
