@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # What a base install lacks that `pip install '.[all]'` has, by extra: the top-level modules (and
 # the parts of the namespace package ``google`` beside protobuf's) found in a venv of the one
 # and not of the other, compared once by listing their site-packages. SHARED come with more
-# than one extra (requests: Google's, msal, Stripe's); AIOHTTP_OTEL with Microsoft's (kiota)
-# and with the staging and otel extras.
+# than one extra (requests: Google's, msal, Stripe's; httpx: Microsoft's and Stripe's, whose
+# asynchronous client it is); AIOHTTP_OTEL with Microsoft's (kiota) and with the staging and otel
+# extras.
 GOOGLE_ONLY = (
     "googleapiclient", "apiclient", "google_auth_httplib2", "httplib2", "uritemplate",
     "google.auth", "google.oauth2", "google.api_core", "google.api", "google.cloud",
@@ -45,10 +46,10 @@ MICROSOFT_ONLY = (
     "msgraph", "msgraph_core", "kiota_abstractions", "kiota_authentication_azure", "kiota_http",
     "kiota_serialization_form", "kiota_serialization_json", "kiota_serialization_multipart",
     "kiota_serialization_text", "stduritemplate", "azure", "msal", "msal_extensions", "jwt",
-    "cryptography", "cffi", "_cffi_backend", "httpx", "httpcore", "h11", "h2", "hpack",
-    "hyperframe", "anyio")
+    "cryptography", "cffi", "_cffi_backend", "h2", "hpack", "hyperframe")
 STRIPE_ONLY = ("stripe",)
-SHARED = ("requests", "urllib3", "charset_normalizer", "idna", "certifi")
+SHARED = ("requests", "urllib3", "charset_normalizer", "idna", "certifi", "httpx", "httpcore",
+          "h11", "anyio")
 AIOHTTP_OTEL = ("aiohttp", "aiohappyeyeballs", "aiosignal", "attr", "attrs", "frozenlist",
                 "multidict", "propcache", "yarl", "opentelemetry")
 ABSENT_IN_A_BASE_INSTALL = (*GOOGLE_ONLY, *MICROSOFT_ONLY, *STRIPE_ONLY, *SHARED, *AIOHTTP_OTEL)
