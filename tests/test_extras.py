@@ -224,6 +224,20 @@ def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_e
     assert "stripe" in modules
 
 
+def test_a_worker_without_httpx_leaves_out_stripe_naming_its_extra(
+        server: StagingServer, tmp_path: Path) -> None:
+    """Stripe's client is awaited through httpx (the ``stripe`` extra brings it): without it
+    the worker leaves the action out in one line, as it does Graph's, instead of failing."""
+    absent = ("httpx",)
+    report, done, _ = run_absent(tmp_path, WORKER, absent,
+                                 env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
+    assert "stripe.payment_intent" not in report["bound"]
+    assert "graph.send_mail" not in report["bound"]
+    lines = [x for x in done.stderr.splitlines() if "left out" in x]
+    assert "tidemark.worker WARNING stripe.payment_intent left out: the Stripe client is not " \
+           "installed (pip install 'tidemark[stripe]')" in lines, done.stderr
+
+
 # -- a base install ---------------------------------------------------------------------------
 
 def test_a_base_install_runs_the_commands_and_a_rename_worker_without_any_provider_library(
