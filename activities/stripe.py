@@ -10,14 +10,17 @@ The action ``awaits``: ``execute_async`` sends the same create through stripe-py
 asynchronous path (``create_async``), which the client's ``RequestsClient`` hands to its
 ``async_fallback_client``, an ``HTTPXClient`` built with the same timeout and retried by the same
 ``max_network_retries=0``. A step waiting on Stripe then holds no thread. httpx's asynchronous
-client keeps its connections for the event loop it first ran on: one client serves one loop
-(the worker's).
+client keeps its connections for the event loop it opened them on, so each loop that awaits the
+client gets an ``HTTPXClient`` of its own (``PerLoopHTTPX``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import weakref
+from collections.abc import Awaitable, Mapping
 from typing import Any, ClassVar
 
 import stripe
@@ -43,6 +46,48 @@ DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 3
 
 
 
+class PerLoopHTTPX(stripe.HTTPClient):
+    """stripe-python's asynchronous requests, through one ``stripe.HTTPXClient`` per event
+    loop: httpx keeps a pooled connection for the loop that opened it, and a client awaited
+    from a later loop (a loop that ended, a test's) would otherwise fail that connection's
+    request before it leaves, in doubt for nothing. Only the ``*_async`` methods are used (it
+    is a ``RequestsClient``'s ``async_fallback_client``)."""
+
+    name = "httpx"
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                 stripe.HTTPXClient] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _client(self) -> stripe.HTTPXClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._by_loop.get(loop)
+            if client is None:
+                client = self._by_loop[loop] = stripe.HTTPXClient(timeout=self._timeout)
+            return client
+
+    async def request_async(self, method: str, url: str, headers: Mapping[str, str],
+                            post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
+        return await self._client().request_async(method, url, headers, post_data)
+
+    async def request_stream_async(self, method: str, url: str, headers: Mapping[str, str],
+                                   post_data: Any = None) -> Any:
+        return await self._client().request_stream_async(method, url, headers, post_data)
+
+    def sleep_async(self, secs: float) -> Awaitable[None]:
+        return asyncio.sleep(secs)  # never asked: max_network_retries is 0
+
+    async def close_async(self) -> None:
+        await self._client().close_async()
+
+    def close(self) -> None:
+        """Nothing to close without a loop: each loop's client closes on it (close_async)."""
+
+
 def stripe_client(base_url: str, api_key: str, *,
                   timeout: float = DEFAULT_TIMEOUT) -> stripe.StripeClient:
     """A Stripe client for ``base_url`` (a staging server's URL, or
@@ -52,7 +97,7 @@ def stripe_client(base_url: str, api_key: str, *,
     return stripe.StripeClient(
         api_key, base_addresses={"api": base_url.rstrip("/")}, max_network_retries=0,
         http_client=stripe.RequestsClient(
-            timeout=timeout, async_fallback_client=stripe.HTTPXClient(timeout=timeout)))
+            timeout=timeout, async_fallback_client=PerLoopHTTPX(timeout)))
 
 
 CREATE = "stripe payment_intents.create"

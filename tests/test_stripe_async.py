@@ -89,6 +89,20 @@ async def test_fifty_held_creates_wait_without_a_thread_each(server: StagingServ
     assert len(staging.effects_of("stripe", CREATE)) == HELD + 1
 
 
+async def test_each_event_loop_gets_connections_of_its_own(server: StagingServer,
+                                                           staging: Staging) -> None:
+    """httpx keeps a connection for the loop it was opened on: a client awaited from a loop
+    after another one ended must not reuse that loop's connections (each call here would
+    fail before it left, in doubt for nothing)."""
+    action = make_action(server)
+    first = await action.execute_async(context(amount=100))  # on the tests' loop
+    for amount in (200, 300):  # each on a loop of its own that ends with the call
+        outcome = await asyncio.to_thread(asyncio.run, action.execute_async(context(amount)))
+        assert outcome["amount"] == amount
+    assert (await action.execute_async(context(amount=400)))["id"] != first["id"]
+    assert len(staging.effects_of("stripe", CREATE)) == 4
+
+
 def arm_execution_error(server: StagingServer, commit: bool = False) -> None:
     post(server, "/_staging/stripe/execution_errors", {"status": 500, "commit": commit})
 
@@ -137,6 +151,9 @@ async def test_a_cancelled_create_raises_cancelled(server: StagingServer,
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
+    # The create had left: Stripe applies it all the same (the caller holds it in doubt). Wait
+    # for it here, so that it does not land in the next test's staging state.
+    assert_eventually(lambda: len(staging.effects_of("stripe", CREATE)) == 1, timeout=5)
 
 
 async def test_execute_async_presents_the_tasks_grant_and_a_revoked_one_is_refused(
