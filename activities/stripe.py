@@ -8,10 +8,11 @@ is built with ``max_network_retries=0`` and a timeout, so a lost answer surfaces
 
 The action ``awaits``: ``execute_async`` sends the same create through stripe-python's
 asynchronous path (``create_async``), which the client's ``RequestsClient`` hands to its
-``async_fallback_client``, an ``HTTPXClient`` built with the same timeout and retried by the same
-``max_network_retries=0``. A step waiting on Stripe then holds no thread. httpx's asynchronous
-client keeps its connections for the event loop it opened them on, so each loop that awaits the
-client gets an ``HTTPXClient`` of its own (``PerLoopHTTPX``).
+``async_fallback_client`` (stripe-python's own arrangement since 8.5: requests for the blocking
+methods, "falling back" to an ``HTTPXClient`` for the asynchronous ones), built with the same
+timeout and retried by the same ``max_network_retries=0``. A step waiting on Stripe then holds
+no thread. httpx's asynchronous client keeps its connections for the event loop it opened them
+on, so each loop that awaits the client gets an ``HTTPXClient`` of its own (``PerLoopHTTPX``).
 """
 
 from __future__ import annotations
