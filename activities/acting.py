@@ -41,21 +41,32 @@ def acting_for(broker: GrantBroker | None, task_id: str,
 
 def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
     """Makes a stripe.StripeClient present per-task grants: every request's bearer key is the
-    acting task's grant (the key the client was built with stays the worker's base)."""
+    acting task's grant (the key the client was built with stays the worker's base), in its
+    blocking calls (``request``) and in its ``*_async`` ones (``request_async``, which reads
+    the grant in a thread: the broker reads Postgres)."""
     http = client._requestor._client  # the stripe.RequestsClient every request goes through
-    send = http.request
+    send, send_async = http.request, http.request_async
+
+    def present(headers: Any) -> Any:
+        acting = _ACTING.get()
+        if acting is None:
+            return headers
+        broker, task_id, purpose = acting
+        headers = dict(headers or {})
+        base = str(headers.get("Authorization", "")).removeprefix("Bearer ").strip()
+        headers["Authorization"] = "Bearer " + broker.token(task_id, target, scope, base,
+                                                            minter, purpose)
+        return headers
 
     def request(method: str, url: str, headers: Any, post_data: Any = None) -> Any:
-        acting = _ACTING.get()
-        if acting is not None:
-            broker, task_id, purpose = acting
-            headers = dict(headers or {})
-            base = str(headers.get("Authorization", "")).removeprefix("Bearer ").strip()
-            headers["Authorization"] = "Bearer " + broker.token(task_id, target, scope, base,
-                                                                minter, purpose)
-        return send(method, url, headers, post_data)
+        return send(method, url, present(headers), post_data)
 
-    http.request = request
+    async def request_async(method: str, url: str, headers: Any, post_data: Any = None) -> Any:
+        if _ACTING.get() is not None:  # to_thread copies the context, and with it _ACTING
+            headers = await asyncio.to_thread(present, headers)
+        return await send_async(method, url, headers, post_data)
+
+    http.request, http.request_async = request, request_async
     return client
 
 

@@ -33,7 +33,8 @@ GOOGLE = ClientLibrary("Google's API client", "google",
 MICROSOFT = ClientLibrary("the Microsoft Graph client", "microsoft",
                           ("msgraph", "msgraph_core", "kiota_abstractions", "kiota_http",
                            "httpx"))
-STRIPE = ClientLibrary("the Stripe client", "stripe", ("stripe",))
+# httpx: stripe-python's asynchronous HTTP client, which the action's execute_async awaits.
+STRIPE = ClientLibrary("the Stripe client", "stripe", ("stripe", "httpx"))
 # fs.rename needs none: a base install runs it.
 BUILTIN_LIBRARIES: dict[str, ClientLibrary] = {
     "drive.rename": GOOGLE, "gmail.send": GOOGLE, "graph.send_mail": MICROSOFT,

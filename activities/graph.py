@@ -31,6 +31,13 @@ a second send of a submitted draft. So after such a send ``execute`` watches the
 ``late_s`` (``TIDEMARK_GRAPH_LATE_S``, 100 s by default) and only then leaves the step in
 doubt; the lease it wrote before the send covers that wait, so no twin sends meanwhile.
 
+The action ``awaits``: ``execute_async`` is the same sequence (the check of the draft, the send,
+the watch for a late send, the confirm), written once as a coroutine that reaches Graph through
+a ``probes.graph.Calls``. ``execute`` runs it with ``BLOCKING`` on the step's thread, as before;
+``execute_async`` with ``AWAITING``: every call still runs on the client's loop, and the
+caller's loop waits for it, and sleeps between reads, without a thread. ``stage`` stays a
+blocking call of a step thread.
+
 The write token needs ``Mail.ReadWrite`` (create the draft), ``Mail.Send`` and ``User.Read``
 (``check_identity``); the read token ``Mail.Read`` and ``User.Read``.
 """
@@ -59,12 +66,16 @@ from msgraph.generated.users.item.send_mail.send_mail_post_request_body import (
 
 from activities.mail import MailAction
 from probes.graph import (
+    AWAITING,
+    BLOCKING,
     KEY_HEADER,
     KEY_PROPERTY_ID,
     LOOP_MARGIN_S,
     READ_ERRORS,
+    Calls,
     GraphClient,
     GraphSendMailProbe,
+    blocking,
     describe_error,
     me,
 )
@@ -162,6 +173,8 @@ class GraphSendMail(MailAction):
     name: ClassVar[str] = "graph.send_mail"
     # The draft is the fence (see the module docstring): a late send cannot duplicate.
     horizon_s: float = 0.0
+    # execute_async: the send sequence awaited from the caller's loop (GraphClient.call_async).
+    awaits: ClassVar[bool] = True
 
     def __init__(self, writer: GraphClient, reader: GraphClient, *,
                  confirm_s: float | None = None, late_s: float | None = None) -> None:
@@ -240,22 +253,31 @@ class GraphSendMail(MailAction):
         return {"id": draft.id, "internetMessageId": draft.internet_message_id}
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
+        return blocking(self._execute(BLOCKING, ctx))
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        """``execute`` with every read, the send and every wait between reads awaited: a step
+        waiting on Graph (the send, the watch for a late send, the confirm) holds no thread."""
+        return await self._execute(AWAITING, ctx)
+
+    async def _execute(self, io: Calls, ctx: StepContext) -> dict[str, Any]:
+        """The send of a journaled draft, written once for both paths (``io``)."""
         staged = ctx.staged
         if not staged or not staged.get("id"):
             raise ActionError("graph.send_mail: no journaled draft to send")
         draft_id = str(staged["id"])
-        self._check_unsent(draft_id)
+        await self._check_unsent(io, draft_id)
         try:
-            self.writer.call(
-                lambda g: g.me.messages.by_message_id(draft_id).send.post())
+            await io.call(self.writer,
+                          lambda g: g.me.messages.by_message_id(draft_id).send.post())
         except SEND_ERRORS as e:
-            failure = self._send_failed(draft_id, e)
+            failure = await self._send_failed(io, draft_id, e)
             if not unanswered(e):
                 raise failure from e
-            self._await_late_send(draft_id, failure)
-        return self._confirm(ctx)
+            await self._await_late_send(io, draft_id, failure)
+        return await self._confirm(io, ctx)
 
-    def _await_late_send(self, draft_id: str, failure: ActionError) -> None:
+    async def _await_late_send(self, io: Calls, draft_id: str, failure: ActionError) -> None:
         """Watches the draft for ``late_s`` after a send that went unanswered: returns once it
         is no longer a plain draft (the send landed, or something else happened to it: the
         confirm and the probe tell); raises ``failure`` if it still is by then, when a late
@@ -263,7 +285,7 @@ class GraphSendMail(MailAction):
         deadline = time.monotonic() + self.late_s
         while True:
             try:
-                if self.reader.unsent_draft(draft_id) is not None:
+                if await self.reader.unsent_draft(io, draft_id) is not None:
                     return
             except APIError as e:
                 if e.response_status_code == 404:
@@ -273,22 +295,22 @@ class GraphSendMail(MailAction):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise failure
-            time.sleep(min(LATE_POLL_S, left))
+            await io.sleep(min(LATE_POLL_S, left))
 
-    def _check_unsent(self, draft_id: str) -> None:
+    async def _check_unsent(self, io: Calls, draft_id: str) -> None:
         """Sends nothing unless the draft is still a plain draft: one flagged submitted (Graph
         keeps a sent draft in Drafts until transport takes it) would be sent a second time,
         and what Exchange does then is undocumented. Raises TargetUnavailable otherwise: the
         step stays in doubt and the probe decides."""
         try:
-            why = self.reader.unsent_draft(draft_id)
+            why = await self.reader.unsent_draft(io, draft_id)
         except READ_ERRORS as e:
             why = f"draft {draft_id} cannot be read ({describe_error(e)})"
         if why is not None:
             raise TargetUnavailable(f"graph.send_mail: not sent: {why}; the step stays in "
                                     f"doubt")
 
-    def _send_failed(self, draft_id: str, e: BaseException) -> ActionError:
+    async def _send_failed(self, io: Calls, draft_id: str, e: BaseException) -> ActionError:
         """What a failed send means. A refusal counts as one only while the draft is still a
         plain draft: a 404 (no longer a draft) or any refusal of a draft that was submitted
         meanwhile (a send of ours that landed late, an earlier attempt's) leaves the step in
@@ -299,20 +321,20 @@ class GraphSendMail(MailAction):
         error = graph_error(e, "graph.send_mail: send draft")
         if isinstance(error, Refused):
             try:
-                why = self.reader.unsent_draft(draft_id)
+                why = await self.reader.unsent_draft(io, draft_id)
             except READ_ERRORS as read_error:
                 why = f"it cannot be read ({describe_error(read_error)})"
             if why is not None:
                 return TargetUnavailable(f"{error}; the draft may have been sent ({why})")
         return error
 
-    def _confirm(self, ctx: StepContext) -> dict[str, Any]:
+    async def _confirm(self, io: Calls, ctx: StepContext) -> dict[str, Any]:
         """Waits until the probe sees our message submitted; raises TargetUnavailable if it
         does not (or cannot read the mailbox) when confirm_s is over."""
         deadline = time.monotonic() + self.confirm_s
         while True:
             try:
-                probed = self.reader.probe(ctx)
+                probed = await self.reader.probe_with(io, ctx)
             except READ_ERRORS as e:  # the probe answers unknown itself; belt and braces
                 probed = ProbeResult.unknown(describe_error(e))
             if probed.status is ProbeStatus.DONE:
@@ -322,4 +344,4 @@ class GraphSendMail(MailAction):
                     f"graph.send_mail: the send was accepted but the message was not seen "
                     f"submitted within {self.confirm_s:g}s ({probed.reason}); the step stays "
                     f"in doubt")
-            time.sleep(CONFIRM_POLL_S)
+            await io.sleep(CONFIRM_POLL_S)

@@ -5,11 +5,23 @@ a random one per call, which makes a retry a second payment) and is also written
 ``metadata[tidemark_key]``, which is what the probe looks for. Nothing here retries: the client
 is built with ``max_network_retries=0`` and a timeout, so a lost answer surfaces as
 ``TargetUnavailable`` and the journal decides.
+
+The action ``awaits``: ``execute_async`` sends the same create through stripe-python's
+asynchronous path (``create_async``), which the client's ``RequestsClient`` hands to its
+``async_fallback_client`` (stripe-python's own arrangement since 8.5: requests for the blocking
+methods, "falling back" to an ``HTTPXClient`` for the asynchronous ones), built with the same
+timeout and retried by the same ``max_network_retries=0``. A step waiting on Stripe then holds
+no thread. httpx's asynchronous client keeps its connections for the event loop it opened them
+on, so each loop that awaits the client gets an ``HTTPXClient`` of its own (``PerLoopHTTPX``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
+import weakref
+from collections.abc import Awaitable, Mapping
 from typing import Any, ClassVar
 
 import stripe
@@ -35,13 +47,87 @@ DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 3
 
 
 
+class PerLoopHTTPX(stripe.HTTPClient):
+    """stripe-python's asynchronous requests, through one ``stripe.HTTPXClient`` per event
+    loop: httpx keeps a pooled connection for the loop that opened it, and a client awaited
+    from a later loop (a loop that ended, a test's) would otherwise fail that connection's
+    request before it leaves, in doubt for nothing. Only the ``*_async`` methods are used (it
+    is a ``RequestsClient``'s ``async_fallback_client``)."""
+
+    name = "httpx"
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                 stripe.HTTPXClient] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _client(self) -> stripe.HTTPXClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._by_loop.get(loop)
+            if client is None:
+                client = self._by_loop[loop] = stripe.HTTPXClient(timeout=self._timeout)
+            return client
+
+    async def request_async(self, method: str, url: str, headers: Mapping[str, str],
+                            post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
+        return await self._client().request_async(method, url, headers, post_data)
+
+    async def request_stream_async(self, method: str, url: str, headers: Mapping[str, str],
+                                   post_data: Any = None) -> Any:
+        return await self._client().request_stream_async(method, url, headers, post_data)
+
+    def sleep_async(self, secs: float) -> Awaitable[None]:
+        return asyncio.sleep(secs)  # never asked: max_network_retries is 0
+
+    async def close_async(self) -> None:
+        await self._client().close_async()
+
+    def close(self) -> None:
+        """Nothing to close without a loop: each loop's client closes on it (close_async)."""
+
+
 def stripe_client(base_url: str, api_key: str, *,
                   timeout: float = DEFAULT_TIMEOUT) -> stripe.StripeClient:
     """A Stripe client for ``base_url`` (a staging server's URL, or
-    ``https://api.stripe.com``) that never retries on its own."""
-    return stripe.StripeClient(api_key, base_addresses={"api": base_url.rstrip("/")},
-                               max_network_retries=0,
-                               http_client=stripe.RequestsClient(timeout=timeout))
+    ``https://api.stripe.com``) that never retries on its own, in its blocking calls (requests)
+    nor in its ``*_async`` ones (httpx, the same timeout: ``max_network_retries`` is the
+    client's, whichever HTTP client sends)."""
+    return stripe.StripeClient(
+        api_key, base_addresses={"api": base_url.rstrip("/")}, max_network_retries=0,
+        http_client=stripe.RequestsClient(
+            timeout=timeout, async_fallback_client=PerLoopHTTPX(timeout)))
+
+
+CREATE = "stripe payment_intents.create"
+
+
+def create_request(ctx: StepContext) -> tuple[PaymentIntentCreateParams, stripe.RequestOptions]:
+    """The create of a step: its arguments, stamped with its key in the metadata, and the key as
+    the Idempotency-Key."""
+    params: PaymentIntentCreateParams = {
+        "amount": ctx.args["amount"], "currency": ctx.args["currency"],
+        "metadata": {STAMP: ctx.key}}
+    if "customer" in ctx.args:
+        params["customer"] = ctx.args["customer"]
+    if "description" in ctx.args:
+        params["description"] = ctx.args["description"]
+    return params, {"idempotency_key": ctx.key}
+
+
+def saved_failure(e: stripe.StripeError) -> bool:
+    """Whether Stripe answered with a 5xx it saved under the key earlier (a replay)."""
+    return bool((e.http_status or 0) >= 500 and (e.headers or {}).get(
+        "Idempotent-Replayed") == "true")
+
+
+def created(pi: stripe.PaymentIntent) -> dict[str, Any]:
+    """The outcome of a create: the PaymentIntent, and whether Stripe replayed it."""
+    replayed = pi.last_response is not None and (
+        pi.last_response.headers.get("Idempotent-Replayed") == "true")
+    return {**observed(pi.to_dict()), "idempotent_replayed": replayed}
 
 
 def key_mode(key: str) -> str | None:
@@ -79,6 +165,7 @@ class StripePaymentIntent(Action):
 
     name = "stripe.payment_intent"
     irreversible = True
+    awaits: ClassVar[bool] = True  # execute_async: stripe-python's asynchronous create
     args: ClassVar[dict[str, Arg]] = {
         "amount": Arg(int, check=_positive),
         "currency": Arg(str, check=_currency),
@@ -177,24 +264,27 @@ class StripePaymentIntent(Action):
         return self.reads.probe(ctx)
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
-        params: PaymentIntentCreateParams = {
-            "amount": ctx.args["amount"], "currency": ctx.args["currency"],
-            "metadata": {STAMP: ctx.key}}
-        if "customer" in ctx.args:
-            params["customer"] = ctx.args["customer"]
-        if "description" in ctx.args:
-            params["description"] = ctx.args["description"]
+        params, options = create_request(ctx)
         try:
-            pi = self.writer.v1.payment_intents.create(params=params,
-                                                       options={"idempotency_key": ctx.key})
+            pi = self.writer.v1.payment_intents.create(params=params, options=options)
         except stripe.StripeError as e:
-            if (e.http_status or 0) >= 500 and (e.headers or {}).get(
-                    "Idempotent-Replayed") == "true":
-                return self._after_saved_failure(ctx, e)
-            raise stripe_failure(e, "stripe payment_intents.create") from e
-        replayed = pi.last_response is not None and (
-            pi.last_response.headers.get("Idempotent-Replayed") == "true")
-        return {**observed(pi.to_dict()), "idempotent_replayed": replayed}
+            if not saved_failure(e):
+                raise stripe_failure(e, CREATE) from e
+            return self._after_saved_failure(ctx, e)
+        return created(pi)
+
+    async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
+        """``execute`` awaiting stripe-python's asynchronous create; the listing after a saved
+        5xx is a blocking read, so it runs in a thread."""
+        params, options = create_request(ctx)
+        try:
+            pi = await self.writer.v1.payment_intents.create_async(params=params,
+                                                                   options=options)
+        except stripe.StripeError as e:
+            if not saved_failure(e):
+                raise stripe_failure(e, CREATE) from e
+            return await asyncio.to_thread(self._after_saved_failure, ctx, e)
+        return created(pi)
 
     def _after_saved_failure(self, ctx: StepContext, e: stripe.StripeError) -> dict[str, Any]:
         """Settles a step whose Idempotency-Key Stripe answers with a saved 5xx, or leaves it to

@@ -27,17 +27,23 @@ the store and not transmitted, so an inbound message cannot bring the bit with i
 The probe needs a token with ``Mail.Read`` and ``User.Read``. msgraph-sdk is async while actions
 are called from worker threads; every call runs on a private event loop in its own thread
 (:class:`EventLoopThread`), so it works whatever loop, if any, the calling thread or process runs.
+A caller on an event loop of its own awaits the call instead (``GraphClient.call_async``): its
+loop waits for the client loop's answer without a thread. The reads of the probe (and the send
+sequence of activities/graph.py) are written once, as coroutines that reach Graph through a
+:class:`Calls`: ``BLOCKING`` for the step threads, ``AWAITING`` for the caller's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
+import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from kiota_abstractions.api_error import APIError
@@ -179,13 +185,22 @@ class EventLoopThread:
                                         name="graph-client-loop")
         self._thread.start()
 
-    def run(self, coro: Awaitable[T], timeout: float) -> T:
-        """Runs ``coro`` on the loop and waits for it; raises TimeoutError after ``timeout``."""
+    def _submit(self, coro: Awaitable[T], timeout: float) -> concurrent.futures.Future[T]:
         async def bounded() -> T:
             return await asyncio.wait_for(coro, timeout)
-        future = asyncio.run_coroutine_threadsafe(bounded(), self._loop)
+        return asyncio.run_coroutine_threadsafe(bounded(), self._loop)
+
+    def run(self, coro: Awaitable[T], timeout: float) -> T:
+        """Runs ``coro`` on the loop and waits for it; raises TimeoutError after ``timeout``."""
         # The loop enforces the timeout; the margin only guards against a loop that died.
-        return future.result(timeout + LOOP_MARGIN_S)
+        return self._submit(coro, timeout).result(timeout + LOOP_MARGIN_S)
+
+    async def run_async(self, coro: Awaitable[T], timeout: float) -> T:
+        """``run`` for a caller on an event loop of its own: that loop awaits the answer, with
+        no thread waiting for it. Cancelling the caller (or the margin running out) cancels the
+        coroutine on this loop too, so a call given up on is not left running."""
+        future = asyncio.wrap_future(self._submit(coro, timeout))
+        return await asyncio.wait_for(future, timeout + LOOP_MARGIN_S)
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -218,9 +233,61 @@ class GraphClient:
         """Runs one SDK call, e.g. ``client.call(lambda g: g.me.send_mail.post(body))``."""
         return self.loop.run(request(self.service), self.timeout)
 
+    async def call_async(self, request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
+        """``call`` awaited from another event loop: the SDK call still runs on the client's
+        loop (its httpx client belongs there), and the caller's loop waits without a thread."""
+        return await self.loop.run_async(request(self.service), self.timeout)
+
     def close(self) -> None:
         """Closes the client's connections (the shared loop keeps running)."""
         self.loop.run(self.http.aclose(), self.timeout)
+
+
+class Calls(Protocol):
+    """How code written once for both paths reaches Graph and waits between reads."""
+
+    async def call(self, client: GraphClient,
+                   request: Callable[[GraphServiceClient], Awaitable[T]]) -> T: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class Blocking:
+    """The calling thread blocks on every call and sleep (a worker's step thread). Nothing
+    here suspends a coroutine, so ``blocking`` runs one to its end in that thread."""
+
+    async def call(self, client: GraphClient,
+                   request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
+        return client.call(request)
+
+    async def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class Awaiting:
+    """The caller's event loop awaits every call and sleep: no thread waits."""
+
+    async def call(self, client: GraphClient,
+                   request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
+        return await client.call_async(request)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+BLOCKING, AWAITING = Blocking(), Awaiting()
+
+
+def blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that reaches Graph through ``BLOCKING`` (it never suspends),
+    run in the calling thread, whether or not that thread runs an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("a coroutine run with BLOCKING suspended")
 
 
 def client_timeout(env: dict[str, str] | os._Environ[str] | None = None) -> float:
@@ -315,7 +382,12 @@ class Copy:
 def me(client: GraphClient) -> dict[str, Any]:
     """``GET /me`` of a client's token: ``{"id", "userPrincipalName", "mail"}``. Raises what the
     SDK raises (a 403 when the token lacks ``User.Read``)."""
-    user = client.call(lambda g: g.me.get())
+    return blocking(me_with(BLOCKING, client))
+
+
+async def me_with(io: Calls, client: GraphClient) -> dict[str, Any]:
+    """``me`` through ``io``."""
+    user = await io.call(client, lambda g: g.me.get())
     if user is None or not user.id:
         raise ValueError("GET /me answered without an id")
     return {"id": user.id, "userPrincipalName": user.user_principal_name, "mail": user.mail}
@@ -330,38 +402,46 @@ class GraphSendMailProbe:
         self._address: str | None = None
 
     def probe(self, ctx: StepContext) -> ProbeResult:
+        """``probe_with`` on the calling thread."""
+        return blocking(self.probe_with(BLOCKING, ctx))
+
+    async def probe_async(self, ctx: StepContext) -> ProbeResult:
+        """``probe_with`` awaited on the caller's loop."""
+        return await self.probe_with(AWAITING, ctx)
+
+    async def probe_with(self, io: Calls, ctx: StepContext) -> ProbeResult:
         """``done`` when our submitted copy exists anywhere in the mailbox (``state``
         ``submitted`` while it waits in Drafts or the Outbox, else ``sent``, with its folder
         and id); ``absent`` when nothing was submitted and sending is safe; ``unknown`` when the
         mailbox cannot be read, or the journaled draft is gone with no submitted copy to show
         for it, or its flags cannot be read."""
         try:
-            names = self.folder_ids()
-            copies = self.copies(ctx.key)
+            names = await self.folder_ids_with(io)
+            copies = await self.copies(io, ctx.key)
         except READ_ERRORS as e:
             return ProbeResult.unknown(f"cannot read the mailbox: {describe_error(e)}")
         except TooMany as e:
             return ProbeResult.unknown(str(e))
         submitted = [c for c in copies if c.submitted(names.get("drafts"), names.get("outbox"))]
         if ctx.staged is not None:
-            return self._probe_draft(ctx.staged, copies, submitted, names)
+            return await self._probe_draft(io, ctx.staged, copies, submitted, names)
         if (ctx.before_state or {}).get("fence") == "draft":
             # No draft was journaled, so this step's execute never ran (it runs only after the
             # draft's id is journaled): whatever carries our key was not sent by this step.
             return ProbeResult.absent(
                 "no draft was journaled, so nothing was sent for this step" + _ignored(
                     len(submitted)), {"ignored": len(submitted)})
-        return self._probe_by_sender(ctx.key, submitted, names)
+        return await self._probe_by_sender(io, ctx.key, submitted, names)
 
-    def _probe_draft(self, staged: dict[str, Any], copies: list[Copy], submitted: list[Copy],
-                     names: dict[str, str]) -> ProbeResult:
+    async def _probe_draft(self, io: Calls, staged: dict[str, Any], copies: list[Copy],
+                           submitted: list[Copy], names: dict[str, str]) -> ProbeResult:
         """A step fenced by its journaled draft: our copy is the one with its
         internetMessageId."""
         imid, draft_id = staged.get("internetMessageId"), staged.get("id")
         ours = [c for c in submitted if imid and c.internet_message_id == imid]
         others = len(submitted) - len(ours)
         if ours:
-            return self._done(ours, names, others)
+            return await self._done(io, ours, names, others)
         waiting = [c for c in copies if c.id == draft_id and c.folder_id == names.get("drafts")
                    and c.is_draft]
         if waiting and waiting[0].flags is None:
@@ -381,22 +461,22 @@ class GraphSendMailProbe:
             f"(sent or not) or moved it unsent; a person decides" + _ignored(others),
             {"draft": draft_id, "internetMessageId": imid, "ignored": others})
 
-    def _probe_by_sender(self, key: str, submitted: list[Copy],
-                         names: dict[str, str]) -> ProbeResult:
+    async def _probe_by_sender(self, io: Calls, key: str, submitted: list[Copy],
+                               names: dict[str, str]) -> ProbeResult:
         """An intent written before steps were fenced by a draft (sent with sendMail): the best
         we can tell is a submitted copy sent from this mailbox."""
         try:
-            address = self.address()
+            address = await self.address(io)
         except READ_ERRORS as e:
             return ProbeResult.unknown(f"cannot read /me: {describe_error(e)}")
         ours = [c for c in submitted if (c.sender or "").lower() == address.lower()]
         if ours:
-            return self._done(ours, names, len(submitted) - len(ours))
+            return await self._done(io, ours, names, len(submitted) - len(ours))
         return ProbeResult.absent(
             f"no submitted message with {KEY_PROPERTY_ID} = {key} sent from {address}"
             + _ignored(len(submitted)), {"ignored": len(submitted)})
 
-    def unsent_draft(self, draft_id: str) -> str | None:
+    async def unsent_draft(self, io: Calls, draft_id: str) -> str | None:
         """None when ``draft_id`` is a draft in Drafts that was never submitted (mfSubmitted
         clear), so that sending it cannot make a second mail; otherwise why it may not be sent.
         Raises what the SDK raises when the message cannot be read (404 when it is gone)."""
@@ -404,8 +484,8 @@ class GraphSendMailProbe:
             select=["id", "isDraft", "parentFolderId"],
             expand=[f"singleValueExtendedProperties($filter=id eq '{MESSAGE_FLAGS_ID}')"])
         config = RequestConfiguration(query_parameters=query)
-        m = self.reader.call(
-            lambda g: g.me.messages.by_message_id(draft_id).get(request_configuration=config))
+        m = await io.call(self.reader, lambda g: g.me.messages.by_message_id(draft_id).get(
+            request_configuration=config))
         if m is None:
             return f"draft {draft_id} could not be read"
         flags = message_flags(m)
@@ -414,14 +494,15 @@ class GraphSendMailProbe:
                     f"come back, so whether it was submitted cannot be told")
         if flags & MSGFLAG_SUBMIT:
             return f"draft {draft_id} was already submitted and waits in Drafts for transport"
-        if not m.is_draft or m.parent_folder_id != self.folder_ids().get("drafts"):
+        if not m.is_draft or m.parent_folder_id != (await self.folder_ids_with(io)).get("drafts"):
             return f"message {draft_id} is no longer a draft in Drafts"
         return None
 
-    def _done(self, ours: list[Copy], names: dict[str, str], others: int) -> ProbeResult:
+    async def _done(self, io: Calls, ours: list[Copy], names: dict[str, str],
+                    others: int) -> ProbeResult:
         first = ours[0]
         by_id = {v: k for k, v in names.items()}
-        folder = by_id.get(first.folder_id) or self._folder_name(first.folder_id)
+        folder = by_id.get(first.folder_id) or await self._folder_name(io, first.folder_id)
         waiting = first.flagged_submitted or by_id.get(first.folder_id) == "outbox"
         observed = {"state": "submitted" if waiting else "sent",
                     "folder": folder, "id": first.id,
@@ -431,15 +512,20 @@ class GraphSendMailProbe:
         return ProbeResult.done(observed, f"our submitted message is in {folder}"
                                 + _ignored(others))
 
-    def _folder_name(self, folder_id: str) -> str:
+    async def _folder_name(self, io: Calls, folder_id: str) -> str:
         try:
-            f = self.reader.call(lambda g: g.me.mail_folders.by_mail_folder_id(folder_id).get())
+            f = await io.call(self.reader,
+                              lambda g: g.me.mail_folders.by_mail_folder_id(folder_id).get())
         except READ_ERRORS:
             return folder_id
         return (f.display_name if f is not None and f.display_name else folder_id)
 
     def folder_ids(self) -> dict[str, str]:
         """The ids of the well-known folders (those the mailbox has), read once."""
+        return blocking(self.folder_ids_with(BLOCKING))
+
+    async def folder_ids_with(self, io: Calls) -> dict[str, str]:
+        """``folder_ids`` through ``io``."""
         if self._folder_ids is None:
             ids: dict[str, str] = {}
             for name in NAMED_FOLDERS:
@@ -447,7 +533,7 @@ class GraphSendMailProbe:
                 def folder(g: GraphServiceClient, n: str = name) -> Awaitable[MailFolder | None]:
                     return g.me.mail_folders.by_mail_folder_id(n).get()
                 try:
-                    f = self.reader.call(folder)
+                    f = await io.call(self.reader, folder)
                 except APIError as e:
                     if e.response_status_code == 404:
                         continue  # this mailbox has no such folder
@@ -457,14 +543,14 @@ class GraphSendMailProbe:
             self._folder_ids = ids
         return self._folder_ids
 
-    def address(self) -> str:
+    async def address(self, io: Calls) -> str:
         """The mailbox's address as the read token sees it (``GET /me``), read once."""
         if self._address is None:
-            who = me(self.reader)
+            who = await me_with(io, self.reader)
             self._address = str(who.get("mail") or who.get("userPrincipalName") or "")
         return self._address
 
-    def copies(self, key: str) -> list[Copy]:
+    async def copies(self, io: Calls, key: str) -> list[Copy]:
         """Every message with our key: the whole mailbox, then Recoverable Items."""
         escaped = key.replace("'", "''")
         flt = (f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' "
@@ -475,14 +561,15 @@ class GraphSendMailProbe:
         everywhere = RequestConfiguration(query_parameters=(
             MessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
                 filter=flt, expand=expand, select=select, top=PAGE_SIZE)))
-        found = self._pages(key, lambda g: g.me.messages.get(request_configuration=everywhere),
-                            lambda g, url: g.me.messages.with_url(url).get())
+        found = await self._pages(
+            io, key, lambda g: g.me.messages.get(request_configuration=everywhere),
+            lambda g, url: g.me.messages.with_url(url).get())
         recoverable = RequestConfiguration(query_parameters=(
             FolderMessagesRequestBuilder.MessagesRequestBuilderGetQueryParameters(
                 filter=flt, expand=expand, select=select, top=PAGE_SIZE)))
         try:
-            found += self._pages(
-                key, lambda g: g.me.mail_folders.by_mail_folder_id(RECOVERABLE).messages.get(
+            found += await self._pages(
+                io, key, lambda g: g.me.mail_folders.by_mail_folder_id(RECOVERABLE).messages.get(
                     request_configuration=recoverable),
                 lambda g, url: g.me.mail_folders.by_mail_folder_id(RECOVERABLE).messages
                 .with_url(url).get())
@@ -491,10 +578,11 @@ class GraphSendMailProbe:
                 raise
         return found
 
-    def _pages(self, key: str, first: Callable[[GraphServiceClient], Awaitable[Any]],
-               more: Callable[[GraphServiceClient, str], Awaitable[Any]]) -> list[Copy]:
+    async def _pages(self, io: Calls, key: str,
+                     first: Callable[[GraphServiceClient], Awaitable[Any]],
+                     more: Callable[[GraphServiceClient, str], Awaitable[Any]]) -> list[Copy]:
         found: list[Copy] = []
-        page = self.reader.call(first)
+        page = await io.call(self.reader, first)
         for _ in range(MAX_PAGES):
             for m in (page.value if page is not None and page.value else []):
                 if _has_key(m, key):
@@ -505,7 +593,7 @@ class GraphSendMailProbe:
 
             def next_page(g: GraphServiceClient, u: str = link) -> Awaitable[Any]:
                 return more(g, u)
-            page = self.reader.call(next_page)
+            page = await io.call(self.reader, next_page)
         raise TooMany(f"more than {MAX_PAGES * PAGE_SIZE} messages carry {key}; a person looks")
 
 

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # the parts of the namespace package ``google`` beside protobuf's) found in a venv of the one
 # and not of the other, compared once by listing their site-packages. SHARED come with more
 # than one extra (requests: Google's, msal, Stripe's); HTTPX with Google's (the awaited
-# requests, probes/google_async.py) and Microsoft's (kiota); AIOHTTP_OTEL with Microsoft's
-# (kiota) and with the staging and otel extras.
+# requests, probes/google_async.py), Microsoft's (kiota) and Stripe's (its asynchronous client);
+# AIOHTTP_OTEL with Microsoft's (kiota) and with the staging and otel extras.
 GOOGLE_ONLY = (
     "googleapiclient", "apiclient", "google_auth_httplib2", "httplib2", "uritemplate",
     "google.auth", "google.oauth2", "google.api_core", "google.api", "google.cloud",
@@ -212,7 +212,7 @@ def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_e
     """Every target configured (the staging servers), Google's and Microsoft's libraries
     absent: the worker binds fs.rename and Stripe, names each extra once, and still knows
     every action, so that a plan naming a left-out one is refused by name."""
-    absent = (*GOOGLE_ONLY, *MICROSOFT_ONLY, *HTTPX)
+    absent = (*GOOGLE_ONLY, *MICROSOFT_ONLY)  # httpx stays: Stripe's extra brings it
     report, done, modules = run_absent(tmp_path, WORKER, absent,
                                        env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
     assert report["bound"] == ["fs.rename", "ledger.post_invoice", "stripe.payment_intent"]
@@ -226,6 +226,20 @@ def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_e
         "installed (pip install 'tidemark[microsoft]')"], done.stderr
     assert loaded(modules, absent) == []
     assert "stripe" in modules
+
+
+def test_a_worker_without_httpx_leaves_out_stripe_naming_its_extra(
+        server: StagingServer, tmp_path: Path) -> None:
+    """Stripe's client is awaited through httpx (the ``stripe`` extra brings it): without it
+    the worker leaves the action out in one line, as it does Graph's, instead of failing."""
+    absent = ("httpx",)
+    report, done, _ = run_absent(tmp_path, WORKER, absent,
+                                 env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
+    assert "stripe.payment_intent" not in report["bound"]
+    assert "graph.send_mail" not in report["bound"]
+    lines = [x for x in done.stderr.splitlines() if "left out" in x]
+    assert "tidemark.worker WARNING stripe.payment_intent left out: the Stripe client is not " \
+           "installed (pip install 'tidemark[stripe]')" in lines, done.stderr
 
 
 # -- a base install ---------------------------------------------------------------------------

@@ -30,10 +30,12 @@ from helpers.staging_fixtures import (
 from helpers.steps import persist, step_context
 from helpers.wait import assert_eventually
 from probes.graph import (
+    BLOCKING,
     KEY_PROPERTY_ID,
     Copy,
     GraphSendMailProbe,
     StaticTokenProvider,
+    blocking,
     graph_client,
     message_flags,
 )
@@ -401,6 +403,7 @@ def test_our_draft_whose_flags_do_not_come_back_is_unknown_not_absent() -> None:
                  sender=None, flags=None)
     names = {"drafts": "drafts-id", "outbox": "outbox-id"}
     staged = {"id": "d1", "internetMessageId": "<m1>"}
-    assert probe._probe_draft(staged, [draft], [], names).status is ProbeStatus.UNKNOWN
-    plain = replace(draft, flags=0x1 | 0x8)
-    assert probe._probe_draft(staged, [plain], [], names).status is ProbeStatus.ABSENT
+    def probed(ours: Copy) -> ProbeStatus:
+        return blocking(probe._probe_draft(BLOCKING, staged, [ours], [], names)).status
+    assert probed(draft) is ProbeStatus.UNKNOWN
+    assert probed(replace(draft, flags=0x1 | 0x8)) is ProbeStatus.ABSENT

@@ -65,8 +65,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "refused",)),
     Mutant("stripe: a replayed 500 is retried for ever instead of left for a person",
            "activities/stripe.py",
-           "if (e.http_status or 0) >= 500 and (e.headers or {}).get(",
-           "if (e.http_status or 0) >= 600 and (e.headers or {}).get(",
+           "return bool((e.http_status or 0) >= 500 and (e.headers or {}).get(",
+           "return bool((e.http_status or 0) >= 600 and (e.headers or {}).get(",
            ("tests/test_stripe_payment.py::test_run_step_after_a_replayed_500_leaves_the_step_"
             "for_a_person_never_failed",)),
     Mutant("stripe: a replayed 500 with our payment listed is not done", "activities/stripe.py",

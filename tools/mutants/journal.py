@@ -200,7 +200,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '{"name": ctx.args["name"]}',
            ("tests/test_drive_rename.py::test_happy_path_renames_stamps_and_probes_done",)),
     Mutant("stripe: the create does not carry our Idempotency-Key", "activities/stripe.py",
-           'options={"idempotency_key": ctx.key}',
-           "options={}",
+           'return params, {"idempotency_key": ctx.key}',
+           "return params, {}",
            ("tests/test_stripe_payment.py::test_executing_twice_replays_instead_of_paying_twice",)),
 )

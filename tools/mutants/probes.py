@@ -111,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_graph_send_mail.py::test_our_draft_whose_flags_do_not_come_back_is_"
             "unknown_not_absent",)),
     Mutant("graph: a draft flagged submitted is sent again", "activities/graph.py",
-           "        self._check_unsent(draft_id)\n",
+           "        await self._check_unsent(io, draft_id)\n",
            "",
            (f"{T_GF}::test_execute_sends_nothing_for_a_draft_already_submitted[sent_again]",)),
     Mutant("graph: a send that got no answer is not waited out", "activities/graph.py",
