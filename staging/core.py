@@ -276,6 +276,12 @@ class Staging:
         with self.lock:
             return [r for r in self.requests if target is None or r.target == target]
 
+    def in_flight(self) -> list[WriteRequest]:
+        """The write requests received and not yet answered (held by a delay, or being
+        worked on)."""
+        with self.lock:
+            return [r for r in self.requests if r.status is None]
+
     def arm(self, fault: Fault) -> None:
         if fault.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {fault.kind!r}; one of {', '.join(FAULT_KINDS)}")

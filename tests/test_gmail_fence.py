@@ -117,8 +117,10 @@ def raw_of(key: str, **headers: str) -> str:
 def test_a_send_slower_than_the_client_goes_out_once(mail: StagingServer,
                                                      store: JournalStore) -> None:
     task, key = new_task(store)
-    registry = Registry([action(mail, timeout=0.3)])
-    late = 2.0
+    # The first send must reach Gmail (and take the delay) before our client gives up on it, on
+    # a loaded machine too: a second of timeout, and a delay well beyond it.
+    registry = Registry([action(mail, timeout=1.0)])
+    late = 3.0
     fail_every_send(mail, "delay", seconds=late)
     started = time.monotonic()
     with pytest.raises(TargetUnavailable):

@@ -9,6 +9,7 @@ and import only the helper functions.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -35,10 +36,24 @@ def staging_server() -> Iterator[StagingServer]:
         yield s
 
 
+# How long a test's server waits for writes an earlier test left held (a delay fault outlasting
+# its test) before it resets: the longest delay a test arms is a few seconds.
+LEFT_IN_FLIGHT_S = 20.0
+
+
 @pytest.fixture
 def server(staging_server: StagingServer) -> StagingServer:
-    """The staging server with no files, messages, payments, faults or extra tokens."""
-    staging_server.staging.reset()
+    """The staging server with no files, messages, payments, faults or extra tokens, and no
+    write of an earlier test still held: one that landed after the reset would be this test's
+    effect (a mail sent twice that was sent once)."""
+    staging = staging_server.staging
+    deadline = time.monotonic() + LEFT_IN_FLIGHT_S
+    while (held := staging.in_flight()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if held:
+        pytest.fail(f"an earlier test left {len(held)} write(s) held at the staging server for "
+                    f"over {LEFT_IN_FLIGHT_S:g} s, e.g. {held[0].method} {held[0].path}")
+    staging.reset()
     return staging_server
 
 
