@@ -248,11 +248,14 @@ def temporal_cli(address: str, *args: str) -> str:
 
 
 async def triggered(client: Client, address: str, series: str) -> WorkflowHandle[Any, Any]:
+    """The ScheduledRun that triggering the series' schedule started (not one an earlier test
+    of the session started for a series of the same name)."""
+    before = {wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')}
     temporal_cli(address, "schedule", "trigger", "--schedule-id", schedules.schedule_id(series))
     deadline = time.monotonic() + 30
     while True:
         ids = [wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')
-               if wf.id.startswith(f"tidemark-sched-{series}-")]
+               if wf.id.startswith(f"tidemark-sched-{series}-") and wf.id not in before]
         if ids:
             return client.get_workflow_handle(ids[0])
         assert time.monotonic() < deadline, "the trigger started no ScheduledRun"

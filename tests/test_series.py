@@ -66,13 +66,15 @@ def temporal_cli(address: str, *args: str) -> str:
 
 async def triggered_run(client: Client, address: str, series_name: str,
                         seen: set[str]) -> RunResult:
-    """Triggers the series' schedule as an operator would and returns that run's result."""
+    """Triggers the series' schedule as an operator would and returns that run's result (not
+    that of a run an earlier test of the session started for a series of the same name)."""
+    known = seen | {wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')}
     temporal_cli(address, "schedule", "trigger", "--schedule-id",
                  schedules.schedule_id(series_name))
     deadline = time.monotonic() + 30
     while True:
         ids = [wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')
-               if wf.id.startswith(f"tidemark-sched-{series_name}-") and wf.id not in seen]
+               if wf.id.startswith(f"tidemark-sched-{series_name}-") and wf.id not in known]
         if ids:
             break
         assert time.monotonic() < deadline, "the trigger started no ScheduledRun"

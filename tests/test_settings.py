@@ -168,13 +168,15 @@ def test_tls_and_the_api_key_reach_the_connect_options(tmp_path: Path) -> None:
 
 
 def test_the_cli_connects_with_the_profiles_tls(
-        tmp_path: Path, temporal_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, temporal_env: WorkflowEnvironment, db_url: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The dev server speaks clear text only: `tidemark schedule list` reaches it as
     configured, and fails once the environment's API key turns TLS on (the key itself is not
-    printed)."""
+    printed). The journal is given too: the session's dev server may hold an earlier test's
+    schedule, whose series the listing reads there."""
     address = temporal_env.client.service_client.config.target_host
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    monkeypatch.setenv("DATABASE_URL", db_url)
     assert main(["schedule", "list"]) == 0
     capsys.readouterr()
     monkeypatch.setenv("TEMPORAL_API_KEY", "sekrit-api-key")
