@@ -150,8 +150,10 @@ async def test_a_halt_on_the_fast_path_stops_between_steps_and_the_stop_state_re
     ran = entries(tmp_path)
     assert 2 <= len(ran) < n and ran == [f"e{i}" for i in range(1, len(ran) + 1)]
     assert progress.confirmed == len(ran) and result.stopped_at == len(ran) + 1
-    # The batch under way met the halt's stop state; no batch started after the halt.
-    assert max(await batches_started(handle)) <= len(ran)
+    # The batch under way met the halt's stop state; no batch started after the halt. The one
+    # under way may start at the step after the last that ran: scheduled in the workflow task
+    # the halt arrived during (a signal is seen between workflow tasks), it ran nothing.
+    assert max(await batches_started(handle)) <= len(ran) + 1
 
     assert (await handle.query("status"))["execution"] == "fast"
     again_handle = await start(temporal_env.client, {"task_id": "fast-halt", "execution": "fast"},
