@@ -1,7 +1,7 @@
 """The Temporal activities around the journal: prepare a run, describe steps, run one step, and
 record a halt. Synchronous (see tidemark.store), on the worker's thread pool, except run_step: a
-coroutine whose blocking parts run on the same pool (tidemark.step_threads). A step borrows a
-pooled connection only for each journal statement, never across its action's call.
+coroutine whose blocking parts run on the worker's step threads (tidemark.step_threads). A step
+borrows a pooled connection only for each journal statement, never across its action's call.
 """
 
 from __future__ import annotations

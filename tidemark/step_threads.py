@@ -2,8 +2,9 @@
 
 A step whose action awaits its call (tidemark.actions.Action.awaits) runs as a coroutine on the
 worker's event loop, so that its wait on the target holds no thread; everything else it does
-(the journal's statements, gates, snapshot, probe, stage) is blocking and runs here, on the
-same pool of threads the worker's other activities use.
+(the journal's statements, gates, snapshot, probe, stage) is blocking and runs here, on a pool
+of its own (TIDEMARK_STEP_THREADS), apart from the threads of the worker's synchronous
+activities.
 """
 
 from __future__ import annotations

@@ -75,12 +75,7 @@ class LedgerRecord(Action):
         return ProbeResult.absent("our key is not in the ledger")
 
     def execute(self, ctx: StepContext) -> dict[str, Any]:
-        down = ctx.args.get("unavailable_while")
-        if down and os.path.exists(down):
-            raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
-        refused = ctx.args.get("refused_while")
-        if refused and os.path.exists(refused):
-            raise Refused(f"the ledger refuses entries while {refused} exists")
+        self._admit(ctx)
         hold = float(ctx.args.get("hold_s", 0))
         if hold:
             time.sleep(hold)
@@ -91,6 +86,21 @@ class LedgerRecord(Action):
                 raise RuntimeError(f"{hold_while} still exists after {HOLD_LIMIT_S} s; "
                                    "nothing written")
             time.sleep(0.02)
+        return self._record(ctx)
+
+    @staticmethod
+    def _admit(ctx: StepContext) -> None:
+        """The ledger's refusals before it writes anything: unavailable, or refusing."""
+        down = ctx.args.get("unavailable_while")
+        if down and os.path.exists(down):
+            raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
+        refused = ctx.args.get("refused_while")
+        if refused and os.path.exists(refused):
+            raise Refused(f"the ledger refuses entries while {refused} exists")
+
+    @staticmethod
+    def _record(ctx: StepContext) -> dict[str, Any]:
+        """Appends the step's line (its key, its entry) to the ledger, on disk."""
         with open(ctx.args["ledger"], "a") as f:
             f.write(f"{ctx.key} {ctx.args['entry']}\n")
             f.flush()
@@ -108,12 +118,7 @@ class AwaitedLedgerRecord(LedgerRecord):
     awaits: ClassVar[bool] = True
 
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
-        down = ctx.args.get("unavailable_while")
-        if down and os.path.exists(down):
-            raise TargetUnavailable(f"the ledger is unavailable while {down} exists")
-        refused = ctx.args.get("refused_while")
-        if refused and os.path.exists(refused):
-            raise Refused(f"the ledger refuses entries while {refused} exists")
+        self._admit(ctx)
         applying = asyncio.ensure_future(self._apply(ctx))  # the target's side, sent
         _APPLYING.add(applying)
         applying.add_done_callback(_APPLYING.discard)
@@ -125,9 +130,7 @@ class AwaitedLedgerRecord(LedgerRecord):
         hold_while = ctx.args.get("hold_while")
         while hold_while and os.path.exists(hold_while):
             await asyncio.sleep(0.02)
-        with open(ctx.args["ledger"], "a") as f:  # one short local write: no thread for it
-            f.write(f"{ctx.key} {ctx.args['entry']}\n")
-        return {"entry": ctx.args["entry"], "pid": os.getpid()}
+        return LedgerRecord._record(ctx)  # one short local write: no thread for it
 
 
 _APPLYING: set[asyncio.Future[dict[str, Any]]] = set()  # held until applied (tasks are weak)
