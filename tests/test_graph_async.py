@@ -88,12 +88,14 @@ async def test_execute_async_sends_the_staged_draft_once_as_execute_does(
 
 async def test_fifty_held_sends_wait_without_a_thread_each(mail: StagingServer,
                                                            staging: Staging) -> None:
-    a = action(mail)
+    # Held long enough that all fifty reach Graph before the first is let go, on a loaded
+    # machine; the client waits well beyond the hold, so that none gives up meanwhile.
+    hold_s = 5.0
+    a = action(mail, timeout=4 * hold_s)
     contexts = [staged(a, f"s{i}") for i in range(HELD)]
     await a.execute_async(staged(a, "warm-up"))  # the client loop's pools are ready
     before = threads()
-    # Long enough that all fifty reach Graph before the first is let go, on a loaded machine.
-    arm(mail, "graph", SEND, "delay", seconds=5.0, times=HELD)
+    arm(mail, "graph", SEND, "delay", seconds=hold_s, times=HELD)
     calls = [asyncio.create_task(a.execute_async(ctx)) for ctx in contexts]
     await until_held(staging, HELD, calls)
     grown = threads() - before

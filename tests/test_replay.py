@@ -1,7 +1,10 @@
 """Replay safety: the recorded histories of RunPlan and UnwindPlan (tests/histories, written by
 tools/record_histories.py) replay against the workflow code as it is now. A change to a workflow
 that would break a run already open (a command added, removed or reordered without
-workflow.patched) fails here, before a worker with it meets such a run."""
+workflow.patched) fails here, before a worker with it meets such a run.
+
+The worker runs the workflows outside Temporal's sandbox; the suite replays its runs in the
+sandbox at its end (helpers/sandbox_replay.py), and the last tests here show what that finds."""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from helpers.sandbox_replay import replay, shape
 from workflows.run_plan import RunPlan
 from workflows.unwind_plan import UnwindPlan
 
@@ -60,3 +65,46 @@ async def test_a_reordered_run_plan_is_caught_by_the_replay() -> None:
     with pytest.raises(NondeterminismError):
         await Replayer(workflows=[ReorderedRunPlan]).replay_workflow(
             history(HISTORIES / "run_completed.json"))
+
+
+@workflow.defn(name="RunPlan")
+class ClockReadingRunPlan:
+    """RunPlan as a careless edit could leave it: a wall-clock read in workflow code, which
+    decides differently on replay and which the worker, outside the sandbox, would not refuse."""
+
+    @workflow.run
+    async def run(self, document: Any) -> None:
+        import datetime
+
+        document["started"] = datetime.datetime.now().isoformat()
+        await workflow.execute_activity("prepare", document,
+                                        start_to_close_timeout=timedelta(seconds=30))
+
+
+async def test_the_sandbox_replay_refuses_a_clock_read_and_passes_the_workflows_as_they_are(
+        ) -> None:
+    runs = [history(HISTORIES / "run_completed.json"), history(HISTORIES / "run_halted.json")]
+    assert await replay(runs) == []
+    failed = await replay(runs, [ClockReadingRunPlan])
+    assert len(failed) == 2 and all("RestrictedWorkflowAccessError" in f for f in failed), failed
+
+
+def test_runs_of_one_shape_differ_in_step_counts_not_in_paths() -> None:
+    completed, halted, fast = (history(HISTORIES / f"{n}.json")
+                               for n in ("run_completed", "run_halted", "run_fast"))
+    assert shape("RunPlan", completed) != shape("RunPlan", halted) != shape("RunPlan", fast)
+    fewer = WorkflowHistory(completed.workflow_id, [
+        e for e in completed.events if e.event_id not in _one_step_cycle(completed)])
+    assert len(fewer.events) < len(completed.events)
+    assert shape("RunPlan", fewer) == shape("RunPlan", completed)
+
+
+def _one_step_cycle(h: WorkflowHistory) -> set[int]:
+    """The event ids of the second run_step's cycle (scheduled, started, completed and the
+    workflow task after it), when the history has at least three steps."""
+    ids = [e.event_id for e in h.events]
+    starts = [i for i, e in enumerate(h.events)
+              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+              and e.activity_task_scheduled_event_attributes.activity_type.name == "run_step"]
+    assert len(starts) >= 3, len(starts)
+    return set(ids[starts[1]:starts[2]])

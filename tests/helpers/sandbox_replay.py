@@ -1,0 +1,87 @@
+"""The runs of our workflows that a dev server holds, replayed in Temporal's workflow sandbox.
+
+The worker runs the workflows outside the sandbox (worker.WORKFLOW_RUNNER: it costs a step
+about 3 ms). The sandbox's guard is kept here instead, before the code reaches a worker: the
+suite's dev servers hold runs of every path the tests drive (completed, halted, killed, stopped
+for a person, resumed in doubt, unwound, continued as new, scheduled), and replaying them in the
+sandbox fails on what the sandbox refuses at run time (a clock, a file, a random number, a
+thread read from workflow code) and on any command the code would not give again
+(nondeterminism).
+
+A replay in the sandbox costs 0.1-0.5 s (the sandbox imports the workflow's module for each),
+so one run of each shape is replayed: the same workflow type and the same transitions between
+events (an activity of a given type scheduled after another's result, a signal, a failure of a
+given type, a patch marker). Runs that differ only in how many steps they took, or in their
+payloads' values, take the same paths through the workflow code.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Sequence
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.workflow import _Definition
+
+import worker
+
+E = EventType
+Shape = tuple[str, frozenset[tuple[str, str]]]
+
+
+def _token(e: HistoryEvent) -> str:
+    """An event as a shape sees it: its type, and the name that picks a path in the workflow."""
+    name = ""
+    if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        name = e.activity_task_scheduled_event_attributes.activity_type.name
+    elif e.event_type == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+        name = e.workflow_execution_signaled_event_attributes.signal_name
+    elif e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+        failure = e.activity_task_failed_event_attributes.failure
+        name = (failure.cause.application_failure_info.type if failure.HasField("cause")
+                else failure.application_failure_info.type)
+    elif e.event_type == E.EVENT_TYPE_MARKER_RECORDED:
+        name = e.marker_recorded_event_attributes.marker_name
+    elif e.event_type == E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        payloads = e.workflow_execution_started_event_attributes.input.payloads
+        name = payloads[0].data[:1].decode(errors="replace") if payloads else ""
+    return f"{EventType.Name(e.event_type)}:{name}"
+
+
+def shape(workflow_type: str, history: WorkflowHistory) -> Shape:
+    tokens = [_token(e) for e in history.events]
+    return workflow_type, frozenset(itertools.pairwise(tokens))
+
+
+async def replay_in_sandbox(client: Client) -> tuple[int, int, list[str]]:
+    """(runs found, runs replayed: one of each shape, one line per replayed run that failed)."""
+    names = [_Definition.must_from_class(w).name for w in worker.WORKFLOWS]
+    runs = client.list_workflows(" OR ".join(f"WorkflowType = '{n}'" for n in names))
+    found, shapes = 0, set()
+    kept: list[WorkflowHistory] = []
+    async for run in runs:
+        found += 1
+        history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        s = shape(run.workflow_type, history)
+        if s not in shapes:
+            shapes.add(s)
+            kept.append(history)
+    return found, len(kept), await replay(kept)
+
+
+async def replay(histories: list[WorkflowHistory],
+                 workflows: Sequence[type] = tuple(worker.WORKFLOWS)) -> list[str]:
+    """Replays ``histories`` against ``workflows`` in the sandbox: one line per failed run."""
+
+    async def each() -> AsyncIterator[WorkflowHistory]:
+        for h in histories:
+            yield h
+
+    replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner())
+    results = await replayer.replay_workflows(each(), raise_on_replay_failure=False)
+    return [f"{run_id}: {type(e).__name__}: {e}"
+            for run_id, e in results.replay_failures.items()]
