@@ -18,7 +18,8 @@ hits them alike:
 * ``step_ms_activity`` / ``step_ms_fast``: RunPlan over no-op steps, activity path and fast
   path (``"execution": "fast"``), with the ratio, and ``activity_vs_bare_plus_journal`` (and
   ``…_journal_paced``): the activity path's step over a bare activity's plus the journal's
-  p50; ``step_ms_dbos`` when the ``dbos`` package is
+  p50, both measured again in every round beside the paths (``step_ms_bare_beside_paths``),
+  the median of the rounds' ratios; ``step_ms_dbos`` when the ``dbos`` package is
   installed (the ``bench`` extra): a DBOS workflow of no-op steps on the same Postgres.
 * ``resume_ratio_10k_vs_10``, ``probes_on_resume``: tasks of 10 and of 10,000 steps, each with
   steps in doubt near its end; every resume (start -> the run's end) probes one step and runs
@@ -320,13 +321,19 @@ async def run_plan(client: Client, doc: dict[str, Any], queue: str) -> RunResult
     return await run_result(handle)
 
 
-async def measure_paths(client: Client, default_client: Client, queue: str, n: int,
-                        rounds: int) -> dict[str, Any]:
+async def measure_paths(env: WorkflowEnvironment, default_client: Client, queue: str,
+                        n: int, rounds: int, db_url: str) -> dict[str, Any]:
     """RunPlan per step: activity path, fast path, and the activity path on a dev server
-    without our dynamic configuration (how it was before)."""
+    without our dynamic configuration (how it was before); in every round beside them a bare
+    activity's workflow and the journal alone (back to back, and paced one step per that
+    round's bare step), so that the activity path's ratio to bare plus journal is taken within
+    each round, then its median."""
+    client = env.client
     act: list[float] = []
     fast: list[float] = []
     before: list[float] = []
+    ratios: dict[str, list[float]] = {"journal": [], "journal_paced": []}
+    bares: list[float] = []
     for c, mode in ((client, "activity"), (client, "fast"), (default_client, "activity")):
         # The workers have just started: a first run waits for them to poll (seconds), which
         # would be charged to the steps of the first round, not what a step costs.
@@ -334,6 +341,7 @@ async def measure_paths(client: Client, default_client: Client, queue: str, n: i
                                            execution=mode), queue)
         assert res.state == "completed", res
     for r in range(rounds):
+        bares.append((await bare(env, n, local=False))[0])
         for c, mode, out in ((client, "activity", act), (client, "fast", fast),
                              (default_client, "activity", before)):
             task = f"path-{mode}-{uuid.uuid4().hex[:8]}"
@@ -341,24 +349,21 @@ async def measure_paths(client: Client, default_client: Client, queue: str, n: i
             res = await run_plan(c, bench_plan(task, n, execution=mode), queue)
             assert res.state == "completed" and res.executed == n, res
             out.append((time.perf_counter() - t0) * 1000 / n)
+        journal = measure_journal(db_url, n, bares[-1])
+        for name, values in ratios.items():
+            values.append(act[-1] / (bares[-1] + journal[f"{name}_p50_ms"]))
         log(f"RunPlan round {r + 1}: activity path {act[-1]:.2f} ms/step, "
             f"fast path {fast[-1]:.2f} ms/step, activity path on the default config "
-            f"{before[-1]:.2f} ms/step")
+            f"{before[-1]:.2f} ms/step; beside them a bare activity {bares[-1]:.2f} ms, the "
+            f"journal {journal['journal_p50_ms']:.2f} ms back to back, "
+            f"{journal['journal_paced_p50_ms']:.2f} ms paced: "
+            f"{ratios['journal'][-1]:.2f}x, {ratios['journal_paced'][-1]:.2f}x")
     a, f, b = (statistics.median(x) for x in (act, fast, before))
     return {"step_ms_activity": a, "step_ms_fast": f, "fast_vs_activity": f / a,
-            "step_ms_activity_default_config": b, "fast_vs_activity_default_config": f / b}
-
-
-def path_ratios(r: dict[str, Any]) -> dict[str, float]:
-    """The activity path's step against a bare activity's plus the journal's p50, back to back
-    and paced (measure_journal), when all three were measured."""
-    out = {}
-    bare, activity = r.get("step_ms_bare_activity"), r.get("step_ms_activity")
-    for name in ("journal", "journal_paced"):
-        journal = r.get(f"{name}_p50_ms")
-        if bare and activity and journal:
-            out[f"activity_vs_bare_plus_{name}"] = activity / (bare + journal)
-    return out
+            "step_ms_activity_default_config": b, "fast_vs_activity_default_config": f / b,
+            "step_ms_bare_beside_paths": statistics.median(bares),
+            **{f"activity_vs_bare_plus_{name}": statistics.median(values)
+               for name, values in ratios.items()}}
 
 
 def sqlalchemy_url(conninfo: str) -> str:
@@ -573,9 +578,8 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
             worker = workers.start()
             default_workers.start()
             if "paths" in parts:
-                result.update(await measure_paths(env.client, default_env.client, "bench",
-                                                  size["path"], size["rounds"]))
-                result.update(path_ratios(result))
+                result.update(await measure_paths(env, default_env.client, "bench",
+                                                  size["path"], size["rounds"], db_url))
             default_workers.stop()
             await default_env.shutdown()
             if "dbos" in parts:
