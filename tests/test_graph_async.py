@@ -34,10 +34,12 @@ HELD = 50  # steps waiting at once on one held send each
 LATE_S = 2.0
 
 
-def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S) -> GraphSendMail:
+def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S,
+           confirm_s: float = 1.0) -> GraphSendMail:
     return GraphSendMail(writer=graph_client(server.url, SEND_TOKEN, timeout=timeout),
-                         reader=graph_client(server.url, READ_TOKEN, timeout=CLIENT_TIMEOUT_S),
-                         confirm_s=1.0, late_s=LATE_S)
+                         reader=graph_client(server.url, READ_TOKEN,
+                                             timeout=max(timeout, CLIENT_TIMEOUT_S)),
+                         confirm_s=confirm_s, late_s=LATE_S)
 
 
 def staged(a: GraphSendMail, subject: str = "Invoice 42", task_id: str = "t") -> StepContext:
@@ -89,9 +91,10 @@ async def test_execute_async_sends_the_staged_draft_once_as_execute_does(
 async def test_fifty_held_sends_wait_without_a_thread_each(mail: StagingServer,
                                                            staging: Staging) -> None:
     # Held long enough that all fifty reach Graph before the first is let go, on a loaded
-    # machine; the client waits well beyond the hold, so that none gives up meanwhile.
+    # machine. The clients wait well beyond the hold, and each send's confirmation (its draft
+    # has left Drafts) gets as long: fifty are read at once when the hold ends.
     hold_s = 5.0
-    a = action(mail, timeout=4 * hold_s)
+    a = action(mail, timeout=4 * hold_s, confirm_s=4 * hold_s)
     contexts = [staged(a, f"s{i}") for i in range(HELD)]
     await a.execute_async(staged(a, "warm-up"))  # the client loop's pools are ready
     before = threads()
