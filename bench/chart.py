@@ -78,9 +78,16 @@ def table(r: dict[str, Any]) -> str:
          f"{r['wft_schedule_to_start_ms']['default']:.1f} ms)"),
         ("`step_ms_bare_local_activity`", "a workflow of no-op local activities",
          ms("step_ms_bare_local_activity")),
-        ("`journal_p50_ms`", "run_step alone, in process (p99 in brackets)",
+        ("`journal_p50_ms`", "run_step alone, in process, back to back (p99 in brackets)",
          f"{r['journal_p50_ms']:.2f} ms ({r['journal_p99_ms']:.1f} ms)"),
+        *((("`journal_paced_p50_ms`", "the same, one step per bare activity's step",
+            ms("journal_paced_p50_ms")),) if "journal_paced_p50_ms" in r else ()),
         ("`step_ms_activity`", "RunPlan, activity path", ms("step_ms_activity")),
+        *((("`activity_vs_bare_plus_journal`", "the activity path over bare + journal, "
+            "within each round beside it (median); journal back to back, paced",
+            f"{r['activity_vs_bare_plus_journal']:.2f}x, "
+            f"{r['activity_vs_bare_plus_journal_paced']:.2f}x"),)
+          if "activity_vs_bare_plus_journal" in r else ()),
         ("`step_ms_fast`", "RunPlan, fast path",
          f"{r['step_ms_fast']:.2f} ms ({r['fast_vs_activity']:.2f}x the activity path)"),
         ("`step_ms_activity_default_config`", "RunPlan, activity path, server without it",
