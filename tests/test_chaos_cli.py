@@ -11,6 +11,7 @@ tools/mutation_check.py makes one, shows the same and costs a tree copy per case
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from activities.catalog import spec_registry
 from activities.wiring import worker_registry
 from helpers.ledger import LedgerRecord
 from staging.core import Staging, StagingServer, Switch, Target
+from staging.targets import build_staging
 from tidemark.plan import load_plan
 from tools import chaos
 from tools.cli import build_parser
@@ -34,13 +36,19 @@ LEDGER_PHASES = {"before_intent", "after_intent", "after_execute", "after_outcom
                  "lost_response", "slow_provider"}
 
 
-def tidemark_chaos(db_url: str, server: StagingServer, *args: str,
-                   plan: Path = LEDGER_PLAN) -> tuple[int, dict[str, Any]]:
+def tidemark_chaos(db_url: str, server: StagingServer, *args: str, plan: Path = LEDGER_PLAN,
+                   second: StagingServer | None = None) -> tuple[int, dict[str, Any]]:
+    """Runs ``tidemark chaos`` over ``server`` and a second staging server (a fresh one unless
+    given), one run at a time on each, as CI's runs go three at a time."""
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
-                           "--staging-url", server.url, "--json", *args],
-                          env=env, capture_output=True, text=True, timeout=280)
+    with contextlib.ExitStack() as stack:
+        if second is None:
+            second = stack.enter_context(StagingServer(build_staging()))
+        proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
+                               "--staging-url", server.url, "--staging-url", second.url,
+                               "--json", *args],
+                              env=env, capture_output=True, text=True, timeout=280)
     assert proc.stdout, proc.stderr[-2000:]
     assert "] " in proc.stderr  # the progress bar went to stderr
     return proc.returncode, json.loads(proc.stdout)
@@ -48,10 +56,16 @@ def tidemark_chaos(db_url: str, server: StagingServer, *args: str,
 
 def test_the_ledger_plugin_passes_twenty_interrupted_runs(db_url: str,
                                                           server: StagingServer) -> None:
-    code, out = tidemark_chaos(db_url, server, "--runs", "20", "--seed", "5")
+    # Over two staging servers, one run at a time on each: both must take runs, and a run's
+    # judgement reads its own server (a run judged on the other would miss its writes).
+    with StagingServer(build_staging()) as second:
+        code, out = tidemark_chaos(db_url, server, "--runs", "20", "--seed", "5",
+                                   second=second)
+        ran_on_second = second.staging.requests_of()
     assert set(out) == KEYS
     assert (out["runs"], out["duplicates"], out["misses"], out["mismatches"], out["failures"],
             out["harness_errors"]) == (20, 0, 0, 0, [], []), out
+    assert ran_on_second and server.staging.requests_of()
     assert sum(out["phases"].values()) == 20 and out["seed"] == 5
     # Every (action, phase) pair of the plan, whatever the seed.
     assert set(out["coverage"]["pairs"]) == {"ledger.post_invoice"}
@@ -141,6 +155,14 @@ def test_too_few_runs_to_cover_every_pair_are_refused(db_url: str, server: Stagi
     assert proc.returncode == 1
     assert "--runs 3 cannot cover the plan's 6 (action, phase) pairs" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr  # one line
+
+
+def test_jobs_below_one_are_refused_in_one_line(db_url: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(LEDGER_PLAN),
+                           "--jobs", "0"], env={**os.environ, "DATABASE_URL": db_url},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "tidemark chaos: --jobs must be at least 1, not 0", proc.stderr
 
 
 def test_the_same_seed_gives_the_same_kills_and_every_seed_covers_every_pair(

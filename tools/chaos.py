@@ -48,6 +48,10 @@ where every probe can tell, it is a failure like any other error.
 The plan's steps run in a subprocess (``python -m tools.chaos --run ...``) so that a crash
 point can SIGKILL it; the resume runs here. Actions come from the worker's registry (built-ins
 and installed plugins, bound against the staging server), plus ``--action MODULE:CLASS``.
+
+Runs go side by side, one at a time on each staging server (``--jobs``, default 3, each with
+servers of its own): a run resets its server, and most of its time is spent waiting for a killed
+attempt's lease to lapse, not on the CPU.
 """
 
 from __future__ import annotations
@@ -58,9 +62,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tidemark.actions import Registry
@@ -173,11 +179,15 @@ def resume(store: JournalStore, registry: Registry, plan: Plan) -> str:
 
 
 def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
-              staging_url: str, extra: Sequence[str] = (),
+              staging_urls: Sequence[str], extra: Sequence[str] = (),
               progress: Callable[[int, int, str], None] | None = None,
               worst_case: bool = False) -> ChaosReport:
-    """The whole experiment; see the module docstring."""
-    registry = chaos_registry(staging_url, extra)
+    """The whole experiment; see the module docstring. One interrupted run at a time on each of
+    ``staging_urls`` (a run resets its server, so two never share one); the reference run and
+    the aiming are on the first."""
+    if not staging_urls:
+        raise TidemarkError("chaos: no staging server to run on")
+    registry = chaos_registry(staging_urls[0], extra)
     local = sorted({s["action"] for s in plan_doc.get("steps", [])
                     if isinstance(s, dict) and s.get("action") in LOCAL_ACTIONS})
     if local:
@@ -190,11 +200,11 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
         store.migrate()
         try:
             plan, err, bound = run_once(plan_doc, f"{base}-ref", None, db_url=db_url,
-                                        staging_url=staging_url, registry=registry,
+                                        staging_url=staging_urls[0], registry=registry,
                                         store=store, extra=extra, worst_case=worst_case)
             if err:
                 raise TidemarkError(f"chaos: {err}")
-            reference = world(store, bound, plan, staging_url)
+            reference = world(store, bound, plan, staging_urls[0])
         except HarnessError as e:
             raise TidemarkError(f"chaos: the reference run could not be observed: {e}") from e
         report.reference_duplicates = reference.self_duplicates
@@ -203,17 +213,37 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
         # code computes; judging counts what reached the targets.
         keys = {key_for(plan.task_id, s.number, s.action, s.args): s.number for s in plan.steps}
         writes: dict[int, list[tuple[str, str]]] = {}
-        for eff in staging_http(staging_url, "/_staging/effects"):
+        for eff in staging_http(staging_urls[0], "/_staging/effects"):
             where = (eff["target"], eff["op"])
             if eff["key"] in keys and where not in writes.get(keys[eff["key"]], []):
                 writes.setdefault(keys[eff["key"]], []).append(where)
         report.pairs = plan_pairs(plan, registry, writes)
-        for n, kill in enumerate(choose_kills(plan, registry, writes, runs, seed), 1):
-            if progress:
-                progress(n - 1, runs, f"{kill.phase} at step {kill.step}")
-            report.runs.append(one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
-                                       staging_url=staging_url, registry=registry, store=store,
-                                       extra=extra, worst_case=worst_case))
+        pending = list(enumerate(choose_kills(plan, registry, writes, runs, seed), 1))
+        results: dict[int, RunResult] = {}
+        lock = threading.Lock()
+
+        def lane(url: str) -> None:
+            """Takes the next kill until none is left, on one staging server."""
+            lane_registry = chaos_registry(url, extra)
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    n, kill = pending.pop(0)
+                    if progress:
+                        progress(len(results), runs, f"{kill.phase} at step {kill.step}")
+                result = one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
+                                 staging_url=url, registry=lane_registry, store=store,
+                                 extra=extra, worst_case=worst_case)
+                with lock:
+                    results[n] = result
+
+        # The runs mostly wait (a killed attempt's lease lapsing, the subprocess starting), so
+        # several at once cost little more CPU than one.
+        with ThreadPoolExecutor(len(staging_urls)) as pool:
+            for done in [pool.submit(lane, url) for url in staging_urls]:
+                done.result()
+        report.runs = [results[n] for n in sorted(results)]
         if progress:
             progress(runs, runs, "done")
     return report

@@ -53,7 +53,12 @@ def add_stack_commands(sub: Any) -> None:
     ch.add_argument("--worst-case", action="store_true",
                     help="every staging switch at the provider's documented worst case "
                          "(GET /_staging/switches lists them)")
-    ch.add_argument("--staging-url", help="use these staging servers (default: start them here)")
+    ch.add_argument("--jobs", type=int, default=3,
+                    help="interrupted runs at a time, each on staging servers of its own "
+                         "started here (default 3)")
+    ch.add_argument("--staging-url", action="append", default=[],
+                    help="use these staging servers, one run at a time on each (repeat it for "
+                         "several; default: --jobs of them, started here)")
     ch.add_argument("--action", action="append", default=[], metavar="MODULE:CLASS",
                     help="an action class not installed as a plugin, bound by its from_env "
                          "(replaces an action of the same name)")
@@ -145,16 +150,26 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
     with open(a.plan, encoding="utf-8") as f:
         doc = json.load(f)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big")
+    if a.jobs < 1:
+        print(f"tidemark chaos: --jobs must be at least 1, not {a.jobs}", file=sys.stderr)
+        return EXIT_ERROR
+
+    def chaos(urls: list[str]) -> Any:
+        return run_chaos(doc, a.runs, seed, db_url=journal_url(a), staging_urls=urls,
+                         extra=a.action, progress=progress_bar, worst_case=a.worst_case)
+
     if a.staging_url:
-        report = run_chaos(doc, a.runs, seed, db_url=journal_url(a), staging_url=a.staging_url,
-                           extra=a.action, progress=progress_bar, worst_case=a.worst_case)
+        report = chaos(a.staging_url)
     else:
+        from contextlib import ExitStack
+
         from staging.core import StagingServer
         from staging.targets import build_staging
 
-        with StagingServer(build_staging(worst_case=a.worst_case)) as server:
-            report = run_chaos(doc, a.runs, seed, db_url=journal_url(a), staging_url=server.url,
-                               extra=a.action, progress=progress_bar, worst_case=a.worst_case)
+        with ExitStack() as servers:
+            report = chaos([servers.enter_context(
+                StagingServer(build_staging(worst_case=a.worst_case))).url
+                for _ in range(a.jobs)])
     if a.json:
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
