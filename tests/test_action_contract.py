@@ -38,6 +38,7 @@ from tools.testing import (
 )
 
 TIMEOUT = 5.0
+GRAPH_CONFIRM_S, GRAPH_LATE_S = 2.0, 5.0
 _n = itertools.count(1)
 
 
@@ -192,10 +193,13 @@ class TestGraphSendMail(ActionContract):
     @pytest.fixture
     def case(self, server: StagingServer) -> ContractCase:
         return ContractCase(
+            # The watches shorter than a worker's defaults (10 s and 100 s): deadline_s is
+            # written from them, so the held write checks the same sum, in 30 s, not 150 s.
             build=lambda: GraphSendMail(graph_client(server.url, sgr.SEND_TOKEN,
                                                      timeout=TIMEOUT),
                                         graph_client(server.url, sgr.READ_TOKEN,
-                                                     timeout=TIMEOUT)),
+                                                     timeout=TIMEOUT),
+                                        confirm_s=GRAPH_CONFIRM_S, late_s=GRAPH_LATE_S),
             args=mail_args, staging_url=server.url,
             write_ops=[("graph", "messages.create"), ("graph", "message.send")],
             secrets=[sgr.SEND_TOKEN, sgr.READ_TOKEN])

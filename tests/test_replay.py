@@ -9,6 +9,8 @@ sandbox at its end (helpers/sandbox_replay.py), and the last tests here show wha
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,11 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from helpers.sandbox_replay import replay, shape
+from helpers.sandbox_replay import claim, replay, shape, shape_id
 from workflows.run_plan import RunPlan
 from workflows.unwind_plan import UnwindPlan
 
+ROOT = Path(__file__).parent.parent
 HISTORIES = Path(__file__).parent / "histories"
 WORKFLOW_IDS: dict[str, str] = json.loads((HISTORIES / "workflow_ids.json").read_text())
 RECORDED = sorted(p for p in HISTORIES.glob("*.json") if p.name in WORKFLOW_IDS)
@@ -97,6 +100,24 @@ def test_runs_of_one_shape_differ_in_step_counts_not_in_paths() -> None:
         e for e in completed.events if e.event_id not in _one_step_cycle(completed)])
     assert len(fewer.events) < len(completed.events)
     assert shape("RunPlan", fewer) == shape("RunPlan", completed)
+
+
+def test_xdist_workers_replay_each_shape_once_between_them(tmp_path: Path) -> None:
+    completed, halted, fast = (history(HISTORIES / f"{n}.json")
+                               for n in ("run_completed", "run_halted", "run_fast"))
+    ids = [shape_id(shape("RunPlan", h)) for h in (completed, halted, fast)]
+    # The id of a shape is the same in another process (a worker of the same session).
+    code = ("import sys; sys.path[:0] = ['tests', '.']; from test_replay import history, "
+            "HISTORIES; from helpers.sandbox_replay import shape, shape_id; "
+            "print(shape_id(shape('RunPlan', history(HISTORIES / 'run_halted.json'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()
+    assert out == [ids[1]]
+    claims = tmp_path / "claims"
+    assert claim(claims, ids[:2]) == set(ids[:2])  # the first worker done
+    assert claim(claims, ids) == {ids[2]}  # the next one replays only what is new
+    assert claim(claims, ids) == set()
+    assert claim(None, ids) == set(ids)  # one process alone replays every shape it has
 
 
 def _one_step_cycle(h: WorkflowHistory) -> set[int]:

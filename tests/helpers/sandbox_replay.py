@@ -13,12 +13,19 @@ so one run of each shape is replayed: the same workflow type and the same transi
 events (an activity of a given type scheduled after another's result, a signal, a failure of a
 given type, a patch marker). Runs that differ only in how many steps they took, or in their
 payloads' values, take the same paths through the workflow code.
+
+Under pytest-xdist every worker has a dev server of its own, and their runs share most shapes.
+A file that the workers share (``claims``) records the shapes already replayed, so that each
+shape is replayed once in the whole session, by the worker that finishes first with it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -57,19 +64,41 @@ def shape(workflow_type: str, history: WorkflowHistory) -> Shape:
     return workflow_type, frozenset(itertools.pairwise(tokens))
 
 
-async def replay_in_sandbox(client: Client) -> tuple[int, int, list[str]]:
-    """(runs found, runs replayed: one of each shape, one line per replayed run that failed)."""
+def shape_id(s: Shape) -> str:
+    """The same for the same shape in every process (a frozenset's hash is not)."""
+    text = "\n".join([s[0], *sorted(f"{a} -> {b}" for a, b in s[1])])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def claim(claims: Path | None, ids: list[str]) -> set[str]:
+    """Which of ``ids`` this process replays: those no other process has claimed in
+    ``claims`` (one id a line, appended under an exclusive lock). All of them without a file."""
+    if claims is None:
+        return set(ids)
+    with claims.open("a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        taken = set(f.read().split())
+        mine = {i for i in ids if i not in taken}
+        f.write("".join(f"{i}\n" for i in sorted(mine)))
+        f.flush()
+    return mine
+
+
+async def replay_in_sandbox(client: Client, claims: Path | None = None
+                            ) -> tuple[int, int, list[str]]:
+    """(runs found, runs replayed: one of each shape not in ``claims``, one line per replayed
+    run that failed)."""
     names = [_Definition.must_from_class(w).name for w in worker.WORKFLOWS]
     runs = client.list_workflows(" OR ".join(f"WorkflowType = '{n}'" for n in names))
-    found, shapes = 0, set()
-    kept: list[WorkflowHistory] = []
+    found = 0
+    first: dict[str, WorkflowHistory] = {}
     async for run in runs:
         found += 1
         history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
-        s = shape(run.workflow_type, history)
-        if s not in shapes:
-            shapes.add(s)
-            kept.append(history)
+        first.setdefault(shape_id(shape(run.workflow_type, history)), history)
+    mine = claim(claims, list(first))
+    kept = [h for i, h in first.items() if i in mine]
     return found, len(kept), await replay(kept)
 
 
