@@ -17,9 +17,10 @@ cycle::
     WorkflowTaskCompleted -> next ActivityTaskScheduled
 
 and prints the median of each, per variant, with the per-run bookkeeping (the workflow's start
-to its first step, its last step to its end) spread over the steps. ``--json`` prints it as one
-object; the journal's own run_step time (p50, in this process) is printed beside it, back to
-back and paced one step per bare step (bench/run_all.py measure_journal).
+to its first step, its last step to its end) spread over the steps. A plan longer than one run's
+window continues as new: every run of it counts, its cycles and its bookkeeping. ``--json``
+prints it as one object; the journal's own run_step time (p50, in this process) is printed
+beside it, back to back and paced one step per bare step (bench/run_all.py measure_journal).
 
 ``--before DIR`` also runs a worker from another source tree (a checkout of an earlier commit:
 ``git worktree add DIR COMMIT``, or ``git archive COMMIT | tar -x -C DIR``) on a task queue of
@@ -125,8 +126,22 @@ async def path_run(client: Client, n: int, queue: str = "bench") -> tuple[float,
     res = await run_plan(client, bench_plan(task, n), queue)
     ms = (time.perf_counter() - t0) * 1000 / n
     assert res.state == "completed" and res.executed == n, res
-    RAW[task] = await events(client.get_workflow_handle(f"tidemark-{task}"))
-    return ms, breakdown(RAW[task], "run_step")
+    # A plan longer than a run's window continues as new: every run of it, oldest first.
+    runs = [r async for r in client.list_workflows(f"WorkflowId = 'tidemark-{task}'")]
+    runs.sort(key=lambda r: r.start_time)
+    histories = [await events(client.get_workflow_handle(r.id, run_id=r.run_id)) for r in runs]
+    RAW[task] = [e for h in histories for e in h]
+    return ms, combined([breakdown(h, "run_step") for h in histories])
+
+
+def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The breakdown of one plan's runs together: their cycles, their steps, and each run's
+    bookkeeping (its start to its first step, its last step to its end) added up."""
+    return {"parts": {name: [x for r in runs for x in r["parts"][name]] for name, _ in CYCLE},
+            "cycle": [x for r in runs for x in r["cycle"]],
+            "before_first_ms": sum(r["before_first_ms"] for r in runs),
+            "after_last_ms": sum(r["after_last_ms"] for r in runs),
+            "steps": sum(r["steps"] for r in runs)}
 
 
 def summary(ms: list[float], runs: list[dict[str, Any]]) -> dict[str, Any]:
