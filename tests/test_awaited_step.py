@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from helpers.ledger import ledger_lines, ledger_registry, ledger_step
-from tidemark.errors import StepFailed, TargetUnavailable
+from tidemark.errors import StepFailed, TargetUnavailable, TaskStopped
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step_async
 from tidemark.step_threads import StepThreads
@@ -97,6 +97,42 @@ def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles
     assert again.skipped and again.status == "done"
     assert len(ledger_lines(tmp_path / "ledger")) == 1
     assert [e for e in store.events("t") if e["kind"] == "error"] == []
+
+
+def test_a_stop_written_while_an_awaited_call_waits_lets_it_settle_and_stops_the_next_step(
+        store: JournalStore, tmp_path: Path) -> None:
+    """A halt (the task's durable stop) written while an awaited call waits on its target: the
+    request has left, so the attempt still records what it did (a stop that refused the
+    outcome would leave the step in doubt with its write applied), and the next step meets
+    the stop before it writes an intent."""
+    held = tmp_path / "held"
+    held.touch()
+    steps = [ledger_step(tmp_path, "e1", hold_while=str(held)), ledger_step(tmp_path, "e2")]
+    for step in steps:
+        step["action"] = "ledger.await"
+    store.persist_plan(load_plan({"task_id": "t", "steps": steps}, ledger_registry()))
+    with ThreadPoolExecutor(THREADS) as executor:
+        threads = StepThreads(executor)
+
+        async def halted_while_waiting() -> StepResult:
+            step = asyncio.ensure_future(run_step_async(store, ledger_registry(), "t", 1,
+                                                        threads))
+            while store.step_row("t", 1) is None:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+            store.set_control("t", "stopped", "incident", "ops")
+            assert not step.done()  # still waiting on the target
+            held.unlink()
+            return await step
+
+        first = asyncio.run(halted_while_waiting())
+        with pytest.raises(TaskStopped):
+            asyncio.run(run_step_async(store, ledger_registry(), "t", 2, threads))
+    assert (first.status, first.resolved_by) == ("done", "execute")
+    row = store.step_row("t", 1)
+    assert row is not None and row.status == "done"
+    assert store.step_row("t", 2) is None
+    assert [line.split()[1] for line in ledger_lines(tmp_path / "ledger")] == ["e1"]
 
 
 def test_an_attempt_cancelled_before_its_call_still_acts_once_and_settles(
