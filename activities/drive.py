@@ -23,7 +23,7 @@ from googleapiclient.http import HttpRequest
 
 from probes.drive import STAMP, DriveRenameProbe, drive_error
 from probes.google_async import execute_async
-from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_service
+from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, files_of, google_service
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import ActionError, ConfigError, Refused
 
@@ -179,8 +179,8 @@ class DriveRename(Action):
 
     def _update_request(self, file_id: str, body: dict[str, Any]) -> HttpRequest:
         """The ``files.update``, built and not sent (building it sends nothing)."""
-        return self.writer.files().update(fileId=file_id, body=body,
-                                          fields="id,name,appProperties")
+        return files_of(self.writer).update(fileId=file_id, body=body,
+                                            fields="id,name,appProperties")
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 
 from googleapiclient.errors import HttpError
 
-from probes.google_http import CLIENT_ERRORS, google_error
+from probes.google_http import CLIENT_ERRORS, files_of, google_error
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable
 
@@ -71,7 +71,7 @@ class DriveRenameProbe:
             Unauthorized, TargetUnavailable, Refused: the read itself failed.
         """
         try:
-            return self.reader.files().get(fileId=file_id, fields=READ_FIELDS).execute(
+            return files_of(self.reader).get(fileId=file_id, fields=READ_FIELDS).execute(
                 num_retries=0)
         except HttpError as e:
             if e.status_code == 404:

@@ -20,6 +20,7 @@ import http.client
 import json
 import ssl
 import urllib.parse
+import weakref
 import zlib
 from typing import Any
 
@@ -150,6 +151,27 @@ def google_service(api: str, version: str, base_url: str, token: str, *, endpoin
     # The discovery document bundled with the library: building a client needs no network.
     return build(api, version, http=authed, static_discovery=True, cache_discovery=False,
                  client_options={"api_endpoint": base_url.rstrip("/") + endpoint})
+
+
+# Each service's files() resource and the HTTP object it was built with (see files_of).
+_FILES: weakref.WeakKeyDictionary[Resource, tuple[Any, Resource]] = weakref.WeakKeyDictionary()
+
+
+def files_of(service: Resource) -> Resource:
+    """``service.files()``, built once per service. Building it makes every method of the
+    resource anew from the discovery document (milliseconds of CPU a call); a built resource
+    only builds requests, so one serves every call and thread.
+
+    A built resource keeps the HTTP object it was built with, and per-task grants are put in
+    the service's HTTP object after it was built (activities.granted): a resource built before
+    that would send the worker's own token. So it is built again whenever the service's HTTP
+    object is not the one it was built with."""
+    http = service._http  # where googleapiclient keeps it (granted.py replaces it there)
+    cached = _FILES.get(service)
+    if cached is None or cached[0] is not http:
+        cached = (http, service.files())
+        _FILES[service] = cached
+    return cached[1]
 
 
 def google_error(e: BaseException, what: str) -> ActionError:

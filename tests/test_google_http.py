@@ -15,7 +15,7 @@ from googleapiclient.errors import HttpError, UnexpectedBodyError
 
 from activities.drive import drive_client
 from helpers.origin import serving
-from probes.google_http import OneShotHttp, google_error
+from probes.google_http import OneShotHttp, files_of, google_error
 from staging.core import StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
 from tidemark.errors import Refused, TargetUnavailable, Unauthorized
@@ -83,6 +83,20 @@ def test_a_service_can_be_closed(server: StagingServer) -> None:
     # Resource.close (and ``with service:``) close the transport; there is nothing to close.
     with drive_client(server.url, DEFAULT_READ_TOKEN, timeout=5) as service:
         assert service.files().list().execute(num_retries=0)["files"] == []
+
+
+def test_a_services_files_resource_is_built_once_and_again_for_a_new_http(
+        server: StagingServer) -> None:
+    service = drive_client(server.url, "not-a-token", timeout=5)
+    first = files_of(service)
+    assert files_of(service) is first
+    with pytest.raises(HttpError) as refused:
+        first.list().execute(num_retries=0)
+    assert refused.value.status_code == 401
+    # What activities.granted does to present per-task grants: a new HTTP object on the
+    # service. A resource kept from before would still send the old token.
+    service._http = drive_client(server.url, DEFAULT_READ_TOKEN, timeout=5)._http
+    assert files_of(service).list().execute(num_retries=0)["files"] == []
 
 
 def _http_error(status: int, *reasons: str) -> HttpError:
