@@ -57,12 +57,13 @@ attempt's lease to lapse, not on the CPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -218,34 +219,29 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
             if eff["key"] in keys and where not in writes.get(keys[eff["key"]], []):
                 writes.setdefault(keys[eff["key"]], []).append(where)
         report.pairs = plan_pairs(plan, registry, writes)
-        pending = list(enumerate(choose_kills(plan, registry, writes, runs, seed), 1))
-        results: dict[int, RunResult] = {}
-        lock = threading.Lock()
+        # A run takes a server no other run holds (it resets it), and gives it back. The
+        # registry serves every server: a run binds its own against its server (run_once).
+        free: queue.Queue[str] = queue.Queue()
+        for url in staging_urls:
+            free.put(url)
+        finished = itertools.count(1)
 
-        def lane(url: str) -> None:
-            """Takes the next kill until none is left, on one staging server."""
-            lane_registry = chaos_registry(url, extra)
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    n, kill = pending.pop(0)
-                    if progress:
-                        progress(len(results), runs, f"{kill.phase} at step {kill.step}")
-                result = one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
-                                 staging_url=url, registry=lane_registry, store=store,
-                                 extra=extra, worst_case=worst_case)
-                with lock:
-                    results[n] = result
+        def on_a_free_server(n: int, kill: Kill) -> RunResult:
+            url = free.get()
+            try:
+                return one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
+                               staging_url=url, registry=registry, store=store, extra=extra,
+                               worst_case=worst_case)
+            finally:
+                free.put(url)
+                if progress:
+                    progress(next(finished), runs, f"{kill.phase} at step {kill.step}")
 
         # The runs mostly wait (a killed attempt's lease lapsing, the subprocess starting), so
         # several at once cost little more CPU than one.
+        kills = choose_kills(plan, registry, writes, runs, seed)
         with ThreadPoolExecutor(len(staging_urls)) as pool:
-            for done in [pool.submit(lane, url) for url in staging_urls]:
-                done.result()
-        report.runs = [results[n] for n in sorted(results)]
-        if progress:
-            progress(runs, runs, "done")
+            report.runs = list(pool.map(on_a_free_server, range(1, len(kills) + 1), kills))
     return report
 
 

@@ -145,7 +145,7 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _cmd_chaos(a: argparse.Namespace) -> int:
-    from tools.chaos import progress_bar, run_chaos
+    from tools.chaos import ChaosReport, progress_bar, run_chaos
 
     with open(a.plan, encoding="utf-8") as f:
         doc = json.load(f)
@@ -154,7 +154,7 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
         print(f"tidemark chaos: --jobs must be at least 1, not {a.jobs}", file=sys.stderr)
         return EXIT_ERROR
 
-    def chaos(urls: list[str]) -> Any:
+    def chaos(urls: list[str]) -> ChaosReport:
         return run_chaos(doc, a.runs, seed, db_url=journal_url(a), staging_urls=urls,
                          extra=a.action, progress=progress_bar, worst_case=a.worst_case)
 
