@@ -64,13 +64,15 @@ def test_many_steps_wait_at_once_on_a_few_threads(store: JournalStore, tmp_path:
     assert peak - before <= THREADS + 2, f"{peak - before} threads started for 40 steps"
 
 
+@pytest.mark.parametrize("cancels", [1, 2])
 def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles_it(
-        store: JournalStore, tmp_path: Path) -> None:
+        store: JournalStore, tmp_path: Path, cancels: int) -> None:
     """Cancelled while it waits on the target (Temporal timed the attempt out, the worker shuts
     down): the request has left, and the target applies it after. Were the step then left in
     doubt, the retry would probe before the write landed, find it absent and write again. The
     attempt instead waits for its call, records the outcome, and only then ends cancelled; the
-    next attempt finds the step done."""
+    next attempt finds the step done. A second cancellation meanwhile (the timeout, then the
+    worker's shutdown) is absorbed the same way: the attempt still ends only once settled."""
     held = tmp_path / "held"
     held.touch()
     awaited_plan(store, tmp_path, "t", hold_while=str(held))
@@ -81,8 +83,9 @@ def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles
             step = asyncio.ensure_future(run(store, threads, "t"))
             while store.step_row("t", 1) is None:
                 await asyncio.sleep(0.02)
-            await asyncio.sleep(0.1)
-            step.cancel()
+            for _ in range(cancels):
+                await asyncio.sleep(0.1)
+                step.cancel()
             await asyncio.sleep(0.3)
             row = store.step_row("t", 1)
             assert row is not None and row.outcome is None and not step.done()  # still acting

@@ -22,6 +22,7 @@ from tools.mutants.base import (
     S_STEPS,
     S_UNWINDS,
     ST_TIER,
+    STH,
     T_AP,
     T_AT,
     T_AW,
@@ -64,6 +65,7 @@ MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTA
 # checks that every mutant's file has a tier and every tier file exists.
 TIERS: dict[str, tuple[str, ...]] = {
     RS: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py", T_AW),
+    STH: (T_AW, T_RS),
     # The store: the modules of an attempt's statements, every test that runs attempts; each
     # other concern's module, the tests of that concern.
     S_SESSION: ST_TIER,

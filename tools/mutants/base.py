@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RS = "tidemark/run_step.py"
+STH = "tidemark/step_threads.py"  # an attempt awaited to its end
 # The journal store, one module per concern (tidemark/store/).
 S_BASE = "tidemark/store/base.py"  # the pool and its connection check
 S_CONN = "tidemark/store/connection.py"

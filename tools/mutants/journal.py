@@ -14,6 +14,7 @@ from tools.mutants.base import (
     S_PLANS,
     S_SESSION,
     S_UNWINDS,
+    STH,
     T_AT,
     T_AW,
     T_CT,
@@ -112,6 +113,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "    return await whole()",
            (f"{T_AW}::test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_"
             "settles_it",)),
+    Mutant("a second cancellation cuts an awaited call short and leaves the step in doubt", STH,
+           "            cancelled = True  # the waiter was",
+           "            if cancelled:\n                raise\n"
+           "            cancelled = True  # the waiter was",
+           (f"{T_AW}::test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_"
+            "settles_it[2]",)),
     Mutant("the lease written with the intent does not cover the horizon", AT,
            "return covered_call_s(action) + float(action.horizon_s)",
            "return covered_call_s(action)",
