@@ -10,7 +10,7 @@ from activities.drive import drive_client
 from activities.granted import granted_google
 from activities.wiring import credentials, grant_minter
 from probes.drive import drive_error
-from probes.google_http import CLIENT_ERRORS
+from probes.google_http import CLIENT_ERRORS, files_of
 from tidemark.errors import ConfigError
 from tidemark.words import GrantScope
 
@@ -22,11 +22,11 @@ def list_files(client: Any, q: str) -> list[dict[str, Any]]:
     order."""
     out: list[dict[str, Any]] = []
     token: str | None = None
+    files = files_of(client)  # one resource for every page
     while True:
         try:
-            page = client.files().list(q=q, pageSize=PAGE_SIZE, pageToken=token,
-                                       fields="nextPageToken,files(id,name)").execute(
-                num_retries=0)
+            page = files.list(q=q, pageSize=PAGE_SIZE, pageToken=token,
+                              fields="nextPageToken,files(id,name)").execute(num_retries=0)
         except CLIENT_ERRORS as e:
             raise drive_error(e, "drive files.list") from e
         out += [{"id": f["id"], "name": f["name"]} for f in page.get("files", [])]
