@@ -134,20 +134,27 @@ class StepActivities:
                     check_stored_plan_gates(self.store, self.registry, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
-        stop = progress.stop
+        stop, first = progress.stop, progress.next_step
+        lines = None  # the window's, for a run that goes on to its steps
+        if inp.window > 0 and first is not None and stop is None and progress.unwound is None:
+            lines = self._lines(task_id, first,
+                                min(progress.step_count, first + inp.window - 1))
         return Prepared(task_id=task_id, step_count=progress.step_count,
-                        next_step=progress.next_step, confirmed=progress.confirmed,
+                        next_step=first, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
                         release=release_command(task_id, stop["scope"]) if stop else None,
                         first_irreversible=progress.first_irreversible,
-                        unwound=progress.unwound is not None)
+                        unwound=progress.unwound is not None, lines=lines)
 
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
-        """One readable line per step in [first, last], for activity summaries."""
-        return [self._describe(s)
-                for s in self.store.load_window(inp.task_id, inp.first, inp.last)]
+        """One readable line per step in [first, last], for activity summaries. Runs whose
+        prepare gave no lines ask for them here (those recorded before it gave them)."""
+        return self._lines(inp.task_id, inp.first, inp.last)
+
+    def _lines(self, task_id: str, first: int, last: int) -> list[str]:
+        return [self._describe(s) for s in self.store.load_window(task_id, first, last)]
 
     def _describe(self, step: Step) -> str:
         spec = self.registry.spec(step.action)

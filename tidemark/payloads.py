@@ -46,6 +46,9 @@ class PrepareInput:
     # The id of the workflow that started it as a child (a series' ScheduledRun), or None:
     # only a ScheduledRun may take a task id of the scheduled namespace (``sched-<S>-…``).
     parent_workflow_id: str | None = None
+    # The most steps the run takes from its next step: Prepared.lines describes them, so that
+    # the run needs no activity of its own for that (0: no lines, as before the field existed).
+    window: int = 0
 
 
 @dataclass
@@ -60,6 +63,10 @@ class Prepared:
     release: str | None = None
     first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
     unwound: bool = False  # the task was unwound: it never runs forward again
+    # One line per step of the run's window (PrepareInput.window), for the Web UI's details and
+    # activity summaries. None when the run was not asked for them or goes no further, and in
+    # every result recorded before the field existed: such a run asks describe_steps instead.
+    lines: list[str] | None = None
 
 
 @dataclass

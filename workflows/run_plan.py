@@ -200,8 +200,8 @@ class RunPlan:
 
     async def _run(self, document: Any) -> RunResult:
         """The run's phases, in the order their commands enter the history: read the input,
-        prepare (persist the plan, read the journal and the stop state), describe the window
-        of steps this run takes, run them (in batches on the fast path), then continue as new
+        prepare (persist the plan, read the journal and the stop state, describe the window
+        of steps this run takes), run them (in batches on the fast path), then continue as new
         or complete. Each phase returns the run's end when it ends the run."""
         execution = self._read_input(document)
         if isinstance(execution, RunResult):
@@ -211,13 +211,19 @@ class RunPlan:
             return prep
         first = prep.next_step
         assert first is not None  # _prepare ended a run with nothing left to do
-        last = min(prep.step_count,
-                   first + (FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN) - 1)
-        lines = await self._describe(prep.task_id, first, last)
+        last = min(prep.step_count, first + self._window() - 1)
+        # prepare describes the window; a result recorded before it did has no lines, and that
+        # run asked describe_steps (decided by the recorded result, so it replays as it ran)
+        lines = prep.lines if prep.lines is not None else await self._describe(
+            prep.task_id, first, last)
         reached = await self._run_window(prep, first, last, lines)
         if isinstance(reached, RunResult):
             return reached
         return await self._after_window(prep, reached, execution)
+
+    def _window(self) -> int:
+        """The most steps this run takes before it continues as new."""
+        return FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN
 
     def _read_input(self, document: Any) -> str | RunResult:
         """The execution mode the input asks for, or the run's end (``failed``, a PlanError,
@@ -256,7 +262,8 @@ class RunPlan:
                                          if k not in ("continued", "execution")},
                                         check_gates=not hop,
                                         workflow_id=workflow.info().workflow_id,
-                                        parent_workflow_id=self._parent_id()),
+                                        parent_workflow_id=self._parent_id(),
+                                        window=self._window()),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
