@@ -245,11 +245,20 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
     # Each run's history holds the steps of its own window and grows with them alone (about
     # six events a step: a workflow task and the activity's scheduled, started and completed),
     # so the last run, with five steps, is small however long the plan.
-    sizes = []
+    # Each run's prepare describes that run's own window: every step's summary names it.
+    sizes, misnamed = [], []
     for w in chain:
         run = temporal_env.client.get_workflow_handle(w.id, run_id=w.run_id)
         events = [e async for e in run.fetch_history_events()]
         sizes.append((len(await steps_started(run)), len(events)))
+        for e in events:
+            attrs = e.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "run_step":
+                step = json.loads(attrs.input.payloads[0].data)["step"]
+                summary = json.loads(e.user_metadata.summary.data)
+                if not summary.startswith(f"{step}/{n} ledger.record entry=e{step}, "):
+                    misnamed.append((step, summary[:40]))
+    assert misnamed == []
     sizes.sort()
     assert [steps for steps, _ in sizes] == [5, STEPS_PER_RUN, STEPS_PER_RUN], sizes
     assert all(events <= 7 * steps + 40 for steps, events in sizes), sizes
