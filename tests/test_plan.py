@@ -148,3 +148,18 @@ def test_a_bad_plan_writes_nothing(store) -> None:
         counts = conn.execute("SELECT (SELECT count(*) FROM tidemark.plans) AS p,"
                               " (SELECT count(*) FROM tidemark.events) AS e").fetchone()
     assert counts == {"p": 0, "e": 0}
+
+
+def test_a_stored_plan_reads_back_as_it_was_written_whatever_its_arguments_hold(store) -> None:
+    """Every step's arguments go to Postgres in one statement, as arrays: an argument with
+    the characters an array literal is made of (quotes, backslashes, braces, commas), with
+    unicode or with nothing in it comes back equal, and so does a plan of many steps."""
+    awkward = ['a "quoted", {braced} name.txt', "back\\slash.txt", "NULL", "é 雪 ✓.txt", "{}",
+               '{"a": [1, 2]}']
+    steps = [rename(path=f"/d/{i}.txt", name=name) for i, name in enumerate(awkward)]
+    steps += [record(entry=entry) for entry in ("", "tab\tand\nnewline", "\\\"", "NULL")]
+    steps += [record(entry=f"line {i}") for i in range(500)]
+    plan = load_plan({"task_id": "t-awkward", "steps": steps}, REG)
+    assert store.persist_plan(plan) is True
+    assert store.load_plan("t-awkward") == plan
+    assert store.persist_plan(plan) is False  # its hash is the stored one

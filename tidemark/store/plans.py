@@ -31,12 +31,15 @@ class PlansMixin(StoreBase):
                 if row["plan_hash"] != new_hash:
                     raise PlanChanged(plan.task_id, row["plan_hash"], new_hash)
                 return False
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO tidemark.plan_steps (task_id, step, action, args, irreversible)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    [(plan.task_id, s.number, s.action, Jsonb(s.args), s.irreversible)
-                     for s in plan.steps])
+            # One statement for every step, however many (a row each would be a statement each,
+            # pipelined but parsed and executed one by one).
+            conn.execute(
+                "INSERT INTO tidemark.plan_steps (task_id, step, action, args, irreversible)"
+                " SELECT %s, s.step, s.action, s.args, s.irreversible"
+                " FROM unnest(%s::int[], %s::text[], %s::jsonb[], %s::bool[])"
+                "   AS s(step, action, args, irreversible)",
+                (plan.task_id, [s.number for s in plan.steps], [s.action for s in plan.steps],
+                 [Jsonb(s.args) for s in plan.steps], [s.irreversible for s in plan.steps]))
             conn.execute("INSERT INTO tidemark.events (task_id, kind, detail, actor)"
                          " VALUES (%s, 'plan', %s, %s)",
                          (plan.task_id, Jsonb({"plan_hash": new_hash,
