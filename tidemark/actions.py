@@ -221,6 +221,12 @@ class Action:
         return {}
 
     # Side-effecting parts.
+    @property
+    def stages(self) -> bool:
+        """Whether the action has a ``stage`` of its own: only such an action's call may begin
+        with a statement of the journal (its staged handle)."""
+        return type(self).stage is not Action.stage
+
     def stage(self, ctx: StepContext) -> dict[str, Any] | None:
         """Optional first half of ``execute`` for targets that can fence at the provider: it
         creates a handle that can be consumed once (a mail draft) and returns it; run_step

@@ -251,20 +251,34 @@ async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, cal
     that has left, and would leave the step in doubt, to be probed before the target applied
     it."""
     lease = guarded_call(store, s, call.key, side.action, call.lease_from)
+    lease.__enter__()  # only registers the key with the lease keeper
+    outcome: dict[str, Any] = {}
+    failed: BaseException | None = None
     try:
-        lease.__enter__()  # only registers the key with the lease keeper
-        try:
-            outcome = await side.call_async(store, s, call.ctx, threads)
-        finally:
-            # Ending the lease's renewal may wait for a renewal in flight: not on the loop.
-            await threads.run(lease.__exit__, None, None, None)
-    except Refused as e:
-        await threads.run(refused, s, side, call.ctx, call.key, e)
-        raise AssertionError("refused always raises") from e
+        outcome = await side.call_async(store, s, call.ctx, threads)
     except (Exception, asyncio.CancelledError) as e:  # the call itself cancelled: in doubt
-        await threads.run(in_doubt, s, side, call, e)
-        raise
-    return await threads.run(settle, s, side, call, outcome, True)
+        failed = e
+    done = await threads.run(_after_call, lease, s, side, call, outcome, failed)
+    if failed is not None:
+        raise failed
+    assert done is not None
+    return done
+
+
+def _after_call(lease: contextlib.AbstractContextManager[None], s: StepSession, side: Side,
+                call: Call, outcome: dict[str, Any], failed: BaseException | None
+                ) -> JournalRow | None:
+    """What follows an awaited call, in one hand-over to a step thread: the end of the lease's
+    renewal (it may wait for a renewal in flight), then the call settled as ``act`` settles
+    it. Returns the done row; None when the call failed and the step is left in doubt (the
+    caller raises the call's error); a refusal raises StepFailed."""
+    lease.__exit__(None, None, None)
+    if failed is None:
+        return settle(s, side, call, outcome, True)
+    if isinstance(failed, Refused):
+        refused(s, side, call.ctx, call.key, failed)
+    in_doubt(s, side, call, failed)
+    return None
 
 
 def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],

@@ -195,8 +195,10 @@ class Forward:
 
     async def call_async(self, store: JournalStore, s: StepSession, ctx: StepContext,
                          threads: StepThreads) -> dict[str, Any]:
-        """``call`` with the execute awaited (staging, a blocking call, on a step thread)."""
-        ctx = await threads.run(self.staged, store, s, ctx)
+        """``call`` with the execute awaited (staging, a blocking call, on a step thread; an
+        action without a stage of its own goes to the execute at once)."""
+        if ctx.staged is None and self.action.stages:
+            ctx = await threads.run(self.staged, store, s, ctx)
         return await self.action.execute_async(ctx)
 
     def staged(self, store: JournalStore, s: StepSession, ctx: StepContext) -> StepContext:
