@@ -9,10 +9,12 @@ plain sentence of what happened and what to do next, the line `tidemark status T
 from __future__ import annotations
 
 import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
@@ -20,8 +22,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks
 from tidemark.needs import Need, need_of, worklist_query
+from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
 from tools.inbox import DEFAULT_UI
+from workflows.outcome import run_result
 
 # What each run's TidemarkNeeds says.
 NEEDS = {"completed": "nothing", "halted": "halted", "awaiting_approval": "approval",
@@ -135,3 +139,39 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
         assert f'"{need_of(state)}"' in worklist_query()
     assert '"nothing"' not in worklist_query()
 
+
+
+async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_release_reached_it(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path) -> None:
+    """A new run sends the release of its task's open row without waiting for it, and goes on
+    to its steps; a run that ends needing a person at once (its task is still stopped) must
+    not let its own row's signal cross that release on the way to the holder, or the holder
+    could close last and the worklist lose a task that needs a person. The history shows the
+    order: the release's result before the row is opened again."""
+    workers.start()
+    task = f"reopened-{uuid.uuid4().hex[:8]}"
+    target = tmp_path / "a.txt"
+    target.write_text("a")
+    doc = {"task_id": task, "steps": [{"action": "fs.rename",
+                                       "args": {"path": str(target), "name": "b.txt"}}]}
+    store.set_control(task, "stopped", "the wrong folder", "ops")
+    client = temporal_env.client
+    for _ in range(2):  # the first run opens the row, the second releases it and reopens it
+        handle = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                             task_queue=task_queue, result_type=RunResult,
+                                             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        assert (await run_result(handle)).state == "stopped"
+    kinds = [e.event_type async for e in handle.fetch_history_events()]
+    E = EventType
+    released = next(i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
+    reopened = [i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
+    assert reopened and released < min(reopened), [E.Name(k) for k in kinds]
+    holder = client.get_workflow_handle(f"tidemark-needs-{task}")
+    assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
+    assert (await holder.describe()).status.name == "RUNNING"
+    await holder.terminate("test over")

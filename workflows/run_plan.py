@@ -25,6 +25,7 @@ every step as its own activity in the Web UI and answers a halt within a step.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -101,6 +102,10 @@ BATCHED_FAST_PATH = "fast-path-batches"
 # Runs from before batches (one local activity per step): a step that fails is retried inside
 # the worker while the backoff is at most this long; a longer backoff becomes a durable timer.
 FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
+# A new run sends the release of its task's worklist row and goes on to its first step; the
+# run waits for the signal's result only at its end, before anything it opens there. Runs from
+# before waited for it at once, a workflow task of its own (workflow.patched).
+RELEASE_UNAWAITED = "tidemark-release-unawaited"
 
 # The Web UI's current details list at most this many irreversible steps while a run awaits
 # approval (the details are metadata of every workflow task: kept small).
@@ -119,6 +124,7 @@ class RunPlan:
         self._killed: dict[str, Any] | None = None
         self._unwinding: str | None = None
         self._needs_patched: bool | None = None
+        self._releasing: asyncio.Task[None] | None = None
 
     def _holds(self) -> bool:
         """Whether this run keeps its task's worklist row (workflows/needs_person.py): every
@@ -187,6 +193,10 @@ class RunPlan:
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
         result = await self._run(document)
+        if self._releasing is not None:
+            # The release of the worklist row went out at the run's start; a row this run
+            # opens (hold) must reach the holder after it, not cross it on the way.
+            await self._releasing
         need = need_of(result.state, result.error)
         if need != Need.NOTHING and result.task_id and self._holds():
             await hold(result.task_id, result.state, need, sentence(
@@ -277,7 +287,11 @@ class RunPlan:
             KILLED if self._killed is not None else RUNNING), *self._needs(
             Need.KILLED if self._killed is not None else Need.NOTHING)])
         if not hop and self._holds():  # a new run of the task: its worklist row, if any, closes
-            await release(prep.task_id, workflow.info().workflow_id)
+            releasing = release(prep.task_id, workflow.info().workflow_id)
+            if workflow.patched(RELEASE_UNAWAITED):
+                self._releasing = asyncio.create_task(releasing)
+            else:
+                await releasing
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "

@@ -182,6 +182,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "        await workflow.wait_condition(\n"
            "            lambda a=attempt: a.done() or False)",
            (f"{T_RP}::test_halt_stops_a_step_that_keeps_failing_at_its_next_attempt",)),
+    Mutant("runplan: a run that ends needing a person opens its row before its release is "
+           "answered", "workflows/run_plan.py",
+           "            await self._releasing\n",
+           "            pass\n",
+           ("tests/test_worklist.py::test_a_run_that_ends_at_its_start_reopens_the_row_only_"
+            "after_its_release_reached_it",)),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
            'if (result.status != "done" or len(results) >= max_steps',
