@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,11 +119,35 @@ def test_run_step_counts_lease_waits_probes_doubt_and_settled_steps(
                  status="done") == 1
     assert value(got, metrics.STEPS_SETTLED, action=ledger, resolved_by="execute",
                  status="done") == 1
+    # each outcome counted has its attempt's latency, with the same labels
+    for resolved_by in ("probe", "execute"):
+        assert value(got, f"{metrics.STEP_LATENCY}_count", action=ledger,
+                     resolved_by=resolved_by, status="done") == 1
+    assert value(got, f"{metrics.STEP_LATENCY}_count") == 2
+
+
+def test_a_steps_latency_runs_from_its_attempts_start_to_its_outcome(
+        store: JournalStore, tmp_path: Path, prometheus: str) -> None:
+    """An attempt whose call takes 0.4 s records at least that long (milliseconds, as the
+    runtime exports durations), and no more than the whole call of run_step took."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    task = persist(store, SPECS, [ledger_step(tmp_path, "slow", hold_while=str(hold))])
+    threading.Timer(0.4, hold.unlink).start()
+    began = time.monotonic()
+    assert run_step(store, Registry([LedgerRecord()]), task, 1).resolved_by == "execute"
+    took_ms = (time.monotonic() - began) * 1000
+    got = scrape(prometheus)
+    assert value(got, f"{metrics.STEP_LATENCY}_count", action="ledger.record") == 1
+    assert 400 <= value(got, f"{metrics.STEP_LATENCY}_sum", action="ledger.record") <= took_ms
 
 
 def test_a_sink_that_fails_never_fails_the_step(store: JournalStore, tmp_path: Path) -> None:
     class Broken(metrics.Metrics):
         def count(self, name: str, labels: Any) -> None:
+            raise RuntimeError("exporter gone")
+
+        def observe(self, name: str, seconds: float, labels: Any) -> None:
             raise RuntimeError("exporter gone")
 
     previous = metrics.install(Broken())
@@ -189,6 +214,7 @@ async def test_a_worker_with_metrics_on_serves_ours_and_the_sdks(
     assert value(got, metrics.TASKS_STOPPED, reason="precondition_failed") == 1
     assert value(got, metrics.TASKS_STOPPED, reason="halt") == 1
     assert value(got, metrics.TASKS_STOPPED) == 2
+    assert value(got, f"{metrics.STEP_LATENCY}_count", action=ledger) == 2
     # The SDK's own metrics on the same endpoint: the activities this worker ran.
     assert value(got, "temporal_activity_execution_latency_count",
                  activity_type="run_step", task_queue=task_queue) >= 2

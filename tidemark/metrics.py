@@ -20,6 +20,12 @@ The counters (labels in brackets; docs/operate.md lists them too, under Metrics 
   needs_decision, precondition_failed, unauthorized.
 - ``tidemark_lease_waits`` [action]: a step in doubt left alone because its last attempt's
   lease was still fresh.
+
+And one histogram:
+
+- ``tidemark_step_latency`` [action, resolved_by, status]: for each outcome counted in
+  ``tidemark_steps_settled``, the time from its attempt's start (the read of its step) to the
+  outcome written: the journal's statements, gates, snapshot and probe, and the call itself.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,7 @@ PROBES = "tidemark_probes"
 LEFT_IN_DOUBT = "tidemark_steps_left_in_doubt"
 TASKS_STOPPED = "tidemark_tasks_stopped"
 LEASE_WAITS = "tidemark_lease_waits"
+STEP_LATENCY = "tidemark_step_latency"
 
 COUNTERS: dict[str, str] = {
     STEPS_SETTLED: "Steps whose outcome this worker wrote, by action, resolved_by and status",
@@ -49,6 +57,10 @@ COUNTERS: dict[str, str] = {
     TASKS_STOPPED: "Runs that stopped to wait for a person, by reason",
     LEASE_WAITS: "Attempts that waited because an earlier attempt's lease was still fresh",
 }
+HISTOGRAMS: dict[str, str] = {
+    STEP_LATENCY: "Time from an attempt's start to the outcome it wrote, by action, "
+                  "resolved_by and status",
+}
 
 
 class Counter(Protocol):
@@ -56,9 +68,17 @@ class Counter(Protocol):
             /) -> None: ...
 
 
+class Histogram(Protocol):
+    def record(self, value: timedelta, additional_attributes: Mapping[str, str] | None = None,
+               /) -> None: ...
+
+
 class Meter(Protocol):
     def create_counter(self, name: str, description: str | None = None,
                        unit: str | None = None, /) -> Counter: ...
+
+    def create_histogram_timedelta(self, name: str, description: str | None = None,
+                                   unit: str | None = None, /) -> Histogram: ...
 
 
 class Metrics:
@@ -67,16 +87,27 @@ class Metrics:
     def count(self, name: str, labels: Mapping[str, str]) -> None:
         """Adds one to counter ``name`` with ``labels``."""
 
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str]) -> None:
+        """Records a duration of ``seconds`` on histogram ``name`` with ``labels``."""
+
 
 class MeterMetrics(Metrics):
-    """Counts on a meter's counters, created once here."""
+    """Counts on a meter's counters and records on its histograms, created once here. The
+    meter's durations are whole milliseconds, exported as the runtime exports its own (ms, or
+    seconds with ``durations_as_seconds``)."""
 
     def __init__(self, meter: Meter) -> None:
         self._counters = {name: meter.create_counter(name, description, None)
                           for name, description in COUNTERS.items()}
+        self._histograms = {name: meter.create_histogram_timedelta(name, description,
+                                                                   "duration")
+                            for name, description in HISTOGRAMS.items()}
 
     def count(self, name: str, labels: Mapping[str, str]) -> None:
         self._counters[name].add(1, dict(labels))
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str]) -> None:
+        self._histograms[name].record(timedelta(seconds=seconds), dict(labels))
 
 
 _sink: Metrics = Metrics()
@@ -96,8 +127,17 @@ def _count(name: str, **labels: str) -> None:
         log.warning("metric %s not recorded: %r", name, e)
 
 
-def step_settled(action: str, resolved_by: str, status: str) -> None:
+def _observe(name: str, seconds: float, **labels: str) -> None:
+    try:
+        _sink.observe(name, seconds, labels)
+    except Exception as e:  # a metric is never worth a step
+        log.warning("metric %s not recorded: %r", name, e)
+
+
+def step_settled(action: str, resolved_by: str, status: str, seconds: float) -> None:
+    """An outcome written by an attempt that began ``seconds`` ago."""
     _count(STEPS_SETTLED, action=action, resolved_by=resolved_by, status=status)
+    _observe(STEP_LATENCY, seconds, action=action, resolved_by=resolved_by, status=status)
 
 
 def probe_answered(action: str, answer: str) -> None:

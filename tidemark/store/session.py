@@ -4,6 +4,7 @@ the attempt's bookkeeping and given back before the action's call."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,6 +84,7 @@ class StepSession:
         self._conn = conn
         self._borrow = borrow
         self.token = token  # this attempt's owner token (None: a session that owns nothing)
+        self.began = time.monotonic()  # when the attempt began: its latency runs from here
         self.spec: Step
         self.row: JournalRow | None = None
         self.stopped: str | None = None
