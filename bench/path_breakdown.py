@@ -20,7 +20,10 @@ and prints the median of each, per variant, with the per-run bookkeeping (the wo
 to its first step, its last step to its end) spread over the steps. A plan longer than one run's
 window continues as new: every run of it counts, its cycles and its bookkeeping. ``--json``
 prints it as one object; the journal's own run_step time (p50, in this process) is printed
-beside it, back to back and paced one step per bare step (bench/run_all.py measure_journal).
+beside it, back to back and paced one step per bare step (bench/run_all.py measure_journal),
+and so is the same part of each step as the activity path ran it, inside its worker: the
+latency the journal reports for every attempt (tidemark_step_latency, from the read of its step
+to its outcome written; bench/bench_worker.py keeps them exactly).
 
 ``--before DIR`` also runs a worker from another source tree (a checkout of an earlier commit:
 ``git worktree add DIR COMMIT``, or ``git archive COMMIT | tar -x -C DIR``) on a task queue of
@@ -38,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import bench_plan
+from bench_worker import LATENCIES_ENV
 from run_all import (
     BareActivities,
     Workers,
@@ -182,6 +187,10 @@ async def main_async(n: int, rounds: int, before: Path | None) -> dict[str, Any]
             store.migrate()
         env = await start_env(flags=True)
         workers = [Workers(env, db_url, "bench")]
+        # This tree's worker keeps each step's latency as the journal reports it (its part
+        # of the step inside the worker); the samples are read once it has stopped.
+        latencies = Path(tempfile.mkdtemp()) / "latencies"
+        workers[0].env[LATENCIES_ENV] = str(latencies)
         if before is not None:
             workers.append(TreeWorkers(env, db_url, "before", before))
         out: dict[str, Any] = {"load_avg_at_start": os.getloadavg()[0]}
@@ -219,6 +228,10 @@ async def main_async(n: int, rounds: int, before: Path | None) -> dict[str, Any]
             for w in workers:
                 w.stop()
             await env.shutdown()
+        if latencies.exists():  # every step this tree's worker settled, warm-up included
+            kept = [float(x) * 1000 for x in latencies.read_text().split()]
+            out["journal_in_worker_p50_ms"] = statistics.median(kept)
+            out["journal_in_worker_steps"] = len(kept)
     out["load_avg_at_end"] = os.getloadavg()[0]
     return out
 
@@ -231,12 +244,17 @@ def report(r: dict[str, Any]) -> None:
     for key in ("cycle_ms", "cycle_mean_ms", "before_first_ms", "after_last_ms",
                 "bookkeeping_ms_per_step", "ms_per_step"):
         print(f"{key:<28}" + "".join(f"{r[k][key]:>16.2f}" for k in cols))
-    for name, how in (("journal", "back to back"), ("journal_paced", "paced as bare steps")):
+    for name, how in (("journal", "run_step in process, back to back, median of rounds"),
+                      ("journal_paced", "run_step in process, paced as bare steps, median of "
+                                        "rounds"),
+                      ("journal_in_worker", "each attempt of the activity path in its worker, "
+                                            "start to outcome")):
+        if f"{name}_p50_ms" not in r:
+            continue
         floor = r["bare"]["ms_per_step"] + r[f"{name}_p50_ms"]
-        print(f"{name} p50 (run_step in process, {how}, median of rounds): "
-              f"{r[f'{name}_p50_ms']:.2f} ms; "
+        print(f"{name} p50 ({how}): {r[f'{name}_p50_ms']:.2f} ms; "
               + "; ".join(f"{k} / (bare + {name}): {r[k]['ms_per_step'] / floor:.2f}x"
-                          for k in cols[1:]))
+                          for k in cols[1:] if k != "before" or name != "journal_in_worker"))
     print(f"load average {r['load_avg_at_start']:.2f} -> {r['load_avg_at_end']:.2f}")
 
 
