@@ -195,7 +195,8 @@ class RunPlan:
         result = await self._run(document)
         if self._releasing is not None:
             # The release of the worklist row went out at the run's start; a row this run
-            # opens (hold) must reach the holder after it, not cross it on the way.
+            # opens (hold) must reach the holder after it, not cross it on the way, and a run
+            # that closed before its signal was sent may never send it.
             await self._releasing
         need = need_of(result.state, result.error)
         if need != Need.NOTHING and result.task_id and self._holds():
@@ -375,6 +376,10 @@ class RunPlan:
                 return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(last + 1)
+            if self._releasing is not None:
+                # A signal not yet sent when its run closes may never be: the release goes out
+                # before this run hands over to the next (which sends none).
+                await self._releasing
             r = self._result
             workflow.continue_as_new({"task_id": prep.task_id, "execution": execution,
                                       "continued": {
