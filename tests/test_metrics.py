@@ -128,8 +128,9 @@ def test_run_step_counts_lease_waits_probes_doubt_and_settled_steps(
 
 def test_a_steps_latency_runs_from_its_attempts_start_to_its_outcome(
         store: JournalStore, tmp_path: Path, prometheus: str) -> None:
-    """An attempt whose call takes 0.4 s records at least that long (milliseconds, as the
-    runtime exports durations), and no more than the whole call of run_step took."""
+    """An attempt whose call is held 0.4 s records about that long or more (milliseconds, as
+    the runtime exports durations, less the few that pass between the hold's timer starting
+    and the attempt's), and no more than the whole call of run_step took."""
     hold = tmp_path / "hold"
     hold.write_text("")
     task = persist(store, SPECS, [ledger_step(tmp_path, "slow", hold_while=str(hold))])
@@ -139,7 +140,7 @@ def test_a_steps_latency_runs_from_its_attempts_start_to_its_outcome(
     took_ms = (time.monotonic() - began) * 1000
     got = scrape(prometheus)
     assert value(got, f"{metrics.STEP_LATENCY}_count", action="ledger.record") == 1
-    assert 400 <= value(got, f"{metrics.STEP_LATENCY}_sum", action="ledger.record") <= took_ms
+    assert 390 <= value(got, f"{metrics.STEP_LATENCY}_sum", action="ledger.record") <= took_ms
 
 
 def test_a_sink_that_fails_never_fails_the_step(store: JournalStore, tmp_path: Path) -> None:
