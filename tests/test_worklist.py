@@ -140,7 +140,6 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
     assert '"nothing"' not in worklist_query()
 
 
-
 async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_release_reached_it(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:

@@ -289,7 +289,7 @@ def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],
     done = s.complete(key=call.key, outcome=outcome, status="done", resolved_by="execute",
                       flush=flush_outcome)
     if side.direction.counted:
-        metrics.step_settled(ctx.action, "execute", "done", time.monotonic() - s.began)
+        metrics.step_settled(ctx.action, "execute", "done", s.began)
     crash_point(side.direction.crash_prefix + "after_outcome", ctx.step)
     return done
 
@@ -312,7 +312,7 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
     s.complete(key=key, outcome={"error": str(e), "type": type(e).__name__},
                status="failed", resolved_by="execute")
     if side.direction.counted:
-        metrics.step_settled(ctx.action, "execute", "failed", time.monotonic() - s.began)
+        metrics.step_settled(ctx.action, "execute", "failed", s.began)
     log.info("step %s %s refused by the target: %s", ctx.step, side.name, e)
     raise StepFailed(ctx.step, side.name, str(e)) from e
 
@@ -411,7 +411,7 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
     if probed.status is ProbeStatus.DONE:
         done = s.complete(key=ctx.key, outcome=probed.observed, status="done",
                           resolved_by="probe")
-        metrics.step_settled(ctx.action, "probe", "done", time.monotonic() - s.began)
+        metrics.step_settled(ctx.action, "probe", "done", s.began)
         return done
     if probed.status is ProbeStatus.UNKNOWN:
         # The target cannot tell; only a person who looked may (`tidemark resolve`).

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Protocol
@@ -134,10 +135,11 @@ def _observe(name: str, seconds: float, **labels: str) -> None:
         log.warning("metric %s not recorded: %r", name, e)
 
 
-def step_settled(action: str, resolved_by: str, status: str, seconds: float) -> None:
-    """An outcome written by an attempt that began ``seconds`` ago."""
+def step_settled(action: str, resolved_by: str, status: str, began: float) -> None:
+    """An outcome written by an attempt that began at ``began`` (time.monotonic())."""
     _count(STEPS_SETTLED, action=action, resolved_by=resolved_by, status=status)
-    _observe(STEP_LATENCY, seconds, action=action, resolved_by=resolved_by, status=status)
+    _observe(STEP_LATENCY, time.monotonic() - began, action=action, resolved_by=resolved_by,
+             status=status)
 
 
 def probe_answered(action: str, answer: str) -> None:

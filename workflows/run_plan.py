@@ -133,6 +133,15 @@ class RunPlan:
             self._needs_patched = workflow.patched(NEEDS_PATCH)
         return self._needs_patched
 
+    async def _released(self) -> None:
+        """Waits for the answer to the worklist release this run sent at its start without
+        waiting (RELEASE_UNAWAITED), before the run opens a row or closes: a row it opens
+        (hold) must reach the holder after the release, not cross it on the way, and Temporal
+        drops a signal whose run closed before it was sent. Runs that awaited the release at
+        once, and continue-as-new hops, which send none, have nothing to wait for."""
+        if self._releasing is not None:
+            await self._releasing
+
     def _needs(self, need: Need) -> list[Any]:
         """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
         history from before it upserts the state alone). Decided once per run, at its first
@@ -193,11 +202,7 @@ class RunPlan:
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
         tells the runs that need a person from the finished ones."""
         result = await self._run(document)
-        if self._releasing is not None:
-            # The release of the worklist row went out at the run's start; a row this run
-            # opens (hold) must reach the holder after it, not cross it on the way, and a run
-            # that closed before its signal was sent may never send it.
-            await self._releasing
+        await self._released()
         need = need_of(result.state, result.error)
         if need != Need.NOTHING and result.task_id and self._holds():
             await hold(result.task_id, result.state, need, sentence(
@@ -376,10 +381,7 @@ class RunPlan:
                 return self._end(KILLED)
             if self._halt_reason is not None:
                 return await self._halt(last + 1)
-            if self._releasing is not None:
-                # A signal not yet sent when its run closes may never be: the release goes out
-                # before this run hands over to the next (which sends none).
-                await self._releasing
+            await self._released()  # the next run sends none
             r = self._result
             workflow.continue_as_new({"task_id": prep.task_id, "execution": execution,
                                       "continued": {
