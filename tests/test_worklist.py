@@ -13,19 +13,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks
+from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks, until
 from tidemark.needs import Need, need_of, worklist_query
-from tidemark.payloads import RunResult
+from tidemark.payloads import RunResult, UnwindResult
 from tidemark.store import JournalStore
 from tools.inbox import DEFAULT_UI
-from workflows.outcome import run_result
+from workflows.outcome import run_result, unwind_result
 
 # What each run's TidemarkNeeds says.
 NEEDS = {"completed": "nothing", "halted": "halted", "awaiting_approval": "approval",
@@ -174,3 +176,102 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
     assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
     assert (await holder.describe()).status.name == "RUNNING"
     await holder.terminate("test over")
+
+
+async def open_needs(client: Any, task_id: str) -> dict[str, str]:
+    """The task's open executions that say they wait for a person: workflow id -> need."""
+    out = {}
+    for wid in (f"tidemark-{task_id}", f"tidemark-needs-{task_id}",
+                f"tidemark-unwind-{task_id}"):
+        try:
+            desc = await client.get_workflow_handle(wid).describe()
+        except RPCError:
+            continue  # never started
+        need = dict((k.name, v) for k, v in desc.typed_search_attributes).get("TidemarkNeeds")
+        if desc.status is not None and desc.status.name == "RUNNING" and need not in (
+                None, Need.NOTHING):
+            out[wid] = need
+    return out
+
+
+async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path) -> None:
+    """Stop, then unwind, while a step is under way: the unwind begins (it tells the run and
+    releases the task's row), meets the step in doubt and ends ``failed``, opening the row;
+    then the step completes and the run meets the stop at its next step and ends ``stopped``,
+    which updates the same row. Whatever order their signals take, one row stays open, and it
+    says the task waits for a person: nothing was undone, and nothing after the stop ran."""
+    workers.start()
+    task = f"crossed-{uuid.uuid4().hex[:8]}"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "d0.txt").write_text("0")
+    hold, ledger = tmp_path / "hold", tmp_path / "ledger"
+    hold.write_text("")
+    doc = {"task_id": task, "steps": [
+        {"action": "fs.rename", "args": {"path": str(docs / "d0.txt"), "name": "f0.txt"}},
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "e",
+                                             "hold_while": str(hold)}},
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "f"}}]}
+    client = temporal_env.client
+    run = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                      task_queue=task_queue, result_type=RunResult)
+
+    async def begun() -> bool:
+        return store.step_row(task, 2) is not None
+    await until(begun)
+    store.set_control(task, "stopped", "wrong folder", "ops")
+    unwind = await client.start_workflow("UnwindPlan", {"task_id": task},
+                                         id=f"tidemark-unwind-{task}", task_queue=task_queue,
+                                         result_type=UnwindResult)
+    undone = await unwind_result(unwind)
+    assert (undone.state, undone.error["type"], undone.undone) == (
+        "failed", "InvariantViolation", []), undone
+    hold.unlink()
+    ran = await run_result(run)
+    assert (ran.state, ran.error["type"], ran.confirmed) == ("stopped", "TaskStopped", 2), ran
+    rows = await open_needs(client, task)
+    assert list(rows) == [f"tidemark-needs-{task}"], rows
+    assert [p.name for p in docs.iterdir()] == ["f0.txt"]
+    assert len(ledger.read_text().splitlines()) == 1
+
+
+async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, db_url: str) -> None:
+    """The unwind releases its task's row when it begins; a run of the task that ends while
+    the unwind is still at work (a start the stop turns back, or a step that met the stop)
+    opens the row again. Once the task is unwound nothing is left for a person, so the
+    unwind's end closes that row too: the worklist never shows an unwound task."""
+    workers.start()
+    task = f"late-row-{uuid.uuid4().hex[:8]}"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "d0.txt").write_text("0")
+    doc = {"task_id": task, "steps": [
+        {"action": "fs.rename", "args": {"path": str(docs / "d0.txt"), "name": "f0.txt"}}]}
+    client = temporal_env.client
+    run = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                      task_queue=task_queue, result_type=RunResult)
+    assert (await run_result(run)).state == "completed"
+    store.set_control(task, "stopped", "wrong folder", "ops")
+    with psycopg.connect(db_url) as held:  # the unwind's last write waits here
+        held.execute("LOCK TABLE tidemark.unwinds IN SHARE ROW EXCLUSIVE MODE")
+        unwind = await client.start_workflow("UnwindPlan", {"task_id": task},
+                                             id=f"tidemark-unwind-{task}",
+                                             task_queue=task_queue, result_type=UnwindResult)
+
+        async def recording() -> bool:  # step 1 is put back; recording the unwind waits
+            return (docs / "d0.txt").exists() and "record_unwound" in [
+                e.activity_task_scheduled_event_attributes.activity_type.name
+                async for e in unwind.fetch_history_events()]
+        await until(recording)
+        again = await client.start_workflow(
+            "RunPlan", {"task_id": task}, id=f"tidemark-{task}", task_queue=task_queue,
+            result_type=RunResult, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        # it meets the compensation already journaled: the task needs its unwind finished
+        assert (await run_result(again)).state == "partly_unwound"
+        assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.UNWIND}
+    assert (await unwind_result(unwind)).state == "unwound"
+    assert await open_needs(client, task) == {}

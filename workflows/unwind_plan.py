@@ -68,6 +68,11 @@ UNWIND_ENDS_FAILED = "unwind-ends-failed"
 # The patch that tells the task's run, once the task is found stopped, that its unwind began:
 # a run waiting for a person at the boundary ends then. Histories from before it send nothing.
 CLOSE_WAITING_RUN = "close-waiting-run"
+# The patch under which an unwind that ends ``unwound`` releases its task's worklist row once
+# more: a run of the task that ended while the unwind was at work (a start that met the task
+# partly unwound, a step that met the stop) opened it after the release the unwind sent as it
+# began, and an unwound task needs nobody. Histories from before it send one release.
+RELEASE_AT_END = "unwind-releases-at-its-end"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -116,6 +121,9 @@ class UnwindPlan:
             await hold(result.task_id, result.state,
                        Need.KILLED if result.state == KILLED else Need.UNWIND,
                        unwind_sentence(result))
+        elif result.state == UNWOUND and self._run_told and self._holds() and \
+                workflow.patched(RELEASE_AT_END):
+            await release(result.task_id, workflow.info().workflow_id)
         if self._killed is not None:
             await workflow.sleep(KILL_WAIT)  # `tidemark kill` terminates it meanwhile
         if result.state == UNWOUND or not workflow.patched(UNWIND_ENDS_FAILED):

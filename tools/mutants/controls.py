@@ -188,6 +188,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if self._releasing is not None:\n            pass\n",
            ("tests/test_worklist.py::test_a_run_that_ends_at_its_start_reopens_the_row_only_"
             "after_its_release_reached_it",)),
+    Mutant("unwindplan: an unwind that ends unwound leaves a row a run opened while it worked",
+           "workflows/unwind_plan.py",
+           "            await release(result.task_id, workflow.info().workflow_id)\n",
+           "            pass\n",
+           ("tests/test_worklist.py::test_an_unwind_that_ends_unwound_closes_a_row_opened_while_"
+            "it_ran",)),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
            'if (result.status != "done" or len(results) >= max_steps',
