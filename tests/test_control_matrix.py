@@ -26,6 +26,7 @@ from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
 from helpers.steps import crash_at, run_one
+from helpers.worklist import open_needs
 from tidemark.payloads import UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -559,6 +560,8 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
         status, run_state = WORKFLOW[(state, name)]
         seen = await tidemark_state(temporal_env, task.id)
         assert seen == (status, run_state or seen[1]), seen
+    if got[1] in ("completed", "unwound"):  # settled: nothing on the worklist says otherwise
+        assert await open_needs(temporal_env.client, task.id) == {}
     await end_open_run(temporal_env, task)
 
 

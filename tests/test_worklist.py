@@ -19,10 +19,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks, until
+from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks, open_needs, until
 from tidemark.needs import Need, need_of, worklist_query
 from tidemark.payloads import RunResult, UnwindResult
 from tidemark.store import JournalStore
@@ -176,22 +175,6 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
     assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
     assert (await holder.describe()).status.name == "RUNNING"
     await holder.terminate("test over")
-
-
-async def open_needs(client: Any, task_id: str) -> dict[str, str]:
-    """The task's open executions that say they wait for a person: workflow id -> need."""
-    out = {}
-    for wid in (f"tidemark-{task_id}", f"tidemark-needs-{task_id}",
-                f"tidemark-unwind-{task_id}"):
-        try:
-            desc = await client.get_workflow_handle(wid).describe()
-        except RPCError:
-            continue  # never started
-        need = dict((k.name, v) for k, v in desc.typed_search_attributes).get("TidemarkNeeds")
-        if desc.status is not None and desc.status.name == "RUNNING" and need not in (
-                None, Need.NOTHING):
-            out[wid] = need
-    return out
 
 
 async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(

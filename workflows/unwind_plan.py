@@ -73,6 +73,10 @@ CLOSE_WAITING_RUN = "close-waiting-run"
 # partly unwound, a step that met the stop) opened it after the release the unwind sent as it
 # began, and an unwound task needs nobody. Histories from before it send one release.
 RELEASE_AT_END = "unwind-releases-at-its-end"
+# The patch under which an unwind that found its task not stopped before it began (it released
+# no row and undid nothing) asks nobody for anything: the task is as the unwind found it.
+# Histories from before it said the task needs its unwind, and opened a row saying so.
+NOT_BEGUN_ASKS_NOTHING = "unwind-not-begun-asks-nothing"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -82,6 +86,7 @@ class UnwindPlan:
         self._killed: dict[str, Any] | None = None
         self._run_told = False
         self._needs_patched: bool | None = None
+        self._not_begun_patched: bool | None = None
 
     def _holds(self) -> bool:
         """Whether this unwind keeps its task's worklist row (workflows/needs_person.py)."""
@@ -117,10 +122,9 @@ class UnwindPlan:
     @workflow.run
     async def run(self, document: Any) -> UnwindResult:
         result = await self._run(document)
-        if result.state != UNWOUND and result.task_id and self._holds():
-            await hold(result.task_id, result.state,
-                       Need.KILLED if result.state == KILLED else Need.UNWIND,
-                       unwind_sentence(result))
+        need = self._need()
+        if need != Need.NOTHING and result.task_id and self._holds():
+            await hold(result.task_id, result.state, need, unwind_sentence(result))
         elif result.state == UNWOUND and self._run_told and self._holds() and \
                 workflow.patched(RELEASE_AT_END):
             await release(result.task_id, workflow.info().workflow_id)
@@ -246,6 +250,26 @@ class UnwindPlan:
     def _end_on(self, e: ActivityError, step: int | None) -> UnwindResult:
         return self._end(*end_state_of(e, step))
 
+    def _need(self) -> Need:
+        """What the task needs from a person once this unwind ended: nothing when unwound; its
+        release when killed; else its unwind finished. An unwind that found the task not
+        stopped before it began (a release came first) released no row and undid nothing: it
+        leaves the task as it found it, needing what it needed before."""
+        r = self._result
+        if r.state == UNWOUND:
+            return Need.NOTHING
+        if r.state == KILLED:
+            return Need.KILLED
+        if r.error.get("type") == "NotStopped" and not self._run_told and \
+                self._not_begun_asks_nothing():
+            return Need.NOTHING
+        return Need.UNWIND
+
+    def _not_begun_asks_nothing(self) -> bool:
+        if self._not_begun_patched is None:
+            self._not_begun_patched = workflow.patched(NOT_BEGUN_ASKS_NOTHING)
+        return self._not_begun_patched
+
     def _end(self, state: str, error: dict[str, Any] | None = None) -> UnwindResult:
         if self._killed is not None:
             k = self._killed
@@ -255,9 +279,7 @@ class UnwindPlan:
             state = KILLED
         self._result.state = state
         self._result.error = error or {}
-        need = (Need.NOTHING if state == UNWOUND else Need.KILLED if state == KILLED
-                else Need.UNWIND)
-        workflow.upsert_search_attributes([STATE.value_set(state), *self._needs(need)])
+        workflow.upsert_search_attributes([STATE.value_set(state), *self._needs(self._need())])
         workflow.set_current_details(unwind_sentence(self._result))
         return self._result
 

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord
 from helpers.steps import crash_at, run_one
+from tidemark.needs import Need
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tools.cli import main
@@ -58,6 +60,22 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 60) -> No
     while not await check():
         assert time.monotonic() < deadline, "the run did not get there"
         await asyncio.sleep(0.1)
+
+
+async def open_needs(client: Client, task_id: str) -> dict[str, str]:
+    """The task's open executions that say they wait for a person: workflow id -> need."""
+    out: dict[str, str] = {}
+    for wid in (f"tidemark-{task_id}", f"tidemark-needs-{task_id}",
+                f"tidemark-unwind-{task_id}"):
+        try:
+            desc = await client.get_workflow_handle(wid).describe()
+        except RPCError:
+            continue  # never started
+        need = dict((k.name, v) for k, v in desc.typed_search_attributes).get("TidemarkNeeds")
+        if desc.status is not None and desc.status.name == "RUNNING" and need not in (
+                None, Need.NOTHING):
+            out[wid] = need
+    return out
 
 
 async def attribute(client: Client, workflow_id: str, name: str) -> str | None:

@@ -194,6 +194,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "            pass\n",
            ("tests/test_worklist.py::test_an_unwind_that_ends_unwound_closes_a_row_opened_while_"
             "it_ran",)),
+    Mutant("unwindplan: an unwind that never began says its task needs its unwind",
+           "workflows/unwind_plan.py",
+           'if r.error.get("type") == "NotStopped" and not self._run_told and',
+           'if r.error.get("type") == "NotStopped" and False and',
+           ("tests/test_control_matrix.py::test_control_matrix[unwinding-release]",)),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
            'if (result.status != "done" or len(results) >= max_steps',
