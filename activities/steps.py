@@ -50,7 +50,7 @@ from tidemark.run_step import (
 from tidemark.step_threads import StepThreads
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
-from tidemark.words import ControlState, GrantPurpose, ResolvedBy, StepStatus
+from tidemark.words import ControlState, EventKind, GrantPurpose, ResolvedBy, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -263,9 +263,13 @@ class StepActivities:
     @activity.defn(name="end_unwind")
     def end_unwind(self, inp: UnwoundInput) -> int:
         """Revokes the task's undo grants when its unwind ends, however it ends (they would
-        expire on their own; an unwind's credential should not outlive it). Returns how many
-        were revoked."""
+        expire on their own; an unwind's credential should not outlive it), and journals an
+        unwind that leaves its task to be unwound again (``detail["unfinished"]``). Returns
+        how many grants were revoked."""
         try:
+            if inp.detail.get("unfinished"):
+                self.store.record_event(inp.task_id, EventKind.UNWIND_UNFINISHED,
+                                        inp.detail["unfinished"], actor=inp.by)
             return len(revoke_task_grants(self.store, inp.task_id, inp.by,
                                           purpose=GrantPurpose.UNDO))
         except TidemarkError as e:

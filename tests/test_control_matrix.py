@@ -219,12 +219,9 @@ UNWIND_WORKFLOW: dict[str, tuple[str, str]] = {
     "kill": ("TERMINATED", "killed"),
 }
 # The cells that leave a row of the worklist for a task `tidemark inbox` (the journal) does
-# not list. A start whose plan never reached the journal: its run's row says to correct the
-# plan, and the journal knows no such task. An unwind that met the run's step in doubt and
-# ended failed, after which that step completed the task: the unwind's row says to unwind it
-# again, while the journal reads a stopped task with every step done as settled (it keeps no
-# record of the unwind that did not happen).
-WORKLIST_ONLY = {("unknown", "start"), ("running", "unwind")}
+# not list: a start whose plan never reached the journal. Its run's row says to correct the
+# plan; the journal knows no such task.
+WORKLIST_ONLY = {("unknown", "start")}
 # The run's (Temporal status, TidemarkState) after the cell, for the states a run reached.
 # (None would leave the TidemarkState unpinned.)
 WORKFLOW: dict[tuple[str, str], tuple[str, str | None]] = {

@@ -25,7 +25,7 @@ from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks, open_needs, 
 from tidemark.needs import Need, need_of, worklist_query
 from tidemark.payloads import RunResult, UnwindResult
 from tidemark.store import JournalStore
-from tools.inbox import DEFAULT_UI
+from tools.inbox import DEFAULT_UI, entry_for
 from workflows.outcome import run_result, unwind_result
 
 # What each run's TidemarkNeeds says.
@@ -181,10 +181,11 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:
     """Stop, then unwind, while a step is under way: the unwind begins (it tells the run and
-    releases the task's row), meets the step in doubt and ends ``failed``, opening the row;
-    then the step completes and the run meets the stop at its next step and ends ``stopped``,
-    which updates the same row. Whatever order their signals take, one row stays open, and it
-    says the task waits for a person: nothing was undone, and nothing after the stop ran."""
+    releases the task's row), meets the step in doubt and ends ``failed``, opening the row and
+    journaling that it did not finish; then the step completes and the run meets the stop at
+    its next step and ends ``stopped``. The run was told the unwind began, so the row stays
+    the unwind's: the task waits for its unwind, and `tidemark inbox` says the same from the
+    journal. Nothing was undone, and nothing after the stop ran."""
     workers.start()
     task = f"crossed-{uuid.uuid4().hex[:8]}"
     docs = tmp_path / "docs"
@@ -214,10 +215,17 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
     hold.unlink()
     ran = await run_result(run)
     assert (ran.state, ran.error["type"], ran.confirmed) == ("stopped", "TaskStopped", 2), ran
-    rows = await open_needs(client, task)
-    assert list(rows) == [f"tidemark-needs-{task}"], rows
+    # the row is the unwind's: the run, told that the unwind began, left it as it was
+    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.UNWIND}
     assert [p.name for p in docs.iterdir()] == ["f0.txt"]
     assert len(ledger.read_text().splitlines()) == 1
+    # and the journal says what the row says: the task waits for its unwind
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.command) == (
+        "unwind_unfinished", f"tidemark unwind {task} --yes"), entry
+    assert f"unwind {unwind.id} ended failed (InvariantViolation)" in entry.detail, entry
+    store.set_control(task, "released", "leave it done", "ops")  # a person decides otherwise
+    assert entry_for(store, task) is None
 
 
 async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(

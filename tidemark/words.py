@@ -58,6 +58,7 @@ class EventKind(StrEnum):
     BLOCKED = "blocked"  # a run of a series refused to start
     GRANT = "grant"  # a per-task credential refused
     OVERRAN = "overran"  # an action call passed its declared deadline
+    UNWIND_UNFINISHED = "unwind_unfinished"  # an unwind ended before its task was unwound
 
 
 class ControlState(StrEnum):

@@ -54,7 +54,7 @@ class Entry:
 
     task_id: str
     why: str  # in_doubt, awaiting_approval, verification_failed, halted, stopped, killed,
-    #           failed, blocked, partly_unwound
+    #           failed, blocked, partly_unwound, unwind_unfinished
     since: datetime
     detail: str  # one line: what happened, in the journal's words
     command: str  # the one command that decides it
@@ -113,6 +113,20 @@ def _stopped(t: str, report: Report, stop: dict[str, Any], stake: list[str]) -> 
     return Entry(t, "stopped", since, said, f"tidemark resume {t}", stake)
 
 
+def _unwind_unfinished(t: str, event: dict[str, Any], stake: list[str]) -> Entry:
+    """A stopped task whose unwind ended before it was unwound (an unwind_unfinished event
+    since the stop): it waits for its unwind, also when every step is done."""
+    d = event["detail"]
+    err = d.get("error") or {}
+    why = err.get("type") or d.get("state")
+    refused = f", step(s) {', '.join(map(str, d['refused']))} refused" if d.get("refused") \
+        else ""
+    return Entry(t, "unwind_unfinished", _when(event["at"]),
+                 f"its unwind {event['actor']} ended {d.get('state')} ({why}) with "
+                 f"{len(d.get('undone') or [])} step(s) put back{refused}",
+                 f"tidemark unwind {t} --yes", stake)
+
+
 def _entry(store: JournalStore, candidate: dict[str, Any],
            report: Report | None = None) -> Entry | None:
     """The task's entry, or None when it does not wait for a person. ``report``: the task's
@@ -120,7 +134,8 @@ def _entry(store: JournalStore, candidate: dict[str, Any],
     t = candidate["task_id"]
     report = report or _report(store, t)
     p, state = report.progress, report.state
-    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows):
+    unfinished = store.unwind_unfinished(t) if p.stop else None
+    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None):
         return None  # settled: a stop or kill of a completed task holds nothing back
     last = _when(candidate["last_at"] or candidate["created_at"])
     stake = _stake(store, t)
@@ -135,6 +150,8 @@ def _entry(store: JournalStore, candidate: dict[str, Any],
                      f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
                      "or a person can say whether it happened",
                      f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+    if unfinished is not None:
+        return _unwind_unfinished(t, unfinished, stake)
     if p.stop:
         return _stopped(t, report, p.stop, stake)
     if state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
@@ -159,7 +176,8 @@ def _entry(store: JournalStore, candidate: dict[str, Any],
 
 
 # The state whose sentence (tidemark.needs.sentence) says an entry's why.
-STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND}
+STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND,
+                "unwind_unfinished": TaskState.PARTLY_UNWOUND}
 
 
 def entry_for(store: JournalStore, task_id: str,

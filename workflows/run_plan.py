@@ -106,6 +106,10 @@ FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
 # run waits for the signal's result only at its end, before anything it opens there. Runs from
 # before waited for it at once, a workflow task of its own (workflow.patched).
 RELEASE_UNAWAITED = "tidemark-release-unawaited"
+# A run told that its task's unwind began (the ``unwinding`` signal) opens no worklist row at
+# its end: the unwind owns the task's row from then on. Runs from before opened one when they
+# ended needing a person (workflow.patched).
+UNWIND_OWNS_ROW = "unwind-owns-the-row"
 
 # The Web UI's current details list at most this many irreversible steps while a run awaits
 # approval (the details are metadata of every workflow task: kept small).
@@ -204,6 +208,12 @@ class RunPlan:
         result = await self._run(document)
         await self._released()
         need = need_of(result.state, result.error)
+        if need != Need.NOTHING and self._unwinding is not None and \
+                workflow.patched(UNWIND_OWNS_ROW):
+            # Its task's unwind began while it ran (UnwindPlan told it before it released the
+            # row): whatever ended the run, the unwind says what the task needs, in the row
+            # it opens if it does not finish; the run's later word would overwrite that.
+            need = Need.NOTHING
         if need != Need.NOTHING and result.task_id and self._holds():
             await hold(result.task_id, result.state, need, sentence(
                 result.task_id, result.state, result.error,

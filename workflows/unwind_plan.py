@@ -77,6 +77,10 @@ RELEASE_AT_END = "unwind-releases-at-its-end"
 # no row and undid nothing) asks nobody for anything: the task is as the unwind found it.
 # Histories from before it said the task needs its unwind, and opened a row saying so.
 NOT_BEGUN_ASKS_NOTHING = "unwind-not-begun-asks-nothing"
+# The patch under which an unwind that ends leaving its task to be unwound again journals so
+# (an unwind_unfinished event, written by end_unwind): `tidemark inbox` and `status` read the
+# task as its row does. Histories from before it journal nothing.
+UNFINISHED_JOURNALED = "unwind-unfinished-journaled"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -151,10 +155,21 @@ class UnwindPlan:
             # If it cannot, they expire on their own (GRANT_TTL_S); the result stands.
             with contextlib.suppress(ActivityError):
                 await workflow.execute_activity(
-                    "end_unwind", UnwoundInput(task_id, workflow.info().workflow_id),
+                    "end_unwind", UnwoundInput(task_id, workflow.info().workflow_id,
+                                               self._unfinished()),
                     result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                     retry_policy=BOOKKEEPING_RETRY, summary="revoke the undo grants")
         return result
+
+    def _unfinished(self) -> dict[str, Any]:
+        """What end_unwind journals of an unwind that leaves its task waiting for its unwind
+        (``unfinished``: its end state, error, the steps it put back and those refused); an
+        empty detail for any other end, and for histories from before UNFINISHED_JOURNALED."""
+        r = self._result
+        if self._need() != Need.UNWIND or not workflow.patched(UNFINISHED_JOURNALED):
+            return {}
+        return {"unfinished": {"state": r.state, "error": r.error, "undone": r.undone,
+                               "refused": r.refused}}
 
     async def _unwind(self, task_id: str) -> UnwindResult:
         r = self._result

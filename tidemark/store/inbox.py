@@ -14,19 +14,26 @@ from typing import Any
 
 from tidemark.store.base import StoreBase
 
+# The task ``p`` has an unwind_unfinished event journaled since the stop that applies to it now
+# was set: an unwind that did not finish, which the task waits for while it stays stopped.
+_UNWIND_UNFINISHED = """EXISTS (SELECT 1 FROM tidemark.events e
+                      WHERE e.task_id = p.task_id AND e.kind = 'unwind_unfinished'
+                        AND e.at >= (tidemark.stop_of(p.task_id)->>'set_at')::timestamptz)"""
+
 
 class InboxMixin(StoreBase):
     """The inbox's reads over every task."""
 
     def inbox_candidates(self) -> list[dict[str, Any]]:
         """Every task neither unwound nor completed (a completed task with a compensation is
-        partly unwound) with a fact a person may have to act on, oldest plan first:
+        partly unwound, one stopped after an unwind that did not finish waits for its unwind)
+        with a fact a person may have to act on, oldest plan first:
         ``task_id``, ``created_at`` (the plan's) and ``last_at`` (its latest event). A task
         whose row in doubt is still under a live attempt lease is left out: a run is acting on
         it now."""
         with self._conn() as conn:
             return conn.execute(
-                """
+                f"""
                 SELECT p.task_id, p.created_at,
                   (SELECT max(e.at) FROM tidemark.events e WHERE e.task_id = p.task_id)
                      AS last_at
@@ -36,7 +43,8 @@ class InboxMixin(StoreBase):
                         WHERE j.task_id = p.task_id AND j.phase = %(do)s
                           AND j.status = %(done)s) < p.step_count
                        OR EXISTS (SELECT 1 FROM tidemark.journal j
-                                  WHERE j.task_id = p.task_id AND j.phase = %(undo)s))
+                                  WHERE j.task_id = p.task_id AND j.phase = %(undo)s)
+                       OR {_UNWIND_UNFINISHED})
                   AND NOT EXISTS (SELECT 1 FROM tidemark.journal j
                                   WHERE j.task_id = p.task_id AND j.outcome IS NULL
                                     AND j.lease_until > clock_timestamp())
@@ -53,6 +61,18 @@ class InboxMixin(StoreBase):
                 ORDER BY p.created_at, p.task_id
                 """, {"failed": "failed", "undo": "undo", "do": "do", "done": "done",
                       "verification": "verification"}).fetchall()
+
+    def unwind_unfinished(self, task_id: str) -> dict[str, Any] | None:
+        """The latest unwind of the task that ended before the task was unwound (its
+        unwind_unfinished event: ``detail``, ``actor``, ``at``), if journaled since the stop
+        that applies to the task now was set; None otherwise (no such unwind, or the task was
+        released since, or stopped anew for another)."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT e.detail, e.actor, e.at FROM tidemark.events e"
+                " WHERE e.task_id = %(task_id)s AND e.kind = 'unwind_unfinished'"
+                "   AND e.at >= (tidemark.stop_of(%(task_id)s)->>'set_at')::timestamptz"
+                " ORDER BY e.id DESC LIMIT 1", {"task_id": task_id}).fetchone()
 
     def blocked_starts(self) -> list[dict[str, Any]]:
         """The latest refused start (``blocked`` event) of every task whose plan was never

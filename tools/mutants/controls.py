@@ -199,6 +199,18 @@ MUTANTS: tuple[Mutant, ...] = (
            'if r.error.get("type") == "NotStopped" and not self._run_told and',
            'if r.error.get("type") == "NotStopped" and False and',
            ("tests/test_control_matrix.py::test_control_matrix[unwinding-release]",)),
+    Mutant("runplan: a run told that its unwind began overwrites the unwind's row",
+           "workflows/run_plan.py",
+           "            need = Need.NOTHING\n",
+           "            pass\n",
+           ("tests/test_worklist.py::test_a_stop_and_unwind_during_a_step_leave_one_row_that_"
+            "says_the_task_waits",)),
+    Mutant("an unwind that did not finish is not journaled", "activities/steps.py",
+           'if inp.detail.get("unfinished"):',
+           "if False:",
+           ("tests/test_worklist.py::test_a_stop_and_unwind_during_a_step_leave_one_row_that_"
+            "says_the_task_waits",
+            "tests/test_control_matrix.py::test_control_matrix[running-unwind]")),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
            'if (result.status != "done" or len(results) >= max_steps',
