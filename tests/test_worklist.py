@@ -179,7 +179,7 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
 
 async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
-        tmp_path: Path) -> None:
+        tmp_path: Path, cli: Any) -> None:
     """Stop, then unwind, while a step is under way: the unwind begins (it tells the run and
     releases the task's row), meets the step in doubt and ends ``failed``, opening the row and
     journaling that it did not finish; then the step completes and the run meets the stop at
@@ -224,6 +224,9 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
     assert entry is not None and (entry.why, entry.command) == (
         "unwind_unfinished", f"tidemark unwind {task} --yes"), entry
     assert f"unwind {unwind.id} ended failed (InvariantViolation)" in entry.detail, entry
+    code, out, _ = await cli("status", task)
+    assert code == 0 and f"settle it with `tidemark unwind {task} --yes`" in \
+        out.splitlines()[0], out
     store.set_control(task, "released", "leave it done", "ops")  # a person decides otherwise
     assert entry_for(store, task) is None
 
