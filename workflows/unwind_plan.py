@@ -153,12 +153,15 @@ class UnwindPlan:
         # before undo grants existed schedule no such activity.
         if workflow.patched(UNDO_GRANTS):
             # If it cannot, they expire on their own (GRANT_TTL_S); the result stands.
+            unfinished = self._unfinished()
             with contextlib.suppress(ActivityError):
                 await workflow.execute_activity(
                     "end_unwind", UnwoundInput(task_id, workflow.info().workflow_id,
-                                               self._unfinished()),
+                                               unfinished),
                     result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                    retry_policy=BOOKKEEPING_RETRY, summary="revoke the undo grants")
+                    retry_policy=BOOKKEEPING_RETRY,
+                    summary=("journal the unfinished unwind, " if unfinished else "")
+                    + "revoke the undo grants")
         return result
 
     def _unfinished(self) -> dict[str, Any]:
@@ -166,7 +169,8 @@ class UnwindPlan:
         (``unfinished``: its end state, error, the steps it put back and those refused); an
         empty detail for any other end, and for histories from before UNFINISHED_JOURNALED."""
         r = self._result
-        if self._need() != Need.UNWIND or not workflow.patched(UNFINISHED_JOURNALED):
+        if not r.task_id or self._need() != Need.UNWIND or \
+                not workflow.patched(UNFINISHED_JOURNALED):
             return {}
         return {"unfinished": {"state": r.state, "error": r.error, "undone": r.undone,
                                "refused": r.refused}}
