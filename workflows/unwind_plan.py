@@ -90,7 +90,6 @@ class UnwindPlan:
         self._killed: dict[str, Any] | None = None
         self._run_told = False
         self._needs_patched: bool | None = None
-        self._not_begun_patched: bool | None = None
 
     def _holds(self) -> bool:
         """Whether this unwind keeps its task's worklist row (workflows/needs_person.py)."""
@@ -280,14 +279,9 @@ class UnwindPlan:
         if r.state == KILLED:
             return Need.KILLED
         if r.error.get("type") == "NotStopped" and not self._run_told and \
-                self._not_begun_asks_nothing():
+                workflow.patched(NOT_BEGUN_ASKS_NOTHING):  # the SDK keeps its first answer
             return Need.NOTHING
         return Need.UNWIND
-
-    def _not_begun_asks_nothing(self) -> bool:
-        if self._not_begun_patched is None:
-            self._not_begun_patched = workflow.patched(NOT_BEGUN_ASKS_NOTHING)
-        return self._not_begun_patched
 
     def _end(self, state: str, error: dict[str, Any] | None = None) -> UnwindResult:
         if self._killed is not None:

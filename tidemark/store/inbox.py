@@ -14,11 +14,12 @@ from typing import Any
 
 from tidemark.store.base import StoreBase
 
-# The task ``p`` has an unwind_unfinished event journaled since the stop that applies to it now
-# was set: an unwind that did not finish, which the task waits for while it stays stopped.
-_UNWIND_UNFINISHED = """EXISTS (SELECT 1 FROM tidemark.events e
-                      WHERE e.task_id = p.task_id AND e.kind = 'unwind_unfinished'
-                        AND e.at >= (tidemark.stop_of(p.task_id)->>'set_at')::timestamptz)"""
+# The event ``e`` is an unwind_unfinished of the task ``p`` journaled since the stop that
+# applies to it now was set: an unwind that did not finish, which the task waits for while it
+# stays stopped. One predicate for the candidates and for the task's own read, so that both
+# count the same unwinds.
+_UNWIND_UNFINISHED = """e.task_id = p.task_id AND e.kind = 'unwind_unfinished'
+    AND e.at >= (tidemark.stop_of(p.task_id)->>'set_at')::timestamptz"""
 
 
 class InboxMixin(StoreBase):
@@ -44,7 +45,8 @@ class InboxMixin(StoreBase):
                           AND j.status = %(done)s) < p.step_count
                        OR EXISTS (SELECT 1 FROM tidemark.journal j
                                   WHERE j.task_id = p.task_id AND j.phase = %(undo)s)
-                       OR {_UNWIND_UNFINISHED})
+                       OR EXISTS (SELECT 1 FROM tidemark.events e
+                                  WHERE {_UNWIND_UNFINISHED}))
                   AND NOT EXISTS (SELECT 1 FROM tidemark.journal j
                                   WHERE j.task_id = p.task_id AND j.outcome IS NULL
                                     AND j.lease_until > clock_timestamp())
@@ -69,10 +71,9 @@ class InboxMixin(StoreBase):
         released since, or stopped anew for another)."""
         with self._conn() as conn:
             return conn.execute(
-                "SELECT e.detail, e.actor, e.at FROM tidemark.events e"
-                " WHERE e.task_id = %(task_id)s AND e.kind = 'unwind_unfinished'"
-                "   AND e.at >= (tidemark.stop_of(%(task_id)s)->>'set_at')::timestamptz"
-                " ORDER BY e.id DESC LIMIT 1", {"task_id": task_id}).fetchone()
+                "SELECT e.detail, e.actor, e.at FROM (SELECT %s::text AS task_id) p"
+                f" JOIN tidemark.events e ON {_UNWIND_UNFINISHED}"
+                " ORDER BY e.id DESC LIMIT 1", (task_id,)).fetchone()
 
     def blocked_starts(self) -> list[dict[str, Any]]:
         """The latest refused start (``blocked`` event) of every task whose plan was never
