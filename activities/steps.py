@@ -22,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.acting import acting_for
-from tidemark import metrics, series
+from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
 from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command
 from tidemark.grants import GrantBroker, revoke_task_grants
@@ -30,11 +30,13 @@ from tidemark.payloads import (
     HaltInput,
     Prepared,
     PrepareInput,
+    RunEndInput,
     StepBatchInput,
     StepBatchOutput,
     StepError,
     StepInput,
     StepOutput,
+    TaskNeed,
     UndoOutput,
     UnwindPlanned,
     UnwoundInput,
@@ -132,6 +134,11 @@ class StepActivities:
                     and progress.unwound is None):  # again on every start
                 with acting_for(self.grants, task_id):  # a gate that reads presents the grant
                     check_stored_plan_gates(self.store, self.registry, task_id)
+            # A run of the task begins: an earlier run's journaled end no longer says that
+            # nothing runs it (record_run_end).
+            info = activity.info()
+            self.store.record_event(task_id, EventKind.RUN, {"began": info.workflow_run_id},
+                                    actor=info.workflow_id or "a run")
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop, first = progress.stop, progress.next_step
@@ -220,6 +227,31 @@ class StepActivities:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")
 
+    @activity.defn(name="record_run_end")
+    def record_run_end(self, inp: RunEndInput) -> TaskNeed:
+        """Journals that the run ended other than completed: until a run of the task begins
+        again (prepare journals each beginning), nothing runs it, and `tidemark inbox` says
+        so once no other fact of the journal holds it (a released stop, a worker's error).
+        Returns what the journal then says the task needs: the word of the row the run opens."""
+        info = activity.info()
+        try:
+            self.store.record_event(inp.task_id, EventKind.RUN, {
+                "ended": inp.state, "error": inp.error, "confirmed": inp.confirmed,
+                "steps": inp.steps, "run_id": info.workflow_run_id},
+                actor=info.workflow_id or "a run")
+            return waiting.task_need(self.store, inp.task_id)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+
+    @activity.defn(name="task_need")
+    def task_need(self, task_id: str) -> TaskNeed:
+        """What the journal says the task needs from a person now (tidemark.waiting): the
+        word of the worklist row an unwind that did not finish opens."""
+        try:
+            return waiting.task_need(self.store, task_id)
+        except TidemarkError as e:
+            raise _as_application_error(e) from e
+
     @activity.defn(name="plan_unwind")
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
         """The steps an unwind visits, with their summaries, and what it will not touch."""
@@ -277,8 +309,8 @@ class StepActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare, self.describe_steps, self.run_step, self.run_steps,
-                self.record_halt, self.plan_unwind, self.unwind_step, self.record_unwound,
-                self.end_unwind]
+                self.record_halt, self.record_run_end, self.task_need, self.plan_unwind,
+                self.unwind_step, self.record_unwound, self.end_unwind]
 
 
 def _output(result: StepResult) -> StepOutput:

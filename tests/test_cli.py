@@ -109,8 +109,15 @@ def test_status_stop_release(env: str, store: JournalStore, tmp_path: Path,
     assert main(["status", "cli-1"]) == 0
     text = capsys.readouterr().out
     assert "task cli-1  (not_started)" in text and "not started    2 (steps 1-2)" in text
-    assert main(["stop", "cli-1", "--reason", "audit", "--by", "alice"]) == 0
-    capsys.readouterr()
+    # Temporal is not there: the stop is journaled all the same, and one line says that the
+    # task's row of the Web UI's worklist (if it has one) was not told
+    assert main(["stop", "cli-1", "--reason", "audit", "--by", "alice",
+                 "--address", "127.0.0.1:1"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "tidemark: the Web UI's worklist rows of cli-1 were not brought in line "
+        "(TemporalUnavailable: cannot reach Temporal at 127.0.0.1:1"), err
+    assert "`tidemark inbox` reads the journal, which has the decision" in err
     assert main(["status", "cli-1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["state"] == "stopped" and report["stop"]["set_by"] == "alice"

@@ -230,7 +230,9 @@ WORKFLOW: dict[tuple[str, str], tuple[str, str | None]] = {
     # --grace 0 terminates the run once it took the kill signal: it says killed.
     ("running", "kill"): ("TERMINATED", "killed"),
     **{("awaiting_approval", c): ("RUNNING", "awaiting_approval") for c in (
-        "start", "resume", "stop", "release", "resolve")},
+        "start", "resume", "release", "resolve")},
+    # the stop reaches the waiting run, which reads it and waits on, saying it is stopped
+    ("awaiting_approval", "stop"): ("RUNNING", "stopped"),
     ("awaiting_approval", "kill"): ("TERMINATED", "killed"),
     # the unwind tells the waiting run, which ends stopped rather than waiting for ever
     ("awaiting_approval", "unwind"): ("FAILED", "stopped"),
@@ -463,9 +465,12 @@ RUN_STATES = {"running": running, "halted": halted, "awaiting_approval": awaitin
               "in_doubt": in_doubt}
 
 
-async def settle(task: Task, temporal_env: WorkflowEnvironment) -> None:
+async def settle(task: Task, temporal_env: WorkflowEnvironment,
+                 want: tuple[str, str | None] | None = None) -> None:
     """After the command: what held the task outside lets go, and an open run is given the
-    time to end (one still waiting for a person is left waiting, and ended after the test)."""
+    time to end (one still waiting for a person is left waiting, and ended after the test).
+    ``want``: the cell's WORKFLOW, which the run reaches in its time (a signal the command
+    sent may not have reached it yet)."""
     task.hold.unlink(missing_ok=True)  # a probe that cannot tell stays so
     handle = temporal_env.client.get_workflow_handle(f"tidemark-{task.id}")
     deadline = time.monotonic() + 30
@@ -474,7 +479,8 @@ async def settle(task: Task, temporal_env: WorkflowEnvironment) -> None:
             status, state = await tidemark_state(temporal_env, task.id)
         except RPCError:
             return  # no run of it was ever started
-        if status != "RUNNING" or state == "awaiting_approval":
+        if status != "RUNNING" or (want is None and state == "awaiting_approval") or (
+                want is not None and want == ("RUNNING", state)):
             return
         await asyncio.sleep(0.05)
     await handle.terminate("the run did not end")
@@ -538,7 +544,7 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
     capsys.readouterr()
     code, said = await command(state, name, task, temporal_env, workers, task_queue)
     written = len(store.events(task.id)) - events  # by the command (an unwind writes later)
-    await settle(task, temporal_env)
+    await settle(task, temporal_env, WORKFLOW.get((state, name)))
     unwind_ended = (await take_up_unwind(task, temporal_env, workers, task_queue)
                     if state == "unwinding" else None)
     out = capsys.readouterr()
@@ -569,18 +575,21 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
     if got[1] in ("completed", "unwound"):  # settled: nothing on the worklist says otherwise
         assert rows == {}, rows
     if rows:  # what the Web UI's worklist says waits, the journal's inbox lists too
-        listed = task.id in await inbox_ids(capsys)
+        needs = await inbox_needs(capsys)
+        listed = task.id in needs
         assert listed != ((state, name) in WORKLIST_ONLY), (rows, got)
+        # and in the same word: the row asks for what the inbox asks for
+        assert not listed or set(rows.values()) == {needs[task.id]}, (rows, needs[task.id])
     await end_open_run(temporal_env, task)
 
 
-async def inbox_ids(capsys: pytest.CaptureFixture[str]) -> set[str]:
-    """The tasks `tidemark inbox --json` lists (from the journal)."""
+async def inbox_needs(capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """The tasks `tidemark inbox --json` lists (from the journal), each with its need."""
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["inbox", "--json"]) == 0
     out = capsys.readouterr()
     assert out.err == "", out.err
-    return {e["task_id"] for e in json.loads(out.out)}
+    return {e["task_id"]: e["need"] for e in json.loads(out.out)}
 
 
 async def end_open_run(temporal_env: WorkflowEnvironment, task: Task) -> None:

@@ -38,7 +38,7 @@ from tools.starter import start_plan
 from workflows.outcome import run_result
 
 YEN = {"amount": 50000, "currency": "jpy", "description": "Q3 supplier run"}
-KEYS = {"task_id", "why", "since", "detail", "command", "at_stake"}
+KEYS = {"task_id", "why", "need", "since", "detail", "command", "at_stake"}
 
 
 def entries(out: str) -> dict[str, str]:

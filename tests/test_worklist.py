@@ -8,6 +8,7 @@ plain sentence of what happened and what to do next, the line `tidemark status T
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -21,11 +22,23 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from helpers.worklist import NEEDS_A_PERSON, attribute, make_tasks, open_needs, until
+from helpers.steps import crash_at, run_one
+from helpers.worklist import (
+    NEEDS_A_PERSON,
+    SPECS,
+    attribute,
+    awaiting,
+    make_tasks,
+    open_needs,
+    plan,
+    until,
+)
 from tidemark.needs import Need, need_of, worklist_query
 from tidemark.payloads import RunResult, UnwindResult
+from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.inbox import DEFAULT_UI, entry_for
+from tidemark.waiting import entry_for
+from tools.inbox import DEFAULT_UI
 from workflows.outcome import run_result, unwind_result
 
 # What each run's TidemarkNeeds says.
@@ -177,6 +190,29 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
     await holder.terminate("test over")
 
 
+async def held_in_step_2(client: Any, store: JournalStore, task: str, task_queue: str,
+                         root: Path) -> Any:
+    """Starts ``task``: a rename of ``root/docs/d0.txt``, then two lines of ``root/ledger``,
+    the first held while ``root/hold`` exists; returns the run's handle once step 2 began."""
+    docs = root / "docs"
+    docs.mkdir(parents=True)
+    (docs / "d0.txt").write_text("0")
+    hold, ledger = root / "hold", root / "ledger"
+    hold.write_text("")
+    doc = {"task_id": task, "steps": [
+        {"action": "fs.rename", "args": {"path": str(docs / "d0.txt"), "name": "f0.txt"}},
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "e",
+                                             "hold_while": str(hold)}},
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "f"}}]}
+    run = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                      task_queue=task_queue, result_type=RunResult)
+
+    async def begun() -> bool:
+        return store.step_row(task, 2) is not None
+    await until(begun)
+    return run
+
+
 async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
@@ -188,23 +224,9 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
     journal. Nothing was undone, and nothing after the stop ran."""
     workers.start()
     task = f"crossed-{uuid.uuid4().hex[:8]}"
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "d0.txt").write_text("0")
-    hold, ledger = tmp_path / "hold", tmp_path / "ledger"
-    hold.write_text("")
-    doc = {"task_id": task, "steps": [
-        {"action": "fs.rename", "args": {"path": str(docs / "d0.txt"), "name": "f0.txt"}},
-        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "e",
-                                             "hold_while": str(hold)}},
-        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "f"}}]}
+    docs, hold, ledger = tmp_path / "docs", tmp_path / "hold", tmp_path / "ledger"
     client = temporal_env.client
-    run = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
-                                      task_queue=task_queue, result_type=RunResult)
-
-    async def begun() -> bool:
-        return store.step_row(task, 2) is not None
-    await until(begun)
+    run = await held_in_step_2(client, store, task, task_queue, tmp_path)
     store.set_control(task, "stopped", "wrong folder", "ops")
     unwind = await client.start_workflow("UnwindPlan", {"task_id": task},
                                          id=f"tidemark-unwind-{task}", task_queue=task_queue,
@@ -227,8 +249,12 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
     code, out, _ = await cli("status", task)
     assert code == 0 and f"settle it with `tidemark unwind {task} --yes`" in \
         out.splitlines()[0], out
-    store.set_control(task, "released", "leave it done", "ops")  # a person decides otherwise
-    assert entry_for(store, task) is None
+    # A person releases it instead: the stop no longer holds, and the unwind with it; the run
+    # ended before step 3, and nothing runs the task until it is resumed
+    store.set_control(task, "released", "finish it instead", "ops")
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.command) == (
+        "ended", f"tidemark resume {task}"), entry
 
 
 async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
@@ -269,3 +295,194 @@ async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
         assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.UNWIND}
     assert (await unwind_result(unwind)).state == "unwound"
     assert await open_needs(client, task) == {}
+
+
+async def test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_and_inbox(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """A stop during step 2: the run finishes the step and ends ``stopped`` at step 3, its row
+    saying so. `tidemark release T` lifts the stop, but nothing runs the task: the run has
+    ended. From the journal alone `tidemark inbox` and `status` must say that the task waits
+    for its resume (its run journaled its end, and no run began since), and the row must
+    stop asking for the release it already had. The resume then settles it everywhere."""
+    workers.start()
+    task = f"released-{uuid.uuid4().hex[:8]}"
+    hold, ledger = tmp_path / "hold", tmp_path / "ledger"
+    client = temporal_env.client
+    run = await held_in_step_2(client, store, task, task_queue, tmp_path)
+    code, _, err = await cli("stop", task, "--reason", "wrong folder", "--by", "ops")
+    assert (code, err) == (0, ""), err
+    hold.unlink()
+    ran = await run_result(run)
+    assert (ran.state, ran.confirmed) == ("stopped", 2), ran
+    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.STOPPED}
+
+    code, _, err = await cli("release", task, "--by", "ops")
+    assert (code, err) == (0, ""), err
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.command, entry.need) == (
+        "ended", f"tidemark resume {task}", Need.RESUME), entry
+    assert "its run ended stopped at step 3 (TaskStopped" in entry.detail, entry
+    code, out, _ = await cli("inbox", "--json")
+    listed = {e["task_id"]: e for e in json.loads(out)}
+    assert listed[task]["why"] == "ended" and listed[task]["need"] == "resume", listed
+    code, out, _ = await cli("status", task)
+    assert code == 0 and f"`tidemark resume {task}`" in out.splitlines()[0], out
+    # the row asks for what the journal asks for, in the same sentence
+    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.RESUME}
+    row = client.get_workflow_handle(f"tidemark-needs-{task}")
+    assert (await row.query("status"))["sentence"] == out.splitlines()[0]
+
+    code, out, err = await cli("resume", task, "--wait", "--task-queue", task_queue)
+    assert code == 0, (out, err)
+    assert await open_needs(client, task) == {}
+    assert entry_for(store, task) is None
+    assert [line.split()[-1] for line in ledger.read_text().splitlines()] == ["e", "f"]
+
+
+async def test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_decision(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """The last step's intent has no outcome and its probe is blind: the run ends
+    ``needs_decision`` and opens the row asking for a decision. A person looks and resolves
+    the step as done: the task is completed, so nobody is needed any more, in the row as in
+    the inbox. The decision is a journal command that starts no run, so no run would close
+    the row: the command does."""
+    workers.start()
+    task = f"resolved-{uuid.uuid4().hex[:8]}"
+    doc = plan(task, tmp_path, approval=False)
+    (tmp_path / "blind").write_text("")
+    store.persist_plan(load_plan(doc, SPECS))
+    for step in (1, 2):
+        assert run_one(store.conninfo, task, step).wait(timeout=60) == 0
+    crash_at(store.conninfo, task, 3, "after_intent")
+    client = temporal_env.client
+    run = await client.start_workflow("RunPlan", {"task_id": task}, id=f"tidemark-{task}",
+                                      task_queue=task_queue, result_type=RunResult)
+    assert (await run_result(run)).state == "needs_decision"
+    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.DECISION}
+
+    code, _, err = await cli("resolve", task, "--step", "3", "--as", "done", "--yes",
+                             "--note", "the ledger has the line")
+    assert (code, err) == (0, ""), err
+    assert store.progress(task).finished
+    assert entry_for(store, task) is None
+    assert await open_needs(client, task) == {}
+    desc = await client.get_workflow_handle(f"tidemark-needs-{task}").describe()
+    assert desc.status is not None and desc.status.name == "COMPLETED"
+
+
+async def test_a_run_killed_at_once_then_released_waits_for_its_resume(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """`tidemark kill T --grace 0` terminates the run waiting for approval as soon as it took
+    the signal: the run cannot journal its end, so the kill does. Once the kill is released,
+    nothing runs the task: the journal says it waits for its resume, and so does its row."""
+    workers.start()
+    task = f"killed-{uuid.uuid4().hex[:8]}"
+    doc = plan(task, tmp_path, approval=True)
+    client = temporal_env.client
+    await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}", task_queue=task_queue,
+                                result_type=RunResult)
+
+    async def waits() -> bool:
+        return await attribute(client, f"tidemark-{task}", "TidemarkState") == \
+            "awaiting_approval"
+    await until(waits)
+    code, out, err = await cli("kill", task, "--yes", "--grace", "0")
+    assert code == 0, (out, err)
+    ended = store.run_ended(task)  # the kill's word, written after it terminated the run
+    assert ended is not None and ended["detail"]["ended"] == "killed", ended
+    assert ended["actor"].startswith("tidemark kill by "), ended
+    code, _, err = await cli("release", task)
+    assert (code, err) == (0, ""), err
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.command) == (
+        "ended", f"tidemark resume {task}"), entry
+    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.RESUME}
+
+
+async def test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_released(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """A run waits for approval at the boundary; a person stops the task. The run reads the
+    stop and waits on, saying it is stopped (the open run is its own row of the worklist), and
+    the inbox says the same with the one command that helps: the release (a resume would meet
+    the open run). Released, the run asks for the approval again; approved, it completes."""
+    workers.start()
+    task = f"held-{uuid.uuid4().hex[:8]}"
+    client = temporal_env.client
+    run = await awaiting(client, plan(task, tmp_path, approval=True), task_queue)
+
+    async def shows(need: Need) -> bool:
+        return await open_needs(client, task) == {f"tidemark-{task}": need}
+    code, _, err = await cli("stop", task, "--reason", "audit", "--by", "ops")
+    assert (code, err) == (0, ""), err
+    await until(lambda: shows(Need.STOPPED))
+    assert await attribute(client, run.id, "TidemarkState") == "stopped"
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.need, entry.command) == (
+        "stopped", Need.STOPPED, f"tidemark release {task}"), entry
+
+    code, _, err = await cli("release", task, "--by", "ops")
+    assert (code, err) == (0, ""), err
+    await until(lambda: shows(Need.APPROVAL))
+    entry = entry_for(store, task)
+    assert entry is not None and entry.why == "awaiting_approval", entry
+    code, out, err = await cli("approve", task, "--wait")
+    assert code == 0, (out, err)
+    assert (await run_result(run)).state == "completed"
+    assert await open_needs(client, task) == {}
+
+
+async def test_a_resumed_run_waiting_for_approval_is_not_read_as_ended(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """A halted run journaled its end; `tidemark resume T` starts a new one, which waits for
+    approval. Its beginning is journaled before anything else it does, so the journal reads a
+    run going on: the inbox asks for the approval, not for a resume that would meet the open
+    run."""
+    workers.start()
+    task = f"again-{uuid.uuid4().hex[:8]}"
+    client = temporal_env.client
+    run = await awaiting(client, plan(task, tmp_path, approval=True), task_queue)
+    await run.signal("halt", "end of shift")
+    assert (await run_result(run)).state == "halted"
+    assert store.run_ended(task) is not None
+    code, out, err = await cli("resume", task, "--task-queue", task_queue)
+    assert code == 0, (out, err)
+
+    async def waits() -> bool:
+        return await attribute(client, f"tidemark-{task}", "TidemarkState") == \
+            "awaiting_approval"
+    await until(waits)
+    assert store.run_ended(task) is None
+    entry = entry_for(store, task)
+    assert entry is not None and (entry.why, entry.command) == (
+        "awaiting_approval", f"tidemark approve {task}"), entry
+    await client.get_workflow_handle(f"tidemark-{task}").terminate("test over")
+
+
+async def test_a_release_of_every_task_brings_each_row_of_this_journal_in_line(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """`tidemark stop --all` while two tasks are each in a step: both runs end ``stopped`` at
+    their next step, each with its row. `tidemark release --all` lifts the stop of every task:
+    each row, found by listing the open rows, now asks for its resume, as the inbox does."""
+    workers.start()
+    tasks = [f"every-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
+    client = temporal_env.client
+    runs = [await held_in_step_2(client, store, t, task_queue, tmp_path / t) for t in tasks]
+    code, _, err = await cli("stop", "--all", "--reason", "incident", "--by", "ops")
+    assert (code, err) == (0, ""), err
+    for t, run in zip(tasks, runs, strict=True):
+        (tmp_path / t / "hold").unlink()
+        assert (await run_result(run)).state == "stopped"
+        assert await open_needs(client, t) == {f"tidemark-needs-{t}": Need.STOPPED}
+    code, _, err = await cli("release", "--all", "--by", "ops")
+    assert (code, err) == (0, ""), err
+    code, out, _ = await cli("inbox", "--json")
+    listed = {e["task_id"]: e["need"] for e in json.loads(out)}
+    for t in tasks:
+        assert listed[t] == Need.RESUME, listed
+        assert await open_needs(client, t) == {f"tidemark-needs-{t}": Need.RESUME}

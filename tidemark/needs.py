@@ -32,6 +32,7 @@ class Need(StrEnum):
     VERIFICATION = "verification"  # a reversible step before the boundary no longer holds
     FAILED = "failed"  # a target refused a step, or the plan or input is wrong
     UNWIND = "unwind"  # rejected, or partly unwound: only an unwind settles it
+    RESUME = "resume"  # its run ended and nothing holds it now: nothing runs it until resumed
 
 
 # The states a run is in while it goes on, or ends in when its task is settled.

@@ -135,6 +135,31 @@ class HaltInput:
 
 
 @dataclass
+class RunEndInput:
+    """A run's end, journaled when it ends other than completed (RunPlan): until a run of the
+    task begins again, nothing runs it, whatever the journal's rows say otherwise."""
+
+    task_id: str
+    state: str
+    error: dict[str, Any] = field(default_factory=dict)
+    confirmed: int = 0
+    steps: int = 0
+
+
+@dataclass
+class TaskNeed:
+    """What the journal says a task needs from a person now (tidemark.waiting.task_need): the
+    word its worklist row shows (a tidemark.needs.Need; ``nothing`` when nobody is needed),
+    the task's state and the first line `tidemark status` prints. ``settled``: the task is
+    completed or unwound, so nobody is needed and no run goes on with it."""
+
+    need: str
+    state: str = ""
+    sentence: str = ""
+    settled: bool = False
+
+
+@dataclass
 class RunResult:
     task_id: str
     state: str

@@ -40,15 +40,27 @@ class Report:
         if p.in_doubt is not None:
             return TaskState.IN_DOUBT
         verification = self.boundary.get("verification")
-        at_boundary = (p.first_irreversible is not None
-                       and p.last_step == p.first_irreversible - 1
-                       and verification is not None
-                       and verification.get("boundary") == p.first_irreversible)
-        if at_boundary and verification is not None and not verification["passed"]:
+        if self._at_boundary and verification is not None and not verification["passed"]:
             return TaskState.VERIFICATION_FAILED
-        if at_boundary and self.approval and not self.approval.get("decision"):
+        if self.asks_approval:
             return TaskState.AWAITING_APPROVAL
         return TaskState.NOT_STARTED if p.rows == 0 else TaskState.PARTIAL
+
+    @property
+    def _at_boundary(self) -> bool:
+        """Every step before the first irreversible one is done, and the boundary's gate ran
+        there (a verification is journaled for it)."""
+        p, verification = self.progress, self.boundary.get("verification")
+        return (p.first_irreversible is not None and p.last_step == p.first_irreversible - 1
+                and verification is not None
+                and verification.get("boundary") == p.first_irreversible)
+
+    @property
+    def asks_approval(self) -> bool:
+        """The task is at its boundary, its approval asked and not decided: a run of it waits
+        there (whatever else holds it, a stop say), or the next run will."""
+        return self._at_boundary and bool(self.approval) and \
+            not (self.approval or {}).get("decision")
 
     @property
     def approval(self) -> dict[str, Any] | None:

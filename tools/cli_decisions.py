@@ -20,6 +20,7 @@ from tools.cli_common import (
     journal_url,
     print_json,
 )
+from tools.rows import bring_rows_in_line
 
 
 def add_decision_commands(sub: Any, user: str) -> None:
@@ -34,6 +35,7 @@ def add_decision_commands(sub: Any, user: str) -> None:
     rs.add_argument("--note", default="", help="what you looked at")
     rs.add_argument("--by", default=user)
     rs.add_argument("--yes", action="store_true")
+    add_temporal_arguments(rs)  # where the task's worklist row is told (tools/rows.py)
     rs.set_defaults(func=_cmd_resolve)
 
     for name, func, what in (("stop", _cmd_stop, "set the durable stop state of a task"),
@@ -47,6 +49,7 @@ def add_decision_commands(sub: Any, user: str) -> None:
                        help="accept a task id that has no plan yet")
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
+        add_temporal_arguments(c)  # where the worklist rows are told (tools/rows.py)
         if name == "release":
             c.add_argument("--for-unwind", action="store_true",
                            help="turn a task's kill into a stop, so that an unwind may act")
@@ -86,7 +89,15 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
               "pass --yes to record it", file=sys.stderr)
         return EXIT_USAGE
     print_json(commands.resolve(journal_url(a), a.task, a.step, a.as_, a.note, a.by))
+    _rows(a, a.task)
     return 0
+
+
+def _rows(a: argparse.Namespace, scope: str) -> None:
+    """The worklist rows of ``scope`` say what the journal says now, and after a stop or a
+    release the runs waiting at the boundary have read it (tools/rows.py)."""
+    bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark {a.command} by {a.by}",
+                       wake=a.command in ("stop", "release"))
 
 
 def _scope(a: argparse.Namespace, verb: str) -> str:
@@ -103,11 +114,13 @@ def _scope(a: argparse.Namespace, verb: str) -> str:
 def _cmd_stop(a: argparse.Namespace) -> int:
     if _series_scope(a):
         commands.stop(journal_url(a), "series:" + a.series, a.reason, a.by, force_unknown=True)
+        _rows(a, "series:" + a.series)
         print(f"series {a.series} is stopped; no run of it starts until "
               f"`tidemark release --series {a.series}`")
         return 0
     scope = _scope(a, "stop")
     commands.stop(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    _rows(a, scope)
     if scope == commands.ALL_TASKS:
         print("every task is stopped; nothing will act until `tidemark release --all`")
     else:
@@ -120,16 +133,19 @@ def _cmd_release(a: argparse.Namespace) -> int:
         if a.task is None or a.all or a.series:
             raise UsageError("release --for-unwind: give one task id")
         commands.release_for_unwind(journal_url(a), a.task, a.reason, a.by)
+        _rows(a, a.task)
         print(f"task {a.task}'s kill is lifted for unwinding; it stays stopped. "
               f"`tidemark unwind {a.task} --yes` puts its reversible steps back")
         return 0
     if _series_scope(a):
         commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
+        _rows(a, "series:" + a.series)
         print(f"series {a.series} is released")
         return 0
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
+    _rows(a, scope)
     if scope == commands.ALL_TASKS:
         print("the stop of every task is released (a task stopped by its own id stays "
               "stopped until released by name)")
@@ -210,6 +226,8 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         print(f"tidemark: could not wake the run ({e}); the decision is journaled and counts "
               "when the run next reaches the boundary", file=sys.stderr)
         woke = None
+    if woke is False:  # no run takes it: the task's row says what the journal says now
+        _rows(a, a.task)
     stands = (asyncio.run(decision_taken(a.settings, a.task, until_end=True))
               if a.wait and woke else None)
     code = 0 if stands is None else _decision_code(decision, a.task, stands)

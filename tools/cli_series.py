@@ -18,6 +18,7 @@ from tools.cli_common import (
     print_json,
     temporal,
 )
+from tools.rows import bring_rows_in_line
 
 
 def _cmd_kill(a: argparse.Namespace) -> int:
@@ -47,6 +48,11 @@ def _cmd_kill(a: argparse.Namespace) -> int:
                               grace_s=a.grace, unreachable=unreachable)
 
     layers = asyncio.run(go())
+    # The rows of the killed tasks say so (a row opened before, by a run that ended failed,
+    # say, would still ask for what no longer decides anything): tools/rows.py.
+    scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
+    if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
+        bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
     if a.json:
         print_json(layers)
     else:

@@ -43,6 +43,7 @@ from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
 from tidemark.payloads import KILLED
 from tidemark.store import JournalStore
+from tidemark.words import EventKind
 from tools import schedules
 from tools.commands import check_scope
 
@@ -201,6 +202,13 @@ class _Kill:
             ended = await asyncio.gather(*(_terminate(self.client, w, why, settled.get(w))
                                            for w in group))
             out.update(zip(group, ended, strict=True))
+        for wid, said in out.items():
+            if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):
+                # A terminated run cannot journal its own end (record_run_end): the kill does,
+                # so that once the kill is released the journal says that nothing runs it.
+                self.store.record_event(wid.removeprefix("tidemark-"), EventKind.RUN, {
+                    "ended": KILLED, "error": {"type": "Killed", "message": why}},
+                    actor=f"tidemark kill by {self.by}")
         if self.unlisted is not None:  # the task's own workflows were tried; others may run on
             raise KillError(f"could not list the open workflows ({self.unlisted}); "
                             f"tried: {out}")

@@ -10,7 +10,10 @@ approval is itself open, and a run that ends needing a person starts this workfl
 TidemarkTaskId, TidemarkState and TidemarkNeeds and, as its summary, the sentence of what
 happened and what to do next; it waits, acting on nothing, until the task's next run starts or
 its unwind begins (the ``settled`` signal), then closes with TidemarkNeeds ``nothing``. A later
-end that needs a person again updates the open one (``need``) or starts it anew.
+end that needs a person again updates the open one (``need``) or starts it anew. A person's
+command that changes what the journal says the task needs without starting a run (`tidemark
+stop`, `release`, `resolve`) brings the open row in line (``refresh``, or ``settled`` once the
+task needs nobody: tools/rows.py).
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ class NeedsPerson:
         """The task's run ended needing a person again before this one closed: it says so."""
         self._settled = None
         self._show(need)
+
+    @workflow.signal
+    def refresh(self, need: dict[str, Any]) -> None:
+        """A person's command changed what the journal says the task needs (tools/rows.py):
+        the row says it now. Unlike ``need`` it never reopens a row that a new run of the task
+        has released meanwhile: that run says what the task needs from then on."""
+        if self._settled is None:
+            self._show(need)
 
     @workflow.query
     def status(self) -> dict[str, Any]:

@@ -50,12 +50,14 @@ with workflow.unsafe.imports_passed_through():
         HaltInput,
         Prepared,
         PrepareInput,
+        RunEndInput,
         RunResult,
         StepBatchInput,
         StepBatchOutput,
         StepError,
         StepInput,
         StepOutput,
+        TaskNeed,
         WindowInput,
     )
     from workflows.needs_person import hold, release
@@ -110,6 +112,19 @@ RELEASE_UNAWAITED = "tidemark-release-unawaited"
 # its end: the unwind owns the task's row from then on. Runs from before opened one when they
 # ended needing a person (workflow.patched).
 UNWIND_OWNS_ROW = "unwind-owns-the-row"
+# A run whose prepare journaled its beginning journals its end when it ends other than
+# completed (record_run_end), before it opens a worklist row: from the journal alone, `tidemark
+# inbox` and `status` then tell a task nothing runs (its stop released since, say) from one
+# whose run goes on between steps. The row it opens then says what the journal says the task
+# needs (tidemark.waiting), as the inbox does. Runs from before journaled neither, and opened
+# their row in their own words (workflow.patched).
+RUN_END_JOURNALED = "run-end-journaled"
+
+# A run waiting for approval that reads a stop (`tidemark stop` sends it ``recheck``) waits on,
+# saying it is stopped, and asks for the approval again once released; a run that arrives at the
+# boundary stopped ends ``stopped``. Runs from before ended on any stop they read there
+# (workflow.patched).
+WAITS_UNDER_STOP = "waits-under-stop"
 
 # The Web UI's current details list at most this many irreversible steps while a run awaits
 # approval (the details are metadata of every workflow task: kept small).
@@ -129,6 +144,8 @@ class RunPlan:
         self._unwinding: str | None = None
         self._needs_patched: bool | None = None
         self._releasing: asyncio.Task[None] | None = None
+        self._began = False  # prepare returned: it journaled this run's beginning
+        self._waiting = False  # waits at the boundary for a person (or for a stop's release)
 
     def _holds(self) -> bool:
         """Whether this run keeps its task's worklist row (workflows/needs_person.py): every
@@ -186,6 +203,15 @@ class RunPlan:
         self._unwinding = unwind_workflow_id or "an unwind"
 
     @workflow.signal
+    def recheck(self, by: str = "") -> None:
+        """A person stopped or released the task (`tidemark stop`, `release`: tools/rows.py):
+        a run waiting at the boundary runs its gate again and reads the stop state, so that
+        its state and TidemarkNeeds say what holds it (stopped, or approval once released).
+        A run at work meets the stop before its next step by itself."""
+        if self._waiting:
+            self._approval_news = True
+
+    @workflow.signal
     def halt(self, reason: str = "") -> None:
         """Stop the task durably: the attempt under way finishes, nothing after it starts, and
         a step that keeps failing stops at its next attempt."""
@@ -207,7 +233,19 @@ class RunPlan:
         tells the runs that need a person from the finished ones."""
         result = await self._run(document)
         await self._released()
-        need = need_of(result.state, result.error)
+        state, need = result.state, need_of(result.state, result.error)
+        said = sentence(result.task_id, result.state, result.error,
+                        f"{result.confirmed}/{result.steps} steps confirmed")
+        journaled = self._began and result.state != COMPLETED and \
+            workflow.patched(RUN_END_JOURNALED)
+        if journaled and self._killed is None:
+            word = await self._journal_end(result)
+            # The row says what the journal says, as `tidemark inbox` and `status` do: a
+            # stopped task whose stop is a halt asks for its resume, a task whose every step
+            # is done needs nobody. Only where the journal reads a run going on (an attempt
+            # still under its lease) does the run's own word stand.
+            if word.need != Need.NOTHING or word.settled:
+                state, need, said = word.state, Need(word.need), word.sentence
         if need != Need.NOTHING and self._unwinding is not None and \
                 workflow.patched(UNWIND_OWNS_ROW):
             # Its task's unwind began while it ran (UnwindPlan told it before it released the
@@ -215,14 +253,26 @@ class RunPlan:
             # it opens if it does not finish; the run's later word would overwrite that.
             need = Need.NOTHING
         if need != Need.NOTHING and result.task_id and self._holds():
-            await hold(result.task_id, result.state, need, sentence(
-                result.task_id, result.state, result.error,
-                f"{result.confirmed}/{result.steps} steps confirmed"))
+            await hold(result.task_id, state, need, said)
         if self._killed is not None:
-            # Ended by `tidemark kill`, which terminates the run: waiting for it is what makes
-            # the run end Terminated, as a killed run should, rather than Failed.
+            # Ended by `tidemark kill`, which terminates the run as soon as it took the kill
+            # signal (--grace 0): the row opened first, and the kill journals the end of a run
+            # it terminated before this. Waiting for it is what makes the run end Terminated,
+            # as a killed run should, rather than Failed.
+            if journaled:
+                await self._journal_end(result)
             await workflow.sleep(KILL_WAIT)
         return ended(result)
+
+    async def _journal_end(self, result: RunResult) -> TaskNeed:
+        """Journals the run's end (record_run_end); returns what the journal then says the
+        task needs."""
+        word: TaskNeed = await workflow.execute_activity(
+            "record_run_end", RunEndInput(result.task_id, result.state, result.error,
+                                          result.confirmed, result.steps),
+            result_type=TaskNeed, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY, summary=f"journal the run's end: {result.state}")
+        return word
 
     async def _run(self, document: Any) -> RunResult:
         """The run's phases, in the order their commands enter the history: read the input,
@@ -294,6 +344,7 @@ class RunPlan:
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
             return self._end_on(e, step=None)
+        self._began = True
         r = self._result
         r.task_id, r.steps, r.confirmed = prep.task_id, prep.step_count, prep.confirmed
         r.executed = carried.get("executed", 0)
@@ -510,6 +561,7 @@ class RunPlan:
         After a decision arrives the gate runs once more: the world may have changed while
         the run waited, and a gate is never trusted from earlier."""
         self._current = step
+        waited = False  # a stop found after the run waited holds it waiting (WAITS_UNDER_STOP)
         while True:
             workflow.set_current_details(f"**verifying** the reversible steps before "
                                          f"irreversible step {step}/{count}")
@@ -537,40 +589,69 @@ class RunPlan:
                     "type": "Rejected", "step": step, "message":
                     f"{out.decided_by} rejected the irreversible steps; nothing from step "
                     f"{step} on was attempted. Unwind with `tidemark unwind {task_id}`"})
-            if out.stopped is not None:
+            release = out.release or f"tidemark release {task_id}"
+            if out.stopped is not None and not (waited and workflow.patched(WAITS_UNDER_STOP)):
                 return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
                                            f"task is stopped ({out.stopped}); release it with "
-                                           f"`{out.release or f'tidemark release {task_id}'}`"})
-            if not out.approval_required or out.decision == "approve":
+                                           f"`{release}`"})
+            if out.stopped is None and (not out.approval_required or out.decision == "approve"):
                 if self._result.state != RUNNING:
                     self._result.state = RUNNING
                     workflow.upsert_search_attributes([STATE.value_set(RUNNING),
                                                        *self._needs(Need.NOTHING)])
                 return None
-            self._result.state = AWAITING_APPROVAL
-            who = ", ".join(out.approvers) if out.approvers else (
-                "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
-            workflow.set_current_details(
-                f"Task {task_id} waits for approval of its irreversible steps from step "
-                f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
-                                     else "") + f" — `tidemark approve {task_id}` or "
-                f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
-                f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
-                + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
-                + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
-                   if len(out.irreversible) > DETAILS_LINES else ""))
-            workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
-                                               *self._needs(Need.APPROVAL)])
-            await workflow.wait_condition(
-                lambda: self._approval_news or self._halt_reason is not None
-                or self._killed is not None or self._unwinding is not None)
-            if self._killed is not None:
-                return self._end(KILLED)
-            if self._halt_reason is not None:
-                return await self._halt(step)
-            if self._unwinding is not None:
-                return self._end_unwinding(task_id, step)
-            self._approval_news = False
+            if out.stopped is not None:
+                # Stopped while it waited (`tidemark stop` told it): it waits on, its
+                # irreversible steps held back by the stop as a run at work is held before its
+                # next step; released, it asks for the approval again.
+                self._result.state = STOPPED
+                workflow.set_current_details(
+                    f"Task {task_id} is stopped ({out.stopped}) while it waits for approval of "
+                    f"its irreversible steps from step {step}/{count}; `{release}` lets it ask "
+                    "for the approval again, `tidemark unwind "
+                    f"{task_id} --yes` puts its reversible steps back.")
+                workflow.upsert_search_attributes([STATE.value_set(STOPPED),
+                                                   *self._needs(Need.STOPPED)])
+            else:
+                self._ask(task_id, step, count, out)
+            ended = await self._wait_for_person(task_id, step)
+            if ended is not None:
+                return ended
+            waited = True
+
+    def _ask(self, task_id: str, step: int, count: int, out: BoundaryOutcome) -> None:
+        """The run waits for approval: its state, need and details say what it asks."""
+        self._result.state = AWAITING_APPROVAL
+        who = ", ".join(out.approvers) if out.approvers else (
+            "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
+        workflow.set_current_details(
+            f"Task {task_id} waits for approval of its irreversible steps from step "
+            f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
+                                 else "") + f" — `tidemark approve {task_id}` or "
+            f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
+            f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
+            + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
+            + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
+               if len(out.irreversible) > DETAILS_LINES else ""))
+        workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
+                                           *self._needs(Need.APPROVAL)])
+
+    async def _wait_for_person(self, task_id: str, step: int) -> RunResult | None:
+        """Waits at the boundary for news: a decision or a stop's change to read (then None:
+        the gate runs again), or a kill, a halt or the task's unwind (the run's end)."""
+        self._waiting = True
+        await workflow.wait_condition(
+            lambda: self._approval_news or self._halt_reason is not None
+            or self._killed is not None or self._unwinding is not None)
+        self._waiting = False
+        if self._killed is not None:
+            return self._end(KILLED)
+        if self._halt_reason is not None:
+            return await self._halt(step)
+        if self._unwinding is not None:
+            return self._end_unwinding(task_id, step)
+        self._approval_news = False
+        return None
 
     def _end_unwinding(self, task_id: str, step: int) -> RunResult:
         """The end of a run that waited at the boundary when its task's unwind began: the

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         STOPPED,
         UNWOUND,
         StepInput,
+        TaskNeed,
         UndoOutput,
         UnwindPlanned,
         UnwindResult,
@@ -81,6 +82,10 @@ NOT_BEGUN_ASKS_NOTHING = "unwind-not-begun-asks-nothing"
 # (an unwind_unfinished event, written by end_unwind): `tidemark inbox` and `status` read the
 # task as its row does. Histories from before it journal nothing.
 UNFINISHED_JOURNALED = "unwind-unfinished-journaled"
+# The patch under which the row an unwind that did not finish opens says what the journal says
+# the task needs (tidemark.waiting, read by the task_need activity), as `tidemark inbox` does.
+# Histories from before it opened the row in the unwind's own words.
+ROW_FROM_JOURNAL = "unwind-row-from-journal"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -127,7 +132,7 @@ class UnwindPlan:
         result = await self._run(document)
         need = self._need()
         if need != Need.NOTHING and result.task_id and self._holds():
-            await hold(result.task_id, result.state, need, unwind_sentence(result))
+            await self._hold(result, need)
         elif result.state == UNWOUND and self._run_told and self._holds() and \
                 workflow.patched(RELEASE_AT_END):
             await release(result.task_id, workflow.info().workflow_id)
@@ -140,6 +145,25 @@ class UnwindPlan:
             unwind_sentence(result) + "\n\n"
             + f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip(),
             dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
+
+    async def _hold(self, result: UnwindResult, need: Need) -> None:
+        """Opens the task's worklist row for an unwind that did not finish. The row says what
+        the journal says the task needs, as `tidemark inbox` does (a step in doubt asks for
+        its resolution before any unwind can go on); where the journal reads nothing to ask
+        for, the unwind's own word stands. Histories from before ROW_FROM_JOURNAL say the
+        unwind's own word."""
+        state, said = result.state, unwind_sentence(result)
+        if workflow.patched(ROW_FROM_JOURNAL):
+            with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
+                word: TaskNeed = await workflow.execute_activity(
+                    "task_need", result.task_id, result_type=TaskNeed,
+                    start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+                    summary="read what the task needs now")
+                if word.need != Need.NOTHING:
+                    state, need, said = word.state, Need(word.need), word.sentence
+                elif word.settled:
+                    return
+        await hold(result.task_id, state, need, said)
 
     async def _run(self, document: Any) -> UnwindResult:
         if not isinstance(document, dict):

@@ -83,14 +83,16 @@ async def attribute(client: Client, workflow_id: str, name: str) -> str | None:
     return dict((k.name, v) for k, v in desc.typed_search_attributes).get(name)
 
 
-async def _awaiting(client: Client, doc: dict[str, Any], task_queue: str) -> None:
+async def awaiting(client: Client, doc: dict[str, Any], task_queue: str) -> Any:
+    """Starts the plan ``doc``; returns its run's handle once the run waits for approval."""
     task_id = doc["task_id"]
-    await start_plan(client, doc, task_id, task_queue)
+    handle = await start_plan(client, doc, task_id, task_queue)
 
     async def waits() -> bool:
         return await attribute(client, f"tidemark-{task_id}", "TidemarkState") == \
             "awaiting_approval"
     await until(waits)
+    return handle
 
 
 async def _cli(*args: str) -> None:
@@ -112,7 +114,7 @@ async def make_tasks(client: Client, store: JournalStore, task_queue: str,
     assert (await run_result(done)).state == "completed"
 
     # halted, then resumed and approved: its first run (halted) is superseded by the second
-    await _awaiting(client, docs["resumed"], task_queue)
+    await awaiting(client, docs["resumed"], task_queue)
     first = client.get_workflow_handle(f"tidemark-{ids['resumed']}")
     await first.signal("halt", "wrong hour")
     assert (await run_result(first)).state == "halted"
@@ -126,7 +128,7 @@ async def make_tasks(client: Client, store: JournalStore, task_queue: str,
     assert (await run_result(client.get_workflow_handle(f"tidemark-{ids['resumed']}"))).state \
         == "completed"
 
-    await _awaiting(client, docs["halted"], task_queue)
+    await awaiting(client, docs["halted"], task_queue)
     halted = client.get_workflow_handle(f"tidemark-{ids['halted']}")
     await halted.signal("halt", "end of shift")
     assert (await run_result(halted)).state == "halted"
@@ -144,14 +146,14 @@ async def make_tasks(client: Client, store: JournalStore, task_queue: str,
                                task_queue)
     assert (await run_result(resumed)).state == "needs_decision"
 
-    await _awaiting(client, docs["killed"], task_queue)
+    await awaiting(client, docs["killed"], task_queue)
     await _cli("kill", ids["killed"], "--yes", "--address", address, "--grace", "5")
 
-    await _awaiting(client, docs["unwound"], task_queue)
+    await awaiting(client, docs["unwound"], task_queue)
     await _cli("unwind", ids["unwound"], "--yes", "--address", address,
                "--task-queue", task_queue)
     unwind = client.get_workflow_handle(f"tidemark-unwind-{ids['unwound']}")
     await unwind.result()  # completed: the task is unwound
 
-    await _awaiting(client, docs["awaiting_approval"], task_queue)
+    await awaiting(client, docs["awaiting_approval"], task_queue)
     return ids

@@ -21,6 +21,14 @@ from tidemark.store.base import StoreBase
 _UNWIND_UNFINISHED = """e.task_id = p.task_id AND e.kind = 'unwind_unfinished'
     AND e.at >= (tidemark.stop_of(p.task_id)->>'set_at')::timestamptz"""
 
+# The latest run of the task ``p`` ended other than completed, and no run of it began since
+# (RunPlan journals each beginning in prepare and such an end, and `tidemark kill` the end of
+# a run it terminated; ``run`` events): nothing runs the task now. One predicate for the
+# candidates and for the task's own read.
+_LATEST_RUN = """SELECT e.detail, e.actor, e.at FROM tidemark.events e
+    WHERE e.task_id = p.task_id AND e.kind = 'run' ORDER BY e.id DESC LIMIT 1"""
+_RUN_ENDED = f"(SELECT r.detail ? 'ended' FROM ({_LATEST_RUN}) r) IS TRUE"
+
 
 class InboxMixin(StoreBase):
     """The inbox's reads over every task."""
@@ -28,7 +36,8 @@ class InboxMixin(StoreBase):
     def inbox_candidates(self) -> list[dict[str, Any]]:
         """Every task neither unwound nor completed (a completed task with a compensation is
         partly unwound, one stopped after an unwind that did not finish waits for its unwind)
-        with a fact a person may have to act on, oldest plan first:
+        with a fact a person may have to act on (among them: its latest run ended and no run
+        began since), oldest plan first:
         ``task_id``, ``created_at`` (the plan's) and ``last_at`` (its latest event). A task
         whose row in doubt is still under a live attempt lease is left out: a run is acting on
         it now."""
@@ -59,7 +68,8 @@ class InboxMixin(StoreBase):
                                   WHERE a.task_id = p.task_id)
                        OR EXISTS (SELECT 1 FROM tidemark.events e
                                   WHERE e.task_id = p.task_id AND e.kind = %(verification)s
-                                    AND e.detail->>'passed' = 'false'))
+                                    AND e.detail->>'passed' = 'false')
+                       OR {_RUN_ENDED})
                 ORDER BY p.created_at, p.task_id
                 """, {"failed": "failed", "undo": "undo", "do": "do", "done": "done",
                       "verification": "verification"}).fetchall()
@@ -74,6 +84,20 @@ class InboxMixin(StoreBase):
                 "SELECT e.detail, e.actor, e.at FROM (SELECT %s::text AS task_id) p"
                 f" JOIN tidemark.events e ON {_UNWIND_UNFINISHED}"
                 " ORDER BY e.id DESC LIMIT 1", (task_id,)).fetchone()
+
+    def latest_run(self, task_id: str) -> dict[str, Any] | None:
+        """The task's latest ``run`` event (``detail``, ``actor``, ``at``): its beginning
+        (``began``, the run id) while the run goes on, its end (``ended``, the end state, and
+        ``error``) once it ended other than completed; None when no run journaled either."""
+        with self._conn() as conn:
+            return conn.execute(f"SELECT r.* FROM (SELECT %s::text AS task_id) p,"
+                                f" LATERAL ({_LATEST_RUN}) r", (task_id,)).fetchone()
+
+    def run_ended(self, task_id: str) -> dict[str, Any] | None:
+        """How the task's latest run ended, when it ended other than completed and no run of
+        it began since (latest_run); None otherwise."""
+        run = self.latest_run(task_id)
+        return run if run is not None and "ended" in run["detail"] else None
 
     def blocked_starts(self) -> list[dict[str, Any]]:
         """The latest refused start (``blocked`` event) of every task whose plan was never

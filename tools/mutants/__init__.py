@@ -51,6 +51,7 @@ from tools.mutants.base import (
     T_ST,
     T_UC,
     T_UW,
+    T_WL,
     Mutant,
 )
 
@@ -113,6 +114,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/series.py": (T_SE, T_AP, T_UW),
     "activities/planner.py": (T_SE, T_AP),
     "tidemark/approval.py": (T_AP,),
-    "activities/steps.py": (T_UC, T_UW),
+    "activities/steps.py": (T_UC, T_UW, T_WL),
+    "tools/rows.py": (T_WL, "tests/test_inbox.py"),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
 }

@@ -44,6 +44,7 @@ T_FP = "tests/test_fast_path.py"
 T_GF = "tests/test_graph_fence.py"
 T_MF = "tests/test_gmail_fence.py"
 T_DO = "tests/test_deadline_overrun.py"
+T_WL = "tests/test_worklist.py"
 T_PO = "tests/test_pool_restart.py"
 T_CR = "tests/test_credentials.py"
 # The undo phase's twins of the forward lease tests: a rule of the attempt sequence is held for

@@ -23,6 +23,7 @@ from tools.mutants.base import (
     T_SS,
     T_UC,
     T_UW,
+    T_WL,
     Mutant,
 )
 
@@ -211,6 +212,64 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_worklist.py::test_a_stop_and_unwind_during_a_step_leave_one_row_that_"
             "says_the_task_waits",
             "tests/test_control_matrix.py::test_control_matrix[running-unwind]")),
+    # -- a run's end in the journal, and the rows that say what the journal says -----------------
+    Mutant("a run's end is not journaled", "activities/steps.py",
+           "            self.store.record_event(inp.task_id, EventKind.RUN, {\n"
+           '                "ended": inp.state,',
+           "            False and self.store.record_event(inp.task_id, EventKind.RUN, {\n"
+           '                "ended": inp.state,',
+           (f"{T_WL}::test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_"
+            "and_inbox",)),
+    Mutant("prepare journals no run's beginning", "activities/steps.py",
+           '            self.store.record_event(task_id, EventKind.RUN, {"began": ',
+           '            False and self.store.record_event(task_id, EventKind.RUN, {"began": ',
+           (f"{T_WL}::test_a_resumed_run_waiting_for_approval_is_not_read_as_ended",)),
+    Mutant("kill: the end of a run it terminated is not journaled", "tools/kill.py",
+           '            if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):',
+           '            if False:',
+           (f"{T_WL}::test_a_run_killed_at_once_then_released_waits_for_its_resume",)),
+    Mutant("runplan: the row a run opens says the run's word, not the journal's",
+           "workflows/run_plan.py",
+           "            if word.need != Need.NOTHING or word.settled:\n"
+           "                state, need, said = word.state",
+           "            if False:\n"
+           "                state, need, said = word.state",
+           ("tests/test_control_matrix.py::test_control_matrix[halted-start]",
+            "tests/test_control_matrix.py::test_control_matrix[killed-start]")),
+    Mutant("unwindplan: the row an unfinished unwind opens says the unwind's word",
+           "workflows/unwind_plan.py",
+           "                if word.need != Need.NOTHING:\n"
+           "                    state, need, said = word.state",
+           "                if False:\n"
+           "                    state, need, said = word.state",
+           ("tests/test_control_matrix.py::test_control_matrix[in_doubt-unwind]",)),
+    Mutant("a person's command leaves the task's row as its run left it", "tools/rows.py",
+           "    with open_store(url) as store:\n"
+           "        if _one_task(scope) and _need(store, scope) is None:",
+           "    return\n"
+           "    with open_store(url) as store:\n"
+           "        if _one_task(scope) and _need(store, scope) is None:",
+           (f"{T_WL}::test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_"
+            "decision",
+            f"{T_WL}::test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_"
+            "and_inbox")),
+    Mutant("a command on every task brings no row in line", "tools/rows.py",
+           "        return [t for t in tasks if store.task_known(t)]",
+           "        return []",
+           (f"{T_WL}::test_a_release_of_every_task_brings_each_row_of_this_journal_in_line",)),
+    Mutant("runplan: a run waiting for approval does not read a stop", "workflows/run_plan.py",
+           "        if self._waiting:\n            self._approval_news = True",
+           "        if False:\n            self._approval_news = True",
+           (f"{T_WL}::test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_"
+            "released",)),
+    Mutant("runplan: a stop read while it waits for approval ends the run",
+           "workflows/run_plan.py",
+           "            waited = True\n",
+           "            waited = False\n",
+           (f"{T_WL}::test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_"
+            "released",
+            "tests/test_kill.py::test_an_approval_under_a_stop_is_refused_then_approve_wait_"
+            "follows_the_run")),
     # -- the fast path's batches -----------------------------------------------------------------
     Mutant("a batch runs on past a step that did not complete", RS,
            'if (result.status != "done" or len(results) >= max_steps',

@@ -1,0 +1,246 @@
+"""What a task waits for from a person, read from the journal alone: one entry (why, since
+when, what is at stake, the one command that decides it) or none.
+
+A task's newest run writes to the journal what it waits for (an approval asked, a stop or
+kill, a row in doubt, a refused step, a compensation, a failed verification gate) and when it
+ended with nothing to run the task since. Which of those facts means the task waits, and why,
+is the reading `tidemark status` prints (tidemark.report.Report). An attempt still under its
+lease is a run acting now, and a task whose every step is done or that was unwound is settled:
+neither waits.
+
+Every surface that says what a task needs reads it here, so that they say the same:
+`tidemark inbox` and `status` (tools/inbox.py), and the word of the task's row of the Web UI's
+worklist (``task_need``): a run opens the row with it when it ends, an unwind when it does not
+finish, and a person's command that changes the journal brings the open row in line with it
+(tools/rows.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tidemark.boundary import what_it_will_do
+from tidemark.needs import Need, sentence
+from tidemark.payloads import TaskNeed
+from tidemark.words import ControlState, Decision, TaskState
+
+# The report and the store (psycopg) are loaded by the commands that read the journal, when
+# they read it: `tidemark --help` registers the commands without them.
+if TYPE_CHECKING:
+    from tidemark.report import Report
+    from tidemark.store import JournalStore
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One task that waits for a person (the ``--json`` object, keys as named here)."""
+
+    task_id: str
+    why: str  # in_doubt, awaiting_approval, verification_failed, halted, stopped, killed,
+    #           failed, blocked, partly_unwound, unwind_unfinished, ended
+    since: datetime
+    detail: str  # one line: what happened, in the journal's words
+    command: str  # the one command that decides it
+    at_stake: list[str] = field(default_factory=list)  # the irreversible steps not yet done
+
+    @property
+    def need(self) -> Need:
+        """The TidemarkNeeds word of the Web UI's worklist for this entry: the why's, but
+        ``unwind`` whenever the one command is an unwind (a rejected task, say)."""
+        if self.command.startswith("tidemark unwind "):
+            return Need.UNWIND
+        return NEED_OF_WHY[self.why]
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "need": str(self.need),
+                "since": self.since.astimezone(UTC).isoformat()}
+
+
+# The worklist's word (tidemark.needs.Need) for each why.
+NEED_OF_WHY = {"in_doubt": Need.DECISION, "awaiting_approval": Need.APPROVAL,
+               "verification_failed": Need.VERIFICATION, "halted": Need.HALTED,
+               "stopped": Need.STOPPED, "killed": Need.KILLED, "failed": Need.FAILED,
+               "blocked": Need.BLOCKED, "partly_unwound": Need.UNWIND,
+               "unwind_unfinished": Need.UNWIND, "ended": Need.RESUME}
+
+
+def _when(value: Any) -> datetime:
+    """A timestamp from the journal: a datetime, or the ISO text a jsonb column holds."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def _release(task_id: str, scope: str | None) -> str:
+    """The release of the stop that holds the task: its own, its series' or everything's."""
+    if scope == "*":
+        return "tidemark release --all"
+    if scope and scope.startswith("series:"):
+        return f"tidemark release --series {scope.removeprefix('series:')}"
+    return f"tidemark release {task_id}"
+
+
+def halt_by() -> str:
+    """Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
+    apart from a person's `tidemark stop` by it. The payloads (seventeen dataclasses, some
+    10 ms of a command's start) are loaded only when a stop is read."""
+    from tidemark.payloads import HaltInput
+
+    return HaltInput(task_id="", reason="").by
+
+
+def _report(store: JournalStore, task_id: str) -> Report:
+    from tidemark.report import build_report  # see TYPE_CHECKING above
+
+    return build_report(store, task_id)
+
+
+def _stake(store: JournalStore, task_id: str) -> list[str]:
+    return [what_it_will_do(s["step"], s["action"], s["args"])
+            for s in store.irreversible_pending(task_id)]
+
+
+def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
+             stake: list[str]) -> Entry:
+    since, scope = _when(stop["set_at"]), stop.get("scope")
+    said = f"by {stop['set_by']}: {stop['reason']}"
+    if stop.get("state") == ControlState.KILLED:
+        return Entry(t, "killed", since, said, _release(t, scope), stake)
+    if scope not in (None, t):
+        return Entry(t, "stopped", since, f"{said} (scope {scope})", _release(t, scope), stake)
+    if stop["set_by"] == halt_by():
+        return Entry(t, "halted", since, f"halted: {stop['reason']}", f"tidemark resume {t}",
+                     stake)
+    if (report.approval or {}).get("decision") == Decision.REJECT:
+        return Entry(t, "stopped", since, said, f"tidemark unwind {t} --yes", stake)
+    if report.asks_approval and "began" in (store.latest_run(t) or {}).get("detail", {}):
+        # its run waits at the boundary, held by the stop (a resume would meet it open)
+        return Entry(t, "stopped", since, f"{said}; its run waits for approval",
+                     _release(t, scope), stake)
+    return Entry(t, "stopped", since, said, f"tidemark resume {t}", stake)
+
+
+def _unwind_unfinished(t: str, event: dict[str, Any], stake: list[str]) -> Entry:
+    """A stopped task whose unwind ended before it was unwound (an unwind_unfinished event
+    since the stop): it waits for its unwind, also when every step is done."""
+    d = event["detail"]
+    err = d.get("error") or {}
+    why = err.get("type") or d.get("state")
+    refused = f", step(s) {', '.join(map(str, d['refused']))} refused" if d.get("refused") \
+        else ""
+    return Entry(t, "unwind_unfinished", _when(event["at"]),
+                 f"its unwind {event['actor']} ended {d.get('state')} ({why}) with "
+                 f"{len(d.get('undone') or [])} step(s) put back{refused}",
+                 f"tidemark unwind {t} --yes", stake)
+
+
+def _ended(t: str, run: dict[str, Any], stake: list[str]) -> Entry:
+    """A task whose latest run ended and that nothing runs since, with no other fact that
+    holds it (its stop was released, say): it waits for a person to resume it."""
+    d = run["detail"]
+    err = d.get("error") or {}
+    at = f" at step {err['step']}" if err.get("step") else ""
+    why = f" ({err.get('type')}: {' '.join(str(err.get('message') or '').split())})" \
+        if err.get("type") else ""
+    return Entry(t, "ended", _when(run["at"]),
+                 f"its run ended {d['ended']}{at}{why}; no run of it began since",
+                 f"tidemark resume {t}", stake)
+
+
+def entry_of(store: JournalStore, candidate: dict[str, Any],
+           report: Report | None = None) -> Entry | None:
+    """The task's entry, or None when it does not wait for a person. ``report``: the task's
+    interruption report when the caller has read it already."""
+    t = candidate["task_id"]
+    report = report or _report(store, t)
+    p, state = report.progress, report.state
+    unfinished = store.unwind_unfinished(t) if p.stop else None
+    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None):
+        return None  # settled: a stop or kill of a completed task holds nothing back
+    last = _when(candidate["last_at"] or candidate["created_at"])
+    stake = _stake(store, t)
+    if p.stop and p.stop.get("state") == ControlState.KILLED:
+        return _stopped(store, t, report, p.stop, stake)  # nothing else acts until it is released
+    if state == TaskState.PARTLY_UNWOUND:
+        return Entry(t, "partly_unwound", last, f"{p.undo_rows} compensation row(s) journaled, "
+                     "the task is not unwound", f"tidemark unwind {t} --yes", stake)
+    d = p.in_doubt
+    if d is not None and d.phase == "do":
+        return Entry(t, "in_doubt", d.started_at,
+                     f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
+                     "or a person can say whether it happened",
+                     f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+    if unfinished is not None:
+        return _unwind_unfinished(t, unfinished, stake)
+    if p.stop:
+        return _stopped(store, t, report, p.stop, stake)
+    if state in (TaskState.NOT_STARTED, TaskState.PARTIAL, TaskState.AWAITING_APPROVAL):
+        run = store.run_ended(t)
+        if run is not None:  # no run asks for the approval either: it asks again when resumed
+            return _ended(t, run, stake)
+    if state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
+        return None  # nothing a person must decide: a run goes on by itself
+    if state == TaskState.FAILED:
+        return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target",
+                     f"tidemark resume {t}", stake)
+    if state == TaskState.VERIFICATION_FAILED:
+        v = report.boundary["verification"]
+        named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
+                          for f in v["failures"])
+        return Entry(t, "verification_failed", _when(v["at"]),
+                     f"before step {v['boundary']}, no longer holds: {named}",
+                     f"tidemark resume {t}", stake)
+    if state == TaskState.AWAITING_APPROVAL:
+        asked = store.approval_request(t) or {}
+        who = ", ".join(asked.get("approvers") or []) or "nobody configured"
+        return Entry(t, "awaiting_approval", _when(asked.get("asked_at") or last),
+                     f"may decide: {who}", f"tidemark approve {t}",
+                     list(asked.get("lines") or stake))
+    return None
+
+
+# The state whose sentence (tidemark.needs.sentence) says an entry's why.
+STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND,
+                "unwind_unfinished": TaskState.PARTLY_UNWOUND}
+
+
+def entry_for(store: JournalStore, task_id: str,
+              report: Report | None = None) -> Entry | None:
+    """The inbox entry of one task, or None when it does not wait for a person."""
+    found = [c for c in store.inbox_candidates() if c["task_id"] == task_id]
+    return entry_of(store, found[0], report) if found else None
+
+
+def first_line(store: JournalStore, report: Report) -> str:
+    """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
+    the Web UI (tidemark.needs.sentence): what holds the task ``report`` is of, and the one
+    command next."""
+    task_id = report.progress.task_id
+    e = entry_for(store, task_id, report)
+    if e is None:
+        return f"Task {task_id} needs nothing from a person ({report.state})."
+    if e.why == "ended":
+        return (f"Task {task_id} waits for a person: {e.detail}, so nothing runs it; continue "
+                f"it with `{e.command}` or put its steps back with "
+                f"`tidemark unwind {task_id} --yes`.")
+    if e.why == "awaiting_approval":
+        return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
+                f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
+    doubt = report.progress.in_doubt
+    said = sentence(task_id, STATE_OF_WHY.get(e.why, e.why),
+                    {"message": e.detail, "step": doubt.step if doubt else None})
+    return said if f"`{e.command}" in said else f"{said} Next: `{e.command}`."
+
+
+def task_need(store: JournalStore, task_id: str) -> TaskNeed:
+    """What the task's worklist row says now: the word, state and first line of its entry;
+    ``nothing`` and ``settled`` once it is completed or unwound (nobody is needed, and no run
+    goes on); ``nothing`` alone when the journal says a run goes on with it (that run's end
+    says what it needs)."""
+    report = _report(store, task_id)
+    entry = entry_for(store, task_id, report)
+    if entry is not None:
+        return TaskNeed(str(entry.need), str(report.state), first_line(store, report))
+    settled = report.state in (TaskState.COMPLETED, TaskState.UNWOUND) or \
+        report.progress.finished
+    return TaskNeed(str(Need.NOTHING), str(report.state), settled=settled)
