@@ -221,12 +221,14 @@ def test_the_who_needs_me_doc_links_the_web_ui_list_the_command_prints() -> None
 async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(
         store: JournalStore, tmp_path: Path, cli: Any, monkeypatch: Any) -> None:
     """Temporal down at 03:14: the journal's list all the same, exit 0, and one line on stderr
-    saying what it could not tell (an unwind under way)."""
+    saying what it could not tell (an unwind under way, a run ended outside tidemark)."""
     task = Task(tmp_path)
     store.persist_plan(load_plan(task.doc, SPECS))
     store.set_control(task.id, "stopped", "incident", "ops")
     monkeypatch.setenv("TEMPORAL_ADDRESS", "localhost:1")  # nothing listens there
     code, out, err = await cli("inbox")
     assert code == 0 and f"{task.id}  stopped  since " in out
-    assert err.startswith("tidemark: could not ask Temporal which unwinds are under way (")
-    assert err.endswith("a task being unwound is listed as stopped\n") and err.count("\n") == 1
+    assert err.startswith("tidemark: could not ask Temporal which unwinds and runs are under "
+                          "way (")
+    assert err.endswith("a task being unwound is listed as stopped, and a run ended outside "
+                        "tidemark is not seen\n") and err.count("\n") == 1

@@ -486,3 +486,34 @@ async def test_a_release_of_every_task_brings_each_row_of_this_journal_in_line(
     for t in tasks:
         assert listed[t] == Need.RESUME, listed
         assert await open_needs(client, t) == {f"tidemark-needs-{t}": Need.RESUME}
+
+
+async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path, cli: Any) -> None:
+    """A person terminates a run from the Web UI (or `temporal workflow terminate`) during its
+    step 2: the run journals no end and opens no row. The journal alone reads a run going on;
+    the inbox asks Temporal, finds the run closed, and lists the task as waiting for its
+    resume, which then completes it, every step once."""
+    workers.start()
+    task = f"terminated-{uuid.uuid4().hex[:8]}"
+    hold, ledger = tmp_path / "hold", tmp_path / "ledger"
+    client = temporal_env.client
+    run = await held_in_step_2(client, store, task, task_queue, tmp_path)
+    await run.terminate("pressed Terminate in the Web UI")
+    hold.unlink()
+    assert store.run_ended(task) is None  # the journal cannot know
+    assert entry_for(store, task) is None
+
+    code, out, err = await cli("inbox", "--json")
+    assert (code, err) == (0, ""), err
+    listed = {e["task_id"]: e for e in json.loads(out)}
+    assert (listed[task]["why"], listed[task]["command"]) == (
+        "ended", f"tidemark resume {task}"), listed
+    assert "is terminated in Temporal and journaled no end" in listed[task]["detail"]
+
+    code, out, err = await cli("resume", task, "--wait", "--task-queue", task_queue)
+    assert code == 0, (out, err)
+    code, out, err = await cli("inbox", "--json")
+    assert task not in {e["task_id"] for e in json.loads(out)}
+    assert [line.split()[-1] for line in ledger.read_text().splitlines()] == ["e", "f"]

@@ -95,7 +95,8 @@ def _report(store: JournalStore, task_id: str) -> Report:
     return build_report(store, task_id)
 
 
-def _stake(store: JournalStore, task_id: str) -> list[str]:
+def at_stake(store: JournalStore, task_id: str) -> list[str]:
+    """The irreversible steps of the task not yet done, one line each."""
     return [what_it_will_do(s["step"], s["action"], s["args"])
             for s in store.irreversible_pending(task_id)]
 
@@ -158,7 +159,7 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
     if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None):
         return None  # settled: a stop or kill of a completed task holds nothing back
     last = _when(candidate["last_at"] or candidate["created_at"])
-    stake = _stake(store, t)
+    stake = at_stake(store, t)
     if p.stop and p.stop.get("state") == ControlState.KILLED:
         return _stopped(store, t, report, p.stop, stake)  # nothing else acts until it is released
     if state == TaskState.PARTLY_UNWOUND:

@@ -1,9 +1,11 @@
 """`tidemark inbox`: every task that waits for a person, one entry per task, oldest first.
 
 Read from the journal (tidemark/waiting.py says what a task waits for, the same reading as
-`tidemark status` and the Web UI's worklist rows). Temporal is asked one thing the journal
+`tidemark status` and the Web UI's worklist rows). Temporal is asked two things the journal
 cannot tell: which tasks have an unwind under way (a person's `tidemark unwind T --yes` sets a
-plain stop first; while it runs, the task is being settled, not waiting).
+plain stop first; while it runs, the task is being settled, not waiting), and whether the run
+the journal reads as going on is open (a run terminated outside tidemark, from the Web UI say,
+journals no end; nothing runs its task).
 
 Each entry says why, since when, what is at stake (the irreversible steps not yet done, as
 `tidemark approve` shows them: recipients, subjects, amounts in the currency's own units) and
@@ -18,14 +20,15 @@ import argparse
 import json
 import sys
 import urllib.parse
-from datetime import UTC
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
 from tidemark.needs import worklist_query
 from tidemark.settings import Settings
-from tidemark.waiting import Entry, entry_of
+from tidemark.waiting import Entry, at_stake, entry_of
 from tools.commands import open_store
 
 # The store (psycopg) is loaded by the commands that read the journal, when they read it:
@@ -37,6 +40,7 @@ DEFAULT_UI = "http://localhost:8233"
 # The unwinds under way (tools.starter.unwind_task names them tidemark-unwind-<task>).
 UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
 UNWIND_PREFIX = "tidemark-unwind-"
+RUNS_OPEN = 'WorkflowType = "RunPlan" AND ExecutionStatus = "Running"'
 # How long the inbox waits for Temporal before it answers from the journal alone.
 TEMPORAL_WAIT_S = 5.0
 
@@ -52,35 +56,83 @@ def _blocked(event: dict[str, Any]) -> Entry:
                  f"stored: {why}", f"tidemark status --series {series}")
 
 
-async def _open_unwinds(settings: Settings) -> set[str]:
+@dataclass(frozen=True)
+class Seen:
+    """What Temporal says and the journal cannot."""
+
+    unwinding: set[str]  # tasks whose unwind is under way: being settled, not waiting
+    gone: dict[str, str]  # tasks the journal reads a run going on for whose run is not open:
+    #                       its status in Temporal (terminated outside tidemark, say)
+
+
+async def _ask(settings: Settings, going_on: list[str]) -> Seen:
+    from temporalio.service import RPCError, RPCStatusCode
+
     from tools.starter import connect  # the Temporal client: loaded by this command only
 
     client = await connect(settings)
-    return {w.id.removeprefix(UNWIND_PREFIX) async for w in client.list_workflows(UNWINDS_OPEN)
-            if w.id.startswith(UNWIND_PREFIX)}
+    unwinding = {w.id.removeprefix(UNWIND_PREFIX) async for w in client.list_workflows(UNWINDS_OPEN)
+                 if w.id.startswith(UNWIND_PREFIX)}
+    running = {w.id async for w in client.list_workflows(RUNS_OPEN)}
+    gone: dict[str, str] = {}
+    for task_id in going_on:
+        wid = f"tidemark-{task_id}"
+        if wid in running:
+            continue
+        try:  # the list may not show a run started a moment ago: its description does
+            desc = await client.get_workflow_handle(wid).describe()
+            status = desc.status.name if desc.status else "UNKNOWN"
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            status = "NOT_FOUND"
+        if status != "RUNNING":
+            gone[task_id] = status
+    return Seen(unwinding, gone)
 
 
-def open_unwinds(settings: Settings) -> set[str] | None:
-    """The tasks whose unwind is under way, or None (with one line on stderr) when Temporal
+def ask_temporal(settings: Settings, going_on: list[str]) -> Seen | None:
+    """Which tasks have an unwind under way, and which of ``going_on`` (the tasks the journal
+    reads a run going on for) have no open run; None (with one line on stderr) when Temporal
     does not answer in time: the inbox then answers from the journal alone."""
     import asyncio  # with the Temporal client: `--help` registers this command without it
 
+    from temporalio.service import RPCError
+
     try:
-        return asyncio.run(asyncio.wait_for(_open_unwinds(settings), TEMPORAL_WAIT_S))
-    except (TidemarkError, TimeoutError, RuntimeError) as e:
-        print(f"tidemark: could not ask Temporal which unwinds are under way ({type(e).__name__}: "
-              f"{e}); a task being unwound is listed as stopped".replace("\n", " "),
-              file=sys.stderr)
+        return asyncio.run(asyncio.wait_for(_ask(settings, going_on), TEMPORAL_WAIT_S))
+    except (TidemarkError, TimeoutError, RuntimeError, RPCError) as e:
+        print(f"tidemark: could not ask Temporal which unwinds and runs are under way "
+              f"({type(e).__name__}: {e}); a task being unwound is listed as stopped, and a "
+              "run ended outside tidemark is not seen".replace("\n", " "), file=sys.stderr)
         return None
 
 
-def inbox(store: JournalStore, unwinding: set[str] | None = None) -> list[Entry]:
-    """Every task that waits for a person, oldest first; ``unwinding`` (tasks whose unwind is
-    under way) are being settled and left out."""
-    entries = [e for c in store.inbox_candidates() if c["task_id"] not in (unwinding or set())
-               and (e := entry_of(store, c)) is not None]
-    entries += [_blocked(b) for b in store.blocked_starts()]
-    return sorted(entries, key=lambda e: (e.since, e.task_id))
+def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) -> Entry:
+    """A task whose run is not open in Temporal though it journaled no end: it was ended
+    outside tidemark (the Web UI's Terminate, `temporal workflow terminate`), so nothing runs
+    the task."""
+    return Entry(task_id, "ended", began_at,
+                 f"its run tidemark-{task_id} is {status.lower()} in Temporal and journaled no "
+                 "end (ended outside tidemark: the Web UI's Terminate, `temporal workflow "
+                 "terminate`); nothing runs the task", f"tidemark resume {task_id}",
+                 at_stake(store, task_id))
+
+
+def inbox(store: JournalStore, seen: Seen | None = None,
+          going_on: list[dict[str, Any]] | None = None) -> list[Entry]:
+    """Every task that waits for a person, oldest first. With ``seen`` (Temporal's answer):
+    tasks whose unwind is under way are being settled and left out, and a task of
+    ``going_on`` (store.runs_going_on) whose run is not open waits for its resume."""
+    unwinding = seen.unwinding if seen is not None else set()
+    entries = {c["task_id"]: e for c in store.inbox_candidates()
+               if c["task_id"] not in unwinding and (e := entry_of(store, c)) is not None}
+    for run in going_on or []:
+        status = seen.gone.get(run["task_id"]) if seen is not None else None
+        if status is not None:
+            entries[run["task_id"]] = _gone(store, run["task_id"], status, run["began_at"])
+    listed = [*entries.values(), *(_blocked(b) for b in store.blocked_starts())]
+    return sorted(listed, key=lambda e: (e.since, e.task_id))
 
 
 def web_ui_url(base: str, namespace: str) -> str:
@@ -120,9 +172,10 @@ def add_inbox_command(sub: Any) -> None:
 
 
 def run_inbox(a: argparse.Namespace) -> int:
-    unwinding = open_unwinds(a.settings)
     with open_store(database_url(a.settings)) as store:
-        entries = inbox(store, unwinding)
+        going_on = store.runs_going_on()
+        seen = ask_temporal(a.settings, [r["task_id"] for r in going_on])
+        entries = inbox(store, seen, going_on)
     if a.json:
         print(json.dumps([e.as_json() for e in entries], indent=2))
     else:

@@ -99,6 +99,27 @@ class InboxMixin(StoreBase):
         run = self.latest_run(task_id)
         return run if run is not None and "ended" in run["detail"] else None
 
+    def runs_going_on(self) -> list[dict[str, Any]]:
+        """The tasks the journal reads a run going on for: the latest run journaled its
+        beginning and no end, and the task is neither finished, stopped nor unwound (nor partly
+        unwound): ``task_id`` and ``began_at``. Whether the run is in fact open is Temporal's
+        to say (a run terminated outside tidemark journals no end)."""
+        with self._conn() as conn:
+            return conn.execute(
+                f"""
+                SELECT p.task_id, r.at AS began_at
+                FROM tidemark.plans p, LATERAL ({_LATEST_RUN}) r
+                WHERE r.detail ? 'began'
+                  AND tidemark.stop_of(p.task_id) IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
+                  AND NOT EXISTS (SELECT 1 FROM tidemark.journal j
+                                  WHERE j.task_id = p.task_id AND j.phase = 'undo')
+                  AND (SELECT count(*) FROM tidemark.journal j
+                       WHERE j.task_id = p.task_id AND j.phase = 'do'
+                         AND j.status = 'done') < p.step_count
+                ORDER BY r.at, p.task_id
+                """).fetchall()
+
     def blocked_starts(self) -> list[dict[str, Any]]:
         """The latest refused start (``blocked`` event) of every task whose plan was never
         stored: ``task_id``, ``detail``, ``at``. A task started since has a plan and is not

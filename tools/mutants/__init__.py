@@ -116,5 +116,6 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/approval.py": (T_AP,),
     "activities/steps.py": (T_UC, T_UW, T_WL),
     "tools/rows.py": (T_WL, "tests/test_inbox.py"),
+    "tools/inbox.py": (T_WL, "tests/test_inbox.py"),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
 }

@@ -228,6 +228,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '            if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):',
            '            if False:',
            (f"{T_WL}::test_a_run_killed_at_once_then_released_waits_for_its_resume",)),
+    Mutant("inbox: a run terminated outside tidemark is taken for one going on",
+           "tools/inbox.py",
+           '        if status != "RUNNING":\n            gone[task_id] = status',
+           '        if False:\n            gone[task_id] = status',
+           (f"{T_WL}::test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox",)),
     Mutant("runplan: the row a run opens says the run's word, not the journal's",
            "workflows/run_plan.py",
            "            if word.need != Need.NOTHING or word.settled:\n"
