@@ -8,6 +8,7 @@ plain sentence of what happened and what to do next, the line `tidemark status T
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.parse
 import uuid
@@ -517,3 +518,37 @@ async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox
     code, out, err = await cli("inbox", "--json")
     assert task not in {e["task_id"] for e in json.loads(out)}
     assert [line.split()[-1] for line in ledger.read_text().splitlines()] == ["e", "f"]
+
+
+async def test_a_row_opened_for_a_task_settled_meanwhile_closes_itself(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path) -> None:
+    """A row opens in the words of a run that read the journal a moment earlier; if its task
+    was settled in between (an unwind ended `unwound` and sent its release before the row
+    existed), nothing would ever close it. So a row reads the journal once it is open: for a
+    completed task it closes by itself, for a task that needs a person it stays."""
+    workers.start()
+    client = temporal_env.client
+    done = f"settled-{uuid.uuid4().hex[:8]}"
+    completed = await client.start_workflow(
+        "RunPlan", plan(done, tmp_path / "done", approval=False), id=f"tidemark-{done}",
+        task_queue=task_queue, result_type=RunResult)
+    assert (await run_result(completed)).state == "completed"
+    waits = f"waits-{uuid.uuid4().hex[:8]}"
+    store.persist_plan(load_plan(plan(waits, tmp_path / "waits", approval=False), SPECS))
+    store.set_control(waits, "stopped", "audit", "ops")
+    rows = {}
+    for task in (done, waits):
+        rows[task] = await client.start_workflow(
+            "NeedsPerson", {"task_id": task, "state": "stopped", "need": "stopped",
+                            "sentence": f"Task {task} is stopped."},
+            id=f"tidemark-needs-{task}", task_queue=task_queue)
+    assert await asyncio.wait_for(rows[done].result(), 30) == \
+        "settled: the journal: its task is settled"
+
+    async def checked() -> bool:  # the other row has read the journal too
+        return EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED in [
+            e.event_type async for e in rows[waits].fetch_history_events()]
+    await until(checked)
+    assert await open_needs(client, waits) == {f"tidemark-needs-{waits}": Need.STOPPED}
+    await rows[waits].terminate("test over")

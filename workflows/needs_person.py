@@ -22,12 +22,22 @@ import contextlib
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from tidemark.needs import Need
-    from workflows.shared import NEEDS, STATE, TASK_ID
+    from tidemark.payloads import TaskNeed
+    from workflows.shared import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT, NEEDS, STATE, TASK_ID
+
+# A row reads the journal once it is open (the task_need activity): a task settled in the
+# moment before the row existed closes it. Rows from before this read nothing
+# (workflow.patched).
+CHECKS_AT_OPEN = "row-checks-at-open"
+# The check is worth a few attempts, not a row that waits on Postgres: if the journal cannot
+# be read, the row stands as its run opened it.
+CHECK_RETRY = RetryPolicy(initial_interval=BOOKKEEPING_RETRY.initial_interval,
+                          backoff_coefficient=2.0, maximum_attempts=5)
 
 # The Web UI shows a workflow's summary as one line; the sentence fits in this.
 SUMMARY_CHARS = 400
@@ -65,9 +75,27 @@ class NeedsPerson:
     @workflow.run
     async def run(self, need: dict[str, Any]) -> str:
         self._show(need)
+        if workflow.patched(CHECKS_AT_OPEN):
+            await self._check(str(need.get("task_id", "")))
         await workflow.wait_condition(lambda: self._settled is not None)
         workflow.upsert_search_attributes([NEEDS.value_set(Need.NOTHING)])
         return f"settled: {self._settled}"
+
+    async def _check(self, task_id: str) -> None:
+        """Reads the journal once the row is open: a task settled meanwhile (its unwind ended
+        ``unwound`` in the moment between the run's reading and this row's start, its release
+        sent before the row existed) needs nobody, and the row closes. A release sent once the
+        row is open reaches it as a signal; one sent before it found the task's end journaled
+        already, which this reads."""
+        if not task_id:
+            return
+        with contextlib.suppress(ActivityError):  # the journal unreachable: the row stands
+            now: TaskNeed = await workflow.execute_activity(
+                "task_need", task_id, result_type=TaskNeed,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=CHECK_RETRY,
+                summary="is the task settled already?")
+            if now.settled and self._settled is None:
+                self._settled = "the journal: its task is settled"
 
     def _show(self, need: dict[str, Any]) -> None:
         self._need = dict(need)
