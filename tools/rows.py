@@ -26,7 +26,6 @@ what they said until the task's next run starts.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -83,6 +82,8 @@ async def _signal(client: Client, workflow_id: str, name: str, arg: object) -> N
 
 async def _bring_in_line(settings: Settings, url: str, scope: str, by: str,
                          wake: bool) -> None:
+    import asyncio  # with the Temporal client: `--help` registers the commands without it
+
     from tools.starter import connect  # the Temporal client: loaded by these commands only
 
     with open_store(url) as store:
@@ -121,6 +122,8 @@ def bring_rows_in_line(settings: Settings, url: str, scope: str, by: str, *,
     now (module docstring); ``by`` names the command and the person. ``wake`` (a stop or a
     release): the runs of those tasks that wait at the boundary read the stop state first.
     One line on stderr, nothing raised, when Temporal does not answer in time."""
+    import asyncio
+
     from temporalio.service import RPCError
 
     try:  # each call to Temporal waits TEMPORAL_WAIT_S at most, however many rows there are
