@@ -1,9 +1,10 @@
 """After a person's command, the task's row of the Web UI's worklist says what the journal says.
 
-A row (workflows/needs_person.py) is opened by the run that ended needing a person, in that
-run's words, and closed by the task's next run when it starts. A command that changes what
-the task needs without starting a run (`tidemark stop`, `release`, `resolve`) would leave the
-row saying what no longer holds: a released task's row would still ask for its release, a step
+A row (workflows/needs_person.py) is opened by the run that ended needing a person, in the
+journal's words of that moment, and closed by the task's next run when it starts. A command
+that changes what the task needs without starting a run (`tidemark stop`, `release`, `resolve`,
+`kill`, an `approve` or `reject` that no open run takes) would leave the row saying what no
+longer holds: a released task's row would still ask for its release, a step
 resolved as done would still ask for a decision. So such a command, once its journal write
 is done, reads each task it touched as `tidemark inbox` reads it (tidemark.waiting.task_need)
 and tells the task's open row:
