@@ -26,7 +26,7 @@ from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
 from helpers.steps import crash_at, run_one
-from helpers.worklist import open_needs
+from helpers.worklist import attribute, open_needs
 from tidemark.payloads import UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -567,6 +567,9 @@ async def test_control_matrix(state: str, name: str, tmp_path: Path, store: Jour
         assert out.err.count("\n") == 1 and "ended" in out.err, said
     if unwind_ended is not None:
         assert unwind_ended == UNWIND_WORKFLOW[name], unwind_ended
+        if name == "release":  # it never began: it asks nobody for anything, itself included
+            assert await attribute(temporal_env.client, f"tidemark-unwind-{task.id}",
+                                   "TidemarkNeeds") == "nothing"
     if (state, name) in WORKFLOW:
         status, run_state = WORKFLOW[(state, name)]
         seen = await tidemark_state(temporal_env, task.id)

@@ -214,6 +214,49 @@ async def held_in_step_2(client: Any, store: JournalStore, task: str, task_queue
     return run
 
 
+async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_reached_it(
+        temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
+        tmp_path: Path) -> None:
+    """The same order for a killed run, which opens its row before it journals its end (a
+    kill may terminate it at once): the run is started with the kill signal, so it ends
+    ``killed`` in the workflow task that sees its prepare's result, the one that also sends
+    the release of the row the first run opened. The row must be opened again only after the
+    release's result: two signals crossing on their way to the row could leave it closed."""
+    workers.start()
+    task = f"killed-start-{uuid.uuid4().hex[:8]}"
+    target = tmp_path / "a.txt"
+    target.write_text("a")
+    doc = {"task_id": task, "steps": [{"action": "fs.rename",
+                                       "args": {"path": str(target), "name": "b.txt"}}]}
+    store.set_control(task, "stopped", "the wrong folder", "ops")
+    client = temporal_env.client
+    first = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
+                                        task_queue=task_queue, result_type=RunResult)
+    assert (await run_result(first)).state == "stopped"  # its row is open
+    store.set_control(task, "released", "go on", "ops")
+    second = await client.start_workflow(
+        "RunPlan", {"task_id": task}, id=f"tidemark-{task}", task_queue=task_queue,
+        result_type=RunResult, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        start_signal="kill", start_signal_args=[{"by": "ops", "reason": "wrong folder"}])
+
+    async def reopened() -> bool:  # the run waits for the kill to terminate it
+        return await open_needs(client, task) == {f"tidemark-{task}": Need.KILLED,
+                                                  f"tidemark-needs-{task}": Need.KILLED}
+    await until(reopened)
+    kinds = [e.event_type async for e in second.fetch_history_events()]
+    E = EventType
+    released = next(i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
+    held = [i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
+    assert held and released < min(held), [E.Name(k) for k in kinds]
+    assert target.read_text() == "a"  # nothing acted
+    await second.terminate("killed")
+    await client.get_workflow_handle(f"tidemark-needs-{task}").terminate("test over")
+
+
 async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:

@@ -250,7 +250,8 @@ class RunPlan:
                 workflow.patched(UNWIND_OWNS_ROW):
             # Its task's unwind began while it ran (UnwindPlan told it before it released the
             # row): whatever ended the run, the unwind says what the task needs, in the row
-            # it opens if it does not finish; the run's later word would overwrite that.
+            # it opens if it does not finish. Once the unwind ended, the journal's word is the
+            # unwind's too; while it still works, the run's word (stopped) would be wrong.
             need = Need.NOTHING
         if need != Need.NOTHING and result.task_id and self._holds():
             await hold(result.task_id, state, need, said)

@@ -188,7 +188,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if self._releasing is not None:\n            await self._releasing\n",
            "        if self._releasing is not None:\n            pass\n",
            ("tests/test_worklist.py::test_a_run_that_ends_at_its_start_reopens_the_row_only_"
-            "after_its_release_reached_it",)),
+            "after_its_release_reached_it",
+            f"{T_WL}::test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_"
+            "reached_it")),
     Mutant("unwindplan: an unwind that ends unwound leaves a row a run opened while it worked",
            "workflows/unwind_plan.py",
            "            await release(result.task_id, workflow.info().workflow_id)\n",
@@ -200,12 +202,6 @@ MUTANTS: tuple[Mutant, ...] = (
            'if r.error.get("type") == "NotStopped" and not self._run_told and',
            'if r.error.get("type") == "NotStopped" and False and',
            ("tests/test_control_matrix.py::test_control_matrix[unwinding-release]",)),
-    Mutant("runplan: a run told that its unwind began overwrites the unwind's row",
-           "workflows/run_plan.py",
-           "            need = Need.NOTHING\n",
-           "            pass\n",
-           ("tests/test_worklist.py::test_a_stop_and_unwind_during_a_step_leave_one_row_that_"
-            "says_the_task_waits",)),
     Mutant("an unwind that did not finish is not journaled", "activities/steps.py",
            'if inp.detail.get("unfinished"):',
            "if False:",
