@@ -191,6 +191,17 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
     await holder.terminate("test over")
 
 
+async def rows_say(client: Any, task: str, want: dict[str, str]) -> None:
+    """Waits (up to 10 s) until the task's open rows of the worklist are ``want``: a command
+    signals a row and returns; the row takes the signal in its own workflow task."""
+    async def said() -> bool:
+        return await open_needs(client, task) == want
+    try:
+        await until(said, timeout=10)
+    except AssertionError:
+        assert await open_needs(client, task) == want
+
+
 async def held_in_step_2(client: Any, store: JournalStore, task: str, task_queue: str,
                          root: Path) -> Any:
     """Starts ``task``: a rename of ``root/docs/d0.txt``, then two lines of ``root/ledger``,
@@ -373,13 +384,13 @@ async def test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_ro
     code, out, _ = await cli("status", task)
     assert code == 0 and f"`tidemark resume {task}`" in out.splitlines()[0], out
     # the row asks for what the journal asks for, in the same sentence
-    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.RESUME}
+    await rows_say(client, task, {f"tidemark-needs-{task}": Need.RESUME})
     row = client.get_workflow_handle(f"tidemark-needs-{task}")
     assert (await row.query("status"))["sentence"] == out.splitlines()[0]
 
     code, out, err = await cli("resume", task, "--wait", "--task-queue", task_queue)
     assert code == 0, (out, err)
-    assert await open_needs(client, task) == {}
+    await rows_say(client, task, {})
     assert entry_for(store, task) is None
     assert [line.split()[-1] for line in ledger.read_text().splitlines()] == ["e", "f"]
 
@@ -411,7 +422,7 @@ async def test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_dec
     assert (code, err) == (0, ""), err
     assert store.progress(task).finished
     assert entry_for(store, task) is None
-    assert await open_needs(client, task) == {}
+    await rows_say(client, task, {})
     desc = await client.get_workflow_handle(f"tidemark-needs-{task}").describe()
     assert desc.status is not None and desc.status.name == "COMPLETED"
 
@@ -443,7 +454,7 @@ async def test_a_run_killed_at_once_then_released_waits_for_its_resume(
     entry = entry_for(store, task)
     assert entry is not None and (entry.why, entry.command) == (
         "ended", f"tidemark resume {task}"), entry
-    assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.RESUME}
+    await rows_say(client, task, {f"tidemark-needs-{task}": Need.RESUME})
 
 
 async def test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_released(
@@ -476,7 +487,7 @@ async def test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_rele
     code, out, err = await cli("approve", task, "--wait")
     assert code == 0, (out, err)
     assert (await run_result(run)).state == "completed"
-    assert await open_needs(client, task) == {}
+    await rows_say(client, task, {})
 
 
 async def test_a_resumed_run_waiting_for_approval_is_not_read_as_ended(
@@ -529,7 +540,7 @@ async def test_a_release_of_every_task_brings_each_row_of_this_journal_in_line(
     listed = {e["task_id"]: e["need"] for e in json.loads(out)}
     for t in tasks:
         assert listed[t] == Need.RESUME, listed
-        assert await open_needs(client, t) == {f"tidemark-needs-{t}": Need.RESUME}
+        await rows_say(client, t, {f"tidemark-needs-{t}": Need.RESUME})
 
 
 async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox(
