@@ -155,6 +155,21 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
     assert '"nothing"' not in worklist_query()
 
 
+async def reopened_after_its_release(run: Any) -> None:
+    """The run's history shows the result of the release it sent at its start (signalled, or
+    failed: no row was open) before the command that opens its row again (a child started, or
+    the ``need`` signal to a row still open)."""
+    kinds = [e.event_type async for e in run.fetch_history_events()]
+    E = EventType
+    released = next(i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
+    reopened = [i for i, k in enumerate(kinds) if k in (
+        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
+    assert reopened and released < min(reopened), [E.Name(k) for k in kinds]
+
+
 async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_release_reached_it(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:
@@ -176,15 +191,7 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
                                              task_queue=task_queue, result_type=RunResult,
                                              id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         assert (await run_result(handle)).state == "stopped"
-    kinds = [e.event_type async for e in handle.fetch_history_events()]
-    E = EventType
-    released = next(i for i, k in enumerate(kinds) if k in (
-        E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
-    reopened = [i for i, k in enumerate(kinds) if k in (
-        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
-    assert reopened and released < min(reopened), [E.Name(k) for k in kinds]
+    await reopened_after_its_release(handle)
     holder = client.get_workflow_handle(f"tidemark-needs-{task}")
     assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
     assert (await holder.describe()).status.name == "RUNNING"
@@ -254,15 +261,7 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
         return await open_needs(client, task) == {f"tidemark-{task}": Need.KILLED,
                                                   f"tidemark-needs-{task}": Need.KILLED}
     await until(reopened)
-    kinds = [e.event_type async for e in second.fetch_history_events()]
-    E = EventType
-    released = next(i for i, k in enumerate(kinds) if k in (
-        E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
-    held = [i for i, k in enumerate(kinds) if k in (
-        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
-    assert held and released < min(held), [E.Name(k) for k in kinds]
+    await reopened_after_its_release(second)
     assert target.read_text() == "a"  # nothing acted
     await second.terminate("killed")
     await client.get_workflow_handle(f"tidemark-needs-{task}").terminate("test over")
