@@ -137,8 +137,8 @@ class StepActivities:
             # A run of the task begins: an earlier run's journaled end no longer says that
             # nothing runs it (record_run_end).
             info = activity.info()
-            self.store.record_event(task_id, EventKind.RUN, {"began": info.workflow_run_id},
-                                    actor=info.workflow_id or "a run")
+            self.store.record_run_began(task_id, info.workflow_run_id or "",
+                                        info.workflow_id or "a run")
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop, first = progress.stop, progress.next_step
@@ -235,10 +235,9 @@ class StepActivities:
         Returns what the journal then says the task needs: the word of the row the run opens."""
         info = activity.info()
         try:
-            self.store.record_event(inp.task_id, EventKind.RUN, {
-                "ended": inp.state, "error": inp.error, "confirmed": inp.confirmed,
-                "steps": inp.steps, "run_id": info.workflow_run_id},
-                actor=info.workflow_id or "a run")
+            self.store.record_run_ended(inp.task_id, inp.state, inp.error,
+                                        info.workflow_id or "a run", confirmed=inp.confirmed,
+                                        steps=inp.steps, run_id=info.workflow_run_id)
             return waiting.task_need(self.store, inp.task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e

@@ -208,7 +208,7 @@ STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskStat
 def entry_for(store: JournalStore, task_id: str,
               report: Report | None = None) -> Entry | None:
     """The inbox entry of one task, or None when it does not wait for a person."""
-    found = [c for c in store.inbox_candidates() if c["task_id"] == task_id]
+    found = store.inbox_candidates(task_id)
     return entry_of(store, found[0], report) if found else None
 
 
@@ -216,8 +216,12 @@ def first_line(store: JournalStore, report: Report) -> str:
     """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
     the Web UI (tidemark.needs.sentence): what holds the task ``report`` is of, and the one
     command next."""
+    return _line(report, entry_for(store, report.progress.task_id, report))
+
+
+def _line(report: Report, e: Entry | None) -> str:
+    """first_line, of the task's entry ``e`` (None: it waits for nobody)."""
     task_id = report.progress.task_id
-    e = entry_for(store, task_id, report)
     if e is None:
         return f"Task {task_id} needs nothing from a person ({report.state})."
     if e.why == "ended":
@@ -241,7 +245,7 @@ def task_need(store: JournalStore, task_id: str) -> TaskNeed:
     report = _report(store, task_id)
     entry = entry_for(store, task_id, report)
     if entry is not None:
-        return TaskNeed(str(entry.need), str(report.state), first_line(store, report))
+        return TaskNeed(str(entry.need), str(report.state), _line(report, entry))
     settled = report.state in (TaskState.COMPLETED, TaskState.UNWOUND) or \
         report.progress.finished
     return TaskNeed(str(Need.NOTHING), str(report.state), settled=settled)

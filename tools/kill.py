@@ -43,7 +43,6 @@ from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
 from tidemark.payloads import KILLED
 from tidemark.store import JournalStore
-from tidemark.words import EventKind
 from tools import schedules
 from tools.commands import check_scope
 
@@ -206,9 +205,9 @@ class _Kill:
             if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):
                 # A terminated run cannot journal its own end (record_run_end): the kill does,
                 # so that once the kill is released the journal says that nothing runs it.
-                self.store.record_event(wid.removeprefix("tidemark-"), EventKind.RUN, {
-                    "ended": KILLED, "error": {"type": "Killed", "message": why}},
-                    actor=f"tidemark kill by {self.by}")
+                self.store.record_run_ended(wid.removeprefix("tidemark-"), KILLED,
+                                            {"type": "Killed", "message": why},
+                                            f"tidemark kill by {self.by}")
         if self.unlisted is not None:  # the task's own workflows were tried; others may run on
             raise KillError(f"could not list the open workflows ({self.unlisted}); "
                             f"tried: {out}")

@@ -88,14 +88,16 @@ async def _bring_in_line(settings: Settings, url: str, scope: str, by: str,
     from tools.starter import connect  # the Temporal client: loaded by these commands only
 
     with open_store(url) as store:
-        if _one_task(scope) and _need(store, scope) is None:
+        one = _need(store, scope) if _one_task(scope) else None
+        if _one_task(scope) and one is None:
             return  # no plan stored (a start refused, an id stopped ahead): no run, no row
         client = await asyncio.wait_for(connect(settings), TEMPORAL_WAIT_S)
         if wake:  # a stop or release: a run waiting at the boundary reads it (RunPlan.recheck)
             for task_id in await _in_scope(client, store, scope, WAITING_RUNS, RUN_PREFIX):
                 await _signal(client, RUN_PREFIX + task_id, "recheck", by)
-        words = {t: word for t in await _in_scope(client, store, scope, ROWS_OPEN, ROW_PREFIX)
-                 if (word := _need(store, t)) is not None}
+        words = {scope: one} if one is not None else {
+            t: word for t in await _in_scope(client, store, scope, ROWS_OPEN, ROW_PREFIX)
+            if (word := _need(store, t)) is not None}
     for task_id, word in words.items():
         if word.need != Need.NOTHING:
             await _signal(client, ROW_PREFIX + task_id, "refresh", {

@@ -1,5 +1,6 @@
 """Reads for the inbox: which tasks may wait for a person, and what their irreversible steps
-still put at stake.
+still put at stake; and the run events (a run's beginning, its end) that tell a task nothing
+runs from one whose run goes on.
 
 The candidates are narrowed here, in SQL, to the tasks with a journal fact that a person must
 act on (a stop or kill, a row in doubt whose attempt is gone, a refused step, a compensation,
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.store.base import StoreBase
+from tidemark.store.session import StepSession
 
 # The event ``e`` is an unwind_unfinished of the task ``p`` journaled since the stop that
 # applies to it now was set: an unwind that did not finish, which the task waits for while it
@@ -33,14 +35,14 @@ _RUN_ENDED = f"(SELECT r.detail ? 'ended' FROM ({_LATEST_RUN}) r) IS TRUE"
 class InboxMixin(StoreBase):
     """The inbox's reads over every task."""
 
-    def inbox_candidates(self) -> list[dict[str, Any]]:
+    def inbox_candidates(self, task_id: str | None = None) -> list[dict[str, Any]]:
         """Every task neither unwound nor completed (a completed task with a compensation is
         partly unwound, one stopped after an unwind that did not finish waits for its unwind)
         with a fact a person may have to act on (among them: its latest run ended and no run
         began since), oldest plan first:
         ``task_id``, ``created_at`` (the plan's) and ``last_at`` (its latest event). A task
         whose row in doubt is still under a live attempt lease is left out: a run is acting on
-        it now."""
+        it now. ``task_id``: that task alone (its own reading, by the primary key)."""
         with self._conn() as conn:
             return conn.execute(
                 f"""
@@ -48,7 +50,8 @@ class InboxMixin(StoreBase):
                   (SELECT max(e.at) FROM tidemark.events e WHERE e.task_id = p.task_id)
                      AS last_at
                 FROM tidemark.plans p
-                WHERE NOT EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
+                WHERE (%(task)s::text IS NULL OR p.task_id = %(task)s)
+                  AND NOT EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = p.task_id)
                   AND ((SELECT count(*) FROM tidemark.journal j
                         WHERE j.task_id = p.task_id AND j.phase = %(do)s
                           AND j.status = %(done)s) < p.step_count
@@ -72,7 +75,7 @@ class InboxMixin(StoreBase):
                        OR {_RUN_ENDED})
                 ORDER BY p.created_at, p.task_id
                 """, {"failed": "failed", "undo": "undo", "do": "do", "done": "done",
-                      "verification": "verification"}).fetchall()
+                      "verification": "verification", "task": task_id}).fetchall()
 
     def unwind_unfinished(self, task_id: str) -> dict[str, Any] | None:
         """The latest unwind of the task that ended before the task was unwound (its
@@ -84,6 +87,20 @@ class InboxMixin(StoreBase):
                 "SELECT e.detail, e.actor, e.at FROM (SELECT %s::text AS task_id) p"
                 f" JOIN tidemark.events e ON {_UNWIND_UNFINISHED}"
                 " ORDER BY e.id DESC LIMIT 1", (task_id,)).fetchone()
+
+    def record_run_began(self, task_id: str, run_id: str, actor: str) -> None:
+        """Journals that a run of the task began (RunPlan's prepare): an earlier run's
+        journaled end no longer says that nothing runs the task."""
+        with self._conn() as conn:
+            StepSession(conn).event(task_id, "run", {"began": run_id}, None, actor)
+
+    def record_run_ended(self, task_id: str, state: str, error: dict[str, Any], actor: str,
+                         **detail: Any) -> None:
+        """Journals that the task's run ended in ``state`` other than completed (RunPlan at
+        its end, or the kill that terminated it): until a run begins again, nothing runs it."""
+        with self._conn() as conn:
+            StepSession(conn).event(task_id, "run", {"ended": state, "error": error, **detail},
+                                    None, actor)
 
     def latest_run(self, task_id: str) -> dict[str, Any] | None:
         """The task's latest ``run`` event (``detail``, ``actor``, ``at``): its beginning

@@ -210,15 +210,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_control_matrix.py::test_control_matrix[running-unwind]")),
     # -- a run's end in the journal, and the rows that say what the journal says -----------------
     Mutant("a run's end is not journaled", "activities/steps.py",
-           "            self.store.record_event(inp.task_id, EventKind.RUN, {\n"
-           '                "ended": inp.state,',
-           "            False and self.store.record_event(inp.task_id, EventKind.RUN, {\n"
-           '                "ended": inp.state,',
+           "            self.store.record_run_ended(inp.task_id, inp.state, inp.error,",
+           "            False and self.store.record_run_ended(inp.task_id, inp.state, inp.error,",
            (f"{T_WL}::test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_"
             "and_inbox",)),
     Mutant("prepare journals no run's beginning", "activities/steps.py",
-           '            self.store.record_event(task_id, EventKind.RUN, {"began": ',
-           '            False and self.store.record_event(task_id, EventKind.RUN, {"began": ',
+           "            self.store.record_run_began(task_id, info.workflow_run_id or \"\",",
+           "            False and self.store.record_run_began(task_id, "
+           "info.workflow_run_id or \"\",",
            (f"{T_WL}::test_a_resumed_run_waiting_for_approval_is_not_read_as_ended",)),
     Mutant("kill: the end of a run it terminated is not journaled", "tools/kill.py",
            '            if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):',
@@ -246,10 +245,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_control_matrix.py::test_control_matrix[in_doubt-unwind]",)),
     Mutant("a person's command leaves the task's row as its run left it", "tools/rows.py",
            "    with open_store(url) as store:\n"
-           "        if _one_task(scope) and _need(store, scope) is None:",
+           "        one = _need(store, scope) if _one_task(scope) else None\n",
            "    return\n"
            "    with open_store(url) as store:\n"
-           "        if _one_task(scope) and _need(store, scope) is None:",
+           "        one = _need(store, scope) if _one_task(scope) else None\n",
            (f"{T_WL}::test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_"
             "decision",
             f"{T_WL}::test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_"
