@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from result_stdout import others_to_stderr
 from temporalio.client import Client
 
 from tools.fleet import FleetConfig, run_fleet, staging_process
@@ -107,11 +107,6 @@ if __name__ == "__main__":
                                  pool=a.pool)
     if config.problem():
         ap.error(config.problem())
-    # The dev server prints to the inherited stdout; only the result goes there.
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    result = asyncio.run(_main(config))
-    sys.stdout.flush()
-    os.dup2(result_fd, 1)
+    with others_to_stderr():
+        result = asyncio.run(_main(config))
     print(json.dumps(result, indent=1))

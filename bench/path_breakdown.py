@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import bench_plan
 from bench_worker import LATENCIES_ENV
+from result_stdout import others_to_stderr
 from run_all import (
     BareActivities,
     Workers,
@@ -267,12 +268,8 @@ def main() -> None:
     ap.add_argument("--raw", type=Path, help="also write RunPlan's history events (type, ms "
                     "since the epoch, activity type) by task to this JSON file")
     a = ap.parse_args()
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)  # the dev server and workers print to the inherited stdout
-    r = asyncio.run(main_async(a.steps, a.rounds, a.before))
-    sys.stdout.flush()
-    os.dup2(result_fd, 1)
+    with others_to_stderr():
+        r = asyncio.run(main_async(a.steps, a.rounds, a.before))
     if a.raw:
         a.raw.write_text(json.dumps(RAW))
     print(json.dumps(r, indent=1, default=list) if a.json else "", end="")

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_actions import bench_plan
+from result_stdout import others_to_stderr
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -254,11 +255,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     reps = ap.parse_args().reps
-    # The dev server prints to the inherited stdout; only the result goes there.
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    result = asyncio.run(_main(reps))
-    sys.stdout.flush()
-    os.dup2(result_fd, 1)
+    with others_to_stderr():
+        result = asyncio.run(_main(reps))
     print(json.dumps(result, indent=1))

@@ -72,6 +72,7 @@ from cli_start import measure_cli_start
 from fleet import DEFAULTS as FLEET_DEFAULTS
 from fleet import measure_fleet
 from recovery import measure_recovery
+from result_stdout import others_to_stderr
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -622,13 +623,8 @@ def main() -> None:
     parts = tuple(p for p in PARTS if p in a.only.split(","))
     if not parts or set(a.only.split(",")) - set(PARTS):
         ap.error(f"--only takes parts among {','.join(PARTS)}")
-    # The dev servers and workers print to the inherited stdout; only the result goes there.
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    r = asyncio.run(main_async(a.quick, parts))
-    sys.stdout.flush()
-    os.dup2(result_fd, 1)
+    with others_to_stderr():
+        r = asyncio.run(main_async(a.quick, parts))
     if a.json:
         print(json.dumps(r, indent=1))
     else:
