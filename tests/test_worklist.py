@@ -565,6 +565,15 @@ async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox
     assert (listed[task]["why"], listed[task]["command"]) == (
         "ended", f"tidemark resume {task}"), listed
     assert "is terminated in Temporal and journaled no end" in listed[task]["detail"]
+    # `tidemark status` reads the journal alone: it does not say that nothing is needed, but
+    # what the journal holds of the run, and where to ask whether it is still open.
+    code, out, err = await cli("status", task)
+    assert (code, err) == (0, ""), err
+    first = out.splitlines()[0]
+    assert first.startswith(f"Task {task} needs nothing from a person while its run goes on "
+                            f"(partial): the journal has the beginning of tidemark-{task}"), first
+    assert first.endswith("and no end of it; a run terminated outside tidemark journals none: "
+                          "`tidemark inbox` asks Temporal whether it is open."), first
 
     code, out, err = await cli("resume", task, "--wait", "--task-queue", task_queue)
     assert code == 0, (out, err)

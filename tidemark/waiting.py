@@ -216,7 +216,19 @@ def first_line(store: JournalStore, report: Report) -> str:
     """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
     the Web UI (tidemark.needs.sentence): what holds the task ``report`` is of, and the one
     command next."""
-    return _line(report, entry_for(store, report.progress.task_id, report))
+    task_id = report.progress.task_id
+    e = entry_for(store, task_id, report)
+    if e is None and report.state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
+        run = store.latest_run(task_id)
+        if run is not None and "began" in run["detail"]:
+            # The journal reads a run going on; only Temporal can tell one that ended outside
+            # tidemark (a Terminate journals no end), and this command does not ask it.
+            return (f"Task {task_id} needs nothing from a person while its run goes on "
+                    f"({report.state}): the journal has the beginning of {run['actor']} at "
+                    f"{_when(run['at']).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC and no end of "
+                    "it; a run terminated outside tidemark journals none: `tidemark inbox` "
+                    "asks Temporal whether it is open.")
+    return _line(report, e)
 
 
 def _line(report: Report, e: Entry | None) -> str:

@@ -117,6 +117,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/steps.py": (T_UC, T_UW, T_WL),
     "tools/rows.py": (T_WL, "tests/test_inbox.py"),
     "tools/inbox.py": (T_WL, "tests/test_inbox.py"),
+    "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
 }

@@ -228,6 +228,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '        if status != "RUNNING":\n            gone[task_id] = status',
            '        if False:\n            gone[task_id] = status',
            (f"{T_WL}::test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox",)),
+    Mutant("status: a task whose run journaled its beginning alone needs nothing, flatly",
+           "tidemark/waiting.py",
+           '        if run is not None and "began" in run["detail"]:',
+           "        if False:",
+           (f"{T_WL}::test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox",)),
     Mutant("runplan: the row a run opens says the run's word, not the journal's",
            "workflows/run_plan.py",
            "            if word.need != Need.NOTHING or word.settled:\n"
