@@ -155,6 +155,18 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
     assert '"nothing"' not in worklist_query()
 
 
+def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, dict[str, Any]]:
+    """A task named ``prefix-…`` of one rename of ``root/a.txt``, stopped before any run: its
+    id and its plan."""
+    task = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    target = root / "a.txt"
+    target.write_text("a")
+    doc = {"task_id": task, "steps": [{"action": "fs.rename",
+                                       "args": {"path": str(target), "name": "b.txt"}}]}
+    store.set_control(task, "stopped", "the wrong folder", "ops")
+    return task, doc
+
+
 async def reopened_after_its_release(run: Any) -> None:
     """The run's history shows the result of the release it sent at its start (signalled, or
     failed: no row was open) before the command that opens its row again (a child started, or
@@ -179,12 +191,7 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
     could close last and the worklist lose a task that needs a person. The history shows the
     order: the release's result before the row is opened again."""
     workers.start()
-    task = f"reopened-{uuid.uuid4().hex[:8]}"
-    target = tmp_path / "a.txt"
-    target.write_text("a")
-    doc = {"task_id": task, "steps": [{"action": "fs.rename",
-                                       "args": {"path": str(target), "name": "b.txt"}}]}
-    store.set_control(task, "stopped", "the wrong folder", "ops")
+    task, doc = stopped_rename(store, "reopened", tmp_path)
     client = temporal_env.client
     for _ in range(2):  # the first run opens the row, the second releases it and reopens it
         handle = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
@@ -241,12 +248,7 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
     the release of the row the first run opened. The row must be opened again only after the
     release's result: two signals crossing on their way to the row could leave it closed."""
     workers.start()
-    task = f"killed-start-{uuid.uuid4().hex[:8]}"
-    target = tmp_path / "a.txt"
-    target.write_text("a")
-    doc = {"task_id": task, "steps": [{"action": "fs.rename",
-                                       "args": {"path": str(target), "name": "b.txt"}}]}
-    store.set_control(task, "stopped", "the wrong folder", "ops")
+    task, doc = stopped_rename(store, "killed-start", tmp_path)
     client = temporal_env.client
     first = await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
                                         task_queue=task_queue, result_type=RunResult)
@@ -262,7 +264,7 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
                                                   f"tidemark-needs-{task}": Need.KILLED}
     await until(reopened)
     await reopened_after_its_release(second)
-    assert target.read_text() == "a"  # nothing acted
+    assert (tmp_path / "a.txt").read_text() == "a"  # nothing acted
     await second.terminate("killed")
     await client.get_workflow_handle(f"tidemark-needs-{task}").terminate("test over")
 
