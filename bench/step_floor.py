@@ -78,15 +78,13 @@ class FloorSteps:
     async def run(self, args: list[Any]) -> int:
         task_id, n, options, name = args
         for step in range(1, n + 1):
+            more: dict[str, Any] = {}
             if options:
-                await workflow.execute_activity(
-                    name, StepInput(task_id, step), result_type=StepOutput,
-                    start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
-                    retry_policy=STEP_RETRY, summary=f"{step}/{n} bench.step i={step}")
-            else:
-                await workflow.execute_activity(
-                    "floor_step", StepInput(task_id, step), result_type=StepOutput,
-                    start_to_close_timeout=STEP_START_TO_CLOSE)
+                more = {"heartbeat_timeout": STEP_HEARTBEAT, "retry_policy": STEP_RETRY,
+                        "summary": f"{step}/{n} bench.step i={step}"}
+            await workflow.execute_activity(name, StepInput(task_id, step),
+                                            result_type=StepOutput,
+                                            start_to_close_timeout=STEP_START_TO_CLOSE, **more)
         return n
 
 
