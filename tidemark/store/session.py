@@ -138,11 +138,16 @@ class StepSession:
                   "action": action, "args": Jsonb(args), "before": Jsonb(before_state),
                   "lease": lease_s, "attempt": attempt, "owner": self.attempt_token()}
         try:
-            # One round trip: BEGIN, the lock, the insert and COMMIT go out together.
-            with self._use() as conn, conn.pipeline(), conn.transaction():
-                conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",
-                             (task_id,))
-                r = conn.execute(
+            # One round trip, one transaction: the two statements go out together and the
+            # pipeline's one Sync ends them, so they commit together or not at all (an extended
+            # protocol transaction runs to the Sync; no BEGIN, whose own Sync would wait). Each
+            # statement still takes its own snapshot, so the insert sees what committed before
+            # the lock was granted.
+            with self._use() as conn:
+                with conn.pipeline():
+                    conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",
+                                 (task_id,))
+                    cur = conn.execute(
                     f"""
                     INSERT INTO tidemark.journal (task_id, phase, step, attempt, idem_key,
                                                   action, args, before_state, lease_until,
@@ -157,7 +162,8 @@ class StepSession:
                       AND {_ACT_GUARDS}
                       AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}
                     RETURNING {_JOURNAL_COLUMNS}
-                    """, params).fetchone()
+                    """, params)
+                r = cur.fetchone()
         except psycopg.errors.UniqueViolation as e:
             if self._written(task_id, phase, step, attempt):
                 raise StepBusy(f"{task_id}/{phase}/{step}",
