@@ -24,6 +24,7 @@ import pytest
 from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
+from helpers.renames import two_renames
 from helpers.steps import Attempts, persist
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry, StepContext
@@ -48,18 +49,6 @@ CREATE TRIGGER intent_waits_at_gate BEFORE INSERT ON tidemark.journal FOR EACH R
 CREATE TRIGGER mark_waits_at_gate BEFORE INSERT ON tidemark.unwinds FOR EACH ROW
   EXECUTE FUNCTION public.intent_waits_at_gate();
 """
-
-
-def two_renames(store: JournalStore, tmp_path: Path, task: str) -> str:
-    """A task of two reversible renames whose step 1 is done."""
-    steps = []
-    for i in (1, 2):
-        (tmp_path / f"draft-{i}.txt").write_text(str(i))
-        steps.append({"action": "fs.rename", "args": {"path": str(tmp_path / f"draft-{i}.txt"),
-                                                      "name": f"final-{i}.txt"}})
-    persist(store, SPECS, steps, task)
-    run_step(store, REGISTRY, task, 1)
-    return task
 
 
 def names(tmp_path: Path) -> list[str]:

@@ -244,8 +244,9 @@ class LeaseKeeper:
                 sent = time.monotonic()
             # The timeout is the transaction's own (set_config's is_local), never the session's:
             # through a transaction-mode pooler the next transaction may run on another server
-            # session. One round trip: BEGIN, the setting, the renewal and COMMIT go together.
-            with self._conn.pipeline(), self._conn.transaction():
+            # session. One round trip, one transaction: the setting and the renewal go out
+            # together and the pipeline's one Sync ends them (StepSession.begin).
+            with self._conn.pipeline():
                 self._conn.execute("SELECT set_config('statement_timeout', %s, true)",
                                    (str(RENEW_TIMEOUT_MS),))
                 self._conn.execute(

@@ -1,0 +1,121 @@
+"""What the journal sends to Postgres, read from libpq's own protocol trace: a step's journal
+costs three round trips (the read, the intent, the outcome), a lease renewal one. A round trip
+is the client's turn to send followed by the server's turn to answer: the trace's lines change
+from F to B."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import psycopg
+from psycopg import pq
+
+from helpers.renames import RENAMES, two_renames
+from tidemark.run_step import run_step
+from tidemark.store import JournalStore
+from tidemark.store.leases import RENEW_TIMEOUT_MS, LeaseKeeper
+
+
+def traced(conns: Iterable[psycopg.Connection], trace: Path,
+           work: Callable[[], object]) -> list[str]:
+    """The messages ``conns`` exchanged while ``work`` ran, each as its direction and name
+    (``F Sync``, ``B ReadyForQuery``)."""
+    conns = list(conns)
+    f = trace.open("w")
+    for conn in conns:
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+    try:
+        work()
+    finally:
+        for conn in conns:
+            conn.pgconn.untrace()
+        f.close()
+    return [f"{fields[0]} {fields[2].split(' ')[0]}"
+            for fields in (line.split("\t") for line in trace.read_text().splitlines())
+            if fields[0] in ("F", "B")]
+
+
+def round_trips(messages: list[str]) -> int:
+    return sum(1 for before, after in itertools.pairwise(messages)
+               if before[0] == "F" and after[0] == "B")
+
+
+def test_a_step_journals_its_intent_in_one_round_trip_and_the_whole_step_in_three(
+        store: JournalStore, tmp_path: Path) -> None:
+    task = two_renames(store, tmp_path, "round-trips")  # step 1 done: the pool is warm
+    sent = traced(store._pool._pool, tmp_path / "trace",  # the connections it may be handed
+                  lambda: run_step(store, RENAMES, task, 2))
+    assert sent.count("F Execute") >= 4, sent  # the trace saw the step's statements
+    assert round_trips(sent) == 3, f"the step waited for Postgres {round_trips(sent)} times: {sent}"
+    assert sorted(tmp_path.glob("final-*.txt")) == [tmp_path / "final-1.txt",
+                                                     tmp_path / "final-2.txt"]
+
+
+def open_intent(store: JournalStore, task: str) -> tuple[str, uuid.UUID]:
+    """Step 2's intent, written and left open (its attempt's key and owner token)."""
+    with store.execution(task, 2) as s:
+        key = "a" * 32
+        s.begin(task_id=task, step=2, key=key, action="fs.rename", args=s.spec.args,
+                before_state={}, lease_s=1.0)
+        return key, s.attempt_token()
+
+
+def lease_left(db_url: str, key: str) -> float:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute("SELECT extract(epoch FROM lease_until - clock_timestamp())::float8"
+                           " FROM tidemark.journal WHERE idem_key = %s", (key,)).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_a_lease_renewal_goes_out_in_one_round_trip(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    key, owner = open_intent(store, two_renames(store, tmp_path, "renewal"))
+    keeper = LeaseKeeper(db_url)
+    try:
+        keeper._renew({key: (30.0, 1.0, owner)}, [])  # opens the keeper's connection
+        assert keeper._conn is not None
+        sent = traced([keeper._conn], tmp_path / "trace",
+                      lambda: keeper._renew({key: (60.0, 1.0, owner)}, []))
+    finally:
+        keeper.close()
+    assert round_trips(sent) == 1, f"the renewal waited {round_trips(sent)} times: {sent}"
+    assert sent.count("F Execute") == 2, sent  # the statement's timeout, the renewal
+    assert 55 < lease_left(db_url, key) <= 60
+
+
+def test_a_renewal_held_up_by_a_locked_row_gives_up_after_its_timeout_and_changes_nothing(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    key, owner = open_intent(store, two_renames(store, tmp_path, "renewal-held"))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_row() -> None:
+        with psycopg.connect(db_url) as conn:  # one transaction, until released
+            conn.execute("SELECT 1 FROM tidemark.journal WHERE idem_key = %s FOR UPDATE",
+                         (key,))
+            locked.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_row)
+    holder.start()
+    keeper = LeaseKeeper(db_url)
+    try:
+        assert locked.wait(10)
+        t0 = time.monotonic()
+        keeper._renew({key: (60.0, 1.0, owner)}, [])
+        took = time.monotonic() - t0
+        assert keeper._conn is None  # the failed renewal's connection was closed
+    finally:
+        release.set()
+        holder.join()
+    assert RENEW_TIMEOUT_MS / 1000 - 0.1 < took < RENEW_TIMEOUT_MS / 1000 + 1.5, took
+    assert lease_left(db_url, key) < 2  # still the lease the intent wrote
+    keeper._renew({key: (60.0, 1.0, owner)}, [])  # the row free again: renewed
+    keeper.close()
+    assert 55 < lease_left(db_url, key) <= 60
