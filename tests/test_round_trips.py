@@ -13,12 +13,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import pq
 
 from helpers.renames import RENAMES, two_renames
+from tidemark.errors import InvariantViolation
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.store.leases import RENEW_TIMEOUT_MS, LeaseKeeper
+from tidemark.store.session import StepSession
 
 
 def traced(conns: Iterable[psycopg.Connection], trace: Path,
@@ -119,3 +122,15 @@ def test_a_renewal_held_up_by_a_locked_row_gives_up_after_its_timeout_and_change
     keeper._renew({key: (60.0, 1.0, owner)}, [])  # the row free again: renewed
     keeper.close()
     assert 55 < lease_left(db_url, key) <= 60
+
+
+def test_an_intent_is_refused_on_a_connection_that_is_not_in_autocommit_mode(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    # The pipeline's Sync commits the intent only when no transaction of the caller's is open:
+    # on a connection in a transaction, the intent would wait for a COMMIT nobody sends.
+    task = two_renames(store, tmp_path, "not-autocommit")
+    with psycopg.connect(db_url) as conn, pytest.raises(InvariantViolation, match="autocommit"):
+        StepSession(conn, token=uuid.uuid4()).begin(
+            task_id=task, step=2, key="b" * 32, action="fs.rename", args={}, before_state={},
+            lease_s=1.0)
+    assert store.step_row(task, 2) is None

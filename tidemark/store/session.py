@@ -144,6 +144,9 @@ class StepSession:
             # statement still takes its own snapshot, so the insert sees what committed before
             # the lock was granted.
             with self._use() as conn:
+                if not conn.autocommit:  # the Sync would not end a transaction the caller began
+                    raise InvariantViolation("an intent is written on a connection in autocommit"
+                                             " mode, in a transaction of its own")
                 with conn.pipeline():
                     conn.execute("SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",
                                  (task_id,))
