@@ -31,7 +31,7 @@ from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.errors import ConfigError
 from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
-from tools.devstack import DevStack, DevStackError
+from tools.devstack import DevStack, DevStackError, wait_until_serving
 from tools.inbox import web_ui_url
 from workflows.outcome import run_result
 
@@ -133,6 +133,21 @@ def test_a_port_in_use_is_named_with_its_flag_and_nothing_starts(
     assert stack.worker is None and stack.staging is None
     assert processes_of(home) == []
     assert not home.exists() or list(home.iterdir()) == []  # no pgdata, temporal.db, logs
+
+
+def test_a_port_that_listens_is_not_taken_for_a_frontend_that_answers(tmp_path: Path) -> None:
+    # A dev server's port listens before its frontend serves: a client connecting in between
+    # is refused ("Frontend is not healthy yet"). The stack waits for the answer, not the port.
+    log = tmp_path / "temporal.log"
+    with socket.socket() as mute, subprocess.Popen(["sleep", "30"]) as server:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        address = f"127.0.0.1:{mute.getsockname()[1]}"
+        with pytest.raises(DevStackError) as e:
+            wait_until_serving(address, server, log, timeout_s=2.0)
+        server.kill()
+    assert str(e.value).startswith(f"the Temporal frontend at {address} did not answer within")
+    assert str(e.value).endswith(f"see {log}")
 
 
 async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:

@@ -114,6 +114,34 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path
                         f"{STARTUP_TIMEOUT_S:.0f}s; see {log}")
 
 
+def wait_until_serving(address: str, proc: subprocess.Popen[bytes], log: Path,
+                       timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Waits until the Temporal frontend at ``address`` answers GetSystemInfo, the call every
+    client makes first on connecting. Its port listens before it does: a client that connects
+    in between is refused with "Frontend is not healthy yet"."""
+    deadline = time.monotonic() + timeout_s
+    answer = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevStackError(f"the Temporal dev server exited with code {proc.returncode};"
+                                f" see {log}")
+        try:
+            done = subprocess.run(
+                [temporal_binary(), "operator", "cluster", "system", "--address", address,
+                 "--command-timeout", "2s"], capture_output=True, text=True,
+                timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            answer = "no answer"
+            continue
+        if done.returncode == 0:
+            return
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        answer = lines[-1] if lines else f"exit code {done.returncode}"
+        time.sleep(0.1)
+    raise DevStackError(f"the Temporal frontend at {address} did not answer within "
+                        f"{timeout_s:.0f}s ({answer or 'no answer'}); see {log}")
+
+
 # Client settings for the staging servers, unless the environment says otherwise. Staging
 # answers in milliseconds and applies every write within its request (unless a test arms a
 # delay fault), so short timeouts and no Drive horizon are true of it; they keep the lease a
@@ -206,6 +234,7 @@ class DevStack:
                                     start_new_session=True, umask=PRIVATE_UMASK)
             self._procs.append(proc)
         wait_for_port(self.port, proc, "Temporal dev server", log)
+        wait_until_serving(self.address, proc, log)
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
 
     @property
