@@ -109,18 +109,20 @@ def test_a_renewal_held_up_by_a_locked_row_gives_up_after_its_timeout_and_change
     holder.start()
     keeper = LeaseKeeper(db_url)
     try:
-        assert locked.wait(10)
-        t0 = time.monotonic()
-        keeper._renew({key: (60.0, 1.0, owner)}, [])
-        took = time.monotonic() - t0
-        assert keeper._conn is None  # the failed renewal's connection was closed
+        try:
+            assert locked.wait(10)
+            t0 = time.monotonic()
+            keeper._renew({key: (60.0, 1.0, owner)}, [])
+            took = time.monotonic() - t0
+            assert keeper._conn is None  # the failed renewal's connection was closed
+        finally:
+            release.set()
+            holder.join()
+        assert RENEW_TIMEOUT_MS / 1000 - 0.1 < took < RENEW_TIMEOUT_MS / 1000 + 1.5, took
+        assert lease_left(db_url, key) < 2  # still the lease the intent wrote
+        keeper._renew({key: (60.0, 1.0, owner)}, [])  # the row free again: renewed
     finally:
-        release.set()
-        holder.join()
-    assert RENEW_TIMEOUT_MS / 1000 - 0.1 < took < RENEW_TIMEOUT_MS / 1000 + 1.5, took
-    assert lease_left(db_url, key) < 2  # still the lease the intent wrote
-    keeper._renew({key: (60.0, 1.0, owner)}, [])  # the row free again: renewed
-    keeper.close()
+        keeper.close()
     assert 55 < lease_left(db_url, key) <= 60
 
 

@@ -21,9 +21,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
+from helpers.renames import RENAME_SPECS as SPECS
+from helpers.renames import RENAMES as REGISTRY
 from helpers.renames import two_renames
 from helpers.steps import Attempts, persist
 from helpers.wait import assert_eventually
@@ -33,9 +34,6 @@ from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.store.unwinds import LOCK_WAIT_MS
 from tidemark.unwind import unwind_step
-
-SPECS = spec_registry(FsRename)
-REGISTRY = Registry([FsRename([FS_ROOTS])])
 
 # Step 2's intent waits in its INSERT, inside the transaction that holds the plan row FOR
 # SHARE, for as long as this test holds the gate row; so does an unwind's mark.
