@@ -26,6 +26,7 @@ from probes.google_async import execute_async
 from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, files_of, google_service
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import ActionError, ConfigError, Refused
+from tidemark.wire import effect
 
 CREDENTIALS = "TIDEMARK_DRIVE_WRITE_TOKEN and TIDEMARK_DRIVE_READ_TOKEN"
 
@@ -133,7 +134,7 @@ class DriveRename(Action):
 
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
         file_id = ctx.args["file_id"]
-        with _update_errors(file_id):
+        with _update_errors(file_id), effect():
             f = await execute_async(self._update_request(file_id, self._renamed(ctx)))
         return _outcome(file_id, f)
 
@@ -173,7 +174,7 @@ class DriveRename(Action):
         return _outcome(file_id, restored)
 
     def _update(self, file_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        with _update_errors(file_id):
+        with _update_errors(file_id), effect():
             updated: dict[str, Any] = self._update_request(file_id, body).execute(num_retries=0)
             return updated
 

@@ -44,6 +44,7 @@ from probes.google_async import execute_async
 from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error
 from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
 from tidemark.errors import ConfigError, Refused, TargetUnavailable, Unauthorized
+from tidemark.wire import effect
 
 TIMEOUT_ENV = "TIDEMARK_GMAIL_TIMEOUT_S"  # the clients' timeout, seconds
 USER_ENV = "TIDEMARK_GMAIL_USER"  # the mailbox address to act on; "me" (the token's) if unset
@@ -165,7 +166,8 @@ class GmailSend(MailAction):
     def execute(self, ctx: StepContext) -> dict[str, Any]:
         draft_id, request = self._send_request(ctx)
         try:
-            sent = request.execute(num_retries=0)
+            with effect():
+                sent = request.execute(num_retries=0)
         except HttpError as e:
             return self._after_error(ctx, draft_id, e)
         except CLIENT_ERRORS as e:  # a timeout, a dropped connection: in doubt
@@ -175,7 +177,8 @@ class GmailSend(MailAction):
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
         draft_id, request = self._send_request(ctx)
         try:
-            sent = await execute_async(request)
+            with effect():
+                sent = await execute_async(request)
         except HttpError as e:  # the probe it may ask reads the mailbox: a blocking call
             return await asyncio.to_thread(self._after_error, ctx, draft_id, e)
         except CLIENT_ERRORS as e:

@@ -81,6 +81,7 @@ from probes.graph import (
 )
 from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
 from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable, Unauthorized
+from tidemark.wire import effect
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
 CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
@@ -268,8 +269,9 @@ class GraphSendMail(MailAction):
         draft_id = str(staged["id"])
         await self._check_unsent(io, draft_id)
         try:
-            await io.call(self.writer,
-                          lambda g: g.me.messages.by_message_id(draft_id).send.post())
+            with effect():  # the send is the step's effect (tidemark.wire)
+                await io.call(self.writer,
+                              lambda g: g.me.messages.by_message_id(draft_id).send.post())
         except SEND_ERRORS as e:
             failure = await self._send_failed(io, draft_id, e)
             if not unanswered(e):

@@ -33,6 +33,7 @@ from googleapiclient.errors import HttpError
 from googleapiclient.http import HttpRequest
 
 from probes.google_http import OneShotHttp, _decompress
+from tidemark.wire import httpcore_trace
 
 Answer = tuple[httplib2.Response, bytes]
 
@@ -137,8 +138,11 @@ async def send(transport: OneShotHttp, uri: str, method: str = "GET",
         async with client:
             # httpx.Request, not client.build_request: no default headers of httpx's (Accept,
             # User-Agent, Accept-Encoding) beside the library's own, as http.client adds none.
-            answer = await client.send(httpx.Request(method, uri, headers=headers, content=body),
-                                       stream=True)
+            # The trace calls tidemark.wire.at_wire_async on the open connection, just before
+            # the request is written to it.
+            request = httpx.Request(method, uri, headers=headers, content=body,
+                                    extensions={"trace": httpcore_trace(method)})
+            answer = await client.send(request, stream=True)
             try:
                 # The bytes as sent: decoded below exactly as OneShotHttp decodes them.
                 raw = b"".join([chunk async for chunk in answer.aiter_raw()])

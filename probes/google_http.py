@@ -32,6 +32,7 @@ from googleapiclient.errors import Error as ClientError
 from googleapiclient.errors import HttpError
 
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.wire import at_wire
 
 DEFAULT_TIMEOUT_S = 30.0  # seconds; a Drive metadata call or a Gmail send answers in well under
 #                           a second, so 30 s only ever cuts off an answer that is lost, not slow
@@ -91,6 +92,10 @@ class OneShotHttp:
         if isinstance(body, str):
             body = body.encode("utf-8")  # http.client would encode a str as Latin-1
         try:
+            # Connected first, so that the moment the request is written is the next thing
+            # (tidemark.wire: what a request that leaves must check just before it does).
+            conn.connect()
+            at_wire(method)
             conn.request(method, target, body=body, headers=dict(headers or {}))
             raw = conn.getresponse()
             content = raw.read()

@@ -71,6 +71,7 @@ from msgraph_core import GraphClientFactory
 from tidemark.actions import ProbeResult, StepContext
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.errors import ConfigError
+from tidemark.wire import httpcore_trace
 
 # The namespace of our named extended property. Fixed forever: a probe finds a key only in the
 # namespace it was written in, so a new GUID would orphan every key already stamped into
@@ -153,6 +154,10 @@ class RenewOnUnauthorized(httpx.AsyncBaseTransport):
         self._auth = auth  # its access_token_provider may be swapped later (granted_graph)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # tidemark.wire.at_wire_async runs on the open connection, just before the request is
+        # written to it (the resend after a 401 included).
+        request.extensions = {**request.extensions, "trace": httpcore_trace(
+            request.method, request.extensions.get("trace"))}
         response = await self._inner.handle_async_request(request)
         if response.status_code != 401:
             return response

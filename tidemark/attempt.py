@@ -67,6 +67,7 @@ from tidemark.errors import (
 from tidemark.faults import crash_point
 from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
+from tidemark.wire import Wire, calling
 from tidemark.words import Phase
 
 log = logging.getLogger(__name__)
@@ -223,7 +224,8 @@ def act(store: JournalStore, s: StepSession, side: Side, call: Call,
     """Runs the side's call under its lease and settles the intent with what came of it: an
     outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
     try:
-        with guarded_call(store, s, call.key, side.action, call.lease_from):
+        with guarded_call(store, s, call.key, side.action, call.lease_from), \
+                calling(wire_of(side, call)):
             outcome = side.call(store, s, call.ctx)
     except Refused as e:
         refused(s, side, call.ctx, call.key, e)
@@ -231,6 +233,11 @@ def act(store: JournalStore, s: StepSession, side: Side, call: Call,
         in_doubt(s, side, call, e)
         raise
     return settle(s, side, call, outcome, flush_outcome)
+
+
+def wire_of(side: Side, call: Call) -> Wire:
+    """What the transports of the call's requests are told of the attempt (tidemark.wire)."""
+    return Wire(call.ctx.step, side.direction.crash_prefix)
 
 
 class AwaitingSide(Side, Protocol):
@@ -255,7 +262,8 @@ async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, cal
     outcome: dict[str, Any] = {}
     failed: BaseException | None = None
     try:
-        outcome = await side.call_async(store, s, call.ctx, threads)
+        with calling(wire_of(side, call)):
+            outcome = await side.call_async(store, s, call.ctx, threads)
     except (Exception, asyncio.CancelledError) as e:  # the call itself cancelled: in doubt
         failed = e
     done = await threads.run(_after_call, lease, s, side, call, outcome, failed)

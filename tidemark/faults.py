@@ -1,32 +1,55 @@
-"""Named crash points for the windows that matter, driven by tests against real processes.
+"""Named fault points for the windows that matter, driven by tests against real processes.
 
 Set ``TIDEMARK_CRASH_AT=<point>[:<step>]`` in a process's environment and it SIGKILLs itself when
 it reaches that point (of that step): no cleanup, no finally blocks, no outcome write. That is
 the only honest way to test the window "after the provider returned, before the journal commit".
-Unset (the normal case), a crash point costs one dictionary lookup.
+
+Set ``TIDEMARK_FREEZE_AT=<point>[:<step>]`` and it SIGSTOPs itself there instead, once: the
+whole process stands still (as under a long GC pause, swap or a paused VM) until something
+sends it SIGCONT, and then goes on from that very point. That is how a test shows what a
+process that wakes late does.
+
+Unset (the normal case), a fault point costs two dictionary lookups.
 """
 
 import os
 import signal
+import threading
 
 CRASH_ENV = "TIDEMARK_CRASH_AT"
+FREEZE_ENV = "TIDEMARK_FREEZE_AT"
 
 POINTS = (
     "before_intent",   # gates and snapshot done, nothing journaled
     "after_intent",    # intent committed, action not started
     "after_stage",     # the action's fenced handle (e.g. a draft) is created and journaled
+    "before_send",     # the step's effect request is about to leave (tidemark.wire)
     "after_execute",   # the target applied the action; its outcome is not journaled
     "after_outcome",   # outcome committed
     "undo_after_intent",   # a compensation's intent committed, compensation not started
+    "undo_before_send",    # the compensation's request is about to leave
     "undo_after_execute",  # the compensation applied; its outcome is not journaled
 )
 
+_frozen: set[str] = set()  # the freeze points this process has stopped at (each once)
+_frozen_lock = threading.Lock()
+
+
+def _names(spec: str | None, point: str, step: int) -> bool:
+    if not spec:
+        return False
+    name, _, at_step = spec.partition(":")
+    return name == point and (not at_step or int(at_step) == step)
+
 
 def crash_point(point: str, step: int) -> None:
-    """Kills this process if ``TIDEMARK_CRASH_AT`` names this point (and step)."""
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
-        return
-    name, _, at_step = spec.partition(":")
-    if name == point and (not at_step or int(at_step) == step):
+    """Kills this process if ``TIDEMARK_CRASH_AT`` names this point (and step); stops it if
+    ``TIDEMARK_FREEZE_AT`` does (the first time it is reached)."""
+    if _names(os.environ.get(CRASH_ENV), point, step):
         os.kill(os.getpid(), signal.SIGKILL)
+    if _names(os.environ.get(FREEZE_ENV), point, step):
+        with _frozen_lock:
+            first = point not in _frozen
+            _frozen.add(point)
+        if first:
+            os.kill(os.getpid(), signal.SIGSTOP)

@@ -5,6 +5,7 @@ stamps into a message (a header or a named property) that the emulator records w
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,11 +44,12 @@ def normalise_property_id(prop_id: str) -> str | None:
 
 def message_flags(m: GraphMessage) -> int:
     """PR_MESSAGE_FLAGS as the store computes it: read, unsent while a draft, submitted while
-    a sent draft waits in Drafts for transport."""
+    a sent draft waits in Drafts for transport (once the ``submitted_flag_after_s`` window
+    after its 202 is over)."""
     flags = MSGFLAG_READ if m.fields.get("isRead") else 0
     if m.fields.get("isDraft"):
         flags |= MSGFLAG_UNSENT
-    if m.submitted:
+    if m.submitted and time.time() >= m.flagged_from:
         flags |= MSGFLAG_SUBMIT
     return flags
 

@@ -111,7 +111,8 @@ class SendRoutes(MailboxTarget):
         """Submits ``m`` (lock held): it leaves ``source`` (Drafts) for the queue folder under
         a new id and waits there ``send_delay``, or, while the ``submitted_stays_in_drafts_s``
         switch is on, stays a draft in Drafts under its id, flagged submitted, that long.
-        Returns False when a stall fault keeps it a draft in Drafts, unsubmitted, instead."""
+        Its mfSubmitted shows only ``submitted_flag_after_s`` after the send. Returns False
+        when a stall fault keeps it a draft in Drafts, unsubmitted, instead."""
         if box.stall > 0:
             box.stall -= 1
             if source is None:  # sendMail saves a draft first; here it stays one
@@ -124,6 +125,7 @@ class SendRoutes(MailboxTarget):
                 self._add(box.well_known("drafts"), m)
             m.fields["isDraft"] = True
             m.submitted = True
+            m.flagged_from = time.time() + float(self.switch("submitted_flag_after_s"))
             m.deliver_at = time.time() + window
             return True
         if source is not None:

@@ -36,6 +36,7 @@ class GraphMessage:
     save_to_sent: bool = True
     deliver_at: float | None = None  # set while it waits to be sent
     submitted: bool = False  # mfSubmitted: sent, and still in Drafts waiting for transport
+    flagged_from: float = 0.0  # when mfSubmitted shows (time.time()): submitted_flag_after_s
     seq: int = 0  # order of arrival: timestamps have one-second resolution
 
     @property

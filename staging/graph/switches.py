@@ -18,6 +18,20 @@ SWITCHES = (
            doc="Graph 'Send mail by using the Microsoft Graph API', steps 1-4: after the 202 "
                "a sent message stays in Drafts until transport moves it to Sent Items; "
                "no bound is documented. Seconds it stays (0: it leaves during the request)."),
+    # The same article puts "notify transport" after the 202, and Microsoft documents no
+    # PR_MESSAGE_FLAGS submit bit readable through Graph at any moment of that window: the
+    # bit is an assumption. N > 0: a sent draft waiting in Drafts shows no mfSubmitted until
+    # N seconds after the 202 (an unflagged window), a plain draft to any reader, while
+    # Exchange already holds it as submitted (a second send of it is a second send, as
+    # ``second_send`` says). No bound is documented (nor that the bit shows at all); the worst
+    # position is 5 s: longer than a resumed attempt takes to probe after a lost 202, shorter
+    # than the sender's own confirm wait (TIDEMARK_GRAPH_CONFIRM_S, 10 s), so that the window
+    # meets the resume, where it is dangerous, while an answered send still confirms. Tests
+    # set longer ones.
+    Switch("submitted_flag_after_s", default=0, worst=5,
+           doc="Graph documents no PR_MESSAGE_FLAGS submit bit readable during the window "
+               "after a send's 202 ('notify transport' comes after the 202): seconds after "
+               "the 202 before a sent draft still in Drafts shows mfSubmitted (0: at once)."),
     # What POST /messages/{id}/send does with a draft that was already submitted and still
     # waits in Drafts is not documented: microsoftgraph/microsoft-graph-docs-contrib issue
     # #921 ("Please add info about possible idempotency", message-send) asks and is open.
