@@ -58,6 +58,8 @@ class DriveRename(Action):
     name = "drive.rename"
     irreversible = False
     awaits = True
+    # No idempotency key: a rename that leaves late lands over whatever happened since.
+    marks_sends = True
     args: ClassVar[dict[str, Arg]] = {
         "file_id": Arg(str, check=nonempty_str),
         # Drive accepts any non-empty name, slashes included.
@@ -117,6 +119,10 @@ class DriveRename(Action):
     @classmethod
     def describe(cls, args: dict[str, Any]) -> str:
         return f"{args.get('file_id')} -> {args.get('name')}"
+
+    @classmethod
+    def target(cls, args: dict[str, Any]) -> str | None:
+        return str(args["file_id"])
 
     def preconditions(self, ctx: StepContext) -> None:
         self.reads.preconditions(ctx)

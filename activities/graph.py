@@ -80,7 +80,14 @@ from probes.graph import (
     me,
 )
 from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
-from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import (
+    ActionError,
+    ConfigError,
+    NotSent,
+    Refused,
+    TargetUnavailable,
+    Unauthorized,
+)
 from tidemark.wire import effect
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
@@ -172,8 +179,12 @@ def unanswered(e: BaseException) -> bool:
 
 class GraphSendMail(MailAction):
     name: ClassVar[str] = "graph.send_mail"
-    # The draft is the fence (see the module docstring): a late send cannot duplicate.
+    # The draft is the fence (see the module docstring) while it leaves Drafts during the send.
     horizon_s: float = 0.0
+    # Where it stays there, a late send of it is a second send, whose effect is undocumented:
+    # the send is marked before it leaves, and a draft whose send was requested is never sent
+    # again automatically (probes.graph: never *absent* once the send was marked).
+    marks_sends = True
     # execute_async: the send sequence awaited from the caller's loop (GraphClient.call_async).
     awaits: ClassVar[bool] = True
 
@@ -320,6 +331,11 @@ class GraphSendMail(MailAction):
         if isinstance(e, APIError) and e.response_status_code == 404:
             return TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a draft "
                                      f"({describe_error(e)})")
+        if isinstance(e, APIError) and e.response_status_code == 429:
+            # "Microsoft Graph returns HTTP status code 429 Too Many Requests and the requests
+            # fail" (Microsoft Graph throttling guidance): the send was not processed, so its
+            # mark is taken back and the next attempt may send the draft.
+            return NotSent(f"graph.send_mail: send draft throttled: {describe_error(e)}")
         error = graph_error(e, "graph.send_mail: send draft")
         if isinstance(error, Refused):
             try:

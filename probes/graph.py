@@ -156,8 +156,9 @@ class RenewOnUnauthorized(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         # tidemark.wire.at_wire_async runs on the open connection, just before the request is
         # written to it (the resend after a 401 included).
+        timeout = (request.extensions.get("timeout") or {}).get("read") or 0.0
         request.extensions = {**request.extensions, "trace": httpcore_trace(
-            request.method, request.extensions.get("trace"))}
+            request.method, float(timeout), request.extensions.get("trace"))}
         response = await self._inner.handle_async_request(request)
         if response.status_code != 401:
             return response
@@ -429,7 +430,7 @@ class GraphSendMailProbe:
             return ProbeResult.unknown(str(e))
         submitted = [c for c in copies if c.submitted(names.get("drafts"), names.get("outbox"))]
         if ctx.staged is not None:
-            return await self._probe_draft(io, ctx.staged, copies, submitted, names)
+            return await self._probe_draft(io, ctx, copies, submitted, names)
         if (ctx.before_state or {}).get("fence") == "draft":
             # No draft was journaled, so this step's execute never ran (it runs only after the
             # draft's id is journaled): whatever carries our key was not sent by this step.
@@ -438,10 +439,13 @@ class GraphSendMailProbe:
                     len(submitted)), {"ignored": len(submitted)})
         return await self._probe_by_sender(io, ctx.key, submitted, names)
 
-    async def _probe_draft(self, io: Calls, staged: dict[str, Any], copies: list[Copy],
+    async def _probe_draft(self, io: Calls, ctx: StepContext, copies: list[Copy],
                            submitted: list[Copy], names: dict[str, str]) -> ProbeResult:
         """A step fenced by its journaled draft: our copy is the one with its
-        internetMessageId."""
+        internetMessageId. A draft whose send was requested (the journal's mark) is never
+        *absent*: Graph documents no submit bit readable through it after the 202, so a draft
+        that shows none may still be on its way out, and a second send of it is undocumented."""
+        staged = ctx.staged or {}
         imid, draft_id = staged.get("internetMessageId"), staged.get("id")
         ours = [c for c in submitted if imid and c.internet_message_id == imid]
         others = len(submitted) - len(ours)
@@ -455,6 +459,13 @@ class GraphSendMailProbe:
                 f"({MESSAGE_FLAGS_ID}) did not come back, so whether it was submitted cannot be "
                 f"told; a person decides" + _ignored(others),
                 {"draft": draft_id, "ignored": others})
+        if waiting and ctx.sent_at is not None:
+            return ProbeResult.unknown(
+                f"our draft {draft_id} is still in Drafts and shows no submit bit, but its send "
+                f"was requested at {ctx.sent_at.isoformat()}: Graph documents no flag that "
+                f"tells a submitted draft in the window after the 202, so it may be on its way "
+                f"out; look at Sent Items later (a resume then finds it), or decide"
+                + _ignored(others), {"draft": draft_id, "ignored": others})
         if waiting:
             return ProbeResult.absent(
                 f"our draft {draft_id} is still in Drafts, not flagged submitted, and nothing "

@@ -424,7 +424,7 @@ def test_a_forged_inbound_copy_does_not_count(mail: StagingServer,
                                               store: JournalStore) -> None:
     task = persist_step(store)
     registry = Registry([action(mail)])
-    arm_all(mail, "fail_before_commit")  # nothing sent
+    arm(mail, "graph", "messages.get", "fail_before_commit")  # the fence's read: nothing sent
     with pytest.raises(TargetUnavailable):
         run_step(store, registry, task, 1)
     key = store.step_row(task, 1).idem_key

@@ -304,7 +304,9 @@ def test_run_step_crash_after_stage_sends_the_journaled_draft(
     finds it in Drafts (absent) and sends that draft, not a new one."""
     task = persist(store, SPECS, step())
     registry = Registry([action(mail)])
-    arm(mail, "graph", "message.send", "fail_before_commit")
+    # The fence's read of the draft fails: the attempt ends before its send (once a send was
+    # requested, the draft is never sent again without a person: tests/test_graph_late.py).
+    arm(mail, "graph", "messages.get", "fail_before_commit")
     with pytest.raises(TargetUnavailable):
         run_step(store, registry, task, 1)
     staged_row = store.step_row(task, 1).staged
@@ -319,7 +321,7 @@ def test_run_step_unknown_probe_stops_without_sending(mail: StagingServer,
                                                       store: JournalStore) -> None:
     task = persist(store, SPECS, step())
     registry = Registry([action(mail)])
-    arm(mail, "graph", "message.send", "fail_before_commit")
+    arm(mail, "graph", "messages.get", "fail_before_commit")  # the fence's read, before a send
     with pytest.raises(TargetUnavailable):
         run_step(store, registry, task, 1)  # intent open, nothing sent
     arm(mail, "graph", "messages.list", "fail_before_commit")
@@ -402,8 +404,9 @@ def test_our_draft_whose_flags_do_not_come_back_is_unknown_not_absent() -> None:
     draft = Copy(id="d1", folder_id="drafts-id", is_draft=True, internet_message_id="<m1>",
                  sender=None, flags=None)
     names = {"drafts": "drafts-id", "outbox": "outbox-id"}
-    staged = {"id": "d1", "internetMessageId": "<m1>"}
+    ctx = replace(step_context("graph.send_mail", step()[0]["args"]),
+                  staged={"id": "d1", "internetMessageId": "<m1>"})
     def probed(ours: Copy) -> ProbeStatus:
-        return blocking(probe._probe_draft(BLOCKING, staged, [ours], [], names)).status
+        return blocking(probe._probe_draft(BLOCKING, ctx, [ours], [], names)).status
     assert probed(draft) is ProbeStatus.UNKNOWN
     assert probed(replace(draft, flags=0x1 | 0x8)) is ProbeStatus.ABSENT

@@ -70,6 +70,9 @@ class StepContext:
     ``probe`` and ``compensate``); ``preconditions`` and ``snapshot`` run before it and see None.
     ``outcome`` is set only for ``compensate``. ``staged`` is the handle ``stage`` returned
     (e.g. a draft's id) once it is journaled; None before that, or for actions that do not stage.
+    ``sent_at`` is the journal's mark that an earlier attempt's effect request may have left
+    (tidemark.wire; None: none did), and ``answered`` whether that attempt reported back
+    afterwards (its request can no longer leave later).
     """
 
     task_id: str
@@ -81,6 +84,8 @@ class StepContext:
     before_state: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     staged: dict[str, Any] | None = None
+    sent_at: datetime | None = None
+    answered: bool = False
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -148,6 +153,14 @@ class Action:
     # not trusted until this has passed. 0 for targets that fence (an idempotency key, a
     # draft that can be sent only once).
     horizon_s: float = 0.0
+    # Whether the target's own fence may let a request of this action that leaves late (its
+    # process frozen past its lease: a GC pause, swap, a paused VM) change the target after a
+    # twin acted: Drive has no idempotency key, and Graph's second send of a draft it still
+    # keeps in Drafts is undocumented. Then the attempt journals the moment just before its
+    # effect request leaves (tidemark.wire), and while that mark stands unanswered a probe's
+    # *absent* is no verdict (tidemark.attempt.resolve_in_doubt): a request that may have left
+    # is never repeated without proof. It costs such a step one more round trip to Postgres.
+    marks_sends: ClassVar[bool] = False
     # The attributes of a bound instance that hold a client able to write. Only ``stage``,
     # ``execute`` and ``compensate`` may use them; ``probe``, ``snapshot`` and
     # ``preconditions`` read through the read-only client, and tools.testing enforces it by
@@ -190,6 +203,14 @@ class Action:
     def describe(cls, args: dict[str, Any]) -> str:
         """A short human line for summaries, e.g. ``draft.txt -> final.txt``."""
         return ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+
+    @classmethod
+    def target(cls, args: dict[str, Any]) -> str | None:
+        """The one thing outside that a step with ``args`` sets to its end state (a Drive
+        file's id), or None when the action cannot say. Two steps of one plan with the same
+        target set it in turn: the later one's state is what must show at the end, and the
+        earlier one's probe no longer answers done (tidemark.boundary)."""
+        return None
 
     @classmethod
     def compensable(cls) -> bool:

@@ -53,6 +53,7 @@ from tidemark import metrics
 from tidemark.actions import Action, ProbeResult, ProbeStatus, StepContext
 from tidemark.errors import (
     NeedsDecision,
+    NotSent,
     NotStopped,
     Refused,
     StepBusy,
@@ -65,6 +66,7 @@ from tidemark.errors import (
     Unauthorized,
 )
 from tidemark.faults import crash_point
+from tidemark.sightings import SIGHTINGS
 from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 from tidemark.wire import Wire, calling
@@ -225,7 +227,7 @@ def act(store: JournalStore, s: StepSession, side: Side, call: Call,
     outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
     try:
         with guarded_call(store, s, call.key, side.action, call.lease_from), \
-                calling(wire_of(side, call)):
+                calling(wire_of(store, s, side, call)):
             outcome = side.call(store, s, call.ctx)
     except Refused as e:
         refused(s, side, call.ctx, call.key, e)
@@ -235,9 +237,16 @@ def act(store: JournalStore, s: StepSession, side: Side, call: Call,
     return settle(s, side, call, outcome, flush_outcome)
 
 
-def wire_of(side: Side, call: Call) -> Wire:
-    """What the transports of the call's requests are told of the attempt (tidemark.wire)."""
-    return Wire(call.ctx.step, side.direction.crash_prefix)
+def wire_of(store: JournalStore, s: StepSession, side: Side, call: Call) -> Wire:
+    """What the transports of the call's requests check just before each leaves
+    (tidemark.wire): the call's lease covers it, on this machine's monotonic clock; and for a
+    forward step of an action whose target's fence may not stop a late request, the mark,
+    journaled first by a statement that fails once this attempt no longer owns its intent."""
+    action = side.action
+    marks = side.direction is DO and action.marks_sends
+    return Wire(call.ctx.step, side.direction.crash_prefix, float(action.horizon_s),
+                covered=lambda request_s: store.covers(call.key, request_s),
+                mark=(lambda: s.mark_sent(call.key)) if marks else None)
 
 
 class AwaitingSide(Side, Protocol):
@@ -262,7 +271,7 @@ async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, cal
     outcome: dict[str, Any] = {}
     failed: BaseException | None = None
     try:
-        with calling(wire_of(side, call)):
+        with calling(wire_of(store, s, side, call)):
             outcome = await side.call_async(store, s, call.ctx, threads)
     except (Exception, asyncio.CancelledError) as e:  # the call itself cancelled: in doubt
         failed = e
@@ -306,8 +315,13 @@ def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
     """After a call that ended without an outcome or a refusal (Unauthorized, TargetUnavailable,
     anything unforeseen, a cancelled wait): the action may or may not have applied, so the
     intent stays open and the next attempt probes it (or, for a compensation, applies it
-    again), once the target's horizon has passed."""
-    end_attempt(s, call.key, side.action)
+    again), once the target's horizon has passed. NotSent says nothing reached the target:
+    the mark is taken back and the lease given back instead."""
+    if isinstance(e, NotSent):  # nothing of it reached the target: no horizon to wait for
+        with contextlib.suppress(TidemarkError):
+            s.not_sent(call.key)
+    else:
+        end_attempt(s, call.key, side.action)
     note_error(s, call.ctx, e)
     if side.direction.counted:
         metrics.left_in_doubt(call.ctx.action, type(e).__name__)
@@ -325,11 +339,25 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
     raise StepFailed(ctx.step, side.name, str(e)) from e
 
 
+# A twin whose own count of a lapsed lease (tidemark.sightings) has at most this long to run
+# waits for it within the attempt, rather than going back to Temporal as StepBusy: a retry's
+# interval doubles from 0.5 s (workflows.shared.STEP_RETRY), so a wait of a few seconds is
+# shorter here; a longer one holds no step thread (twice LEASE_S: the length of a dead
+# attempt's last renewal, with room for its first sighting to come late).
+INLINE_WAIT_S = 2 * LEASE_S
+
+
 @contextmanager
 def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
     """This attempt takes over the open intent ``s.row`` before it probes or acts on it, in the
-    one statement that checks the lease and the owner (StepSession.take_over): StepBusy while
+    one statement that checks the lease and the row (StepSession.take_over): StepBusy while
     the last attempt's lease runs, and StepBusy if another attempt took it over first.
+
+    The lease must have passed on two clocks, so that no single clock decides: on the
+    database's, where it is written, and on this process's monotonic clock, which must have
+    seen the row unchanged for the lease's whole length (tidemark.sightings): a step of the
+    database's clock alone never hands the step to a twin while the last attempt may still be
+    acting. A count with a few seconds left is waited out here (INLINE_WAIT_S).
 
     The take-over's own lease (LEASE_S) covers the probe: an attempt whose probe outlasts it
     may find the intent taken over by a twin, whose writes then win; both only read the target
@@ -339,7 +367,11 @@ def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
     block must end before the action's call, which the claimed lease covers."""
     assert s.row is not None
     key = s.row.idem_key
-    left = s.take_over(key, LEASE_S, LEASE_S)
+    seen = SIGHTINGS.left(key, (s.seen_owner, s.seen_version), s.lease_length)
+    if 0 < seen <= INLINE_WAIT_S and (s.lease_left or 0.0) <= 0:
+        time.sleep(seen)  # the row is read again by the take-over's statement
+        seen = SIGHTINGS.left(key, (s.seen_owner, s.seen_version), s.lease_length)
+    left = s.take_over(key, LEASE_S, LEASE_S) if seen <= 0 else max(seen, s.lease_left or 0.0)
     if left is not None and left > 0:
         metrics.lease_wait(ctx.action)
         raise StepBusy(f"{ctx.task_id}/{ctx.step}", "an earlier attempt may still be acting "
@@ -347,6 +379,7 @@ def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
     if left is not None:
         raise StepBusy(f"{ctx.task_id}/{ctx.step}", "another attempt took it over, or settled "
                        "it, first")
+    SIGHTINGS.forget(key)
     try:
         yield
     except BaseException:
@@ -413,7 +446,7 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
     Returns the completed row when the probe says done, None when it says absent (the world is
     as before_state recorded). Raises NeedsDecision when the probe cannot tell.
     """
-    probed = _probe(action, ctx)
+    probed = _unanswered_mark(action, ctx, _probe(action, ctx))
     s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
     metrics.probe_answered(ctx.action, probed.status.value)
     if probed.status is ProbeStatus.DONE:
@@ -433,6 +466,23 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
         log.info("step %s %s: probe cannot tell; %s decided it did not happen",
                  ctx.step, ctx.action, decided["actor"])
     return None
+
+
+def _unanswered_mark(action: Action, ctx: StepContext, probed: ProbeResult) -> ProbeResult:
+    """A probe's *absent* is no verdict while an earlier attempt's effect request was marked
+    as leaving and that attempt never reported back (tidemark.wire): it may be a process that
+    stands still with its request still to leave, after anything done now. Only *done*, or
+    *unknown* with what was seen (the lease, written to cover that request and the target's
+    horizon, has passed), for an action whose target's fence cannot stop a late request."""
+    if (probed.status is not ProbeStatus.ABSENT or not action.marks_sends
+            or ctx.sent_at is None or ctx.answered):
+        return probed
+    return ProbeResult.unknown(
+        f"the target shows nothing of this step ({probed.reason}), but an earlier attempt "
+        f"marked its request as leaving at {ctx.sent_at.isoformat()} and never reported back: "
+        "its process crashed, or stands still (a pause, swap, a suspended VM) with the request "
+        "still to leave, and sending again could put a later state under it. Make sure that "
+        "worker is gone (or look at the target again later), then decide", probed.observed)
 
 
 def _probe(action: Action, ctx: StepContext) -> ProbeResult:

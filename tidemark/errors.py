@@ -278,6 +278,14 @@ class TargetUnavailable(ActionError):
     retryable = True
 
 
+class NotSent(TargetUnavailable):
+    """Nothing of this attempt's effect reached the target: the request was held back at the
+    wire (the attempt no longer owns its intent, or its lease no longer covers the request:
+    tidemark.wire), or the target answered that it did not process it. The step stays in
+    doubt with no request of this attempt in flight, so the next attempt's probe may trust
+    *absent*."""
+
+
 class StepFailed(TidemarkError):
     """The target refused the step for good; the failure is recorded as the step's outcome."""
 

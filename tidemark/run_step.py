@@ -174,7 +174,8 @@ class Forward:
 
     def context(self, intent: JournalRow) -> StepContext:
         return replace(self.ctx, started_at=intent.started_at,
-                       before_state=intent.before_state, staged=intent.staged)
+                       before_state=intent.before_state, staged=intent.staged,
+                       sent_at=intent.sent_at, answered=intent.returned_at is not None)
 
     def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
         """Asks the target (read-only) whether the step in doubt happened: done is recorded

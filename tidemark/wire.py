@@ -1,20 +1,41 @@
-"""The moment a request leaves for a target: what the client transports call just before a
-request's bytes go out on its socket (``at_wire``), for the attempt whose call is under way.
+"""The moment a request leaves for a target: what the client transports do just before a
+request's bytes go out on its open connection (``at_wire``), for the attempt whose call is
+under way.
 
-An attempt installs its ``Wire`` around its call (tidemark.attempt); an action marks the
-request that is its effect (``effect``: Drive's ``files.update``, Graph's send of the draft).
-The transports (probes.google_http.OneShotHttp, probes.google_async.send, the Graph client's
-transport) call ``at_wire`` once the connection is open, just before the request is written.
+A lease judged before the call, on the database's clock, does not stop a process that wakes
+late (a GC pause, swap, a paused VM) from sending what it was about to send. So the check is
+made where the request leaves, on the thread (or event loop) that sends it:
+
+1. **The mark.** For an action whose target's fence may not stop a late request
+   (``Action.marks_sends``: Drive's rename, Graph's send of a draft), the attempt first
+   journals that its effect request may leave from now on (StepSession.mark_sent), in a
+   statement that is refused once the attempt no longer owns its intent: a twin took it over,
+   and the request never leaves. Once marked, a probe's *absent* is no verdict until the
+   attempt reports back (tidemark.attempt.resolve_in_doubt), so a process frozen between the
+   mark and its socket cannot make a twin send the same thing again.
+2. **The cover.** Then, on this machine's monotonic clock (which a freeze does not stop and
+   nobody sets), the lease committed for the call must still cover a request that leaves now
+   and takes its client's timeout (beyond what the target's horizon already covers), with
+   margin (tidemark.store.LeaseKeeper.covers). Otherwise the request does not leave: NotSent.
+
+The attempt installs its ``Wire`` around its call (``calling``); an action names the request
+that is its effect (``effect``). The transports (probes.google_http.OneShotHttp,
+probes.google_async.send, the Graph client's transport) call ``at_wire`` (or, on an event loop,
+``at_wire_async``: the mark's statement then runs on a worker thread) once the connection is
+open, just before the request is written to it; every write under a ``Wire`` has its cover
+checked, the effect is also marked. Reads are never held back: a late read changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from tidemark.errors import NotSent
 from tidemark.faults import crash_point
 
 # Methods that change nothing at a target: a late one is harmless.
@@ -23,10 +44,35 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 @dataclass
 class Wire:
-    """The attempt whose call is under way, as its requests' transports see it."""
+    """The attempt whose call is under way, as its requests' transports see it.
+
+    ``covered(request_s)`` says whether the call's lease covers a request that leaves now and
+    may take ``request_s`` more; ``mark()`` journals the mark and says whether this attempt
+    still owns its intent (None: the action does not mark).
+    """
 
     step: int
     crash_prefix: str  # "" forward, "undo_" for a compensation (tidemark.faults)
+    horizon_s: float  # the target's horizon: the lease already covers that much of a request
+    covered: Callable[[float], bool]
+    mark: Callable[[], bool] | None = None
+    marked: bool = False
+
+    def must_mark(self) -> bool:
+        return self.mark is not None and not self.marked and _EFFECT.get()
+
+    def marked_or_refused(self, owned: bool) -> None:
+        if not owned:
+            raise NotSent("not sent: this attempt no longer owns its intent (a twin took the "
+                          "step over while it stood still); its request never left")
+        self.marked = True
+
+    def check_cover(self, timeout_s: float) -> None:
+        """Raises NotSent unless the lease covers a request that leaves now."""
+        if not self.covered(max(0.0, timeout_s - self.horizon_s)):
+            raise NotSent("not sent: the lease committed for this call no longer covers a "
+                          "request that leaves now (the process stood still, or the call ran "
+                          "past its deadline without renewals); a twin may take the step over")
 
 
 _WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("tidemark_wire",
@@ -36,7 +82,8 @@ _EFFECT: contextvars.ContextVar[bool] = contextvars.ContextVar("tidemark_effect"
 
 @contextmanager
 def calling(wire: Wire) -> Iterator[None]:
-    """Every request made in this block (this context) is the call of ``wire``'s attempt."""
+    """Every request made in this block (this context, and the threads and event loops it is
+    copied to) is the call of ``wire``'s attempt."""
     token = _WIRE.set(wire)
     try:
         yield
@@ -54,28 +101,51 @@ def effect() -> Iterator[None]:
         _EFFECT.reset(token)
 
 
-def at_wire(method: str) -> None:
-    """Called by a transport on the sending thread, just before ``method``'s request leaves."""
+def _leaving(method: str) -> Wire | None:
     wire = _WIRE.get()
-    if wire is None or method.upper() in SAFE_METHODS or not _EFFECT.get():
+    if wire is None or method.upper() in SAFE_METHODS:
+        return None
+    if _EFFECT.get():
+        crash_point(wire.crash_prefix + "before_send", wire.step)
+    return wire
+
+
+def at_wire(method: str, timeout_s: float) -> None:
+    """Called by a transport on the sending thread, just before the request of ``method``
+    (whose client waits ``timeout_s`` for its answer) leaves: marks it if it is the effect of
+    a marking action, then checks the cover. Raises NotSent if it must not leave."""
+    wire = _leaving(method)
+    if wire is None:
         return
-    crash_point(wire.crash_prefix + "before_send", wire.step)
+    if wire.must_mark():
+        assert wire.mark is not None
+        wire.marked_or_refused(wire.mark())
+    wire.check_cover(timeout_s)
 
 
-async def at_wire_async(method: str) -> None:
-    """``at_wire`` for a transport on an event loop."""
-    at_wire(method)
+async def at_wire_async(method: str, timeout_s: float) -> None:
+    """``at_wire`` for a transport on an event loop: the mark's statement runs on a worker
+    thread, the check of the cover on the loop itself, just before the request is written."""
+    wire = _leaving(method)
+    if wire is None:
+        return
+    if wire.must_mark():
+        assert wire.mark is not None
+        wire.marked_or_refused(await asyncio.to_thread(wire.mark))
+    wire.check_cover(timeout_s)
 
 
-def httpcore_trace(method: str, inner: Callable[[str, dict[str, Any]], Awaitable[None]] | None
-                   = None) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    """An httpcore ``trace`` extension that calls ``at_wire_async`` just before the request's
-    headers are written to the open connection (and passes every event on to ``inner``)."""
+def httpcore_trace(method: str, timeout_s: float,
+                   inner: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+                   ) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """An httpcore ``trace`` extension that calls ``at_wire_async`` on the open connection,
+    just before the request's headers are written to it (and passes every event on to
+    ``inner``). Raising there, httpcore closes the connection with nothing sent."""
 
     async def trace(event: str, info: dict[str, Any]) -> None:
         if inner is not None:
             await inner(event, info)
         if event.endswith("send_request_headers.started"):
-            await at_wire_async(method)
+            await at_wire_async(method, timeout_s)
 
     return trace

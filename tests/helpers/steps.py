@@ -18,6 +18,7 @@ import psycopg
 from tidemark.actions import Registry, StepContext
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
+from tidemark.sightings import SIGHTINGS
 from tidemark.store import LEASE_S, JournalStore
 
 
@@ -52,8 +53,11 @@ def persist(store: JournalStore, specs: Registry, steps: list[dict[str, Any]],
 
 def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) -> None:
     """Waits until a killed attempt is presumed dead, as a worker's retry would find it: no
-    open intent's attempt lease is fresh. Without ``leases`` there is nothing to wait for (an
-    attempt holds no session state: ownership is the lease, StepSession).
+    open intent's attempt lease is fresh, on the database's clock and on this process's own
+    (tidemark.sightings: this process has seen each open intent unchanged for its lease's
+    whole length, so a take-over by this process that follows need not wait). Without
+    ``leases`` there is nothing to wait for (an attempt holds no session state: ownership is
+    the lease, StepSession).
 
     A SIGKILLed attempt's lease lapses once the action's deadline_s + horizon_s (written before
     the call) or the last renewal's LEASE_S have passed, whichever is later: about a second for
@@ -65,11 +69,16 @@ def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) ->
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as conn:
         while True:
-            row = conn.execute(
-                "SELECT count(*) FROM tidemark.journal"
-                " WHERE outcome IS NULL AND clock_timestamp() < coalesce(lease_until,"
-                "       started_at + make_interval(secs => %s))", (LEASE_S,)).fetchone()
-            if row is not None and row[0] == 0:
+            rows = conn.execute(
+                "SELECT idem_key, owner, xmin::text,"
+                "       coalesce(lease_s, extract(epoch FROM coalesce(lease_until, started_at"
+                "         + make_interval(secs => %(lease)s)) - started_at))::float8,"
+                "       clock_timestamp() < coalesce(lease_until,"
+                "         started_at + make_interval(secs => %(lease)s))"
+                " FROM tidemark.journal WHERE outcome IS NULL", {"lease": LEASE_S}).fetchall()
+            fresh = [key for key, owner, version, length, db_fresh in rows
+                     if SIGHTINGS.left(key, (owner, version), length or 0.0) > 0 or db_fresh]
+            if not fresh:
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"attempt leases still fresh after {timeout}s")

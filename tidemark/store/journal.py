@@ -9,7 +9,8 @@ from typing import Any
 
 # The one piece of SQL that is composed in Python: a constant column list, never a value.
 _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state, started_at, "
-                    "outcome, status, finished_at, resolved_by, lease_until, staged, attempt")
+                    "outcome, status, finished_at, resolved_by, lease_until, staged, attempt, "
+                    "sent_at, returned_at")
 # The stop state of task %(task_id)s as a condition (its own, its series' or the global one,
 # stopped or killed), for statements
 # that must not act once a stop is committed.
@@ -40,6 +41,8 @@ class JournalRow:
     lease_until: datetime | None = None
     staged: dict[str, Any] | None = None
     attempt: int = 1  # undo rows: which try of the compensation (a refused one is tried anew)
+    sent_at: datetime | None = None  # the mark: an effect request of its attempt may have left
+    returned_at: datetime | None = None  # that attempt reported back (tidemark.wire)
 
     @property
     def in_doubt(self) -> bool:
@@ -47,7 +50,7 @@ class JournalRow:
 
     def as_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        for k in ("started_at", "finished_at", "lease_until"):
+        for k in ("started_at", "finished_at", "lease_until", "sent_at", "returned_at"):
             d[k] = d[k].isoformat() if d[k] else None
         return d
 

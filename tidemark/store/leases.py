@@ -187,6 +187,15 @@ class LeaseKeeper:
                 h.deadline_s, h.overran = deadline_s, False
                 h.deadline_at = time.monotonic() + deadline_s
 
+    def covers(self, key: str, request_s: float) -> bool:
+        """Whether a request of the call on ``key`` that leaves now is covered by the lease
+        committed for it, on this machine's monotonic clock: the cover (what the lease covers
+        of a request that leaves, its horizon kept apart) runs past now plus ``request_s`` and
+        LAPSE_MARGIN_S. False for a key not held (no call of it is under way here)."""
+        with self._mutex:
+            h = self._held.get(key)
+            return h is not None and time.monotonic() + request_s + LAPSE_MARGIN_S < h.cover_until
+
     def drop(self, key: str) -> None:
         """Stops renewing ``key``; when this returns, no renewal of it is still to come (unless
         a renewal in flight hangs past RENEW_TIMEOUT_MS, which can only lengthen the lease)."""
@@ -249,13 +258,16 @@ class LeaseKeeper:
             with self._conn.pipeline():
                 self._conn.execute("SELECT set_config('statement_timeout', %s, true)",
                                    (str(RENEW_TIMEOUT_MS),))
-                self._conn.execute(
+                cur = self._conn.execute(
                     "UPDATE tidemark.journal j SET lease_until = greatest(j.lease_until,"
-                    "   clock_timestamp() + make_interval(secs => v.secs))"
+                    "   clock_timestamp() + make_interval(secs => v.secs)),"
+                    " lease_s = greatest(coalesce(j.lease_s, 0), v.secs)"
                     " FROM unnest(%s::text[], %s::float8[], %s::uuid[]) AS v(key, secs, owner)"
-                    " WHERE j.idem_key = v.key AND j.outcome IS NULL AND j.owner = v.owner",
+                    " WHERE j.idem_key = v.key AND j.outcome IS NULL AND j.owner = v.owner"
+                    " RETURNING j.idem_key",
                     (list(held), [renew for renew, _, _ in held.values()],
                      [owner for _, _, owner in held.values()]))
+            renewed = {r[0] for r in cur.fetchall()}
         except psycopg.Error as e:  # the database is away
             log.warning("cannot renew %d attempt lease(s): %s", len(held), e)
             with self._mutex:
@@ -265,8 +277,12 @@ class LeaseKeeper:
                 self._conn = None
             return
         with self._mutex:
-            for key, (renew, horizon, _) in held.items():
+            # Only a lease the statement renewed covers more: one whose intent a twin took
+            # over (this attempt froze past its lease) or settled keeps the cover it had, so a
+            # request of this attempt that has not left yet never leaves (tidemark.wire).
+            for key in renewed:
                 h = self._held.get(key)
+                renew, horizon, _ = held[key]
                 if h is not None:
                     h.cover_until = max(h.cover_until, sent + renew - horizon)
         self._note_overruns(overran)

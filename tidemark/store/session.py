@@ -93,6 +93,8 @@ class StepSession:
         self.unwound: bool = False
         self.lease_left: float | None = None  # seconds the row's last attempt may still act
         self.seen_owner: uuid.UUID | None = None  # the row's owner when it was read
+        self.seen_version: str | None = None  # the row's version (xmin) when it was read
+        self.lease_length: float = 0.0  # seconds its lease covers from its last write
 
     @contextmanager
     def _use(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
@@ -154,10 +156,11 @@ class StepSession:
                     f"""
                     INSERT INTO tidemark.journal (task_id, phase, step, attempt, idem_key,
                                                   action, args, before_state, lease_until,
-                                                  owner)
+                                                  lease_s, owner)
                     SELECT %(task_id)s, %(phase)s, %(step)s, %(attempt)s, %(key)s, %(action)s,
                            %(args)s, %(before)s,
-                           clock_timestamp() + make_interval(secs => %(lease)s), %(owner)s
+                           clock_timestamp() + make_interval(secs => %(lease)s), %(lease)s,
+                           %(owner)s
                     WHERE (%(phase)s = 'undo' OR %(step)s = 1 OR EXISTS (
                       SELECT 1 FROM tidemark.journal
                       WHERE task_id = %(task_id)s AND phase = 'do' AND step = %(step)s - 1
@@ -198,21 +201,26 @@ class StepSession:
     def take_over(self, key: str, lease_s: float, legacy_lease_s: float) -> float | None:
         """This attempt takes over the open intent ``key`` whose last attempt has ended or lost
         its lease, for ``lease_s`` seconds (its probe), in the statement that checks both: the
-        lease has passed on the database's clock, and the owner is still the one read with the
-        row (``seen_owner``, so that nothing acts on a read another attempt has made stale).
-        Exactly one of several attempts that read the same lapsed intent gets it.
+        lease has passed on the database's clock, and the row is still the one read with it
+        (the same owner, ``seen_owner``, and the same version of the row, ``seen_version``: no
+        renewal, claim or stage since), so that nothing acts on a read another attempt has made
+        stale. Exactly one of several attempts that read the same lapsed intent gets it. That
+        this attempt has also seen that version for the lease's whole length on its own clock
+        is the caller's to check first (tidemark.attempt.taken_over).
 
         Returns None when taken over; otherwise the seconds the lease still runs (0.0 when
         another attempt took the intent over, or settled it, first)."""
         with self._use() as conn:
             r = conn.execute(
-                "UPDATE tidemark.journal SET owner = %(owner)s,"
+                "UPDATE tidemark.journal SET owner = %(owner)s, lease_s = %(lease)s,"
                 " lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
                 " WHERE idem_key = %(key)s AND outcome IS NULL"
                 f" AND owner IS NOT DISTINCT FROM %(seen)s AND {_LEASE_PASSED}"
+                " AND (%(version)s::text IS NULL OR xmin::text = %(version)s)"
                 " RETURNING step",
                 {"owner": self.attempt_token(), "lease": lease_s, "key": key,
-                 "seen": self.seen_owner, "legacy": legacy_lease_s}).fetchone()
+                 "seen": self.seen_owner, "legacy": legacy_lease_s,
+                 "version": self.seen_version}).fetchone()
             if r is not None:
                 return None
             left = conn.execute(
@@ -228,8 +236,8 @@ class StepSession:
         (its probe or gates ended the attempt; no request left it): the next attempt need not
         wait for it."""
         with self._use() as conn:
-            conn.execute("UPDATE tidemark.journal SET lease_until = clock_timestamp()"
-                         " WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
+            conn.execute("UPDATE tidemark.journal SET lease_until = clock_timestamp(),"
+                         " lease_s = 0 WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
                          (key, self.attempt_token()))
 
     def claim(self, task_id: str, key: str, lease_s: float, phase: str = "do") -> None:
@@ -239,8 +247,8 @@ class StepSession:
         owns the intent (StepBusy otherwise)."""
         with self._use() as conn:
             r = conn.execute(
-                "UPDATE tidemark.journal"
-                " SET lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
+                "UPDATE tidemark.journal SET lease_s = %(lease)s,"
+                " lease_until = clock_timestamp() + make_interval(secs => %(lease)s)"
                 " WHERE idem_key = %(key)s AND outcome IS NULL AND owner = %(owner)s"
                 f"  AND {_ACT_GUARDS}"
                 f"  AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}"
@@ -329,13 +337,38 @@ class StepSession:
     def renew_lease(self, key: str, seconds: float) -> None:
         """Sets the attempt lease of the open intent ``key`` this attempt owns to end
         ``seconds`` from now: after an ambiguous failure, the target's horizon (its request may
-        still land until then)."""
+        still land until then). The attempt's call has returned, so a request it marked as
+        leaving can no longer leave later: the mark is answered (returned_at)."""
         with self._use() as conn:
             conn.execute(
                 "UPDATE tidemark.journal"
-                " SET lease_until = clock_timestamp() + make_interval(secs => %s)"
+                " SET lease_until = clock_timestamp() + make_interval(secs => %s), lease_s = %s,"
+                "     returned_at = CASE WHEN sent_at IS NOT NULL THEN clock_timestamp() END"
                 " WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
-                (seconds, key, self.attempt_token()))
+                (seconds, seconds, key, self.attempt_token()))
+
+    def mark_sent(self, key: str) -> bool:
+        """The mark (tidemark.wire): this attempt's effect request on the open intent ``key``
+        may leave from now on. Written on the sending thread just before the request leaves,
+        and only while this attempt still owns the intent: False when it does not (a twin took
+        it over, or settled it), and then the request must not leave."""
+        with self._use() as conn:
+            r = conn.execute(
+                "UPDATE tidemark.journal SET sent_at = clock_timestamp(), returned_at = NULL"
+                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s RETURNING step",
+                (key, self.attempt_token())).fetchone()
+        return r is not None
+
+    def not_sent(self, key: str) -> None:
+        """After NotSent: nothing of this attempt's effect reached the target, so its mark is
+        taken back and its lease given back (the next attempt need not wait, and its probe's
+        *absent* is a verdict again)."""
+        with self._use() as conn:
+            conn.execute(
+                "UPDATE tidemark.journal SET sent_at = NULL, returned_at = NULL,"
+                " lease_until = clock_timestamp(), lease_s = 0"
+                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
+                (key, self.attempt_token()))
 
     def stage(self, key: str, staged: dict[str, Any], lease_s: float) -> None:
         """Journals the handle an action staged for the open intent ``key`` (once), and extends
@@ -343,10 +376,11 @@ class StepSession:
         with self._use() as conn:
             r = conn.execute(
                 "UPDATE tidemark.journal SET staged = %s, lease_until = greatest(lease_until,"
-                " clock_timestamp() + make_interval(secs => %s))"
+                " clock_timestamp() + make_interval(secs => %s)),"
+                " lease_s = greatest(coalesce(lease_s, 0), %s)"
                 " WHERE idem_key = %s AND outcome IS NULL AND staged IS NULL AND owner = %s"
                 " RETURNING step",
-                (Jsonb(staged), lease_s, key, self.attempt_token())).fetchone()
+                (Jsonb(staged), lease_s, lease_s, key, self.attempt_token())).fetchone()
         if r is None:
             self._lost(key)
             raise InvariantViolation(f"no open, unstaged intent with key {key} to stage")

@@ -48,7 +48,11 @@ class StepsMixin(StoreBase):
                 LEFT JOIN tidemark.plan_steps s
                   ON s.task_id = p.task_id AND s.step = %(step)s
                 LEFT JOIN LATERAL (
-                  SELECT {_JOURNAL_COLUMNS}, owner AS seen_owner FROM tidemark.journal
+                  SELECT {_JOURNAL_COLUMNS}, owner AS seen_owner, xmin::text AS seen_version,
+                         coalesce(lease_s, extract(epoch FROM coalesce(lease_until, started_at
+                           + make_interval(secs => %(lease)s)) - started_at))::float8
+                           AS lease_length
+                  FROM tidemark.journal
                   WHERE task_id = p.task_id AND phase = %(phase)s AND step = %(step)s
                   ORDER BY attempt DESC LIMIT 1) j ON true
                 WHERE p.task_id = %(task_id)s
@@ -62,6 +66,8 @@ class StepsMixin(StoreBase):
         session.unwound = r["unwound"]
         session.lease_left = r["lease_left"]
         session.seen_owner = r["seen_owner"]
+        session.seen_version = r["seen_version"]
+        session.lease_length = r["lease_length"] or 0.0
         if r["plan_action"] is None:
             raise JournalMismatch(
                 f"task {task_id!r} has steps 1..{r['step_count']}, not {step}")
@@ -95,6 +101,12 @@ class StepsMixin(StoreBase):
         """A lease committed for a new call on ``key`` (its staged send) covers requests that
         leave before ``until`` (monotonic); the call's declared deadline runs from now."""
         self.leases.cover(key, until, deadline_s)
+
+    def covers(self, key: str, request_s: float) -> bool:
+        """Whether the lease committed for the call on ``key`` covers a request that leaves now
+        and may take ``request_s`` more (LeaseKeeper.covers, on this machine's monotonic
+        clock)."""
+        return self.leases.covers(key, request_s)
 
     def end_batch(self, task_id: str, steps: int) -> None:
         """Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits
