@@ -67,5 +67,19 @@ class BoundaryActivities:
             stopped=(stop["reason"] or "stopped") if stop else None,
             release=release_command(inp.task_id, stop["scope"]) if stop else None)
 
+    @activity.defn(name="verify_end")
+    def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:
+        """The verification at the end of a plan, before its run says completed (``inp.step``
+        is one past the last step): the last step of each target the plan set more than once
+        must still show done (tidemark.boundary). Reads only; logs one verification event."""
+        with _heartbeating(), acting_for(self.grants, inp.task_id):
+            try:
+                checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step,
+                                            at_end=True)
+            except TidemarkError as e:
+                raise _as_application_error(e) from e
+        return BoundaryOutcome(passed=checked.passed, summary=checked.summary(),
+                               failures=checked.failures, verified=checked.verified)
+
     def all(self) -> list[Callable[..., Any]]:
-        return [self.reach_boundary]
+        return [self.reach_boundary, self.verify_end]

@@ -15,7 +15,13 @@ The gate never executes or records an outcome: it only reads the targets and log
 ``verification`` event. It costs one probe per verified step. Steps a person settled as done
 (``tidemark resolve --as done``, resolved_by operator) are not re-probed: their probe could not
 tell when the person decided, and the person's word is what the journal holds; they are listed
-in the event as such.
+in the event as such. A step whose target (Action.target) a later done step set again is not
+probed either: the later step's state is what must show, and its probe checks it.
+
+The same verification runs at the end of every plan (``verify_end``, before a run says
+``completed``), for the steps it can check cheaply: the last step of each target that the plan
+set more than once, where a request of an earlier step that landed late (a frozen worker's) would
+show an earlier step's state. A plan that sets each target once costs no probe there.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class Verification:
     boundary: int
     verified: int = 0
     on_word: list[int] = field(default_factory=list)
+    superseded: list[int] = field(default_factory=list)  # a later step set the same target
+    at_end: bool = False  # the verification at the end of the plan (verify_end)
     failures: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -57,18 +65,22 @@ class Verification:
 
     def as_json(self) -> dict[str, Any]:
         return {"boundary": self.boundary, "passed": self.passed, "verified": self.verified,
-                "on_word": self.on_word, "failures": self.failures,
+                "on_word": self.on_word, "superseded": self.superseded,
+                "at_end": self.at_end, "failures": self.failures,
                 "elapsed_ms": round(self.elapsed_s * 1000, 1)}
+
+    @property
+    def _where(self) -> str:
+        return "at the end of the plan" if self.at_end else f"before step {self.boundary}"
 
     def summary(self) -> str:
         if self.passed:
-            return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
-                    "all hold")
+            return f"verified {self.verified} reversible step(s) {self._where}: all hold"
         steps = ", ".join(str(f["step"]) for f in self.failures)
         named = "; ".join(f"step {f['step']} {f['action']} {f['describe']}: {f['reason']}"
                           for f in self.failures[:5])
         more = f"; and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
-        return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
+        return (f"verified {self.verified} reversible step(s) {self._where}: "
                 f"step(s) {steps} no longer hold: {named}{more}")
 
 
@@ -89,18 +101,28 @@ def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
 
 
 def verify_reversible(store: JournalStore, registry: Registry, task_id: str, boundary: int,
-                      *, tick: Any = None) -> Verification:
+                      *, tick: Any = None, at_end: bool = False) -> Verification:
     """Re-probes every done reversible step before ``boundary`` and logs the result as one
     ``verification`` event. Never executes anything and never changes the journal's rows.
 
-    ``tick`` (optional, no arguments) is called after each probe: the activity heartbeats.
+    With ``at_end`` (the end of the plan: ``boundary`` is past its last step) only the last
+    step of each target set more than once is probed. ``tick`` (optional, no arguments) is
+    called after each probe: the activity heartbeats.
     """
     started = time.perf_counter()
-    result = Verification(boundary=boundary)
-    for row in store.verifiable_rows(task_id, boundary):
+    result = Verification(boundary=boundary, at_end=at_end)
+    rows = store.verifiable_rows(task_id, boundary)
+    later = _last_of_each_target(registry, rows)
+    for row in rows:
         if row.resolved_by == ResolvedBy.OPERATOR:
             result.on_word.append(row.step)
             continue
+        last = later.get(row.step)
+        if last is not None and last != row.step:
+            result.superseded.append(row.step)
+            continue
+        if at_end and last is None:
+            continue  # its target was set once: nothing of an earlier step can show there
         probed = probe_row(registry, row)
         result.verified += 1
         if probed.status is not ProbeStatus.DONE:
@@ -114,6 +136,18 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
     result.elapsed_s = time.perf_counter() - started
     store.record_event(task_id, EventKind.VERIFICATION, result.as_json(), boundary)
     return result
+
+
+def _last_of_each_target(registry: Registry, rows: list[JournalRow]) -> dict[int, int]:
+    """For each step (of ``rows``, in step order) whose target another step of ``rows`` also
+    set: the last step that set it."""
+    steps_of: dict[tuple[str, str], list[int]] = {}
+    for row in rows:
+        spec = registry.spec(row.action)
+        target = spec.target(row.args) if spec is not None else None
+        if target is not None:
+            steps_of.setdefault((row.action, target), []).append(row.step)
+    return {step: steps[-1] for steps in steps_of.values() if len(steps) > 1 for step in steps}
 
 
 # -- what the irreversible steps will do ----------------------------------------------------

@@ -111,6 +111,10 @@ def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
     if need == Need.UNWIND:
         return (f"Task {t} stopped{at}{done}: {msg}; settle it with "
                 f"`tidemark unwind {t} --yes`.")
+    if need == Need.VERIFICATION and step is None:  # the verification at the end of the plan
+        return (f"Task {t} did every step, but not to the end state: a target shows an earlier "
+                f"step's state ({msg}); see `tidemark status {t}`, then `tidemark resume {t}` "
+                f"or `tidemark unwind {t} --yes`.")
     if need == Need.VERIFICATION:
         return (f"Task {t} did not start its irreversible steps{at}: a reversible step before "
                 f"them no longer holds ({msg}); see `tidemark status {t}`, then "

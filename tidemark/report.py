@@ -34,7 +34,7 @@ class Report:
             return (TaskState.KILLED if p.stop.get("state") == ControlState.KILLED
                     else TaskState.STOPPED)
         if p.finished:
-            return TaskState.COMPLETED
+            return TaskState.VERIFICATION_FAILED if self.end_unverified else TaskState.COMPLETED
         if p.failed:
             return TaskState.FAILED
         if p.in_doubt is not None:
@@ -45,6 +45,14 @@ class Report:
         if self.asks_approval:
             return TaskState.AWAITING_APPROVAL
         return TaskState.NOT_STARTED if p.rows == 0 else TaskState.PARTIAL
+
+    @property
+    def end_unverified(self) -> bool:
+        """Every step is done, but the latest verification, the one at the end of the plan,
+        found a target showing an earlier step's state (tidemark.boundary): not completed."""
+        verification = self.boundary.get("verification")
+        return (self.progress.finished and verification is not None
+                and bool(verification.get("at_end")) and not verification["passed"])
 
     @property
     def _at_boundary(self) -> bool:
@@ -136,7 +144,9 @@ class Report:
                        "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
                                               f"{f.get('describe', '')}: {f['reason']}"
                                               for f in v["failures"]))
-            lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
+            where = ("at the end of the plan" if v.get("at_end")
+                     else f"before step {v['boundary']}")
+            lines.append(f"  boundary gate  {where}: {verdict}")
         a = self.approval
         if a:
             who = ", ".join(a["approvers"]) if a["approvers"] else "nobody configured"

@@ -156,7 +156,8 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
     report = report or _report(store, t)
     p, state = report.progress, report.state
     unfinished = store.unwind_unfinished(t) if p.stop else None
-    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None):
+    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None
+                                      and not report.end_unverified):
         return None  # settled: a stop or kill of a completed task holds nothing back
     last = _when(candidate["last_at"] or candidate["created_at"])
     stake = at_stake(store, t)
@@ -188,9 +189,9 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
         v = report.boundary["verification"]
         named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
                           for f in v["failures"])
+        where = "at the end of the plan" if v.get("at_end") else f"before step {v['boundary']}"
         return Entry(t, "verification_failed", _when(v["at"]),
-                     f"before step {v['boundary']}, no longer holds: {named}",
-                     f"tidemark resume {t}", stake)
+                     f"{where}, no longer holds: {named}", f"tidemark resume {t}", stake)
     if state == TaskState.AWAITING_APPROVAL:
         asked = store.approval_request(t) or {}
         who = ", ".join(asked.get("approvers") or []) or "nobody configured"
@@ -258,6 +259,6 @@ def task_need(store: JournalStore, task_id: str) -> TaskNeed:
     entry = entry_for(store, task_id, report)
     if entry is not None:
         return TaskNeed(str(entry.need), str(report.state), _line(report, entry))
-    settled = report.state in (TaskState.COMPLETED, TaskState.UNWOUND) or \
-        report.progress.finished
+    settled = report.state in (TaskState.COMPLETED, TaskState.UNWOUND) or (
+        report.progress.finished and not report.end_unverified)
     return TaskNeed(str(Need.NOTHING), str(report.state), settled=settled)

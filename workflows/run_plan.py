@@ -126,6 +126,12 @@ RUN_END_JOURNALED = "run-end-journaled"
 # (workflow.patched).
 WAITS_UNDER_STOP = "waits-under-stop"
 
+# A run whose steps are all done verifies, before it says completed, the steps it can check
+# cheaply (the last step of each target the plan set more than once: verify_end,
+# tidemark/boundary.py): a mismatch ends it verification_failed. Runs from before completed at
+# once (workflow.patched).
+VERIFIED_END = "wire-verified-end"
+
 # The Web UI's current details list at most this many irreversible steps while a run awaits
 # approval (the details are metadata of every workflow task: kept small).
 DETAILS_LINES = 40
@@ -369,7 +375,8 @@ class RunPlan:
                                        f"task is stopped ({prep.stopped}); release it with "
                                        f"`{prep.release or f'tidemark release {prep.task_id}'}`"})
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
-            return self._end(FAILED if prep.failed else COMPLETED)
+            return self._end(FAILED) if prep.failed else await self._complete(
+                prep.task_id, prep.step_count)
         return prep
 
     async def _describe(self, task_id: str, first: int, last: int) -> list[str]:
@@ -449,6 +456,28 @@ class RunPlan:
                                       "continued": {
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
                 "skipped": r.skipped}})
+        return await self._complete(prep.task_id, prep.step_count)
+
+    async def _complete(self, task_id: str, count: int) -> RunResult:
+        """Every step is done: the run completes once the verification at the end holds
+        (VERIFIED_END), and ends verification_failed, never completed, when a target shows an
+        earlier step's state."""
+        if not workflow.patched(VERIFIED_END):
+            return self._end(COMPLETED)
+        workflow.set_current_details(f"**verifying** the targets steps 1-{count} set more "
+                                     "than once")
+        try:
+            out: BoundaryOutcome = await workflow.execute_activity(
+                "verify_end", BoundaryInput(task_id, count + 1), result_type=BoundaryOutcome,
+                start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * count,
+                heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                summary=f"verify the end of steps 1-{count}")
+        except ActivityError as e:
+            return self._end_on(e, None)
+        if not out.passed:
+            return self._end(VERIFICATION_FAILED, {
+                "type": "VerificationFailed", "message": out.summary, "step": None,
+                "failures": out.failures})
         return self._end(COMPLETED)
 
     def _count(self, out: StepOutput) -> None:

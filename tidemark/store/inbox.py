@@ -58,7 +58,11 @@ class InboxMixin(StoreBase):
                        OR EXISTS (SELECT 1 FROM tidemark.journal j
                                   WHERE j.task_id = p.task_id AND j.phase = %(undo)s)
                        OR EXISTS (SELECT 1 FROM tidemark.events e
-                                  WHERE {_UNWIND_UNFINISHED}))
+                                  WHERE {_UNWIND_UNFINISHED})
+                       OR EXISTS (SELECT 1 FROM tidemark.events e
+                                  WHERE e.task_id = p.task_id AND e.kind = %(verification)s
+                                    AND e.detail->>'at_end' = 'true'
+                                    AND e.detail->>'passed' = 'false'))
                   AND NOT EXISTS (SELECT 1 FROM tidemark.journal j
                                   WHERE j.task_id = p.task_id AND j.outcome IS NULL
                                     AND j.lease_until > clock_timestamp())
