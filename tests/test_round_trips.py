@@ -1,5 +1,6 @@
 """What the journal sends to Postgres, read from libpq's own protocol trace: a step's journal
-costs three round trips (the read, the intent, the outcome), a lease renewal one. A round trip
+costs three round trips (the read, the intent, the outcome), four for an action that marks its
+sends (drive.rename, graph.send_mail: tidemark.wire), a lease renewal one. A round trip
 is the client's turn to send followed by the server's turn to answer: the trace's lines change
 from F to B."""
 
@@ -16,7 +17,14 @@ import psycopg
 import pytest
 from psycopg import pq
 
+from activities.catalog import spec_registry
+from activities.drive import DriveRename, drive_client
 from helpers.renames import RENAMES, two_renames
+from helpers.staging_fixtures import CLIENT_TIMEOUT_S
+from helpers.steps import persist
+from staging.core import StagingServer
+from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget
+from tidemark.actions import Registry
 from tidemark.errors import InvariantViolation
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -58,6 +66,24 @@ def test_a_step_journals_its_intent_in_one_round_trip_and_the_whole_step_in_thre
     assert round_trips(sent) == 3, f"the step waited for Postgres {round_trips(sent)} times: {sent}"
     assert sorted(tmp_path.glob("final-*.txt")) == [tmp_path / "final-1.txt",
                                                      tmp_path / "final-2.txt"]
+
+
+def test_a_step_whose_sends_are_marked_costs_one_round_trip_more(
+        store: JournalStore, server: StagingServer, drive: DriveTarget, tmp_path: Path) -> None:
+    """drive.rename journals the mark just before its request leaves (tidemark.wire): the
+    read, the intent, the mark, the outcome."""
+    f = drive.seed("scan.pdf")
+    steps = [{"action": "drive.rename", "args": {"file_id": f.id, "name": n}}
+             for n in ("a.pdf", "b.pdf")]
+    task = persist(store, spec_registry(DriveRename), steps, "round-trips-marked")
+    reg = Registry([DriveRename(
+        writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=CLIENT_TIMEOUT_S),
+        reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=CLIENT_TIMEOUT_S),
+        timeout=CLIENT_TIMEOUT_S)])
+    run_step(store, reg, task, 1)  # the pool is warm
+    sent = traced(store._pool._pool, tmp_path / "trace", lambda: run_step(store, reg, task, 2))
+    assert round_trips(sent) == 4, f"the step waited for Postgres {round_trips(sent)} times: {sent}"
+    assert drive.files[f.id].name == "b.pdf"
 
 
 def open_intent(store: JournalStore, task: str) -> tuple[str, uuid.UUID]:

@@ -24,10 +24,12 @@ POINTS = (
     "after_intent",    # intent committed, action not started
     "after_stage",     # the action's fenced handle (e.g. a draft) is created and journaled
     "before_send",     # the step's effect request is about to leave (tidemark.wire)
+    "wire_passed",     # ... it passed the wire's checks (marked, covered) and is written next
     "after_execute",   # the target applied the action; its outcome is not journaled
     "after_outcome",   # outcome committed
     "undo_after_intent",   # a compensation's intent committed, compensation not started
     "undo_before_send",    # the compensation's request is about to leave
+    "undo_wire_passed",    # ... it passed the wire's checks and is written next
     "undo_after_execute",  # the compensation applied; its outcome is not journaled
 )
 

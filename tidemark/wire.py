@@ -110,6 +110,11 @@ def _leaving(method: str) -> Wire | None:
     return wire
 
 
+def _passed(wire: Wire) -> None:
+    if _EFFECT.get():
+        crash_point(wire.crash_prefix + "wire_passed", wire.step)
+
+
 def at_wire(method: str, timeout_s: float) -> None:
     """Called by a transport on the sending thread, just before the request of ``method``
     (whose client waits ``timeout_s`` for its answer) leaves: marks it if it is the effect of
@@ -121,6 +126,7 @@ def at_wire(method: str, timeout_s: float) -> None:
         assert wire.mark is not None
         wire.marked_or_refused(wire.mark())
     wire.check_cover(timeout_s)
+    _passed(wire)
 
 
 async def at_wire_async(method: str, timeout_s: float) -> None:
@@ -133,6 +139,7 @@ async def at_wire_async(method: str, timeout_s: float) -> None:
         assert wire.mark is not None
         wire.marked_or_refused(await asyncio.to_thread(wire.mark))
     wire.check_cover(timeout_s)
+    _passed(wire)
 
 
 def httpcore_trace(method: str, timeout_s: float,
