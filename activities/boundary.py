@@ -71,8 +71,9 @@ class BoundaryActivities:
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:
         """The verification at the end of a plan, before its run says completed (``inp.step``
         is one past the last step): the last step of each target the plan set more than once
-        must still show done (tidemark.boundary). Reads only; logs one verification event."""
-        with _heartbeating(), acting_for(self.grants, inp.task_id):
+        must still show done (tidemark.boundary). Reads only, as the task (its grant); logs one
+        verification event."""
+        with acting_for(self.grants, inp.task_id), _heartbeating():
             try:
                 checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step,
                                             at_end=True)

@@ -23,7 +23,10 @@ Done means *submitted*: flagged submitted in Drafts, or out of Drafts. Graph's 2
 accepted, so ``execute`` confirms with the read token that the draft was submitted, waiting at
 most ``confirm_s``; if it was not, the step stays in doubt and the next attempt's probe decides:
 *done* for a flagged or moved copy, *absent* (send that same draft) only for a draft in Drafts
-whose flags say it was never submitted, *unknown* when the flags cannot be read.
+whose flags say it was never submitted and whose send was never requested (the journal's mark,
+written just before the send leaves: tidemark.wire), *unknown* otherwise. Graph documents no
+submit bit readable during the window after the 202, so a draft whose send was requested is
+never sent again without a person.
 
 A send our client gave up on (a timeout, or Graph's 504) may still land after the attempt
 ends, on a draft the next attempt is sending too; with the draft kept in Drafts that would be

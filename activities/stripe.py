@@ -39,6 +39,7 @@ from tidemark.actions import (
 )
 from tidemark.errors import ConfigError, NeedsDecision
 from tidemark.money import shown
+from tidemark.wire import at_wire, at_wire_async, effect
 
 CREDENTIALS = "TIDEMARK_STRIPE_WRITE_TOKEN and TIDEMARK_STRIPE_READ_TOKEN"
 
@@ -73,6 +74,7 @@ class PerLoopHTTPX(stripe.HTTPClient):
 
     async def request_async(self, method: str, url: str, headers: Mapping[str, str],
                             post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
+        await at_wire_async(method, self._timeout)  # tidemark.wire: the lease covers it
         return await self._client().request_async(method, url, headers, post_data)
 
     async def request_stream_async(self, method: str, url: str, headers: Mapping[str, str],
@@ -89,6 +91,22 @@ class PerLoopHTTPX(stripe.HTTPClient):
         """Nothing to close without a loop: each loop's client closes on it (close_async)."""
 
 
+class WiredRequests(stripe.RequestsClient):
+    """stripe-python's blocking requests, each checked at the wire (tidemark.wire) just before
+    the client hands it to requests: the lowest point the Stripe client offers a hook at."""
+
+    def __init__(self, timeout: float, async_fallback_client: stripe.HTTPClient) -> None:
+        super().__init__(timeout=timeout, async_fallback_client=async_fallback_client)
+        self._wire_timeout = timeout
+
+    # RequestsClient's own signature (stripe's stubs give its base class another).
+    def request(self, method: str, url: str,  # type: ignore[override]
+                headers: Mapping[str, str] | None,
+                post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
+        at_wire(method, self._wire_timeout)
+        return super().request(method, url, headers, post_data)
+
+
 def stripe_client(base_url: str, api_key: str, *,
                   timeout: float = DEFAULT_TIMEOUT) -> stripe.StripeClient:
     """A Stripe client for ``base_url`` (a staging server's URL, or
@@ -97,8 +115,7 @@ def stripe_client(base_url: str, api_key: str, *,
     client's, whichever HTTP client sends)."""
     return stripe.StripeClient(
         api_key, base_addresses={"api": base_url.rstrip("/")}, max_network_retries=0,
-        http_client=stripe.RequestsClient(
-            timeout=timeout, async_fallback_client=PerLoopHTTPX(timeout)))
+        http_client=WiredRequests(timeout, PerLoopHTTPX(timeout)))
 
 
 CREATE = "stripe payment_intents.create"
@@ -266,7 +283,8 @@ class StripePaymentIntent(Action):
     def execute(self, ctx: StepContext) -> dict[str, Any]:
         params, options = create_request(ctx)
         try:
-            pi = self.writer.v1.payment_intents.create(params=params, options=options)
+            with effect():
+                pi = self.writer.v1.payment_intents.create(params=params, options=options)
         except stripe.StripeError as e:
             if not saved_failure(e):
                 raise stripe_failure(e, CREATE) from e
@@ -278,8 +296,9 @@ class StripePaymentIntent(Action):
         5xx is a blocking read, so it runs in a thread."""
         params, options = create_request(ctx)
         try:
-            pi = await self.writer.v1.payment_intents.create_async(params=params,
-                                                                   options=options)
+            with effect():
+                pi = await self.writer.v1.payment_intents.create_async(params=params,
+                                                                       options=options)
         except stripe.StripeError as e:
             if not saved_failure(e):
                 raise stripe_failure(e, CREATE) from e

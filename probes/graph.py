@@ -15,7 +15,9 @@ Graph API", steps 1-4, with no bound on the wait). Meanwhile the message is in D
 draft id and ``isDraft`` is still true: only PR_MESSAGE_FLAGS (``Integer 0x0E07``) tells it from
 a plain draft, by its mfSubmitted bit (0x4, [MS-OXCMSG] 2.2.1.6). So the probe asks for that
 property with our key's, and a copy carrying the bit is submitted wherever it is; a draft of
-ours whose flags it cannot read is *unknown*, never *absent*.
+ours whose flags it cannot read is *unknown*, never *absent*. Nor is a draft whose send the
+journal marked as requested (``StepContext.sent_at``): Microsoft documents that bit nowhere, and
+"notify transport" comes after the 202, so a draft without it may be on its way out.
 
 Only our own copy counts: keys are predictable from the plan, and anyone can mail the mailbox a
 message carrying our header and property. A copy is ours when it is submitted (flagged

@@ -42,7 +42,14 @@ from probes.graph import (
 from staging.core import StagingServer
 from staging.graph import READ_TOKEN, SEND_TOKEN, GraphTarget
 from tidemark.actions import ProbeStatus, Registry, StepContext
-from tidemark.errors import NeedsDecision, PlanError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import (
+    NeedsDecision,
+    NotSent,
+    PlanError,
+    Refused,
+    TargetUnavailable,
+    Unauthorized,
+)
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -296,6 +303,17 @@ def test_run_step_dropped_response_while_queued_resolves_submitted_then_sent(
                   staged=store.step_row(task, 1).staged, before_state={"fence": "draft"})
     assert action(mail).probe(ctx).observed["state"] == "sent"
     assert keys_sent(mail) == [result.key]
+
+
+def test_a_throttled_send_is_not_sent_so_its_mark_is_taken_back(mail: StagingServer) -> None:
+    """Graph's 429: "the requests fail" (Microsoft Graph throttling guidance): nothing of the
+    send reached the mailbox, so the step's mark is taken back (NotSent) and the draft may be
+    sent again; a 503 may follow a send that went out, and stays in doubt as it was."""
+    a = action(mail)
+    failed = blocking(a._send_failed(BLOCKING, "draft-1", _api_error(429)))
+    assert type(failed) is NotSent
+    assert type(blocking(a._send_failed(BLOCKING, "draft-1", _api_error(503)))) \
+        is TargetUnavailable
 
 
 def test_run_step_crash_after_stage_sends_the_journaled_draft(

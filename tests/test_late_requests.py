@@ -15,7 +15,6 @@ import pytest
 
 from activities.catalog import spec_registry
 from activities.drive import DriveRename, drive_client
-from helpers.clock_step import stepped_postgres
 from helpers.freeze import wait_stopped, wake
 from helpers.renames import RENAME_SPECS, RENAMES
 from helpers.staging_fixtures import CLIENT_TIMEOUT_S, arm
@@ -28,6 +27,7 @@ from tidemark.errors import NeedsDecision, StepBusy
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import EXIT_LEASE_LAPSED, JournalStore
 from tools.commands import resolve
+from tools.stepped_clock import stepped_postgres
 
 HORIZON_S = 0.5  # Drive's horizon in these tests: short, so that a lease passes quickly
 # The frozen worker's client timeout: its lease (2 x timeout + 5 s, plus the horizon) is what

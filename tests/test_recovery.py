@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 import worker
 from activities.steps import HEARTBEAT_EVERY_S
 from helpers.ledger import LedgerRecord, ledger_lines
+from tidemark.attempt import INLINE_WAIT_S
 from tidemark.payloads import RunResult
 from tidemark.store import LEASE_S, JournalStore
 from workflows import unwind_plan
@@ -43,24 +44,27 @@ SDK_THROTTLE = 0.8
 
 
 def latest_twin_start(heartbeat: timedelta, retry: RetryPolicy, lease_s: float) -> float:
-    """Seconds from a kill to the first retry that finds the dead attempt's lease lapsed, at
-    worst.
+    """Seconds from a kill to the moment a retry takes the dead attempt's step over, at worst.
 
     Temporal notices the death when the heartbeat timeout passes after the last heartbeat it
     received: between (1 - SDK_THROTTLE) and 1 heartbeat timeout after the kill. The retries
     then follow the policy's intervals; one that comes while the lease (at most ``lease_s``
-    after the kill: the last renewal, or the intent, was written before it) is fresh meets
-    StepBusy and waits for the next."""
+    after the kill: the last renewal, or the intent, was written before it) is fresh on the
+    database's clock meets StepBusy and waits for the next. The twin also counts the lease's
+    whole length on its own clock from its first look at the row (tidemark.sightings), and
+    waits out what is left of that count within the attempt (tidemark.attempt.INLINE_WAIT_S)."""
+    assert lease_s <= INLINE_WAIT_S
     hb = heartbeat.total_seconds()
     first = (retry.initial_interval or timedelta(seconds=1)).total_seconds()
     worst = 0.0
     for k in range(101):
         noticed = hb * (1 - SDK_THROTTLE) + hb * SDK_THROTTLE * k / 100
-        at, interval = noticed + first, first
+        first_look = at = noticed + first
+        interval = first
         while at < lease_s:
             interval *= retry.backoff_coefficient
             at += interval
-        worst = max(worst, at)
+        worst = max(worst, at, first_look + lease_s)
     return worst
 
 

@@ -12,6 +12,13 @@ fresh task id (the plan's, suffixed), each interrupted once by one of:
 * ``slow_provider``: the target takes longer over one step's write than the client waits (the
   ``delay`` fault, with the client timeout cut short through the action's timeout variable);
 
+or, with ``--time-faults`` (tools/chaos_time.py), by time:
+
+* ``freeze``: the worker stands still (SIGSTOP) just before a step's effect request leaves,
+  past its lease; the resume takes the step over and runs the plan on, then the worker wakes;
+* ``clock_step``: the database's clock jumps 30 s ahead while a step's write is held at the
+  provider, and the resume runs beside the worker (chaos's own Postgres, under libfaketime);
+
 then resumed in order, as a new worker would, and judged from the outside, by what reached the
 staging servers and what an observer reads there, never by the journal's word for it:
 
@@ -84,12 +91,14 @@ from tools.chaos_kills import (
     PHASES,
     SLOW_CLIENT_TIMEOUT_S,
     SLOW_EXTRA_S,
+    TIME_PHASES,
     Kill,
     action_timeout_env,
     choose_kills,
     plan_pairs,
 )
 from tools.chaos_report import ChaosReport, RunResult
+from tools.chaos_time import interrupt, worker_env, worker_fault
 from tools.chaos_world import (
     HarnessError,
     chaos_registry,
@@ -97,6 +106,7 @@ from tools.chaos_world import (
     seed_world,
     staging_http,
 )
+from tools.stepped_clock import SteppedClock
 
 # What the tests and other callers take from here.
 __all__ = ["CRASH_PHASES", "FAULT_PHASES", "PHASES", "ChaosReport", "HarnessError", "Kill",
@@ -112,7 +122,8 @@ NEEDS_PERSON = ": NeedsDecision: "
 
 def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_url: str,
              staging_url: str, registry: Registry, store: JournalStore,
-             extra: Sequence[str] = (), worst_case: bool = False) -> tuple[Plan, str, Registry]:
+             extra: Sequence[str] = (), worst_case: bool = False,
+             clock: SteppedClock | None = None) -> tuple[Plan, str, Registry]:
     """Seeds the world, runs the plan in a subprocess interrupted by ``kill``, then resumes it
     here. Returns the plan, an error text ('' when every step completed) and the registry bound
     to the seeded world.
@@ -134,6 +145,15 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
     cmd = [sys.executable, "-m", "tools.chaos", "--run", db_url, task_id, staging_url]
     for spec in extra:
         cmd += ["--action", spec]
+    if kill is not None and kill.phase in TIME_PHASES:
+        env.update(worker_env(kill, registry.bound(plan.step(kill.step).action)))
+        held = worker_fault(kill)
+        if held is not None:
+            cmd += ["--fault", json.dumps(held)]
+        worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        return plan, interrupt(worker, kill, lambda: resume(store, registry, plan),
+                               staging_url, clock), registry
     if kill is not None and kill.phase in CRASH_PHASES:
         env[CRASH_ENV] = f"{kill.phase}:{kill.step}"
     elif kill is not None:
@@ -182,10 +202,11 @@ def resume(store: JournalStore, registry: Registry, plan: Plan) -> str:
 def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
               staging_urls: Sequence[str], extra: Sequence[str] = (),
               progress: Callable[[int, int, str], None] | None = None,
-              worst_case: bool = False) -> ChaosReport:
+              worst_case: bool = False, clock: SteppedClock | None = None) -> ChaosReport:
     """The whole experiment; see the module docstring. One interrupted run at a time on each of
     ``staging_urls`` (a run resets its server, so two never share one); the reference run and
-    the aiming are on the first."""
+    the aiming are on the first. With ``clock`` (the clock of the Postgres at ``db_url``) the
+    interruptions in time are drawn too (``--time-faults``)."""
     if not staging_urls:
         raise TidemarkError("chaos: no staging server to run on")
     registry = chaos_registry(staging_urls[0], extra)
@@ -218,7 +239,7 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
             where = (eff["target"], eff["op"])
             if eff["key"] in keys and where not in writes.get(keys[eff["key"]], []):
                 writes.setdefault(keys[eff["key"]], []).append(where)
-        report.pairs = plan_pairs(plan, registry, writes)
+        report.pairs = plan_pairs(plan, registry, writes, clock is not None)
         # A run takes a server no other run holds (it resets it), and gives it back. The
         # registry serves every server: a run binds its own against its server (run_once).
         free: queue.Queue[str] = queue.Queue()
@@ -231,7 +252,7 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
             try:
                 return one_run(n, kill, plan_doc, f"{base}-{n}", reference, db_url=db_url,
                                staging_url=url, registry=registry, store=store, extra=extra,
-                               worst_case=worst_case)
+                               worst_case=worst_case, clock=clock)
             finally:
                 free.put(url)
                 if progress:
@@ -239,7 +260,7 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
 
         # The runs mostly wait (a killed attempt's lease lapsing, the subprocess starting), so
         # several at once cost little more CPU than one.
-        kills = choose_kills(plan, registry, writes, runs, seed)
+        kills = choose_kills(plan, registry, writes, runs, seed, clock is not None)
         with ThreadPoolExecutor(len(staging_urls)) as pool:
             report.runs = list(pool.map(on_a_free_server, range(1, len(kills) + 1), kills))
     return report
@@ -247,13 +268,14 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
 
 def one_run(n: int, kill: Kill, plan_doc: dict[str, Any], task_id: str, reference: Observed, *,
             db_url: str, staging_url: str, registry: Registry, store: JournalStore,
-            extra: Sequence[str], worst_case: bool) -> RunResult:
+            extra: Sequence[str], worst_case: bool,
+            clock: SteppedClock | None = None) -> RunResult:
     """One interrupted run, judged against the reference (or a harness error)."""
     action = str(plan_doc["steps"][kill.step - 1]["action"])
     try:
         plan, err, bound = run_once(plan_doc, task_id, kill, db_url=db_url,
                                     staging_url=staging_url, registry=registry, store=store,
-                                    extra=extra, worst_case=worst_case)
+                                    extra=extra, worst_case=worst_case, clock=clock)
         got = world(store, bound, plan, staging_url)
     except HarnessError as e:
         return RunResult(n, kill, action, 0, [], harness_error=str(e))

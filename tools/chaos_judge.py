@@ -124,8 +124,9 @@ def expected_resolved_by(kill: Kill | None, step: int, provisional: frozenset[tu
         # The answer to the final write was lost: the write committed, the probe must find it.
         # A lost answer to a provisional handle's creation (a draft) is staged again instead.
         return {ResolvedBy.EXECUTE} if kill.op in provisional else {ResolvedBy.PROBE}
-    if kill.phase == "slow_provider":
-        # The late commit seen, or absorbed by a fence or key.
+    if kill.phase in ("slow_provider", "clock_step"):
+        # The late commit seen, or absorbed by a fence or key; or, under a clock step, the
+        # worker's own outcome or its twin's probe of it.
         return {ResolvedBy.PROBE, ResolvedBy.EXECUTE}
     return {ResolvedBy.EXECUTE}  # before the action (absent, then executed), or after its outcome
 

@@ -34,11 +34,24 @@ class Kill:
     op: tuple[str, str] | None = None  # (target, op) of the write a fault hits
 
 
+# The interruptions in time (tools/chaos_time.py), with --time-faults.
+TIME_PHASES = ("freeze", "clock_step")
+# The built-in actions whose effect request goes through tidemark.wire (a plugin's may not:
+# its worker would never reach the freeze point).
+FREEZABLE = frozenset({"drive.rename", "gmail.send", "graph.send_mail",
+                       "stripe.payment_intent"})
+
+
+def phases_of(time_faults: bool) -> tuple[str, ...]:
+    return PHASES + TIME_PHASES if time_faults else PHASES
+
+
 def phase_steps(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]]
                 ) -> dict[str, list[int]]:
     """The steps each phase applies to: a crash point to every step (``after_stage`` to those
     whose action stages), a lost answer to steps that write, a slow provider to those whose
-    client timeout can be cut short."""
+    client timeout can be cut short; a freeze to steps that write with an action whose effect
+    goes through the wire, a clock step to steps that write."""
     steps = [s.number for s in plan.steps]
     applies: dict[str, list[int]] = {p: steps for p in CRASH_PHASES}
     applies["after_stage"] = [s.number for s in plan.steps
@@ -46,20 +59,23 @@ def phase_steps(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str
     applies["lost_response"] = [n for n in steps if writes.get(n)]
     applies["slow_provider"] = [s.number for s in plan.steps if writes.get(s.number)
                                 and action_timeout_env(registry.bound(s.action))]
+    applies["freeze"] = [s.number for s in plan.steps
+                         if writes.get(s.number) and s.action in FREEZABLE]
+    applies["clock_step"] = [n for n in steps if writes.get(n)]
     return applies
 
 
-def plan_pairs(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]]
-               ) -> list[tuple[str, str]]:
+def plan_pairs(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]],
+               time_faults: bool = False) -> list[tuple[str, str]]:
     """Every (action, phase) pair the plan has, in plan order."""
     applies = phase_steps(plan, registry, writes)
     actions = list(dict.fromkeys(s.action for s in plan.steps))
-    return [(a, p) for a in actions for p in PHASES
+    return [(a, p) for a in actions for p in phases_of(time_faults)
             if any(plan.step(n).action == a for n in applies[p])]
 
 
 def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]],
-                 runs: int, seed: int) -> list[Kill]:
+                 runs: int, seed: int, time_faults: bool = False) -> list[Kill]:
     """The interruption of each run. First one run per (action, phase) pair of the plan, so
     every pair is covered whatever the seed (the order, the step of that action and the write
     a fault hits drawn from ``random.Random(seed)``); then random draws: a phase uniformly
@@ -70,18 +86,19 @@ def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[st
     """
     rng = random.Random(seed)
     applies = phase_steps(plan, registry, writes)
-    pairs = plan_pairs(plan, registry, writes)
+    pairs = plan_pairs(plan, registry, writes, time_faults)
     if runs < len(pairs):
         raise TidemarkError(f"chaos: --runs {runs} cannot cover the plan's {len(pairs)} (action, "
                             f"phase) pairs; give --runs {len(pairs)} or more")
 
     def kill(phase: str, step: int) -> Kill:
-        return Kill(phase, step, rng.choice(writes[step]) if phase in FAULT_PHASES else None)
+        aimed = phase in FAULT_PHASES or phase == "clock_step"
+        return Kill(phase, step, rng.choice(writes[step]) if aimed else None)
 
     kills = [kill(p, rng.choice([n for n in applies[p] if plan.step(n).action == a]))
              for a, p in pairs]
     rng.shuffle(kills)
-    phases = [p for p in PHASES if applies[p]]
+    phases = [p for p in phases_of(time_faults) if applies[p]]
     for _ in range(runs - len(kills)):
         phase = rng.choice(phases)
         kills.append(kill(phase, rng.choice(applies[phase])))

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.chaos_kills import PHASES, Kill
+from tools.chaos_kills import PHASES, TIME_PHASES, Kill
 
 
 @dataclass
@@ -86,7 +86,7 @@ class ChaosReport:
 
     def table(self) -> str:
         rows = ["phase            runs  duplicates  misses  mismatches  absorbed"]
-        for phase in PHASES:
+        for phase in PHASES + TIME_PHASES:
             mine = [r for r in self.runs if r.kill.phase == phase]
             if mine:
                 rows.append(f"{phase:<16} {len(mine):>4}  {sum(r.duplicates for r in mine):>10}"

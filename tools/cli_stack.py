@@ -53,6 +53,10 @@ def add_stack_commands(sub: Any) -> None:
     ch.add_argument("--worst-case", action="store_true",
                     help="every staging switch at the provider's documented worst case "
                          "(GET /_staging/switches lists them)")
+    ch.add_argument("--time-faults", action="store_true",
+                    help="interrupt runs in time too: a worker frozen past its lease "
+                         "(SIGSTOP, then SIGCONT), a 30 s step of the database's clock; runs "
+                         "on a Postgres of its own (needs Debian's libfaketime)")
     ch.add_argument("--jobs", type=int, default=3,
                     help="interrupted runs at a time, each on staging servers of its own "
                          "started here (default 3)")
@@ -154,20 +158,27 @@ def _cmd_chaos(a: argparse.Namespace) -> int:
         print(f"tidemark chaos: --jobs must be at least 1, not {a.jobs}", file=sys.stderr)
         return EXIT_ERROR
 
-    def chaos(urls: list[str]) -> ChaosReport:
-        return run_chaos(doc, a.runs, seed, db_url=journal_url(a), staging_urls=urls,
-                         extra=a.action, progress=progress_bar, worst_case=a.worst_case)
+    from contextlib import ExitStack
 
-    if a.staging_url:
-        report = chaos(a.staging_url)
-    else:
-        from contextlib import ExitStack
+    with ExitStack() as stack:
+        clock = None
+        if a.time_faults:  # a journal of its own, whose clock it can step
+            from tools.stepped_clock import stepped_postgres
 
-        from staging.core import StagingServer
-        from staging.targets import build_staging
+            clock = stack.enter_context(stepped_postgres())
 
-        with ExitStack() as servers:
-            report = chaos([servers.enter_context(
+        def chaos(urls: list[str]) -> ChaosReport:
+            return run_chaos(doc, a.runs, seed, db_url=clock.url if clock else journal_url(a),
+                             staging_urls=urls, extra=a.action, progress=progress_bar,
+                             worst_case=a.worst_case, clock=clock)
+
+        if a.staging_url:
+            report = chaos(a.staging_url)
+        else:
+            from staging.core import StagingServer
+            from staging.targets import build_staging
+
+            report = chaos([stack.enter_context(
                 StagingServer(build_staging(worst_case=a.worst_case))).url
                 for _ in range(a.jobs)])
     if a.json:

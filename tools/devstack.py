@@ -145,11 +145,13 @@ def wait_until_serving(address: str, proc: subprocess.Popen[bytes], log: Path,
 # Client settings for the staging servers, unless the environment says otherwise. Staging
 # answers in milliseconds and applies every write within its request (unless a test arms a
 # delay fault), so short timeouts and no Drive horizon are true of it; they keep the lease a
-# killed attempt leaves (its deadline plus the horizon) to seconds instead of minutes.
+# killed attempt leaves (its deadline plus the horizon) to seconds instead of minutes. The
+# confirm wait outlasts the Graph emulator's worst unflagged window (graph.submitted_flag_after_s,
+# 5 s), so that a send the staging Graph answered is still confirmed at its worst.
 STAGING_CLIENTS = {
     "TIDEMARK_DRIVE_TIMEOUT_S": "5", "TIDEMARK_GMAIL_TIMEOUT_S": "5",
     "TIDEMARK_GRAPH_TIMEOUT_S": "5", "TIDEMARK_STRIPE_TIMEOUT_S": "5",
-    "TIDEMARK_GRAPH_CONFIRM_S": "2", "TIDEMARK_DRIVE_HORIZON_S": "0",
+    "TIDEMARK_GRAPH_CONFIRM_S": "8", "TIDEMARK_DRIVE_HORIZON_S": "0",
     "TIDEMARK_GMAIL_HORIZON_S": "0", "TIDEMARK_GRAPH_LATE_S": "2",
 }
 

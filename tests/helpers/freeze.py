@@ -5,18 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 from helpers.wait import assert_eventually
+from tools.chaos_time import stopped
 
-
-def stopped(proc: subprocess.Popen[str]) -> bool:
-    """Whether ``proc`` is stopped (its state in /proc is T)."""
-    try:
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
+__all__ = ["stopped", "wait_stopped", "wake"]
 
 
 def wait_stopped(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,6 +13,7 @@ from pathlib import Path
 import psycopg
 
 from tidemark.database import EmbeddedPostgres
+from tools.stepped_clock import stop_postmaster
 
 
 @dataclass
@@ -26,16 +25,7 @@ class Restartable:
     def stop(self) -> None:
         """Ends the postmaster as a restart does (a fast shutdown: every session is ended,
         no new one is accepted) and waits until it is gone."""
-        pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"postmaster {pid} still runs 30 s after a fast shutdown")
+        stop_postmaster(self.data)
 
     def start(self) -> None:
         """Starts it again on the same data directory and socket (pg_ctl start -w: it returns

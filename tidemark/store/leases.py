@@ -124,9 +124,11 @@ class LeaseKeeper:
     deadline is logged and journaled as an ``overran`` event.
 
     What the watch cannot cover: a process frozen as a whole past its cover (SIGSTOP, a paused
-    VM) may, on waking, send a request before the watch thread runs again. Only a fence at the
-    target (an idempotency key, a draft sent by id) holds then; a target without one relies on
-    its horizon and its stamp (drive.rename's probe asks for name *and* stamp)."""
+    VM) may, on waking, send a request before the watch thread runs again. So the cover is also
+    checked where each request leaves, on the sending thread (``covers``, asked by
+    tidemark.wire), and a renewal extends only the cover of a lease it did renew: a frozen
+    attempt whose intent a twin took over gains nothing. Left is a process frozen between that
+    check and its socket: the target's fence, or the mark (tidemark.wire), holds then."""
 
     def __init__(self, conninfo: str, every: float = LEASE_RENEW_S,
                  on_lapse: Callable[[list[str]], None] = end_process) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.mutants import controls, journal, probes
+from tools.mutants import controls, journal, probes, wire
 from tools.mutants.base import (
     AT,
     M1,
@@ -31,11 +31,14 @@ from tools.mutants.base import (
     T_CT,
     T_DO,
     T_DR,
+    T_EV,
     T_FP,
     T_GF,
+    T_GL,
     T_HZ,
     T_IL,
     T_KL,
+    T_LR,
     T_LS,
     T_LZ,
     T_MF,
@@ -51,11 +54,13 @@ from tools.mutants.base import (
     T_ST,
     T_UC,
     T_UW,
+    T_WI,
     T_WL,
     Mutant,
 )
 
-MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS)
+MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS,
+                                *wire.MUTANTS)
 
 
 
@@ -72,7 +77,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     S_SESSION: ST_TIER,
     S_STEPS: ST_TIER,
     S_JOURNAL: ST_TIER,
-    S_LEASES: (T_LS, T_LZ, T_DO, "tests/test_deadlines.py", T_HZ),
+    S_LEASES: (T_LS, T_LZ, T_DO, "tests/test_deadlines.py", T_HZ, T_WI),
     S_BASE: (T_PO, "tests/test_pool_check.py", T_SC, T_RS),
     S_CONN: (T_PO, T_SC),
     "tidemark/store/__init__.py": (T_SC, T_RS),
@@ -85,12 +90,12 @@ TIERS: dict[str, tuple[str, ...]] = {
     S_GRANTS: (T_CR, T_KL, T_SE),
     # run_step's tier and unwind's: the sequence is both phases'.
     AT: (T_RS, T_HZ, T_LS, T_LZ, T_PR, T_OF, T_SS, T_CT, "tests/test_fs_rename.py", T_UW, T_UC,
-         T_DO, T_AT, T_AW),
+         T_DO, T_AT, T_AW, T_LR, T_GL),
     M1: (T_SC, T_RS, T_CT),
     M_STOP: (T_CT, T_SS, T_SC),
     "tidemark/migrate.py": (T_SC,),
     "tidemark/plan.py": ("tests/test_plan.py", T_HZ),
-    "tidemark/boundary.py": (T_BD, T_AP),
+    "tidemark/boundary.py": (T_BD, T_AP, T_EV),
     "activities/boundary.py": (T_BD,),
     "tidemark/report.py": (T_RE, T_SS),
     "tidemark/unwind.py": (T_UW, T_SS, T_CT),
@@ -104,9 +109,10 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/stripe.py": (T_ST, "tests/test_stripe_async.py"),
     "probes/stripe.py": (T_ST,),
     "probes/gmail.py": ("tests/test_gmail_send.py", T_MF),
-    "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF, "tests/test_graph_async.py"),
+    "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF, "tests/test_graph_async.py",
+                        T_GL),
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py", "tests/test_graph_async.py"),
-    "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ),
+    "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ, T_EV),
     "tools/kill.py": (T_KL, T_SE, T_UC),
     "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
     "tidemark/errors.py": (T_RP, T_FP, T_BD, T_HZ),
@@ -120,4 +126,5 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
+    "tidemark/wire.py": (T_WI, T_LR, T_GL),
 }

@@ -59,6 +59,11 @@ T_SE = "tests/test_series.py"
 T_OW = "tests/test_ownership.py"  # the fenced lease: take-over, lost intents, no held connection
 T_TK = "tests/test_takeover_kill.py"  # a worker killed in its take-over's probe
 T_IL = "tests/test_unwind_intent_lock.py"  # the plan row's lock: an unwind against an intent
+# Time: the checks at the wire, requests that leave late, the clocks of a take-over.
+T_WI = "tests/test_wire.py"
+T_LR = "tests/test_late_requests.py"
+T_GL = "tests/test_graph_late.py"
+T_EV = "tests/test_end_verification.py"
 # The tests that run a step's attempt against the journal: its intent, take-over, claim and
 # outcome.
 ST_TIER = (T_RS, T_HZ, T_SC, T_LS, T_LZ, T_CT, T_SS, T_OF, T_RE, T_UW, T_OW, T_IL, T_TK,

@@ -1,15 +1,18 @@
-"""An embedded Postgres of a test's own whose wall clock the test can step, as NTP stepping a
-server's clock (or a person setting it) does: Debian's libfaketime is preloaded into the
-server's processes, reading the offset from a file on every call, so a write to that file moves
-``clock_timestamp()`` at once. Only the wall clock moves: the server's monotonic clock (its
-timeouts and waits) is left alone, as a real clock step leaves it."""
+"""An embedded Postgres of its own whose wall clock can be stepped, as NTP stepping a server's
+clock (or a person setting it) does, for `tidemark chaos --time-faults` and the tests: Debian's
+libfaketime (``apt-get install faketime``) is preloaded into the server's processes, reading the
+offset from a file on every call, so a write to that file moves ``clock_timestamp()`` at once.
+Only the wall clock moves: the server's monotonic clock (its timeouts and waits) is left alone,
+as a real clock step leaves it."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,8 +20,8 @@ from pathlib import Path
 
 import psycopg
 
-from helpers.restart import Restartable
 from tidemark.database import EmbeddedPostgres
+from tidemark.errors import ConfigError
 
 # Where Debian's libfaketime package puts the library (apt-get install faketime).
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -40,19 +43,34 @@ class SteppedClock:
         tmp.replace(self.offset_file)  # read whole or not at all
 
 
+def stop_postmaster(data: Path) -> None:
+    """Ends the postmaster of ``data`` as a restart does (a fast shutdown) and waits until it is
+    gone."""
+    pid = int((data / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"postmaster {pid} still runs 30 s after a fast shutdown")
+
+
 @contextmanager
 def stepped_postgres() -> Iterator[SteppedClock]:
     """A fresh embedded Postgres whose clock ``SteppedClock.step`` moves; removed afterwards."""
     if not LIBFAKETIME.exists():
-        raise AssertionError(f"{LIBFAKETIME} is missing: install Debian's faketime package "
-                             "(apt-get install faketime; .ci/run does)")
+        raise ConfigError(f"{LIBFAKETIME} is missing: a database clock step needs Debian's "
+                          "libfaketime (apt-get install faketime)")
     base = Path(tempfile.mkdtemp(prefix="tm-clock-"))
     base.chmod(0o755)  # the server runs as the system user pgserver when we are root
     clock = SteppedClock("", base / "offset")
     clock.step(0)
     server = EmbeddedPostgres(base / "data", delete=True)
     try:
-        Restartable("", base / "data", server).stop()
+        stop_postmaster(base / "data")
         faked = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(clock.offset_file),
                  "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
         with _ENVIRON:
