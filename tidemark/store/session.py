@@ -351,11 +351,18 @@ class StepSession:
         """The mark (tidemark.wire): this attempt's effect request on the open intent ``key``
         may leave from now on. Written on the sending thread just before the request leaves,
         and only while this attempt still owns the intent: False when it does not (a twin took
-        it over, or settled it), and then the request must not leave."""
+        it over, or settled it), and then the request must not leave.
+
+        It commits without waiting for the disk (synchronous_commit off for this transaction
+        only, as StepSession.complete(flush=False)): visible to every twin at once, lost only if
+        Postgres itself crashes before its WAL writer flushes (within wal_writer_delay, 200 ms by
+        default) while this worker stands still between the mark and its socket. The wait for
+        the disk cost a step about 1.6 ms (docs/provider-assumptions.md)."""
         with self._use() as conn:
             r = conn.execute(
                 "UPDATE tidemark.journal SET sent_at = clock_timestamp(), returned_at = NULL"
-                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s RETURNING step",
+                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s"
+                " AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING step",
                 (key, self.attempt_token())).fetchone()
         return r is not None
 

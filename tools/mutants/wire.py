@@ -28,11 +28,9 @@ MUTANTS: tuple[Mutant, ...] = (
             "rename_again")),
     Mutant("the mark is written whoever owns the intent", S_SESSION,
            '"UPDATE tidemark.journal SET sent_at = clock_timestamp(), returned_at = NULL"\n'
-           '                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s'
-           ' RETURNING step"',
+           '                " WHERE idem_key = %s AND outcome IS NULL AND owner = %s"',
            '"UPDATE tidemark.journal SET sent_at = clock_timestamp(), returned_at = NULL"\n'
-           '                " WHERE idem_key = %s AND outcome IS NULL AND %s IS NOT NULL'
-           ' RETURNING step"',
+           '                " WHERE idem_key = %s AND outcome IS NULL AND %s IS NOT NULL"',
            (f"{T_WI}::test_the_mark_is_refused_once_a_twin_owns_the_intent",)),
     Mutant("absent is a verdict after a mark its sender never answered", AT,
            "    return ProbeResult.unknown(\n        f\"the target shows nothing of this step",
