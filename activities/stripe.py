@@ -74,7 +74,7 @@ class PerLoopHTTPX(stripe.HTTPClient):
 
     async def request_async(self, method: str, url: str, headers: Mapping[str, str],
                             post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
-        await at_wire_async(method, self._timeout)  # tidemark.wire: the lease covers it
+        await at_wire_async(method)  # tidemark.wire: the lease covers it
         return await self._client().request_async(method, url, headers, post_data)
 
     async def request_stream_async(self, method: str, url: str, headers: Mapping[str, str],
@@ -97,13 +97,12 @@ class WiredRequests(stripe.RequestsClient):
 
     def __init__(self, timeout: float, async_fallback_client: stripe.HTTPClient) -> None:
         super().__init__(timeout=timeout, async_fallback_client=async_fallback_client)
-        self._wire_timeout = timeout
 
     # RequestsClient's own signature (stripe's stubs give its base class another).
     def request(self, method: str, url: str,  # type: ignore[override]
                 headers: Mapping[str, str] | None,
                 post_data: Any = None) -> tuple[bytes, int, Mapping[str, str]]:
-        at_wire(method, self._wire_timeout)
+        at_wire(method)
         return super().request(method, url, headers, post_data)
 
 

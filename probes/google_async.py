@@ -141,7 +141,7 @@ async def send(transport: OneShotHttp, uri: str, method: str = "GET",
             # The trace calls tidemark.wire.at_wire_async on the open connection, just before
             # the request is written to it.
             request = httpx.Request(method, uri, headers=headers, content=body,
-                                    extensions={"trace": httpcore_trace(method, transport.timeout)})
+                                    extensions={"trace": httpcore_trace(method)})
             answer = await client.send(request, stream=True)
             try:
                 # The bytes as sent: decoded below exactly as OneShotHttp decodes them.

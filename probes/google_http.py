@@ -95,7 +95,7 @@ class OneShotHttp:
             # Connected first, so that the moment the request is written is the next thing
             # (tidemark.wire: what a request that leaves must check just before it does).
             conn.connect()
-            at_wire(method, self.timeout)
+            at_wire(method)
             conn.request(method, target, body=body, headers=dict(headers or {}))
             raw = conn.getresponse()
             content = raw.read()

@@ -158,9 +158,8 @@ class RenewOnUnauthorized(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         # tidemark.wire.at_wire_async runs on the open connection, just before the request is
         # written to it (the resend after a 401 included).
-        timeout = (request.extensions.get("timeout") or {}).get("read") or 0.0
         request.extensions = {**request.extensions, "trace": httpcore_trace(
-            request.method, float(timeout), request.extensions.get("trace"))}
+            request.method, request.extensions.get("trace"))}
         response = await self._inner.handle_async_request(request)
         if response.status_code != 401:
             return response

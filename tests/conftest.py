@@ -230,6 +230,11 @@ OWN_STACK_TESTS = {
     "its_intent_is_not": "postgres",
     "test_outcome_flush.py::test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_"
     "reports": "postgres",
+    # a Postgres whose clock they step (tools/stepped_clock.py)
+    "test_late_requests.py::test_a_step_of_the_databases_clock_hands_no_step_over_while_its_"
+    "rename_is_at_drive": "postgres",
+    "test_late_requests.py::test_a_backward_step_of_the_databases_clock_keeps_a_twin_out_until_"
+    "the_database_agrees": "postgres",
 }
 # Long: the chaos runs (many killed and resumed runs each), the whole morning of the demo,
 # the compose stack's scripts against real servers.

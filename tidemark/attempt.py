@@ -244,8 +244,8 @@ def wire_of(store: JournalStore, s: StepSession, side: Side, call: Call) -> Wire
     journaled first by a statement that fails once this attempt no longer owns its intent."""
     action = side.action
     marks = side.direction is DO and action.marks_sends
-    return Wire(call.ctx.step, side.direction.crash_prefix, float(action.horizon_s),
-                covered=lambda request_s: store.covers(call.key, request_s),
+    return Wire(call.ctx.step, side.direction.crash_prefix,
+                covered=lambda: store.covers(call.key),
                 mark=(lambda: s.mark_sent(call.key)) if marks else None)
 
 

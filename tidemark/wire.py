@@ -14,9 +14,11 @@ made where the request leaves, on the thread (or event loop) that sends it:
    attempt reports back (tidemark.attempt.resolve_in_doubt), so a process frozen between the
    mark and its socket cannot make a twin send the same thing again.
 2. **The cover.** Then, on this machine's monotonic clock (which a freeze does not stop and
-   nobody sets), the lease committed for the call must still cover a request that leaves now
-   and takes its client's timeout (beyond what the target's horizon already covers), with
-   margin (tidemark.store.LeaseKeeper.covers). Otherwise the request does not leave: NotSent.
+   nobody sets), the lease committed for the call must still cover a request that leaves now,
+   with margin (tidemark.store.LeaseKeeper.covers): the moment is still inside what the lease
+   gives the call (its deadline from before the lease was written, or the last renewal), so
+   that whatever the target does with the request until the horizon is over happens before the
+   lease can lapse. Otherwise the request does not leave: NotSent.
 
 The attempt installs its ``Wire`` around its call (``calling``); an action names the request
 that is its effect (``effect``). The transports (probes.google_http.OneShotHttp,
@@ -46,15 +48,14 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 class Wire:
     """The attempt whose call is under way, as its requests' transports see it.
 
-    ``covered(request_s)`` says whether the call's lease covers a request that leaves now and
-    may take ``request_s`` more; ``mark()`` journals the mark and says whether this attempt
-    still owns its intent (None: the action does not mark).
+    ``covered()`` says whether the call's lease covers a request that leaves now; ``mark()``
+    journals the mark and says whether this attempt still owns its intent (None: the action
+    does not mark).
     """
 
     step: int
     crash_prefix: str  # "" forward, "undo_" for a compensation (tidemark.faults)
-    horizon_s: float  # the target's horizon: the lease already covers that much of a request
-    covered: Callable[[float], bool]
+    covered: Callable[[], bool]
     mark: Callable[[], bool] | None = None
     marked: bool = False
 
@@ -67,9 +68,9 @@ class Wire:
                           "step over while it stood still); its request never left")
         self.marked = True
 
-    def check_cover(self, timeout_s: float) -> None:
+    def check_cover(self) -> None:
         """Raises NotSent unless the lease covers a request that leaves now."""
-        if not self.covered(max(0.0, timeout_s - self.horizon_s)):
+        if not self.covered():
             raise NotSent("not sent: the lease committed for this call no longer covers a "
                           "request that leaves now (the process stood still, or the call ran "
                           "past its deadline without renewals); a twin may take the step over")
@@ -115,21 +116,21 @@ def _passed(wire: Wire) -> None:
         crash_point(wire.crash_prefix + "wire_passed", wire.step)
 
 
-def at_wire(method: str, timeout_s: float) -> None:
+def at_wire(method: str) -> None:
     """Called by a transport on the sending thread, just before the request of ``method``
-    (whose client waits ``timeout_s`` for its answer) leaves: marks it if it is the effect of
-    a marking action, then checks the cover. Raises NotSent if it must not leave."""
+    leaves: marks it if it is the effect of a marking action, then checks the cover. Raises
+    NotSent if it must not leave."""
     wire = _leaving(method)
     if wire is None:
         return
     if wire.must_mark():
         assert wire.mark is not None
         wire.marked_or_refused(wire.mark())
-    wire.check_cover(timeout_s)
+    wire.check_cover()
     _passed(wire)
 
 
-async def at_wire_async(method: str, timeout_s: float) -> None:
+async def at_wire_async(method: str) -> None:
     """``at_wire`` for a transport on an event loop: the mark's statement runs on a worker
     thread, the check of the cover on the loop itself, just before the request is written."""
     wire = _leaving(method)
@@ -138,11 +139,11 @@ async def at_wire_async(method: str, timeout_s: float) -> None:
     if wire.must_mark():
         assert wire.mark is not None
         wire.marked_or_refused(await asyncio.to_thread(wire.mark))
-    wire.check_cover(timeout_s)
+    wire.check_cover()
     _passed(wire)
 
 
-def httpcore_trace(method: str, timeout_s: float,
+def httpcore_trace(method: str,
                    inner: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
                    ) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
     """An httpcore ``trace`` extension that calls ``at_wire_async`` on the open connection,
@@ -153,6 +154,6 @@ def httpcore_trace(method: str, timeout_s: float,
         if inner is not None:
             await inner(event, info)
         if event.endswith("send_request_headers.started"):
-            await at_wire_async(method, timeout_s)
+            await at_wire_async(method)
 
     return trace

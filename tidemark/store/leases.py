@@ -189,14 +189,15 @@ class LeaseKeeper:
                 h.deadline_s, h.overran = deadline_s, False
                 h.deadline_at = time.monotonic() + deadline_s
 
-    def covers(self, key: str, request_s: float) -> bool:
+    def covers(self, key: str) -> bool:
         """Whether a request of the call on ``key`` that leaves now is covered by the lease
-        committed for it, on this machine's monotonic clock: the cover (what the lease covers
-        of a request that leaves, its horizon kept apart) runs past now plus ``request_s`` and
-        LAPSE_MARGIN_S. False for a key not held (no call of it is under way here)."""
+        committed for it, on this machine's monotonic clock: the cover (the moments a request
+        may leave at and still land, horizon included, before the lease can lapse) runs past
+        now by LAPSE_MARGIN_S, the margin the deadline watch keeps too. False for a key not
+        held (no call of it is under way here)."""
         with self._mutex:
             h = self._held.get(key)
-            return h is not None and time.monotonic() + request_s + LAPSE_MARGIN_S < h.cover_until
+            return h is not None and time.monotonic() + LAPSE_MARGIN_S < h.cover_until
 
     def drop(self, key: str) -> None:
         """Stops renewing ``key``; when this returns, no renewal of it is still to come (unless

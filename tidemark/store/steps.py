@@ -102,11 +102,10 @@ class StepsMixin(StoreBase):
         leave before ``until`` (monotonic); the call's declared deadline runs from now."""
         self.leases.cover(key, until, deadline_s)
 
-    def covers(self, key: str, request_s: float) -> bool:
+    def covers(self, key: str) -> bool:
         """Whether the lease committed for the call on ``key`` covers a request that leaves now
-        and may take ``request_s`` more (LeaseKeeper.covers, on this machine's monotonic
-        clock)."""
-        return self.leases.covers(key, request_s)
+        (LeaseKeeper.covers, on this machine's monotonic clock)."""
+        return self.leases.covers(key)
 
     def end_batch(self, task_id: str, steps: int) -> None:
         """Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits

@@ -7,15 +7,15 @@ from tools.mutants.base import AT, S_LEASES, S_SESSION, T_GL, T_LR, T_WI, Mutant
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("a write leaves once the lease no longer covers it", "tidemark/wire.py",
-           "if not self.covered(max(0.0, timeout_s - self.horizon_s)):",
-           "if not self.covered(max(0.0, timeout_s - self.horizon_s)) and False:",
+           "        if not self.covered():",
+           "        if not self.covered() and False:",
            (f"{T_WI}::test_a_drive_write_never_leaves_once_the_lease_no_longer_covers_it"
             "[blocking]",
             f"{T_WI}::test_a_graph_write_never_leaves_once_the_lease_no_longer_covers_it")),
-    Mutant("the wire ignores how long the request's client may wait", "tidemark/wire.py",
-           "if not self.covered(max(0.0, timeout_s - self.horizon_s)):",
-           "if not self.covered(0.0):",
-           (f"{T_WI}::test_a_request_that_would_outlast_the_cover_does_not_leave",)),
+    Mutant("the wire lets a request leave within the margin of its cover", S_LEASES,
+           "return h is not None and time.monotonic() + LAPSE_MARGIN_S < h.cover_until",
+           "return h is not None and time.monotonic() < h.cover_until",
+           (f"{T_WI}::test_a_request_within_the_margin_of_its_cover_does_not_leave",)),
     Mutant("a renewal extends a lease it did not renew", S_LEASES,
            "            for key in renewed:\n",
            "            for key in held:\n",
