@@ -78,7 +78,9 @@ def sent(server: StagingServer) -> tuple[int, int]:
 
 
 def verifications(store: JournalStore, task_id: str) -> list[dict[str, Any]]:
-    return [e["detail"] for e in store.events(task_id) if e["kind"] == "verification"]
+    """The gate's verifications (not the one at the end of a plan that completed)."""
+    return [e["detail"] for e in store.events(task_id)
+            if e["kind"] == "verification" and not e["detail"].get("at_end")]
 
 
 def journal_of(store: JournalStore, task_id: str) -> list[tuple[Any, ...]]:

@@ -91,13 +91,14 @@ async def test_a_fast_plan_runs_every_step_once_in_batches(
     progress = store.progress("fast-1")
     assert (progress.rows, progress.confirmed, progress.in_doubt) == (20, 20, None)
     types = await event_types(handle)
-    # prepare (which also describes the steps) and the boundary before the first irreversible
-    # step are activities; the steps are a few batches, each one activity; no step is its own.
+    # prepare (which also describes the steps), the boundary before the first irreversible
+    # step and the verification at the end are activities; the steps are a few batches, each
+    # one activity; no step is its own.
     assert 1 <= await batches(handle) < 10
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2 + await batches(handle)
-    # the version markers: batches, TidemarkNeeds with the worklist row, and the row's release
-    # not awaited at the run's start
-    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 3
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3 + await batches(handle)
+    # the version markers: batches, TidemarkNeeds with the worklist row, the row's release
+    # not awaited at the run's start, and the verification at the end
+    assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 4
     # "execution" is how the run goes, not part of the plan: the same plan without it is the
     # same task (same hash), so a resume on the activity path finds nothing left to do.
     again = await run_result(await start(temporal_env.client, {"task_id": "fast-1"}, task_queue))
@@ -212,8 +213,9 @@ async def test_a_long_fast_plan_continues_as_new_and_stays_fast(
     assert len(chain) == 2  # one continue-as-new hop
     # the last run: still on the fast path, in batches
     assert 150 / FAST_BATCH_STEPS <= await batches(handle) < 150
-    types = await event_types(handle)  # prepare (with the window's lines) and the batches
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1 + await batches(handle)
+    # prepare (with the window's lines), the batches and the verification at the end
+    types = await event_types(handle)
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 2 + await batches(handle)
 
 
 # -- batches -------------------------------------------------------------------------------

@@ -189,8 +189,9 @@ async def test_history_carries_summaries_and_search_attributes(
             summaries.append(json.loads(payload.data))
             activities.append(event.activity_task_scheduled_event_attributes.activity_type.name)
     assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
-    # the step's line came with prepare's result: no activity of its own describes the steps
-    assert activities == ["prepare", "run_step"]
+    # the step's line came with prepare's result: no activity of its own describes the steps;
+    # the end of the plan is verified before it says completed
+    assert activities == ["prepare", "run_step", "verify_end"]
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == (  # the UI shows it: the sentence first
         "Task summary-1 completed (1/1 steps confirmed); nothing to do.\n\n"
