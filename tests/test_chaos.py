@@ -182,11 +182,11 @@ class Chaos:
                 # Gmail's draft fence holds only if two sends of one draft send once, which
                 # Google does not document: its horizon keeps a retry from sending meanwhile.
                 env["TIDEMARK_GMAIL_HORIZON_S"] = str(SLOW_DELAY_S + 1.0)
-                # Graph's send watches a send it got no answer to (TIDEMARK_GRAPH_LATE_S) and
-                # would see this one land; kept shorter than the delay here, the round still
-                # times the client out and leaves the late commit to the resume's probe and
-                # the draft fence (the watch itself: tests/test_graph_fence.py).
-                env["TIDEMARK_GRAPH_LATE_S"] = "0.5"
+                # Graph's send watches a send it got no answer to (TIDEMARK_GRAPH_LATE_S): past
+                # the delay, it sees this one land. A draft whose send was requested is never
+                # sent again without a person (tests/test_graph_late.py), so a watch shorter
+                # than the delay would leave the round to one.
+                env["TIDEMARK_GRAPH_LATE_S"] = str(SLOW_DELAY_S + 1.0)
             if r.phase == "sessions_lost":
                 args[2] = psycopg.conninfo.make_conninfo(self.db_url,
                                                          application_name="chaos-runner")

@@ -36,6 +36,13 @@ an ambiguous failure held for the target's horizon: a request that left us may s
 until then, so a probe's *absent* is not asked for before. A call that runs past its deadline
 while renewals fail ends the worker before its lease could lapse (guarded_call): an overrunning
 attempt is covered while it is renewed, and stopped before a twin could take the step.
+
+Time is checked where a request leaves, not only before a gap: the call's transports check its
+cover on this machine's monotonic clock, and mark an effect whose target cannot fence a late
+request, just before the request leaves (``wire_of``, tidemark.wire); a twin takes an intent
+over only once the database's clock and its own both say the lease passed (``taken_over``,
+tidemark.sightings); after a mark its sender never answered, *absent* is no verdict
+(``resolve_in_doubt``).
 """
 
 from __future__ import annotations
@@ -340,10 +347,10 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
 
 
 # A twin whose own count of a lapsed lease (tidemark.sightings) has at most this long to run
-# waits for it within the attempt, rather than going back to Temporal as StepBusy: a retry's
-# interval doubles from 0.5 s (workflows.shared.STEP_RETRY), so a wait of a few seconds is
-# shorter here; a longer one holds no step thread (twice LEASE_S: the length of a dead
-# attempt's last renewal, with room for its first sighting to come late).
+# waits for it within the attempt rather than going back to Temporal as StepBusy: a retry's
+# interval doubles from 0.5 s (workflows.shared.STEP_RETRY), so a wait of a few seconds ends
+# sooner here. Twice LEASE_S covers the whole count of a dead attempt's last renewal (LEASE_S)
+# with room; a longer count goes back as StepBusy, so that no step thread waits long.
 INLINE_WAIT_S = 2 * LEASE_S
 
 

@@ -50,9 +50,8 @@ class Report:
     def end_unverified(self) -> bool:
         """Every step is done, but the latest verification, the one at the end of the plan,
         found a target showing an earlier step's state (tidemark.boundary): not completed."""
-        verification = self.boundary.get("verification")
-        return (self.progress.finished and verification is not None
-                and bool(verification.get("at_end")) and not verification["passed"])
+        end = self.boundary.get("end_verification")
+        return self.progress.finished and end is not None and not end["passed"]
 
     @property
     def _at_boundary(self) -> bool:
@@ -96,6 +95,7 @@ class Report:
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
             "approval": self.approval,
             "verification": _jsonable(self.boundary.get("verification")),
+            "end_verification": _jsonable(self.boundary.get("end_verification")),
             "unwound": _jsonable(p.unwound),
         }
 
@@ -144,9 +144,12 @@ class Report:
                        "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
                                               f"{f.get('describe', '')}: {f['reason']}"
                                               for f in v["failures"]))
-            where = ("at the end of the plan" if v.get("at_end")
-                     else f"before step {v['boundary']}")
-            lines.append(f"  boundary gate  {where}: {verdict}")
+            lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
+        end = self.boundary.get("end_verification")
+        if end and not end["passed"]:
+            lines.append("  at the end     FAILED: " + "; ".join(
+                f"step {f['step']} {f['action']} {f.get('describe', '')}: {f['reason']}"
+                for f in end["failures"]))
         a = self.approval
         if a:
             who = ", ".join(a["approvers"]) if a["approvers"] else "nobody configured"

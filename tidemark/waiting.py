@@ -186,7 +186,7 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
         return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target",
                      f"tidemark resume {t}", stake)
     if state == TaskState.VERIFICATION_FAILED:
-        v = report.boundary["verification"]
+        v = report.boundary["end_verification" if report.end_unverified else "verification"]
         named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
                           for f in v["failures"])
         where = "at the end of the plan" if v.get("at_end") else f"before step {v['boundary']}"

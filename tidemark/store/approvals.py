@@ -38,7 +38,8 @@ class ApprovalsMixin(StoreBase):
 
     def boundary_state(self, task_id: str) -> dict[str, Any]:
         """The plan's approval ask, what a run asked a person to approve under the operator's
-        policy, the latest approval decision and the latest verification event of a task (for
+        policy, the latest approval decision, the latest verification of the boundary's gate
+        and the latest verification at the end of the plan (tidemark.boundary) of a task (for
         the report)."""
         with self._conn() as conn:
             return conn.execute(
@@ -51,7 +52,13 @@ class ApprovalsMixin(StoreBase):
                   (SELECT e.detail || jsonb_build_object('at', e.at)
                      FROM tidemark.events e
                      WHERE e.task_id = p.task_id AND e.kind = 'verification'
+                       AND e.detail->>'at_end' IS DISTINCT FROM 'true'
                      ORDER BY e.id DESC LIMIT 1) AS verification,
+                  (SELECT e.detail || jsonb_build_object('at', e.at)
+                     FROM tidemark.events e
+                     WHERE e.task_id = p.task_id AND e.kind = 'verification'
+                       AND e.detail->>'at_end' = 'true'
+                     ORDER BY e.id DESC LIMIT 1) AS end_verification,
                   (SELECT jsonb_build_object('approvers', a.approvers, 'steps', a.steps,
                                              'policy', a.policy)
                      FROM tidemark.approval_requests a WHERE a.task_id = p.task_id) AS asked
