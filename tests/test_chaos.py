@@ -213,7 +213,10 @@ class Chaos:
                     problems.append(f"the runner was never killed at {r.phase} (exit "
                                     f"{proc.returncode})")
         elif r.phase == "slow":
-            if "TargetUnavailable" not in err:
+            # Graph's send waits its late send out (TIDEMARK_GRAPH_LATE_S, past the delay) and
+            # completes the step; every other action's step is left in doubt.
+            watched = r.action == "graph.send_mail" and proc.returncode == 0
+            if "TargetUnavailable" not in err and not watched:
                 problems.append("the slow provider did not time the client out: "
                                 + err[-500:])
         elif r.phase == "sessions_lost":
