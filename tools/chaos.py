@@ -114,6 +114,10 @@ __all__ = ["CRASH_PHASES", "FAULT_PHASES", "PHASES", "ChaosReport", "HarnessErro
            "resume", "run_chaos", "run_once", "seed_world", "world"]
 
 RESUME_PATIENCE_S = 60.0  # how long a resume retries a busy or unavailable step
+# ... after a freeze: the frozen worker's lease is its action's whole deadline (Graph's, with
+# the staging clients' settings, about 55 s), which the resume counts on its own clock from its
+# first look, with room for a loaded machine.
+FREEZE_PATIENCE_S = 180.0
 LOCAL_ACTIONS = frozenset({"fs.rename"})  # no staging server to reset
 
 # How a resume that stopped for a person reads in run_once's error (its RunPlan state).
@@ -146,13 +150,14 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
     for spec in extra:
         cmd += ["--action", spec]
     if kill is not None and kill.phase in TIME_PHASES:
-        env.update(worker_env(kill, registry.bound(plan.step(kill.step).action)))
+        env.update(worker_env(kill))
+        patience = FREEZE_PATIENCE_S if kill.phase == "freeze" else RESUME_PATIENCE_S
         held = worker_fault(kill)
         if held is not None:
             cmd += ["--fault", json.dumps(held)]
         worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
-        return plan, interrupt(worker, kill, lambda: resume(store, registry, plan),
+        return plan, interrupt(worker, kill, lambda: resume(store, registry, plan, patience),
                                staging_url, clock), registry
     if kill is not None and kill.phase in CRASH_PHASES:
         env[CRASH_ENV] = f"{kill.phase}:{kill.step}"
@@ -180,17 +185,18 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
     return plan, resume(store, registry, plan), registry
 
 
-def resume(store: JournalStore, registry: Registry, plan: Plan) -> str:
+def resume(store: JournalStore, registry: Registry, plan: Plan,
+           patience_s: float = RESUME_PATIENCE_S) -> str:
     """Runs the remaining steps in order, retrying a step that is busy (a dead attempt's
     lease) or whose target is momentarily unavailable. Returns '' or what stopped it."""
-    deadline = time.monotonic() + RESUME_PATIENCE_S
+    deadline = time.monotonic() + patience_s
     step = store.progress(plan.task_id).next_step
     while step is not None and step <= len(plan.steps):
         try:
             run_step(store, registry, plan.task_id, step)
         except (StepBusy, TargetUnavailable) as e:
             if time.monotonic() > deadline:
-                return f"step {step} still busy after {RESUME_PATIENCE_S:.0f}s: {e}"
+                return f"step {step} still busy after {patience_s:.0f}s: {e}"
             time.sleep(0.05)
             continue
         except TidemarkError as e:

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidemark.actions import Action
 from tidemark.faults import FREEZE_ENV
-from tools.chaos_kills import SLOW_CLIENT_TIMEOUT_S, Kill, action_timeout_env
+from tools.chaos_kills import Kill
 from tools.chaos_world import staging_http
 from tools.stepped_clock import SteppedClock
 
@@ -44,17 +43,12 @@ def stopped(proc: subprocess.Popen[Any]) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
-def worker_env(kill: Kill, action: Action) -> dict[str, str]:
+def worker_env(kill: Kill) -> dict[str, str]:
     """The interrupted worker's environment: a frozen one stops before its step's effect
-    leaves, with its client timeout cut short, so that the lease the resume waits out (the
-    call's deadline) is seconds."""
-    if kill.phase != "freeze":
-        return {}
-    env = {FREEZE_ENV: f"before_send:{kill.step}"}
-    timeout_env = action_timeout_env(action) or f"TIDEMARK_{action.name.split('.')[0].upper()}" \
-                                                "_TIMEOUT_S"
-    env[timeout_env] = str(SLOW_CLIENT_TIMEOUT_S)
-    return env
+    leaves. Its clients keep their timeouts (a worker's first calls, its identity checks, need
+    them on a loaded machine), so the lease the resume waits out is its action's whole
+    deadline (tools/chaos.py, FREEZE_PATIENCE_S)."""
+    return {FREEZE_ENV: f"before_send:{kill.step}"} if kill.phase == "freeze" else {}
 
 
 def worker_fault(kill: Kill) -> dict[str, Any] | None:
