@@ -107,7 +107,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'f" AND owner IS NOT DISTINCT FROM %(seen)s AND {_LEASE_PASSED}"',
            'f" AND owner IS NOT DISTINCT FROM %(seen)s"',
            (f"{T_UC}::test_an_unwind_waits_out_the_lease_of_an_attempt_that_may_still_be_"
-            "acting",)),
+            "acting",
+            # the lease is judged on two clocks; the database's alone holds a twin only where
+            # its clock was set back
+            "tests/test_late_requests.py::test_a_backward_step_of_the_databases_clock_keeps_a_"
+            "twin_out_until_the_database_agrees")),
     Mutant("an intent is written beside an unwind's list without waiting for it", S_SESSION,
            '"SELECT 1 FROM tidemark.plans WHERE task_id = %s FOR SHARE",',
            '"SELECT 1 FROM tidemark.plans WHERE task_id = %s",',
