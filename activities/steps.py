@@ -112,6 +112,7 @@ class StepActivities:
                 _check_workflow_id(inp.workflow_id, task_id)  # before anything is persisted
                 series.check_declared(self.store, plan.series)
                 series.check_scheduled_id(task_id, plan.series, inp.parent_workflow_id)
+                series.check_admitted_by_hand(self.store, task_id, plan.series)
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
                 if plan.series is not None and inp.check_gates:

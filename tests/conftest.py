@@ -25,6 +25,7 @@ from helpers import example_plugin
 from helpers.fs_roots import FS_ROOTS
 from helpers.sandbox_replay import replay_in_sandbox
 from tidemark.actions import Action, Registry
+from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
 from tools.cli import main
@@ -90,17 +91,65 @@ def pg() -> Iterator[PostgresServer]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+# The login roles the tests connect as besides the superuser: a worker's, which decides nothing
+# (tidemark_worker), and the person running the tests (OS_USER), an operator and an approver, as
+# `tidemark dev` makes the person running it.
+WORKER_ROLE = "tm_worker"
+
+
+@pytest.fixture(scope="session")
+def roles(pg: PostgresServer) -> PostgresServer:
+    """The cluster's roles: the journal's three (its first migration, on a scratch database,
+    makes them) and the login roles the tests' workers and commands connect as."""
+    scratch = JournalStore(pg.new_database()).open()
+    scratch.migrate()
+    scratch.close()
+    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+        for name, groups in ((WORKER_ROLE, "tidemark_worker"),
+                             (OS_USER, "tidemark_operator, tidemark_approver")):
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                continue
+            conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                psycopg.sql.Identifier(name), psycopg.sql.SQL(groups)))
+    return pg
+
+
+def as_role(url: str, role: str) -> str:
+    """``url`` for the login role ``role``."""
+    return psycopg.conninfo.make_conninfo(url, user=role)
+
+
 @pytest.fixture
 def db_url(pg: PostgresServer) -> str:
     return pg.new_database()
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[JournalStore]:
+def migrated_url(db_url: str, roles: PostgresServer) -> str:
+    """``db_url`` migrated by its owner, so that roles that may not change the schema (a
+    worker's, a person's) connect to it ready."""
+    s = JournalStore(db_url).open()
+    s.migrate()
+    s.close()
+    return db_url
+
+
+@pytest.fixture
+def journal(db_url: str) -> Iterator[JournalStore]:
+    """A migrated journal as it comes: no approval policy set, so every irreversible step waits
+    for a person's approval."""
     s = JournalStore(db_url).open()
     s.migrate()
     yield s
     s.close()
+
+
+@pytest.fixture
+def store(journal: JournalStore) -> JournalStore:
+    """A migrated journal whose operator let irreversible steps run unattended (`tidemark policy
+    set none`): the tests that are not about approval act on it directly."""
+    unattended(journal, "tests")
+    return journal
 
 
 @pytest.fixture
@@ -174,11 +223,12 @@ class WorkerProcesses:
 
 
 @pytest.fixture
-def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.MonkeyPatch,
+def cli(temporal_env: WorkflowEnvironment, migrated_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> Callable[..., Awaitable[tuple[int, str, str]]]:
     """Runs `tidemark ARGS` in this process as an operator would, against the test's Postgres
-    and dev server: an async function returning (exit code, stdout, stderr)."""
-    monkeypatch.setenv("DATABASE_URL", db_url)
+    and dev server: an async function returning (exit code, stdout, stderr). It connects as
+    the login role OS_USER, an operator and an approver."""
+    monkeypatch.setenv("DATABASE_URL", as_role(migrated_url, OS_USER))
     monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
 
     async def run(*args: str) -> tuple[int, str, str]:
@@ -189,11 +239,16 @@ def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.Monk
 
 
 @pytest.fixture
-def workers(temporal_env: WorkflowEnvironment, db_url: str,
+def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
+    """Real worker processes on the test's task queue, connected as a worker's login role
+    (tidemark_worker: it decides nothing). The journal's policy is ``none`` unless a test sets
+    another: the workers' TIDEMARK_APPROVAL asks for more where a test says so."""
     address = temporal_env.client.service_client.config.target_host
+    with JournalStore(migrated_url) as s:
+        unattended(s, "tests")
     wp = WorkerProcesses({**STAGING_CLIENTS, **os.environ, "TEMPORAL_ADDRESS": address,
-                          ENV_URL: db_url,
+                          ENV_URL: as_role(migrated_url, WORKER_ROLE),
                           "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
                           "TIDEMARK_FS_ROOTS": FS_ROOTS,
                           # The tests that are not about approval run their irreversible steps
@@ -212,7 +267,7 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
 
 TIERS = ("unit", "postgres", "temporal")  # each includes what the one before needs
 TIER_FIXTURES = {
-    "pg": "postgres", "db_url": "postgres", "store": "postgres",
+    "pg": "postgres", "db_url": "postgres", "store": "postgres", "journal": "postgres",
     "fresh_postgres": "postgres",  # test_compose_runtime: a server of its own
     "temporal_env": "temporal", "workers": "temporal",
     "dev_server": "temporal",  # test_compose_runtime: the dev server with the stack's config

@@ -9,7 +9,8 @@ the first irreversible step of its plan it first
    another name) and stops the task for a person, naming the step and what the probe saw;
 2. runs the plan-level gates again (the per-task payment limit);
 3. if the operator's policy (tidemark/approval.py) or the plan asks for it, waits for a person
-   to approve or reject (``tidemark approve`` / ``tidemark reject``), journaled as events.
+   to approve or reject (``tidemark approve`` / ``tidemark reject``). The decision is the
+   journal's (``tidemark.decisions``): the irreversible intent is refused without it.
 
 The gate never executes or records an outcome: it only reads the targets and logs one
 ``verification`` event. It costs one probe per verified step. Steps a person settled as done
@@ -26,8 +27,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.actions import ProbeResult, ProbeStatus, Registry, StepContext
-from tidemark.approval import ApprovalPolicy, effective, steps_needing_person
-from tidemark.errors import ConfigError, TidemarkError, Unauthorized
+from tidemark.approval import (
+    DEFAULT_POLICY,
+    ApprovalPolicy,
+    narrowed,
+    parse_policy,
+    series_policy,
+    why_asked,
+)
+from tidemark.errors import TidemarkError, Unauthorized
 from tidemark.money import shown
 from tidemark.plan import Plan
 from tidemark.words import EventKind, ResolvedBy
@@ -118,6 +126,10 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
 
 # -- what the irreversible steps will do ----------------------------------------------------
 
+# A mail body is shown up to this many characters: enough to recognise the mail, one line long.
+BODY_EXCERPT = 120
+
+
 def _money(amount: Any, currency: Any) -> str:
     """In the currency's own units (50,000 JPY, 42.00 EUR), with the minor units the target is
     sent."""
@@ -127,9 +139,16 @@ def _money(amount: Any, currency: Any) -> str:
     return f"amount {amount} {cur.upper()}"
 
 
+def excerpt(text: Any, limit: int = BODY_EXCERPT) -> str:
+    """The start of a text on one line, ``…`` where it was cut."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
 def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
     """One line per irreversible step for the person who approves: every recipient, subject,
-    amount and currency, whatever the action."""
+    the start of the body, amount and currency, and every other argument, whatever the
+    action."""
     parts = []
     for k in ("to", "cc", "bcc"):
         if args.get(k):
@@ -137,6 +156,8 @@ def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
             parts.append(f"{k} {', '.join(v) if isinstance(v, list) else v}")
     if "subject" in args:
         parts.append(f"subject {args['subject']!r}")
+    if "body" in args:
+        parts.append(f"body {excerpt(args['body'])!r}")
     if "amount" in args:
         parts.append(_money(args["amount"], args.get("currency")))
     for k in ("customer", "description"):
@@ -148,47 +169,64 @@ def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
     return f"step {number} {action}: " + "; ".join(parts)
 
 
+def at_a_glance(irreversible: list[tuple[str, dict[str, Any]]]) -> str:
+    """One line that names everything the irreversible steps (action, args) will do, whatever
+    is cut from a longer listing: the total per currency, every recipient, and how many steps
+    of each action."""
+    totals: dict[str, int] = {}
+    recipients: set[str] = set()
+    actions: dict[str, int] = {}
+    for action, args in irreversible:
+        actions[action] = actions.get(action, 0) + 1
+        if isinstance(args.get("amount"), int) and args.get("currency"):
+            cur = str(args["currency"]).lower()
+            totals[cur] = totals.get(cur, 0) + int(args["amount"])
+        for k in ("to", "cc", "bcc"):
+            v = args.get(k) or []
+            recipients.update(v if isinstance(v, list) else [str(v)])
+    parts = [", ".join(f"{n} {a}" for a, n in sorted(actions.items()))]
+    if totals:
+        parts.append("in all " + ", ".join(shown(t, c) for c, t in sorted(totals.items())))
+    if recipients:
+        parts.append("to " + ", ".join(sorted(recipients)))
+    return "; ".join(parts)
+
+
 def irreversible_lines(plan: Plan) -> list[str]:
     return [what_it_will_do(s.number, s.action, s.args) for s in plan.steps if s.irreversible]
 
 
 def approval_needed(store: JournalStore, worker: ApprovalPolicy,
                     plan: Plan) -> dict[str, Any] | None:
-    """What a person must approve before the plan's irreversible steps, under the operator's
-    policy (the series' declaration, else the worker's) and the plan's own ask for more; None
-    when nothing waits. Recorded (``approval_requests``), so that ``tidemark approve`` checks
-    the decider against these approvers and shows these lines."""
+    """What a person must approve before the plan's irreversible steps, or None when nothing
+    waits: the strictest of the operator's policy in the journal, the series' declared policy,
+    the plan's own ask and this worker's policy. The journal is asked too (its word is the one
+    the intent's statement enforces: a series' daily limit, say). Recorded as the run's ask
+    (``approval_requests``), which the journal also counts as a need: a worker asks for more,
+    never less."""
+    irreversible = [s for s in plan.steps if s.irreversible]
+    if not irreversible:
+        return None
     series = store.series_of(plan.task_id)
     declared = store.declared_series(series) if series else None
-    try:
-        policy, plan_asks = effective(worker, declared, plan.approval is not None)
-    except ConfigError as e:  # a declaration that no longer parses: the safest reading
-        log.warning("%s; every irreversible step waits for a person", e)
-        policy, plan_asks = worker, True
-    waiting = steps_needing_person(policy, plan_asks, [(s.number, s.args) for s in plan.steps
-                                                       if s.irreversible])
-    if not waiting:
+    held = store.policy()
+    operator = (series_policy({"series": "*", **held}) if held is not None
+                else parse_policy(DEFAULT_POLICY))
+    why = why_asked([operator, series_policy(declared), worker], plan.approval is not None,
+                    [s.args for s in irreversible])
+    if why is None and store.approval_needed(plan.task_id):
+        why = "the journal's policy asks a person (a daily limit of the series)"
+    if why is None:
         return None
     lines = irreversible_lines(plan)
-    store.ask_approval(plan.task_id, policy.text + (" + plan" if plan_asks else ""),
-                       list(policy.approvers), waiting, lines)
-    return {"approvers": list(policy.approvers), "lines": lines, "steps": waiting,
-            "policy": policy.text}
-
-
-def check_approver(asked: dict[str, Any] | None, task_id: str, user: str) -> None:
-    """Raises ApprovalError unless a run of the task waits for a person and the operating-
-    system user ``user`` is among the approvers the operator configured."""
-    if asked is None:
-        raise ApprovalError(f"task {task_id!r} is not waiting for approval: no run of it "
-                            "reached its irreversible steps under a policy that asks a person")
-    approvers = list(asked["approvers"])
-    if user not in approvers:
-        who = ", ".join(approvers) if approvers else (
-            "nobody: set TIDEMARK_APPROVERS on the worker, or the series' --approvers")
-        raise ApprovalError(f"{user} (the operating-system user running this command) may not "
-                            f"decide on task {task_id!r}; its approvers are {who}")
+    waiting = [s.number for s in irreversible]
+    store.ask_approval(plan.task_id, why, list(worker.approvers), waiting, lines)
+    approvers = narrowed([held["approvers"] if held else None,
+                          declared["approvers"] if declared else None, worker.approvers])
+    return {"approvers": approvers, "lines": lines, "steps": waiting, "policy": why,
+            "glance": at_a_glance([(s.action, s.args) for s in irreversible])}
 
 
 class ApprovalError(TidemarkError):
-    """An approve or reject that the operator's policy or the journal does not allow."""
+    """An approve or reject that the command refuses before asking the journal (a word that is
+    no decision, a task with nothing irreversible)."""

@@ -304,6 +304,42 @@ class NotStopped(TidemarkError):
         self.task_id = task_id
 
 
+class ApprovalRequired(TidemarkError):
+    """The journal refused an irreversible step's intent: a person must approve the task's
+    irreversible steps in its current epoch (every stop, kill, release or reject starts a new
+    one), or the intent's action and arguments are not the stored plan's. Nothing acted; the
+    run asks for the approval again."""
+
+    end_state = TaskState.AWAITING_APPROVAL
+
+    def __init__(self, task_id: str, step: int) -> None:
+        super().__init__(f"task {task_id!r} step {step}: no approval of its irreversible steps "
+                         "holds now (a stop, kill, release or reject since voids one); the run "
+                         f"asks again: `tidemark approve {task_id}`")
+        self.task_id = task_id
+        self.step = step
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "step": self.step}
+
+
+class NotAuthorized(TidemarkError):
+    """The journal refused an act to the login role of the connection: releasing, lifting a
+    kill, declaring a series, setting the policy or deciding needs a role an operator
+    grants (tidemark_operator, tidemark_approver). The message is the database's, one line."""
+
+
+class DecisionRefused(TidemarkError):
+    """The journal did not record an approve or reject; ``why`` says which rule refused it:
+    ``decided`` (another decision of this epoch came first), ``approvers`` (the role is not
+    among the task's approvers), ``stopped`` (a stop or kill holds the task), ``nothing`` (the
+    task waits for no decision), ``plan`` (the plan shown is not the stored plan)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
 class ConfigError(TidemarkError):
     """The worker's configuration is incomplete, unreadable or inconsistent (e.g. a target's
     read credential reads another account than its write credential writes)."""

@@ -228,7 +228,8 @@ class BoundaryInput:
 @dataclass
 class BoundaryOutcome:
     """What the boundary activity found: the gate's result, and whether a person must (still)
-    approve. ``decision`` is the latest approve/reject journaled for the task, if any."""
+    approve. ``decision`` is the approve/reject of the task's current epoch, if any (a stop,
+    kill or release since voids an older one)."""
 
     passed: bool
     summary: str
@@ -241,6 +242,8 @@ class BoundaryOutcome:
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
     release: str | None = None  # the command that lifts it (tidemark.errors.release_command)
+    glance: str | None = None  # every currency's total, recipient and action, in one line
+    why: str | None = None  # the policy that asks, in words
 
 
 @dataclass

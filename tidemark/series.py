@@ -36,6 +36,20 @@ def check_declared(store: JournalStore, series: str | None) -> None:
                                   "declares it")
 
 
+def check_admitted_by_hand(store: JournalStore, task_id: str, series: str | None) -> None:
+    """Refuses a plan started by hand that names a series declared to take its schedule's runs
+    only (``--admit scheduled``, the default of ``tidemark schedule create``): a run under its
+    name would hold up every later run of it until settled. The scheduled task ids are its
+    schedule's alone (check_scheduled_id), so they tell its own runs."""
+    if series is None or task_id.startswith(f"{SCHEDULED_PREFIX}{series}-"):
+        return
+    declared = store.declared_series(series)
+    if declared is not None and declared.get("admits") == "scheduled":
+        raise PlanError("series", f"series {series!r} takes the runs its schedule starts, not "
+                                  "plans started by hand; `temporal schedule trigger` runs it "
+                                  "now, or an operator declares it with --admit any")
+
+
 def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str | None) -> None:
     """Refuses a task id of the scheduled namespace unless the plan comes from its series'
     ScheduledRun (the run's parent workflow)."""

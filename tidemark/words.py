@@ -73,6 +73,19 @@ class ControlState(StrEnum):
 STOPS = frozenset({ControlState.STOPPED, ControlState.KILLED})
 
 
+def kill_holds(stop: dict[str, object] | None) -> bool:
+    """Whether ``stop`` (a task's stop_of row) is a kill nobody lifted, even for an unwind."""
+    return stop is not None and stop.get("state") == ControlState.KILLED \
+        and not stop.get("for_unwind")
+
+
+def lifted_for_unwind(stop: dict[str, object] | None) -> bool:
+    """Whether ``stop`` is a kill an operator lifted for an unwind only: compensations may act,
+    nothing runs the task forward until `tidemark release T`."""
+    return stop is not None and stop.get("state") == ControlState.KILLED \
+        and bool(stop.get("for_unwind"))
+
+
 class GrantScope(StrEnum):
     """``grants.scope``: which of a target's two credentials a grant stands for."""
 
@@ -120,11 +133,25 @@ class TaskState(StrEnum):
 
 
 class Decision(StrEnum):
-    """A person's decision on a task's irreversible steps (``tidemark approve|reject``), as the
-    approval event and the workflow's ``approval`` signal carry it."""
+    """``decisions.decision``: a person's decision on a task's irreversible steps (``tidemark
+    approve|reject``, or RunPlan's updates of the same names)."""
 
     APPROVE = "approve"
     REJECT = "reject"
+
+
+class DecisionVia(StrEnum):
+    """``decisions.via``: how a decision reached the journal."""
+
+    CLI = "cli"  # `tidemark approve|reject`, under the person's own login role
+    TEMPORAL = "temporal"  # a RunPlan update, recorded by a decider under its login role
+
+
+class SeriesAdmits(StrEnum):
+    """``series.admits``: which runs may join a series."""
+
+    ANY = "any"  # any plan that names it
+    SCHEDULED = "scheduled"  # only the runs its schedule starts
 
 
 class Verdict(StrEnum):

@@ -126,9 +126,11 @@ RUN_END_JOURNALED = "run-end-journaled"
 # (workflow.patched).
 WAITS_UNDER_STOP = "waits-under-stop"
 
-# The Web UI's current details list at most this many irreversible steps while a run awaits
-# approval (the details are metadata of every workflow task: kept small).
-DETAILS_LINES = 40
+# The Web UI's current details list the irreversible steps while a run awaits approval, up to
+# this many characters (the details travel with every workflow task: kept to a few KiB). The
+# line "in all" before them names every currency's total, every recipient and every action,
+# so no step of a longer plan is hidden by the cut; `tidemark status T` lists each one.
+DETAILS_CHARS = 12_000
 
 @workflow.defn(name="RunPlan")
 class RunPlan:
@@ -426,6 +428,12 @@ class RunPlan:
         try:
             out: StepOutput = await attempt
         except (ActivityError, ApplicationError) as e:
+            if _approval_required(e):
+                # The journal refused the irreversible intent: no approval holds in the task's
+                # current epoch (a stop, kill or release since voided it). Ask again, then the
+                # step again.
+                held = await self._boundary(prep.task_id, step, prep.step_count)
+                return held if held is not None else await self._run_one(prep, step, line)
             return await self._failed(e, step)
         if out.status == "failed":
             if self._halt_unrecorded():
@@ -502,6 +510,11 @@ class RunPlan:
             try:
                 out: StepBatchOutput = await attempt
             except (ActivityError, ApplicationError) as e:
+                if _approval_required(e):
+                    held = await self._reask(prep, step)
+                    if held is not None:
+                        return held
+                    continue
                 return await self._failed(e, step)
             r.confirmed += out.ran - (out.failed is not None)
             r.executed += out.executed
@@ -514,6 +527,11 @@ class RunPlan:
             step += out.ran
             if out.error is not None:
                 failure = _as_failure(out.error)
+                if _approval_required(failure):  # as on the activity path: ask again
+                    held = await self._reask(prep, step)
+                    if held is not None:
+                        return held
+                    continue
                 if failure.non_retryable or failure.type in END_STATES:
                     return await self._failed(failure, out.error.step)
                 # Retried as the step alone would be: after the retry policy's first interval
@@ -522,6 +540,14 @@ class RunPlan:
             if workflow.info().get_current_history_length() > FAST_HISTORY_EVENTS:
                 return step - 1
         return last
+
+    async def _reask(self, prep: Prepared, step: int) -> RunResult | None:
+        """After the journal refused step ``step``'s irreversible intent for want of an
+        approval: the boundary again (the next batch passes it anyway when ``step`` is the
+        first irreversible one). Returns the run's end, or None to go on."""
+        if step == prep.first_irreversible:
+            return None
+        return await self._boundary(prep.task_id, step, prep.step_count)
 
     async def _failed(self, e: ActivityError | ApplicationError, step: int) -> RunResult:
         """The run's end after a step's typed failure, with a halt that came meanwhile."""
@@ -623,17 +649,26 @@ class RunPlan:
     def _ask(self, task_id: str, step: int, count: int, out: BoundaryOutcome) -> None:
         """The run waits for approval: its state, need and details say what it asks."""
         self._result.state = AWAITING_APPROVAL
-        who = ", ".join(out.approvers) if out.approvers else (
-            "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
+        who = (", ".join(out.approvers) if out.approvers
+               else "any member of tidemark_approver")
+        listed, left = [], DETAILS_CHARS
+        for line in out.irreversible:
+            left -= len(line) + 3
+            if left < 0:
+                break
+            listed.append(f"- {line}")
+        more = len(out.irreversible) - len(listed)
         workflow.set_current_details(
             f"Task {task_id} waits for approval of its irreversible steps from step "
             f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
                                  else "") + f" — `tidemark approve {task_id}` or "
-            f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
-            f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
-            + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
-            + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
-               if len(out.irreversible) > DETAILS_LINES else ""))
+            f"`tidemark reject {task_id}`, by a database role the journal lets decide: "
+            f"{who}.\n\n**awaiting approval** ({out.summary})"
+            + (f"; {out.why}" if out.why else "") + "."
+            + (f"\n\n**In all:** {out.glance}" if out.glance else "")
+            + "\n\nThe irreversible steps will do:\n\n" + "\n".join(listed)
+            + (f"\n- … and {more} more irreversible steps (`tidemark status {task_id}` lists "
+               "every one)" if more else ""))
         workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
                                            *self._needs(Need.APPROVAL)])
 
@@ -704,6 +739,13 @@ class RunPlan:
         workflow.upsert_search_attributes([STATE.value_set(state),
                                            *self._needs(need_of(state, error))])
         return self._result
+
+
+def _approval_required(e: ActivityError | ApplicationError) -> bool:
+    """Whether a step failed because the journal refused its irreversible intent for want of
+    an approval in the task's current epoch (tidemark.errors.ApprovalRequired)."""
+    cause = e.cause if isinstance(e, ActivityError) else e
+    return isinstance(cause, ApplicationError) and cause.type == "ApprovalRequired"
 
 
 def _as_failure(error: StepError) -> ApplicationError:
