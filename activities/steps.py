@@ -265,7 +265,7 @@ class StepActivities:
             raise _as_application_error(e) from e
         return UnwindPlanned(
             task_id=task_id, steps=steps, summaries=summaries,
-            irreversible_done=[f"{n} {a}" for n, a, status in irreversible
+            irreversible_done=[f"{n} {a}" for n, a, status, _ in irreversible
                                if status == StepStatus.DONE],
             stopped=(stop["reason"] or "stopped") if stop else None)
 

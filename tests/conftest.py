@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers import example_plugin
 from helpers.fs_roots import FS_ROOTS
+from helpers.roles import OS_USER, PEOPLE, WORKER_ROLE, as_role
 from helpers.sandbox_replay import replay_in_sandbox
 from tidemark.actions import Action, Registry
 from tidemark.approval import unattended
@@ -33,7 +33,6 @@ from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
 
 pytest_plugins = ["helpers.staging_fixtures"]
-OS_USER = pwd.getpwuid(os.geteuid()).pw_name  # who decides approvals in the tests
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 
@@ -91,12 +90,6 @@ def pg() -> Iterator[PostgresServer]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-# The login roles the tests connect as besides the superuser: a worker's, which decides nothing
-# (tidemark_worker), and the person running the tests (OS_USER), an operator and an approver, as
-# `tidemark dev` makes the person running it.
-WORKER_ROLE = "tm_worker"
-
-
 @pytest.fixture(scope="session")
 def roles(pg: PostgresServer) -> PostgresServer:
     """The cluster's roles: the journal's three (its first migration, on a scratch database,
@@ -114,9 +107,25 @@ def roles(pg: PostgresServer) -> PostgresServer:
     return pg
 
 
-def as_role(url: str, role: str) -> str:
-    """``url`` for the login role ``role``."""
-    return psycopg.conninfo.make_conninfo(url, user=role)
+@pytest.fixture(scope="session")
+def people(roles: PostgresServer) -> PostgresServer:
+    with psycopg.connect(roles.admin_url, autocommit=True) as conn:
+        for name, group in PEOPLE.items():
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                continue
+            conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(
+                psycopg.sql.Identifier(name)))
+            if group is not None:
+                conn.execute(psycopg.sql.SQL("GRANT {} TO {}").format(
+                    psycopg.sql.Identifier(group), psycopg.sql.Identifier(name)))
+    return roles
+
+
+@pytest.fixture
+def url_as(migrated_url: str, people: PostgresServer) -> Callable[[str], str]:
+    """The test's journal as a login role: ``url_as("ana")``, ``url_as(OS_USER)``, or
+    ``url_as(WORKER_ROLE)`` for a worker's credentials."""
+    return lambda role: as_role(migrated_url, role)
 
 
 @pytest.fixture

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.store import JournalStore, Progress
-from tidemark.words import ControlState, TaskState
+from tidemark.will_do import what_it_will_do
+from tidemark.words import ControlState, StepStatus, TaskState
 
 
 @dataclass(frozen=True)
 class Report:
     progress: Progress
-    irreversible: list[tuple[int, str, str | None]]
+    irreversible: list[tuple[int, str, str | None, dict[str, Any]]]
     boundary: dict[str, Any] = field(default_factory=dict)  # store.boundary_state
 
     @property
@@ -57,13 +58,17 @@ class Report:
 
     @property
     def asks_approval(self) -> bool:
-        """The task is at its boundary, its approval asked and not decided: a run of it waits
-        there (whatever else holds it, a stop say), or the next run will."""
+        """The task is at its boundary, its approval asked and no decision holds (none was
+        made, or a stop, kill or release since voided it): a run of it waits there (whatever
+        else holds it, a stop say), or the next run will."""
         return self._at_boundary and bool(self.approval) and \
-            not (self.approval or {}).get("decision")
+            not (self.approval or {}).get("holds")
 
     @property
     def approval(self) -> dict[str, Any] | None:
+        """What a run asked a person to approve and the latest decision: ``decision`` and
+        ``by`` (the login role the journal recorded), ``label`` (the name given), ``holds``
+        (False once a stop, kill, release or the reject's own stop started a later epoch)."""
         # What a run asked under the operator's policy; before any run reached the boundary,
         # only the plan's own ask is known (its approvers are the operator's, not yet read).
         asked = self.boundary.get("asked") or self.boundary.get("approval")
@@ -71,7 +76,15 @@ class Report:
             return None
         decided = self.boundary.get("decision") or {}
         return {"approvers": asked.get("approvers"), "decision": decided.get("decision"),
-                "by": decided.get("by"), "at": _jsonable(decided.get("at"))}
+                "by": decided.get("by"), "at": _jsonable(decided.get("at")),
+                "label": decided.get("label"), "holds": bool(decided.get("holds"))}
+
+    @property
+    def will_do(self) -> list[str]:
+        """What each irreversible step not yet done will do: every recipient, subject, body
+        excerpt and amount in the currency's own units (tidemark.boundary.what_it_will_do)."""
+        return [what_it_will_do(n, action, args) for n, action, status, args in self.irreversible
+                if status != StepStatus.DONE]
 
     def as_json(self) -> dict[str, Any]:
         p = self.progress
@@ -84,7 +97,8 @@ class Report:
             "irreversible": [
                 {"step": n, "action": a, "status": status,
                  "provably_not_attempted": n > p.last_step}
-                for n, a, status in self.irreversible],
+                for n, a, status, _ in self.irreversible],
+            "will_do": self.will_do,
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
             "approval": self.approval,
             "verification": _jsonable(self.boundary.get("verification")),
@@ -114,7 +128,7 @@ class Report:
         span = f" (steps {p.last_step + 1}-{p.step_count})" if not_started > 1 else (
             f" (step {p.step_count})" if not_started == 1 else "")
         lines.append(f"  not started    {not_started}{span}")
-        for n, action, status in self.irreversible:
+        for n, action, status, _ in self.irreversible:
             if n > p.last_step:
                 verdict = f"provably not attempted (last journal row is step {p.last_step})"
             elif status is None:
@@ -139,9 +153,17 @@ class Report:
             lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
         a = self.approval
         if a:
-            who = ", ".join(a["approvers"]) if a["approvers"] else "nobody configured"
-            lines.append(f"  approval       {a['decision'] or 'awaited'}"
-                         + (f" by {a['by']}" if a["by"] else "") + f" (may decide: {who})")
+            who = (", ".join(a["approvers"]) if a["approvers"]
+                   else "any member of tidemark_approver")
+            said = (f"{a['decision']} by {a['by']}" + (f" ({a['label']})" if a["label"] else "")
+                    if a["decision"] else "awaited")
+            if a["decision"] and not a["holds"]:
+                said += (", stopped since" if a["decision"] == "reject" else
+                         ", void since (a stop, kill or release came after it): asked again")
+            lines.append(f"  approval       {said} (may decide: {who})")
+        will_do = self.will_do
+        if will_do:
+            lines.append("  will do        " + "\n                 ".join(will_do))
         if p.unwound:
             lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
                          f"{p.unwound['unwound_at']}; the task does not run again")

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tidemark.boundary import what_it_will_do
 from tidemark.needs import Need, sentence
 from tidemark.payloads import TaskNeed
+from tidemark.will_do import what_it_will_do
 from tidemark.words import ControlState, Decision, TaskState
 
 # The report and the store (psycopg) are loaded by the commands that read the journal, when

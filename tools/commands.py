@@ -271,7 +271,7 @@ def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
         undo = store.undo_candidates(task_id)
         irreversible = store.irreversible_steps(task_id)
     return {"task_id": task_id, "undo_steps": undo,
-            "irreversible_done": [{"step": n, "action": a} for n, a, status in irreversible
+            "irreversible_done": [{"step": n, "action": a} for n, a, status, _ in irreversible
                                   if status == StepStatus.DONE]}
 
 
@@ -352,19 +352,21 @@ def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = 
     """
     if decision not in (Decision.APPROVE, Decision.REJECT):
         raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
-    from tidemark.boundary import at_a_glance, irreversible_lines
+    from tidemark.boundary import irreversible_lines
+    from tidemark.will_do import at_a_glance
 
     with open_store(url) as store:
         plan = store.load_plan(task_id)  # UnknownTask
+        stored_hash = store.progress(task_id).plan_hash  # the hash the plan was stored under
         lines = irreversible_lines(plan)
         if not lines:
             raise ApprovalError(f"task {task_id!r} has no irreversible steps to approve")
-        row = store.decide(task_id, decision, plan.plan_hash, os_user=os_user(),
+        row = store.decide(task_id, decision, stored_hash, os_user=os_user(),
                            label=by or None, note=note, via=via)
         asked = store.approval_request(task_id)
     return {"task_id": task_id, "decision": row["decision"], "by": row["decided_by"],
             "label": row["label"], "os_user": os_user(), "note": row["note"],
-            "epoch": row["epoch"], "holds": row["holds"], "plan_hash": plan.plan_hash,
+            "epoch": row["epoch"], "holds": row["holds"], "plan_hash": stored_hash,
             "irreversible": lines,
             "glance": at_a_glance([(s.action, s.args) for s in plan.steps if s.irreversible]),
             "waiting": list(asked["steps"]) if asked else []}

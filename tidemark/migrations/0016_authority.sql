@@ -377,6 +377,7 @@ DECLARE
     stored text;
     stop jsonb;
     first record;
+    reason text;
 BEGIN
     PERFORM tidemark.require_role('tidemark_approver', 'deciding on task ' || NEW.task_id);
     NEW.decided_by := session_user;
@@ -395,21 +396,14 @@ BEGIN
         RAISE EXCEPTION 'task % was unwound; there is nothing to decide', NEW.task_id
             USING ERRCODE = 'TD005';
     END IF;
-    NEW.epoch := tidemark.epoch_of(NEW.task_id);
-    SELECT d.decision, d.decided_by, d.label, d.at INTO first FROM tidemark.decisions d
-        WHERE d.task_id = NEW.task_id AND d.epoch = NEW.epoch;
-    IF FOUND THEN
-        RAISE EXCEPTION 'task % was decided already: % by % at %; nothing was recorded',
-            NEW.task_id, first.decision,
-            first.decided_by || coalesce(' (' || first.label || ')', ''),
-            to_char(first.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
-            USING ERRCODE = 'TD003';
-    END IF;
     stop := tidemark.stop_of(NEW.task_id);
     IF stop IS NOT NULL AND (NEW.decision = 'approve' OR stop->>'state' = 'killed') THEN
-        RAISE EXCEPTION 'task % is % (%) by %: %; a% % now is not recorded. Release it first '
-            '(`%`); its run asks again', NEW.task_id, stop->>'state', stop->>'scope',
-            stop->>'set_by', coalesce(nullif(stop->>'reason', ''), 'no reason'),
+        RAISE EXCEPTION 'task % is % by % at %: %; a% % now changes nothing and is not '
+            'recorded. Release it first (`%`); its run then asks again', NEW.task_id,
+            (stop->>'state') || CASE WHEN stop->>'scope' = NEW.task_id THEN ''
+                                     ELSE ' (through ' || (stop->>'scope') || ')' END,
+            stop->>'set_by', replace(left(stop->>'set_at', 19), 'T', ' '),
+            coalesce(nullif(stop->>'reason', ''), 'no reason'),
             CASE WHEN NEW.decision = 'approve' THEN 'n' ELSE '' END, NEW.decision,
             tidemark.release_command(NEW.task_id, stop->>'scope') USING ERRCODE = 'TD004';
     END IF;
@@ -425,44 +419,55 @@ BEGIN
         RAISE EXCEPTION 'task %: an irreversible step was attempted already; a decision now '
             'would change nothing', NEW.task_id USING ERRCODE = 'TD005';
     END IF;
+    NEW.epoch := tidemark.epoch_of(NEW.task_id);
+    SELECT d.decision, d.decided_by, d.label, d.at INTO first FROM tidemark.decisions d
+        WHERE d.task_id = NEW.task_id AND d.epoch = NEW.epoch;
+    IF FOUND THEN
+        RAISE EXCEPTION 'task % was decided already: % by % at %; nothing was recorded',
+            NEW.task_id, first.decision,
+            first.decided_by || coalesce(' (' || first.label || ')', ''),
+            to_char(first.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+            USING ERRCODE = 'TD003';
+    END IF;
     IF NOT tidemark.may_decide(NEW.task_id, session_user) THEN
         RAISE EXCEPTION '% may not decide on task %: its approvers are %', session_user,
             NEW.task_id, array_to_string(ARRAY(
                 SELECT DISTINCT a FROM unnest(tidemark.approvers_of(NEW.task_id)) a
                 ORDER BY a), ', ') USING ERRCODE = 'TD002';
     END IF;
+    IF NEW.decision = 'reject' THEN
+        -- A reject stops the task: the stop starts the epoch the reject holds in, so that it
+        -- stands until a person releases the task (a release starts the next one).
+        reason := left('irreversible steps rejected by ' || session_user
+                       || coalesce(': ' || nullif(NEW.note, ''), ''), 2000);
+        INSERT INTO tidemark.controls (scope, state, reason, set_by)
+            VALUES (NEW.task_id, 'stopped', reason, session_user)
+            ON CONFLICT (scope) DO UPDATE SET state = EXCLUDED.state, for_unwind = false,
+                reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp();
+        INSERT INTO tidemark.events (task_id, kind, detail, actor)
+            VALUES (NEW.task_id, 'stop', jsonb_build_object('reason', reason), session_user);
+        NEW.epoch := tidemark.epoch_of(NEW.task_id);
+    END IF;
     RETURN NEW;
 END $$;
 COMMENT ON FUNCTION tidemark.check_decision() IS
     'A decision is recorded only by an approver the policy names, for the stored plan, in the '
-    'current epoch, once; an approve never under a stop, nothing under a kill';
+    'current epoch, once; an approve never under a stop, nothing under a kill; a reject stops '
+    'the task and holds in the epoch its stop starts';
 CREATE TRIGGER decisions_check BEFORE INSERT ON tidemark.decisions
     FOR EACH ROW EXECUTE FUNCTION tidemark.check_decision();
 
--- What a decision does besides being one: the audit trail, and a reject's stop.
+-- The audit trail of a decision: an approval event.
 CREATE FUNCTION tidemark.after_decision() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    reason text;
 BEGIN
     INSERT INTO tidemark.events (task_id, kind, detail, actor) VALUES (
         NEW.task_id, 'approval', jsonb_build_object(
             'decision', NEW.decision, 'note', NEW.note, 'epoch', NEW.epoch, 'via', NEW.via)
             || jsonb_strip_nulls(jsonb_build_object('label', NEW.label, 'os_user', NEW.os_user)),
         NEW.decided_by);
-    IF NEW.decision = 'reject' THEN
-        reason := left('irreversible steps rejected by ' || NEW.decided_by
-                       || coalesce(': ' || nullif(NEW.note, ''), ''), 2000);
-        INSERT INTO tidemark.controls (scope, state, reason, set_by)
-            VALUES (NEW.task_id, 'stopped', reason, NEW.decided_by)
-            ON CONFLICT (scope) DO UPDATE SET state = EXCLUDED.state, for_unwind = false,
-                reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp();
-        INSERT INTO tidemark.events (task_id, kind, detail, actor)
-            VALUES (NEW.task_id, 'stop', jsonb_build_object('reason', reason), NEW.decided_by);
-    END IF;
     RETURN NULL;
 END $$;
-COMMENT ON FUNCTION tidemark.after_decision() IS
-    'Journals the decision as an approval event; a reject also stops the task';
+COMMENT ON FUNCTION tidemark.after_decision() IS 'Journals the decision as an approval event';
 CREATE TRIGGER decisions_after AFTER INSERT ON tidemark.decisions
     FOR EACH ROW EXECUTE FUNCTION tidemark.after_decision();
 

@@ -61,17 +61,19 @@ DECISION_REFUSALS = {"TD002": "approvers", "TD003": "decided", "TD004": "stopped
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
+def _translated(role: str = "of this connection") -> Iterator[None]:
     """Turns connection-level failures into the retryable StoreUnavailable, and the journal's
     refusals of an act (who may do it, whether a decision holds) into their typed errors, each
-    with the database's one line."""
+    with the database's one line. ``role`` names the login role in a refusal."""
     try:
         yield
     except PoolTimeout as e:  # an OperationalError of its own: before the others
         raise StoreUnavailable(f"no database connection in time: {e}") from e
     except psycopg.errors.InsufficientPrivilege as e:
-        raise NotAuthorized(f"the journal refuses this to the role {_role(e)}: "
-                            f"{e.diag.message_primary}") from None
+        raise NotAuthorized(f"the journal refuses this to the role {role}: "
+                            f"{e.diag.message_primary}; an operator grants what it takes "
+                            "(tidemark_operator, tidemark_approver: docs/operate.md, who may do "
+                            "what)") from None
     except psycopg.Error as e:
         if e.sqlstate in NOT_AUTHORIZED:
             raise NotAuthorized(str(e.diag.message_primary)) from None
@@ -86,9 +88,13 @@ def _translated() -> Iterator[None]:
         raise
 
 
-def _role(e: psycopg.Error) -> str:
-    """The login role of the connection that got ``e`` (its libpq parameters say)."""
+def login_role(conninfo: str) -> str:
+    """The login role a connection string connects as: its user, else libpq's default, the
+    operating-system user."""
+    import getpass
+
     try:
-        return str(e.pgconn.user.decode()) if e.pgconn is not None else "of this connection"
-    except Exception:  # a connection already closed says nothing
-        return "of this connection"
+        user = psycopg.conninfo.conninfo_to_dict(conninfo).get("user")
+    except psycopg.ProgrammingError:
+        user = None
+    return str(user) if user else getpass.getuser()

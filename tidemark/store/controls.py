@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.store.base import StoreBase
-from tidemark.store.connection import _translated
 from tidemark.store.session import StepSession
 
 
@@ -32,7 +31,7 @@ class ControlsMixin(StoreBase):
         grant is issued, compensations are journaled), while the task stays killed for
         everything else (no resume, no run forward) until `tidemark release T` by name. An
         operator's act. False if the task itself is not killed."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             r = conn.execute(
                 "UPDATE tidemark.controls SET for_unwind = true, reason = %s, set_by = %s,"
                 " set_at = clock_timestamp() WHERE scope = %s AND state = 'killed'"
@@ -60,7 +59,7 @@ class ControlsMixin(StoreBase):
 
     def set_killed(self, scope: str, reason: str, by: str) -> None:
         """Sets the durable stop state ``killed`` (only a release lifts it) and logs it."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO tidemark.controls (scope, state, reason, set_by)"
                 " VALUES (%s, 'killed', %s, %s) ON CONFLICT (scope) DO UPDATE SET"

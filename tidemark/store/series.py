@@ -100,7 +100,7 @@ class SeriesMixin(StoreBase):
         not settled; both empty means admitted (once: a run keeps its first place). A refusal
         is logged as a ``blocked`` event of the task.
         """
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                          ("tidemark-series:" + series,))
             stop = conn.execute(
