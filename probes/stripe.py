@@ -37,6 +37,7 @@ from stripe.params import PaymentIntentListParams
 
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.payment_limits import DEFAULT_LIMITS, PaymentLimits
 
 STAMP = "tidemark_key"  # the metadata key that carries a step's idempotency key
 # Seconds listed before Stripe's time at the snapshot: the Date header has whole seconds, and
@@ -93,18 +94,19 @@ class PaymentIntentProbe:
 
     Args:
         reader: A ``stripe.StripeClient`` with a restricted read key.
-        max_amount: The largest amount one step may ask for, in the currency's minor units.
+        limits: The operator's payment limits; the gate refuses a payment over the per-step one
+            (the plan gate refused it already; this holds for a step started any other way).
     """
 
-    def __init__(self, reader: stripe.StripeClient, *, max_amount: int) -> None:
+    def __init__(self, reader: stripe.StripeClient, *,
+                 limits: PaymentLimits = DEFAULT_LIMITS) -> None:
         self.reader = reader
-        self.max_amount = max_amount
+        self.limits = limits
 
     def preconditions(self, ctx: StepContext) -> None:
-        amount = ctx.args["amount"]
-        if amount > self.max_amount:
-            raise GateRefused(f"amount {amount} {ctx.args['currency']} exceeds the per-task "
-                              f"limit of {self.max_amount} (minor units)")
+        refused = self.limits.step_refusal(int(ctx.args["amount"]), str(ctx.args["currency"]))
+        if refused is not None:
+            raise GateRefused(refused)
 
     def snapshot(self) -> dict[str, Any]:
         """The before_state: Stripe's time now (``stripe_clock``, Unix seconds), read from the

@@ -27,13 +27,14 @@ from tidemark.errors import (
     TargetUnavailable,
     Unauthorized,
 )
+from tidemark.payment_limits import PaymentLimits
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 # Healthy calls get the suite's client timeout; only a call meant to time out gets this one,
 # and the delay faults that victimise it exceed it.
 SHORT_TIMEOUT = 0.5
-MAX_AMOUNT = 10_000  # the per-task limit the actions under test are configured with
+MAX_AMOUNT = 10_000  # the per-step limit the actions under test are configured with
 
 
 def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
@@ -41,7 +42,7 @@ def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
     return StripePaymentIntent(writer=stripe_client(server.url, writer_key, timeout=timeout),
                                reader=stripe_client(server.url, DEFAULT_READ_KEY,
                                                     timeout=timeout),
-                               max_amount=MAX_AMOUNT)
+                               limits=PaymentLimits(per_step=MAX_AMOUNT))
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_args_are_checked() -> None:
 
 def test_the_gate_refuses_more_than_the_limit(action: StripePaymentIntent) -> None:
     action.preconditions(context(amount=MAX_AMOUNT))
-    with pytest.raises(GateRefused, match="exceeds the per-task limit"):
+    with pytest.raises(GateRefused, match=r"over the per-step limit of 100\.00 EUR"):
         action.preconditions(context(amount=MAX_AMOUNT + 1))
 
 
@@ -256,7 +257,7 @@ def test_run_step_gate_refuses_before_any_intent(store: JournalStore,
                                                  action: StripePaymentIntent,
                                                  staging: Staging) -> None:
     task = persist(store, amount=MAX_AMOUNT + 1)
-    with pytest.raises(PreconditionFailed, match="per-task limit"):
+    with pytest.raises(PreconditionFailed, match="per-step limit"):
         run_step(store, Registry([action]), task, 1)
     assert store.step_row(task, 1) is None and staging.effects_of("stripe") == []
 

@@ -30,7 +30,7 @@ the operating-system user are labels beside it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -166,7 +166,7 @@ def series_policy(declared: Mapping[str, Any] | None) -> ApprovalPolicy | None:
 
 
 def why_asked(policies: Iterable[ApprovalPolicy | None], plan_asks: bool,
-              irreversible: list[Mapping[str, Any]]) -> str | None:
+              irreversible: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a person must approve a task's irreversible steps (their args) under every policy
     that applies, the strictest winning, or None."""
     if plan_asks and irreversible:

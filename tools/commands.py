@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,18 +62,21 @@ def db_migrate(url: str) -> list[str]:
         return store.migrate()
 
 
-def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = None) -> Plan:
+def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = None,
+               env: Mapping[str, str] | None = None) -> Plan:
     """Validates a plan file against every known action; with ``sort``, reorders it.
 
     With ``fs_roots`` (``TIDEMARK_FS_ROOTS`` of the command's settings), every ``fs.rename``
     path is checked against those roots as a worker with the same setting would before the
-    first step.
+    first step. Its payments are checked against the payment limits of ``env`` (a worker's
+    TIDEMARK_STRIPE_MAX_AMOUNT and _MAX_TASK_AMOUNT), as the plan gate of every start does.
     """
     # Every known action's spec and the rename's path gate: only a plan check needs them.
     from activities.catalog import spec_registry
     from activities.fs import FsRename
     from probes.fs import parse_roots
     from tidemark.actions import GateRefused
+    from tidemark.payment_limits import limits_from_env
     from tidemark.plan import load_plan_file
 
     plan = load_plan_file(path, spec_registry(), sort=sort)
@@ -85,7 +89,21 @@ def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = N
                     fs.plan_gate(plan.task_id, [(step.number, step.args)])
                 except GateRefused as e:
                     raise PlanError(f"steps[{step.number - 1}].args.path", str(e)) from None
+    payments = [(s.number, s.args) for s in plan.steps if s.action == "stripe.payment_intent"]
+    try:
+        limits_from_env(env or {}).check(plan.task_id, payments)
+    except GateRefused as e:
+        raise PlanError("steps", str(e)) from None
     return plan
+
+
+def approval_outlook(plan: Plan, env: Mapping[str, str]) -> str | None:
+    """Why a run of ``plan`` will wait for a person before its irreversible steps under a
+    worker's TIDEMARK_APPROVAL (the journal's policy and a series' may ask for more), or None."""
+    from tidemark.approval import policy_from_env, why_asked
+
+    irreversible = [s.args for s in plan.steps if s.irreversible]
+    return why_asked([policy_from_env(env)], plan.approval is not None, irreversible)
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:

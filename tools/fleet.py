@@ -58,6 +58,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
 from activities.catalog import spec_registry
+from tidemark.approval import unattended
 from tidemark.errors import TidemarkError
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
@@ -556,6 +557,7 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
     plans = [load_plan(d, registry) for d in docs]  # refuses a bad plan before anything runs
     with JournalStore(db_url, max_size=2) as store:
         store.migrate()
+        unattended(store, "tidemark fleet")  # a scratch journal: its runs pay unattended
     seed_targets(staging_url, docs, cfg.wait_s)
     log_dir = Path(tempfile.mkdtemp(prefix="tidemark-fleet-"))
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
