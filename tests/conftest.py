@@ -28,6 +28,7 @@ from tidemark.actions import Action, Registry
 from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
+from tidemark.words import JournalRole
 from tools.cli import main
 from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
@@ -94,30 +95,19 @@ def pg() -> Iterator[PostgresServer]:
 def roles(pg: PostgresServer) -> PostgresServer:
     """The cluster's roles: the journal's three (its first migration, on a scratch database,
     makes them) and the login roles the tests' workers and commands connect as."""
-    scratch = JournalStore(pg.new_database()).open()
-    scratch.migrate()
-    scratch.close()
-    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
-        for name, groups in ((WORKER_ROLE, "tidemark_worker"),
-                             (OS_USER, "tidemark_operator, tidemark_approver")):
-            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
-                continue
-            conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
-                psycopg.sql.Identifier(name), psycopg.sql.SQL(groups)))
+    with JournalStore(pg.new_database()) as scratch:
+        scratch.migrate()
+        scratch.make_login_role(WORKER_ROLE, JournalRole.WORKER)
+        scratch.make_login_role(OS_USER, JournalRole.OPERATOR, JournalRole.APPROVER)
     return pg
 
 
 @pytest.fixture(scope="session")
 def people(roles: PostgresServer) -> PostgresServer:
-    with psycopg.connect(roles.admin_url, autocommit=True) as conn:
+    with JournalStore(roles.new_database()) as scratch:
+        scratch.migrate()
         for name, group in PEOPLE.items():
-            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
-                continue
-            conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(
-                psycopg.sql.Identifier(name)))
-            if group is not None:
-                conn.execute(psycopg.sql.SQL("GRANT {} TO {}").format(
-                    psycopg.sql.Identifier(group), psycopg.sql.Identifier(name)))
+            scratch.make_login_role(name, *((group,) if group else ()))
     return roles
 
 

@@ -247,6 +247,17 @@ class BoundaryOutcome:
 
 
 @dataclass
+class DecisionInput:
+    """A decision sent to a run as an update (``approve`` or ``reject``), for a decider to record
+    under its login role. ``by`` and ``note`` are what the sender typed: labels."""
+
+    task_id: str
+    decision: str  # tidemark.words.Decision
+    by: str = ""
+    note: str = ""
+
+
+@dataclass
 class PlannerInput:
     """What ScheduledRun asks the planner for: tonight's plan of ``series``."""
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.needs import Need, sentence
 from tidemark.payloads import TaskNeed
 from tidemark.will_do import what_it_will_do
-from tidemark.words import ControlState, Decision, TaskState
+from tidemark.words import ControlState, Decision, TaskState, lifted_for_unwind
 
 # The report and the store (psycopg) are loaded by the commands that read the journal, when
 # they read it: `tidemark --help` registers the commands without them.
@@ -105,6 +105,9 @@ def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
              stake: list[str]) -> Entry:
     since, scope = _when(stop["set_at"]), stop.get("scope")
     said = f"by {stop['set_by']}: {stop['reason']}"
+    if lifted_for_unwind(stop):  # an unwind may act; nothing runs it forward, resume included
+        return Entry(t, "killed", since, f"{said}; its kill is lifted for an unwind only",
+                     f"tidemark unwind {t} --yes", stake)
     if stop.get("state") == ControlState.KILLED:
         return Entry(t, "killed", since, said, _release(t, scope), stake)
     if scope not in (None, t):

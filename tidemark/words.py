@@ -140,6 +140,14 @@ class Decision(StrEnum):
     REJECT = "reject"
 
 
+class JournalRole(StrEnum):
+    """The journal's group roles (migration 0016): what an operator grants a login role."""
+
+    WORKER = "tidemark_worker"  # runs plans; decides nothing
+    OPERATOR = "tidemark_operator"  # policy, series, releases, settling a step in doubt
+    APPROVER = "tidemark_approver"  # approves or rejects a task's irreversible steps
+
+
 class DecisionVia(StrEnum):
     """``decisions.via``: how a decision reached the journal."""
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from tidemark.errors import END_STATES
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         VERIFICATION_FAILED,
         BoundaryInput,
         BoundaryOutcome,
+        DecisionInput,
         HaltInput,
         Prepared,
         PrepareInput,
@@ -60,11 +62,16 @@ with workflow.unsafe.imports_passed_through():
         TaskNeed,
         WindowInput,
     )
+    from tidemark.words import Decision
     from workflows.needs_person import hold, release
     from workflows.outcome import ended
     from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
+        DECIDER_WAIT,
+        DECISION_LABEL_MAX,
+        DECISION_NOTE_MAX,
+        DECISION_RETRY,
         GATE_PER_STEP,
         KILL_WAIT,
         NEEDS,
@@ -74,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        decisions_queue,
         end_state_of,
     )
 
@@ -195,6 +203,63 @@ class RunPlan:
         """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
         the run wakes and reads the decision from the journal, which is what counts."""
         self._approval_news = True
+
+    @workflow.update(name="approve", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def approve_update(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Approves the run's irreversible steps, as ``tidemark approve`` does, from Temporal's
+        side (``temporal workflow update execute --name approve --workflow-id tidemark-T
+        --input '{"by": "ana", "note": "checked"}'``, or the Web UI's update form). A decider
+        records it under its login role in the journal, which may refuse it; the answer is
+        what the journal committed, or why it refused."""
+        return await self._decided(Decision.APPROVE, request)
+
+    @approve_update.validator
+    def _validate_approve(self, request: dict[str, Any] | None = None) -> None:
+        self._check_decision(request)
+
+    @workflow.update(name="reject", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def reject_update(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Rejects the run's irreversible steps (as ``tidemark reject``); see approve."""
+        return await self._decided(Decision.REJECT, request)
+
+    @reject_update.validator
+    def _validate_reject(self, request: dict[str, Any] | None = None) -> None:
+        self._check_decision(request)
+
+    def _check_decision(self, request: Any) -> None:
+        """Refuses at once an update this run cannot take: it waits for no approval now, or
+        its input is not ``{"by"?, "note"?}`` of strings within the journal's lengths."""
+        if not (self._waiting and self._result.state == AWAITING_APPROVAL):
+            raise ApplicationError(
+                f"tidemark-{self._result.task_id} is {self._result.state}, not waiting for "
+                "approval; nothing was decided", type="NotWaiting", non_retryable=True)
+        limits = {"by": DECISION_LABEL_MAX, "note": DECISION_NOTE_MAX}
+        if request is not None and (
+                not isinstance(request, dict) or set(request) - set(limits)
+                or any(not isinstance(v, str) or len(v) > limits[k]
+                       for k, v in request.items())):
+            raise ApplicationError(
+                f'the input is {{"by": NAME, "note": TEXT}}, both optional strings, by at most '
+                f"{DECISION_LABEL_MAX} characters and note at most {DECISION_NOTE_MAX}; nothing "
+                "was decided", type="BadInput", non_retryable=True)
+
+    async def _decided(self, decision: str, request: dict[str, Any] | None) -> dict[str, Any]:
+        """Has a decider record the decision in the journal; wakes the run on success."""
+        req = request or {}
+        inp = DecisionInput(self._result.task_id, decision, str(req.get("by") or ""),
+                            str(req.get("note") or ""))
+        try:
+            done: dict[str, Any] = await workflow.execute_activity(
+                "record_decision", inp, result_type=dict,
+                task_queue=decisions_queue(workflow.info().task_queue),
+                schedule_to_start_timeout=DECIDER_WAIT,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=DECISION_RETRY,
+                summary=f"{decision}, recorded by a decider")
+        except ActivityError as e:
+            raise ApplicationError(_decider_refusal(e, self._result.task_id),
+                                   type="DecisionRefused", non_retryable=True) from None
+        self._approval_news = True
+        return done
 
     @workflow.signal
     def unwinding(self, unwind_workflow_id: str = "") -> None:
@@ -739,6 +804,19 @@ class RunPlan:
         workflow.upsert_search_attributes([STATE.value_set(state),
                                            *self._needs(need_of(state, error))])
         return self._result
+
+
+def _decider_refusal(e: ActivityError, task_id: str) -> str:
+    """Why a decision sent as an update was not recorded: the journal's line, or that no
+    decider took it."""
+    cause = e.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    if isinstance(cause, TemporalTimeout):
+        return (f"no decider took the decision within {DECIDER_WAIT.total_seconds():g} s: run "
+                "`tidemark decider` with an approver's DATABASE_URL for this task queue, or "
+                f"`tidemark approve {task_id}`; nothing was decided")
+    return f"the decider failed: {cause}; nothing was decided"
 
 
 def _approval_required(e: ActivityError | ApplicationError) -> bool:

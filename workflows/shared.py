@@ -65,6 +65,25 @@ STEP_RETRY = RetryPolicy(
 )
 BOOKKEEPING_RETRY = STEP_RETRY
 
+# A decision sent as a RunPlan update (`temporal workflow update execute --name approve`) is
+# recorded by a decider: a process on the task queue of this name that holds an approver's
+# login role (`tidemark decider`). A worker's role decides nothing, so the worker cannot.
+DECISIONS_QUEUE_SUFFIX = "-decisions"
+# How long an update waits for a decider to take its decision before it answers refused: long
+# enough for a decider that polls to take it (it does within a second), short enough that a
+# person at the Web UI's update form is told at once that none runs.
+DECIDER_WAIT = timedelta(seconds=10)
+# A decision is recorded once or refused: never retried (a refusal is the journal's answer).
+DECISION_RETRY = RetryPolicy(maximum_attempts=1)
+# The journal's lengths of a decision's label and note (tidemark.decisions CHECKs).
+DECISION_LABEL_MAX = 200
+DECISION_NOTE_MAX = 2000
+
+
+def decisions_queue(task_queue: str) -> str:
+    """The task queue a decider serves for the runs of ``task_queue``."""
+    return task_queue + DECISIONS_QUEUE_SUFFIX
+
 
 def end_state_of(e: ActivityError | ApplicationError,
                  step: int | None) -> tuple[TaskState, dict[str, Any]]:

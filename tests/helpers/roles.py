@@ -12,14 +12,16 @@ import pwd
 
 import psycopg
 
+from tidemark.words import JournalRole
+
 # The person running the tests: an operator and an approver, as `tidemark dev` makes its user.
 OS_USER = pwd.getpwuid(os.geteuid()).pw_name
 # A worker's login role: a member of tidemark_worker only.
 WORKER_ROLE = "tm_worker"
 # Other people, each with the journal's role an operator granted them: two approvers, an
 # operator who may not approve, and somebody with none.
-PEOPLE = {"ana": "tidemark_approver", "ben": "tidemark_approver", "olga": "tidemark_operator",
-          "mallory": None}
+PEOPLE = {"ana": JournalRole.APPROVER, "ben": JournalRole.APPROVER,
+          "olga": JournalRole.OPERATOR, "mallory": None}
 
 
 def as_role(url: str, role: str) -> str:
