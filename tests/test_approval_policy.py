@@ -534,3 +534,21 @@ async def test_a_planner_still_reading_when_its_task_is_killed_is_refused(
     with pytest.raises(UnknownTask):
         commands.status(store.conninfo, task_id)
     await schedules.delete(client, "reader")
+
+
+def test_a_plan_asks_and_the_strictest_policy_is_why_a_person_is_asked() -> None:
+    """The worker's reading of why a run waits: the plan's own ask, else the first policy that
+    asks (the journal's, the series', the worker's); a series that asks less lowers nothing."""
+    from tidemark.approval import narrowed, parse_policy, why_asked
+
+    mail = [{"to": ["x@y.example"], "subject": "s"}]
+    none, payments = parse_policy("none"), parse_policy("payments")
+    assert why_asked([none, none], True, mail) == (
+        "the plan asks a person to approve its irreversible steps")
+    assert why_asked([none, None, none], False, mail) is None
+    assert why_asked([parse_policy("all"), none], False, mail) is not None  # a series' none
+    assert why_asked([none, payments], False, mail) is None
+    assert why_asked([none, payments], False, [{"amount": 1, "currency": "eur"}]) is not None
+    assert why_asked([parse_policy("all")], True, []) is None  # nothing irreversible
+    assert narrowed([None, ["ana", "ben"], ("ben", "cy")]) == ["ben"]
+    assert narrowed([None, (), None]) is None

@@ -456,3 +456,73 @@ async def test_bad_policy_approvers_and_decisions_are_one_line_and_change_nothin
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert "task idle is not waiting for approval" in err
     assert store.current_decision("idle") is None
+
+
+def test_the_journal_takes_the_strictest_policy_and_sums_amounts_per_task(
+        journal: JournalStore) -> None:
+    """The journal's own reading, with no worker asking anything: a series' policy adds to the
+    operator's and never removes; amounts are summed per task; a daily limit counts the series'
+    other runs begun today."""
+    from activities.catalog import spec_registry
+
+    def persist(task: str, amounts: list[int], series: str | None = None) -> None:
+        doc: dict[str, Any] = {"task_id": task, "steps": [
+            {"action": "stripe.payment_intent", "args": {"amount": a, "currency": "usd"}}
+            for a in amounts]}
+        if series:
+            doc["series"] = series
+            journal.admit_to_series(task, series, lambda rows: [])
+        journal.persist_plan(load_plan(doc, spec_registry()))
+
+    commands.declare_series(journal.conninfo, "lenient", "ops", "none")
+    persist("lenient-run", [100], series="lenient")
+    assert journal.approval_needed("lenient-run")  # no policy set: all; the series lowers nothing
+    commands.set_policy(journal.conninfo, "amount>usd:400", None, "ops")
+    persist("one-400", [40000])
+    persist("five-400", [40000] * 5)
+    assert not journal.approval_needed("one-400")
+    assert journal.approval_needed("five-400")  # 2,000.00 USD in one task
+    assert not journal.approval_needed("lenient-run")
+    commands.declare_series(journal.conninfo, "daily", "ops", "daily>usd:500")
+    persist("day-1", [30000], series="daily")
+    assert not journal.approval_needed("day-1")
+    with journal.execution("day-1", 1) as s:  # day-1's payment is under way today
+        spec = journal.load_plan("day-1").step(1)
+        s.begin(task_id="day-1", step=1, key="a" * 32, action=spec.action, args=spec.args,
+                before_state={}, lease_s=0.0)
+    persist("day-2", [30000], series="daily")
+    assert journal.approval_needed("day-2")  # 600.00 USD of the series today
+
+
+async def test_a_resume_past_the_first_irreversible_step_asks_again_before_the_next(
+        temporal_env: WorkflowEnvironment, store: JournalStore, deciders, task_queue: str,
+        tmp_path: Path, cli, url_as: Callable[[str], str]) -> None:
+    """Stopped between two irreversible steps, released and resumed: the run starts past the
+    boundary, the journal refuses the next step's intent (the approval's epoch is over), and
+    the run goes back to the boundary and asks again."""
+    deciders.start()
+    ledger = tmp_path / "ledger"
+    doc = {"task_id": "two", "approval": {"required": True}, "steps": [
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "first",
+                                             "hold_s": 2}},
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "second"}}]}
+    handle = await start(temporal_env.client, doc, task_queue)
+    await wait_state(handle, "awaiting_approval")
+    commands.decide_approval(url_as("ana"), "two", "approve", "")
+    await handle.signal("approval", {})
+    for _ in range(100):
+        if store.step_row("two", 1) is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert (await cli("stop", "two", "--reason", "a second look"))[0] == 0
+    assert (await run_result(handle)).state == "stopped"
+    assert [line.split()[-1] for line in ledger_lines(ledger)] == ["first"]
+    code, _, err = await cli("resume", "two", "--task-queue", task_queue)
+    assert code == 0, err
+    resumed = temporal_env.client.get_workflow_handle("tidemark-two", result_type=RunResult)
+    await wait_state(resumed, "awaiting_approval")
+    assert [line.split()[-1] for line in ledger_lines(ledger)] == ["first"]
+    commands.decide_approval(url_as("ben"), "two", "approve", "")
+    await resumed.signal("approval", {})
+    assert (await run_result(resumed)).state == "completed"
+    assert [line.split()[-1] for line in ledger_lines(ledger)] == ["first", "second"]

@@ -413,11 +413,16 @@ BEGIN
             'irreversible steps under a policy that asks a person', NEW.task_id
             USING ERRCODE = 'TD005';
     END IF;
-    IF EXISTS (SELECT 1 FROM tidemark.journal j JOIN tidemark.plan_steps s
-                 ON s.task_id = j.task_id AND s.step = j.step
-               WHERE j.task_id = NEW.task_id AND j.phase = 'do' AND s.irreversible) THEN
-        RAISE EXCEPTION 'task %: an irreversible step was attempted already; a decision now '
-            'would change nothing', NEW.task_id USING ERRCODE = 'TD005';
+    -- Every irreversible step attempted: nothing is left that a decision could hold back or
+    -- let go. (After a stop between two of them, the ones left wait for a new decision.)
+    IF NOT EXISTS (SELECT 1 FROM tidemark.plan_steps s
+                   WHERE s.task_id = NEW.task_id AND s.irreversible AND NOT EXISTS (
+                       SELECT 1 FROM tidemark.journal j WHERE j.task_id = s.task_id
+                         AND j.phase = 'do' AND j.step = s.step)) THEN
+        RAISE EXCEPTION 'task %: irreversible step % was attempted already; a decision now '
+            'would change nothing', NEW.task_id, (
+                SELECT max(j.step) FROM tidemark.journal j WHERE j.task_id = NEW.task_id
+                  AND j.phase = 'do') USING ERRCODE = 'TD005';
     END IF;
     NEW.epoch := tidemark.epoch_of(NEW.task_id);
     SELECT d.decision, d.decided_by, d.label, d.at INTO first FROM tidemark.decisions d
