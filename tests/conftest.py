@@ -97,8 +97,9 @@ def roles(pg: PostgresServer) -> PostgresServer:
     makes them) and the login roles the tests' workers and commands connect as."""
     with JournalStore(pg.new_database()) as scratch:
         scratch.migrate()
-        scratch.make_login_role(WORKER_ROLE, JournalRole.WORKER)
-        scratch.make_login_role(OS_USER, JournalRole.OPERATOR, JournalRole.APPROVER)
+        scratch.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
+        scratch.make_login_role(OS_USER, JournalRole.TIDEMARK_OPERATOR,
+                                JournalRole.TIDEMARK_APPROVER)
     return pg
 
 
@@ -252,8 +253,9 @@ def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
                           "TIDEMARK_FS_ROOTS": FS_ROOTS,
                           # The tests that are not about approval run their irreversible steps
                           # unattended, configured explicitly (the default asks a person); a
-                          # plan that asks for approval is decided by the user the tests run as.
-                          "TIDEMARK_APPROVAL": "none", "TIDEMARK_APPROVERS": OS_USER})
+                          # plan that asks for approval is decided by any approver the journal
+                          # knows (the superuser of the test's database among them).
+                          "TIDEMARK_APPROVAL": "none"})
     yield wp
     wp.stop_all()
 

@@ -36,6 +36,7 @@ SPECIFIED = {
     "Refused": "failed", "ActionNotConfigured": "failed", "ActionUnavailable": "failed",
     "NotStopped": "stopped",
     "SeriesBlocked": "blocked", "TaskKilled": "killed", "PartlyUnwound": "partly_unwound",
+    "ApprovalRequired": "awaiting_approval",
 }
 
 

@@ -110,7 +110,7 @@ def test_args_are_checked() -> None:
 
 def test_the_gate_refuses_more_than_the_limit(action: StripePaymentIntent) -> None:
     action.preconditions(context(amount=MAX_AMOUNT))
-    with pytest.raises(GateRefused, match=r"over the per-step limit of 100\.00 EUR"):
+    with pytest.raises(GateRefused, match=r"100\.01 USD is over the per-step limit of 100\.00 USD"):
         action.preconditions(context(amount=MAX_AMOUNT + 1))
 
 

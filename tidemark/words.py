@@ -143,9 +143,9 @@ class Decision(StrEnum):
 class JournalRole(StrEnum):
     """The journal's group roles (migration 0016): what an operator grants a login role."""
 
-    WORKER = "tidemark_worker"  # runs plans; decides nothing
-    OPERATOR = "tidemark_operator"  # policy, series, releases, settling a step in doubt
-    APPROVER = "tidemark_approver"  # approves or rejects a task's irreversible steps
+    TIDEMARK_WORKER = "tidemark_worker"  # runs plans; decides nothing
+    TIDEMARK_OPERATOR = "tidemark_operator"  # policy, series, releases, settling a step in doubt
+    TIDEMARK_APPROVER = "tidemark_approver"  # approves or rejects irreversible steps
 
 
 class DecisionVia(StrEnum):

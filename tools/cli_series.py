@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from tidemark.words import SeriesAdmits
 from tools import commands
 from tools.cli_common import (
     EXIT_ERROR,
@@ -81,13 +82,13 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
             if not isinstance(args, dict):
                 raise commands.DecisionError("--args must be a JSON object")
             commands.series_policy(a.series, a.approval, _approvers(a))  # before anything
-            # A series with a schedule takes its schedule's runs only, unless the operator
-            # says otherwise: a plan started by hand under its name would hold up its runs.
-            declared = commands.declare_series(journal_url(a), a.series, a.by, a.approval,
-                                               _approvers(a), a.admit or "scheduled")
             created = await schedules.create(client, a.series, a.cron, a.planner, args,
                                              a.task_queue, by=a.by)
-            return {"created": created, **declared}
+            # A series with a schedule takes its schedule's runs only, unless the operator
+            # says otherwise: a plan started by hand under its name would hold up its runs.
+            return {"created": created, **commands.declare_series(
+                journal_url(a), a.series, a.by, a.approval, _approvers(a),
+                a.admit or SeriesAdmits.SCHEDULED)}
         if a.schedule_command == "list":
             return await schedules.list_all(client)
         if a.schedule_command == "pause":

@@ -249,7 +249,7 @@ class DevStack:
                 policy = parse_policy(self.approval)
                 store.set_policy(policy.text, policy.rules(), None, "tidemark dev")
             try:
-                store.make_login_role(WORKER_ROLE, JournalRole.WORKER)
+                store.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
             except NotAuthorized:  # a DATABASE_URL whose role makes no roles: the person's
                 return self.db_url
         return psycopg.conninfo.make_conninfo(self.db_url, user=WORKER_ROLE)

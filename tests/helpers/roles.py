@@ -20,8 +20,8 @@ OS_USER = pwd.getpwuid(os.geteuid()).pw_name
 WORKER_ROLE = "tm_worker"
 # Other people, each with the journal's role an operator granted them: two approvers, an
 # operator who may not approve, and somebody with none.
-PEOPLE = {"ana": JournalRole.APPROVER, "ben": JournalRole.APPROVER,
-          "olga": JournalRole.OPERATOR, "mallory": None}
+PEOPLE = {"ana": JournalRole.TIDEMARK_APPROVER, "ben": JournalRole.TIDEMARK_APPROVER,
+          "olga": JournalRole.TIDEMARK_OPERATOR, "mallory": None}
 
 
 def as_role(url: str, role: str) -> str:

@@ -392,6 +392,12 @@ BEGIN
             'recorded', NEW.task_id, left(NEW.plan_hash, 12), left(stored, 12)
             USING ERRCODE = 'TD006';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM tidemark.approval_requests a WHERE a.task_id = NEW.task_id)
+       OR NOT tidemark.approval_needed(NEW.task_id) THEN
+        RAISE EXCEPTION 'task % is not waiting for approval: no run of it reached its '
+            'irreversible steps under a policy that asks a person', NEW.task_id
+            USING ERRCODE = 'TD005';
+    END IF;
     IF EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = NEW.task_id) THEN
         RAISE EXCEPTION 'task % was unwound; there is nothing to decide', NEW.task_id
             USING ERRCODE = 'TD005';
@@ -406,12 +412,6 @@ BEGIN
             coalesce(nullif(stop->>'reason', ''), 'no reason'),
             CASE WHEN NEW.decision = 'approve' THEN 'n' ELSE '' END, NEW.decision,
             tidemark.release_command(NEW.task_id, stop->>'scope') USING ERRCODE = 'TD004';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM tidemark.approval_requests a WHERE a.task_id = NEW.task_id)
-       OR NOT tidemark.approval_needed(NEW.task_id) THEN
-        RAISE EXCEPTION 'task % is not waiting for approval: no run of it reached its '
-            'irreversible steps under a policy that asks a person', NEW.task_id
-            USING ERRCODE = 'TD005';
     END IF;
     -- Every irreversible step attempted: nothing is left that a decision could hold back or
     -- let go. (After a stop between two of them, the ones left wait for a new decision.)

@@ -42,6 +42,8 @@ T_PR = "tests/test_probe_rules.py"
 T_LZ = "tests/test_leases.py"
 # The intent's statement: a 'do' intent needs the task not stopped, an 'undo' one needs it stopped.
 INTENT_STOP = ("AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}\n"
+               "                      AND (%(phase)s = 'undo' OR tidemark.approval_holds(\n"
+               "                             %(task_id)s, %(step)s, %(action)s, %(args)s))\n"
                "                    RETURNING")
 T_CT = "tests/test_controls.py"
 T_FP = "tests/test_fast_path.py"

@@ -120,8 +120,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
             "grant",)),
     Mutant("resume silently releases a kill", "tools/commands.py",
-           'if stop["state"] != ControlState.KILLED:\n        return\n    scope = ""',
-           'if True:\n        return\n    scope = ""',
+           'if stop["state"] != ControlState.KILLED:\n        return\n    if lifted_for_unwind',
+           'if True:\n        return\n    if lifted_for_unwind',
            ("tests/test_control_matrix.py::test_control_matrix[killed-resume]",)),
     Mutant("a partly unwound task runs forward to completed", "activities/steps.py",
            "if progress.undo_rows and progress.unwound is None:",
