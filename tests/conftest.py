@@ -92,24 +92,14 @@ def pg() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
-def roles(pg: PostgresServer) -> PostgresServer:
-    """The cluster's roles: the journal's three (its first migration, on a scratch database,
-    makes them) and the login roles the tests' workers and commands connect as."""
+def people(pg: PostgresServer) -> PostgresServer:
+    """The people of tests/helpers/roles.py, login roles of the session's server (the journal's
+    first migration, on a scratch database, makes the group roles they join)."""
     with JournalStore(pg.new_database()) as scratch:
-        scratch.migrate()
-        scratch.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
-        scratch.make_login_role(OS_USER, JournalRole.TIDEMARK_OPERATOR,
-                                JournalRole.TIDEMARK_APPROVER)
-    return pg
-
-
-@pytest.fixture(scope="session")
-def people(roles: PostgresServer) -> PostgresServer:
-    with JournalStore(roles.new_database()) as scratch:
         scratch.migrate()
         for name, group in PEOPLE.items():
             scratch.make_login_role(name, *((group,) if group else ()))
-    return roles
+    return pg
 
 
 @pytest.fixture
@@ -125,12 +115,14 @@ def db_url(pg: PostgresServer) -> str:
 
 
 @pytest.fixture
-def migrated_url(db_url: str, roles: PostgresServer) -> str:
-    """``db_url`` migrated by its owner, so that roles that may not change the schema (a
-    worker's, a person's) connect to it ready."""
-    s = JournalStore(db_url).open()
-    s.migrate()
-    s.close()
+def migrated_url(db_url: str) -> str:
+    """``db_url`` migrated by its owner, with the login roles the tests' workers and commands
+    connect as made on its server (a test's own server too), so that roles that may not change
+    the schema (a worker's, a person's) connect to it ready."""
+    with JournalStore(db_url, max_size=1) as s:
+        s.migrate()
+        s.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
+        s.make_login_role(OS_USER, JournalRole.TIDEMARK_OPERATOR, JournalRole.TIDEMARK_APPROVER)
     return db_url
 
 

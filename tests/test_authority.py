@@ -438,7 +438,8 @@ async def test_the_approver_sees_every_step_currency_and_recipient_however_long_
 # -- bad input: one line, a non-zero exit, nothing changed ----------------------------------
 
 async def test_bad_policy_approvers_and_decisions_are_one_line_and_change_nothing(
-        temporal_env: WorkflowEnvironment, store: JournalStore, cli, tmp_path: Path) -> None:
+        temporal_env: WorkflowEnvironment, store: JournalStore, cli, tmp_path: Path,
+        people) -> None:
     before = store.policy()
     for args, said in ((["policy", "set", "sometimes"], "unknown rule 'sometimes'"),
                        (["policy", "set", "all", "--approvers", "ghost"],

@@ -149,7 +149,8 @@ async def test_an_unwind_after_a_kill_needs_the_kill_released_for_it(
     # A release for unwinding keeps the task stopped (nothing runs it forward) and lets the
     # unwind act.
     assert await acli(temporal_env, task_queue, "release", "uw-kill", "--for-unwind") == 0
-    assert store.stop_state("uw-kill")["state"] == "stopped"
+    lifted = store.stop_state("uw-kill")  # killed still: lifted for the unwind alone
+    assert (lifted["state"], lifted["for_unwind"]) == ("killed", True)
     assert [e["detail"] for e in store.events("uw-kill") if e["kind"] == "release"] == [
         {"reason": "released for unwind", "for_unwind": True}]
     assert await acli(temporal_env, task_queue, "unwind", "uw-kill", "--yes", "--wait") == 0
