@@ -37,6 +37,7 @@ class StripeTarget(PaymentIntentRoutes, ControlRoutes):
             # Registered before the {id} route, which would otherwise take "search" for an id.
             web.get("/v1/payment_intents/search", dated(self._h_search)),
             web.get("/v1/payment_intents/{intent}", dated(self._h_retrieve)),
+            web.post("/v1/payment_intents/{intent}", dated(self._h_update)),
             web.get("/v1/account", dated(self._h_account)),
             web.post("/_staging/stripe/execution_errors", self._h_execution_error),
             web.get("/_staging/stripe/search_lag", self._h_get_lag),
