@@ -31,6 +31,7 @@ saved answer if one was.
 from __future__ import annotations
 
 import email.utils
+import functools
 from typing import Any
 
 import stripe
@@ -38,6 +39,7 @@ from stripe.params import PaymentIntentListParams
 
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.reads import Transient, retried, retry_after_s
 
 STAMP = "tidemark_key"  # the metadata key that carries a step's idempotency key
 # Seconds listed before Stripe's time at the snapshot: the Date header has whole seconds, and
@@ -83,6 +85,17 @@ def stripe_failure(e: stripe.StripeError, what: str) -> ActionError:
     return Refused(text)
 
 
+def stripe_transient(e: BaseException) -> Transient | None:
+    """Whether a failed Stripe read is a moment to wait out (tidemark.reads): what
+    ``stripe_failure`` calls ``TargetUnavailable`` (no connection, 409, 429, 5xx), with the
+    ``Retry-After`` Stripe sent, if any."""
+    if not isinstance(e, stripe.StripeError) or not isinstance(stripe_failure(e, "read"),
+                                                                TargetUnavailable):
+        return None
+    headers = {k.lower(): v for k, v in (e.headers or {}).items()}
+    return Transient(retry_after_s(headers.get("retry-after")))
+
+
 def observed(pi: dict[str, Any]) -> dict[str, Any]:
     """What a step's outcome keeps of a PaymentIntent."""
     return {"id": pi["id"], "amount": pi["amount"], "currency": pi["currency"],
@@ -115,7 +128,8 @@ class PaymentIntentProbe:
             ActionError: the listing failed (nothing is written yet; the step can be retried).
         """
         try:
-            page = self.reader.v1.payment_intents.list(params={"limit": 1})
+            page = retried(lambda: self.reader.v1.payment_intents.list(params={"limit": 1}),
+                           stripe_transient)
         except stripe.StripeError as e:
             raise stripe_failure(e, "stripe payment_intents.list") from e
         date = page.last_response.headers.get("Date") if page.last_response else None
@@ -153,7 +167,8 @@ class PaymentIntentProbe:
             params["customer"] = customer
         listed: list[dict[str, Any]] = []
         for _ in range(MAX_PAGES):
-            page = self.reader.v1.payment_intents.list(params=params)
+            page = retried(functools.partial(self.reader.v1.payment_intents.list,
+                                             params=params), stripe_transient)
             items = [pi.to_dict() for pi in page.data]
             listed += items
             if not page.has_more or not items:

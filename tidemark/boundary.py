@@ -30,6 +30,7 @@ from tidemark.approval import ApprovalPolicy, effective, steps_needing_person
 from tidemark.errors import ConfigError, TidemarkError, Unauthorized
 from tidemark.money import shown
 from tidemark.plan import Plan
+from tidemark.reads import patient_reads
 from tidemark.words import EventKind, ResolvedBy
 
 # Named in annotations only: the commands that show what a step will do (`tidemark approve`, the
@@ -80,7 +81,8 @@ def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
                       key=row.idem_key, started_at=row.started_at,
                       before_state=row.before_state, staged=row.staged)
     try:
-        return action.probe(ctx)
+        with patient_reads():
+            return action.probe(ctx)
     except Unauthorized:
         raise
     except Exception as e:  # a read-only probe that cannot run cannot confirm either

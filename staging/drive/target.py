@@ -22,6 +22,7 @@ from staging.drive.responses import (
     google_error,
     select_fields,
 )
+from staging.throttle import GOOGLE_STATUS, google_status_switch, google_throttled, rate_switch
 from tidemark import staging_tokens
 
 SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
@@ -48,6 +49,12 @@ class DriveTarget(Target):
     default_tokens = (
         Token(DEFAULT_WRITE_TOKEN, "drive", [SCOPE_DRIVE]),
         Token(DEFAULT_READ_TOKEN, "drive", [SCOPE_METADATA_READONLY]),
+    )
+    switches = (
+        rate_switch("Drive", "Drive's Usage limits: 403 User rate limit exceeded past a quota, "
+                             "429 Too many requests from the backend's own checks."),
+        google_status_switch("Drive's Usage limits (developers.google.com/drive/api/guides/"
+                             "limits)"),
     )
 
     def __init__(self) -> None:
@@ -109,6 +116,9 @@ class DriveTarget(Target):
             return google_error(status, "The service is currently unavailable.",
                                  reason="backendError", status="UNAVAILABLE")
         return google_error(status, message, reason=code)
+
+    def throttled(self, op: str) -> web.Response:
+        return google_throttled(self.switch(GOOGLE_STATUS))
 
     def _not_found(self, file_id: str) -> Reply:
         message = f"File not found: {file_id}."
