@@ -24,7 +24,13 @@ from googleapiclient.http import HttpRequest
 from activities.drive_identity import check_stamp_visible
 from probes.drive import STAMP, DriveRenameProbe, drive_error
 from probes.google_async import execute_async
-from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, files_of, google_service
+from probes.google_http import (
+    CLIENT_ERRORS,
+    DEFAULT_TIMEOUT_S,
+    files_of,
+    google_service,
+    read,
+)
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import ActionError, ConfigError, Refused
 
@@ -106,8 +112,7 @@ class DriveRename(Action):
     @staticmethod
     def _whoami(client: Any, which: str) -> dict[str, Any]:
         try:
-            about = client.about().get(fields="user(permissionId,emailAddress)").execute(
-                num_retries=0)
+            about = read(client.about().get(fields="user(permissionId,emailAddress)"))
         except CLIENT_ERRORS as e:
             failure: ActionError = drive_error(e, "drive about.get")
             raise ConfigError(f"drive: cannot tell whose Drive the {which} token reaches: "

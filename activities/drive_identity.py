@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from probes.drive import drive_error
-from probes.google_http import CLIENT_ERRORS, files_of
+from probes.google_http import CLIENT_ERRORS, files_of, read
 from tidemark.errors import ConfigError
 
 IDENTITY_FILE = ".tidemark identity check"  # the scratch file's name in the user's Drive
@@ -35,8 +35,7 @@ def check_stamp_visible(writer: Any, reader: Any) -> str:
     """
     try:
         file_id, stamp = _stamped(writer)
-        seen = files_of(reader).get(fileId=file_id, fields="appProperties").execute(
-            num_retries=0)
+        seen = read(files_of(reader).get(fileId=file_id, fields="appProperties"))
     except CLIENT_ERRORS as e:
         raise ConfigError(f"drive: cannot check that the read token sees our stamps: "
                           f"{drive_error(e, 'drive identity check')}") from None
@@ -52,8 +51,8 @@ def check_stamp_visible(writer: Any, reader: Any) -> str:
 def _stamped(writer: Any) -> tuple[str, str]:
     """The scratch file and the stamp the write token sees on it, made if missing."""
     files = files_of(writer)
-    found = files.list(q=f"name = '{IDENTITY_FILE}' and trashed = false",
-                       fields="files(id,appProperties)", pageSize=1).execute(num_retries=0)
+    found = read(files.list(q=f"name = '{IDENTITY_FILE}' and trashed = false",
+                            fields="files(id,appProperties)", pageSize=1))
     listed = (found.get("files") or [None])[0]
     stamp = ((listed or {}).get("appProperties") or {}).get(IDENTITY_PROPERTY)
     if listed is not None and stamp:

@@ -29,7 +29,7 @@ from tidemark.credentials import CredentialSource, StaticToken, google_source, g
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.plugins import bind_plugin, plugin_action_classes
-from tidemark.reads import read_budget_s
+from tidemark.reads import patient_reads, read_budget_s
 from tidemark.secret_files import unreadable
 from tidemark.words import GrantScope
 
@@ -325,7 +325,8 @@ def bound_actions(env: Mapping[str, str],
         creds = configured.get(target)
         if creds is not None:
             action = build(env, creds)
-            action.check_identity()  # a probe that reads a foreign account proves nothing
+            with patient_reads(read_budget_s(env)):  # a throttled read at start is waited out
+                action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
     for cls in plugin_action_classes() if plugins is None else plugins:
         if cls.name not in BUILTIN_ACTIONS:  # bound where their configuration is present
