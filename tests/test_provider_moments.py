@@ -30,7 +30,14 @@ from staging.graph import SEND_TOKEN as GRAPH_SEND
 from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY
 from tidemark.actions import Action, ProbeStatus, Registry
 from tidemark.errors import NeedsDecision, TargetUnavailable, Throttled
-from tidemark.reads import ENV_READ_RETRY, patient_reads
+from tidemark.reads import (
+    BACKOFF_FIRST_S,
+    ENV_READ_RETRY,
+    Backoff,
+    Transient,
+    patient_reads,
+    retry_after_s,
+)
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -147,6 +154,13 @@ def test_a_read_that_keeps_failing_past_the_budget_is_unknown(
     assert writes(server, t) == 1
 
 
+def test_the_wait_is_what_retry_after_asks_and_never_past_the_budget() -> None:
+    assert Backoff(10).next_wait(Transient(retry_after=3.0)) == 3.0  # not the backoff's 0.5 s
+    assert Backoff(10).next_wait(Transient()) <= BACKOFF_FIRST_S  # type: ignore[operator]
+    assert Backoff(2).next_wait(Transient(retry_after=3.0)) is None  # past the budget: stands
+    assert retry_after_s("7") == 7.0 and retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") is None
+
+
 def test_graphs_retry_after_is_honoured(server: StagingServer) -> None:
     post(server, "/_staging/switches", {"target": "graph", "name": "throttle_retry_after_s",
                                         "value": 1})
@@ -155,7 +169,7 @@ def test_graphs_retry_after_is_honoured(server: StagingServer) -> None:
                        before_state={"fence": "draft"})
     arm(server, "graph", "messages.list", "throttle")
     began = time.monotonic()
-    with patient_reads(10):
+    with patient_reads(30):  # room for a slow answer on a loaded machine besides the wait
         probed = action.probe(ctx)
     assert probed.status is ProbeStatus.ABSENT and time.monotonic() - began >= 1.0
 
@@ -173,7 +187,7 @@ def test_graphs_four_requests_per_mailbox_are_waited_out(server: StagingServer) 
     answers: list[ProbeStatus] = []
 
     def probe() -> None:
-        with patient_reads(10):
+        with patient_reads(30):
             answers.append(action.probe(ctx).status)
     threads = [threading.Thread(target=probe) for _ in range(2)]
     for th in threads:

@@ -390,9 +390,11 @@ def end_attempt(s: StepSession, key: str, action: Action,
     for the target's horizon, so the lease is held that long (not cut to zero). If this write
     fails, the lease written before the call still covers it. A request the target turned away
     (Throttled) can land no more: the lease ends now."""
-    hold = 0.0 if isinstance(e, Throttled) else float(action.horizon_s)
     with contextlib.suppress(TidemarkError):
-        s.renew_lease(key, hold)
+        if isinstance(e, Throttled):  # turned away: nothing of it can land later
+            s.renew_lease(key, 0.0)
+        else:
+            s.renew_lease(key, float(action.horizon_s))
 
 
 def note_error(s: StepSession, ctx: StepContext, e: BaseException) -> None:
