@@ -80,7 +80,15 @@ from probes.graph import (
     me,
 )
 from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
-from tidemark.errors import ActionError, ConfigError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import (
+    ActionError,
+    ConfigError,
+    Refused,
+    TargetUnavailable,
+    Throttled,
+    Unauthorized,
+)
+from tidemark.reads import retry_after_s
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
 CONFIRM_ENV = "TIDEMARK_GRAPH_CONFIRM_S"
@@ -128,7 +136,12 @@ def graph_error(e: BaseException, what: str) -> ActionError:
         status = e.response_status_code or 0
         if status in (401, 403):
             return Unauthorized(text)
-        if status in (408, 429) or status >= 500:
+        if status == 429:
+            # "Returns HTTP status code 429 Too Many Requests and the requests fail" (Microsoft
+            # Graph throttling guidance): turned away, nothing applied.
+            headers = {k.lower(): v for k, v in (e.response_headers or {}).items()}
+            return Throttled(text, retry_after_s(headers.get("retry-after")))
+        if status == 408 or status >= 500:
             # Throttled or timed out: nothing done yet; a 5xx may come after the commit. Either
             # way the step stays in doubt and the next attempt probes.
             return TargetUnavailable(text)

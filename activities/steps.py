@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -24,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
-from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command
+from tidemark.errors import PartlyUnwound, StepFailed, Throttled, TidemarkError, release_command
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.payloads import (
     HaltInput,
@@ -65,8 +66,12 @@ HEARTBEAT_EVERY_S = 0.5
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
     """Carries our error class across to the workflow by name, with its fields."""
+    # A target that turned a request away says when to come back: the next attempt waits that
+    # long rather than the retry policy's shorter first intervals.
+    after = e.retry_after if isinstance(e, Throttled) else None
     return ApplicationError(str(e), e.details(), type=type(e).__name__,
-                            non_retryable=not e.retryable)
+                            non_retryable=not e.retryable,
+                            next_retry_delay=timedelta(seconds=after) if after else None)
 
 
 def _count_stop(e: BaseException) -> None:

@@ -29,6 +29,7 @@ from tidemark.credentials import CredentialSource, StaticToken, google_source, g
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.plugins import bind_plugin, plugin_action_classes
+from tidemark.reads import patient_reads, read_budget_s
 from tidemark.secret_files import unreadable
 from tidemark.words import GrantScope
 
@@ -306,7 +307,8 @@ def bound_actions(env: Mapping[str, str],
         creds = configured.get(target)
         if creds is not None:
             action = build(env, creds)
-            action.check_identity()  # a probe that reads a foreign account proves nothing
+            with patient_reads(read_budget_s(env)):  # a throttled read at start is waited out
+                action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
     for cls in plugin_action_classes() if plugins is None else plugins:
         if cls.name not in BUILTIN_ACTIONS:  # bound where their configuration is present
@@ -321,6 +323,7 @@ def worker_registry(env: Mapping[str, str]) -> Registry:
     """Every action known (plans validate), the configured ones bound. A built-in action whose
     target is not configured stays a reference: its module and client library are imported
     only if a plan names it. Plugins are loaded, and checked, at start: they are bound there."""
+    read_budget_s(env)  # a bad TIDEMARK_READ_RETRY_S refuses the start, not the first probe
     plugins = plugin_action_classes()
     registry = Registry([*builtin_refs(), *plugins])
     for action in bound_actions(env, plugins):

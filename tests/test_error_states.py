@@ -76,7 +76,7 @@ def test_the_retry_policy_gives_up_on_exactly_the_errors_that_end_a_run() -> Non
     every worker, whatever else a worker imported."""
     assert STEP_RETRY.non_retryable_error_types == sorted(SPECIFIED)
     retryable = {c.__name__ for c in error_classes() if c.retryable}
-    assert retryable == {"StoreUnavailable", "StepBusy", "TargetUnavailable"}
+    assert retryable == {"StoreUnavailable", "StepBusy", "TargetUnavailable", "Throttled"}
     assert not retryable & set(STEP_RETRY.non_retryable_error_types or [])
 
 

@@ -422,3 +422,44 @@ def test_our_key_on_another_amount_or_currency_is_unknown(server: StagingServer,
         options={"idempotency_key": "other-" + ctx.key}).id
     probed = action.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN and other in probed.reason
+
+
+@pytest.mark.parametrize("edit", [{"amount": 2600}, {"description": "invoice 9, corrected"},
+                                  {"amount": 2400, "description": "refunded in part"}])
+@pytest.mark.parametrize("customer", [None, "cus_edit"])
+def test_an_edited_payment_with_hidden_metadata_after_a_forgotten_key_is_not_paid_again(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging, edit: dict[str, Any], customer: str | None) -> None:
+    # The create's answer is lost, a person edits the payment in the Dashboard, the read key
+    # cannot see metadata, and the resume comes after Stripe forgot the key: the edited payment
+    # may be ours, so the step waits for a person instead of paying a second time.
+    switch(server, "restricted_key_metadata", "hidden")
+    switch(server, "idempotency_ttl_s", 1)
+    extra: dict[str, Any] = {"description": "invoice 9"}
+    if customer:
+        post(server, "/_staging/stripe/customers", {"id": customer})
+        extra["customer"] = customer
+    task = persist(store, **extra)
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    [made] = staging.effects_of("stripe", "payment_intents.create")
+    stripe_client(server.url, DEFAULT_SECRET_KEY).v1.payment_intents.update(
+        made.detail["id"], params=edit)  # type: ignore[arg-type]
+    time.sleep(1.5)  # the key is forgotten: a create with it now makes a new payment
+    with pytest.raises(NeedsDecision, match=made.detail["id"]):
+        run_step(store, Registry([action]), task, 1)
+    assert len(staging.effects_of("stripe", "payment_intents.create")) == 1
+
+
+def test_with_metadata_visible_a_keyless_payment_of_another_amount_is_not_ours(
+        server: StagingServer, action: StripePaymentIntent) -> None:
+    # The read key sees metadata (another payment shows it): a payment without our key and for
+    # another amount is somebody else's, and the probe's absent stands.
+    ctx = context(description="invoice 9")
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    client = stripe_client(server.url, DEFAULT_SECRET_KEY)
+    client.v1.payment_intents.create(params={"amount": 900, "currency": "usd",
+                                             "metadata": {"order": "77"}})
+    client.v1.payment_intents.create(params={"amount": 2600, "currency": "usd"})
+    assert action.probe(ctx).status is ProbeStatus.ABSENT

@@ -61,10 +61,12 @@ from tidemark.errors import (
     TaskKilled,
     TaskStopped,
     TaskUnwound,
+    Throttled,
     TidemarkError,
     Unauthorized,
 )
 from tidemark.faults import crash_point
+from tidemark.reads import patient_reads
 from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 from tidemark.words import Phase
@@ -299,7 +301,7 @@ def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
     anything unforeseen, a cancelled wait): the action may or may not have applied, so the
     intent stays open and the next attempt probes it (or, for a compensation, applies it
     again), once the target's horizon has passed."""
-    end_attempt(s, call.key, side.action)
+    end_attempt(s, call.key, side.action, e)
     note_error(s, call.ctx, e)
     if side.direction.counted:
         metrics.left_in_doubt(call.ctx.action, type(e).__name__)
@@ -382,12 +384,17 @@ def guarded_call(store: JournalStore, s: StepSession, key: str, action: Action,
                             deadline_s=float(action.deadline_s))
 
 
-def end_attempt(s: StepSession, key: str, action: Action) -> None:
+def end_attempt(s: StepSession, key: str, action: Action,
+                e: BaseException | None = None) -> None:
     """After an ambiguous failure: the attempt is over, but its request may still be applied
     for the target's horizon, so the lease is held that long (not cut to zero). If this write
-    fails, the lease written before the call still covers it."""
+    fails, the lease written before the call still covers it. A request the target turned away
+    (Throttled) can land no more: the lease ends now."""
     with contextlib.suppress(TidemarkError):
-        s.renew_lease(key, float(action.horizon_s))
+        if isinstance(e, Throttled):  # turned away: nothing of it can land later
+            s.renew_lease(key, 0.0)
+        else:
+            s.renew_lease(key, float(action.horizon_s))
 
 
 def note_error(s: StepSession, ctx: StepContext, e: BaseException) -> None:
@@ -437,7 +444,8 @@ def _probe(action: Action, ctx: StepContext) -> ProbeResult:
     nothing about the target, so the attempt is retried rather than stopped for a person.
     """
     try:
-        return action.probe(ctx)
+        with patient_reads():  # a throttled or failing read is waited out before unknown
+            return action.probe(ctx)
     except (Unauthorized, StoreUnavailable):
         raise
     except Exception as e:  # any other failure of a read-only probe means "cannot tell"

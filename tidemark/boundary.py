@@ -37,6 +37,7 @@ from tidemark.approval import (
 )
 from tidemark.errors import TidemarkError, Unauthorized
 from tidemark.plan import Plan
+from tidemark.reads import patient_reads
 from tidemark.will_do import at_a_glance, what_it_will_do
 from tidemark.words import EventKind, ResolvedBy
 
@@ -88,7 +89,8 @@ def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
                       key=row.idem_key, started_at=row.started_at,
                       before_state=row.before_state, staged=row.staged)
     try:
-        return action.probe(ctx)
+        with patient_reads():
+            return action.probe(ctx)
     except Unauthorized:
         raise
     except Exception as e:  # a read-only probe that cannot run cannot confirm either

@@ -278,6 +278,22 @@ class TargetUnavailable(ActionError):
     retryable = True
 
 
+class Throttled(TargetUnavailable):
+    """The target turned the request away for now, as its documentation says a throttled
+    request is (Graph: a 429 and "the requests fail"; Drive and Gmail: 403 rate limit
+    exceeded or 429, try again later): nothing was applied, and nothing of it can land later.
+    The step stays open, but no horizon is waited out: the next attempt (after
+    ``retry_after`` seconds, when the target said) probes at once. A timeout or a 5xx is never
+    this: it stays ambiguous (TargetUnavailable)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def details(self) -> dict[str, Any]:
+        return {"retry_after": self.retry_after}
+
+
 class StepFailed(TidemarkError):
     """The target refused the step for good; the failure is recorded as the step's outcome."""
 

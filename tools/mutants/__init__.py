@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.mutants import controls, journal, probes
+from tools.mutants import controls, journal, moments, probes
 from tools.mutants.base import (
     AT,
     M1,
@@ -58,7 +58,8 @@ from tools.mutants.base import (
     Mutant,
 )
 
-MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS)
+MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS,
+                                *moments.MUTANTS)
 
 
 
@@ -127,4 +128,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
+    "tidemark/reads.py": (moments.T_PM,),
+    "probes/google_http.py": ("tests/test_google_http.py", moments.T_PM),
+    "activities/drive_identity.py": (moments.T_BI,),
+    "tools/providers.py": (moments.T_KIT,),
 }
