@@ -16,8 +16,10 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.drive_identity import IDENTITY_FILE
 from helpers.roles import OS_USER
 from helpers.staging_fixtures import effects
+from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from staging.drive import DriveTarget
 from tidemark.errors import UnknownTask
@@ -485,6 +487,10 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
         drive.seed(f"scan-{i:03d}.pdf")
     root = str(Path(__file__).resolve().parent.parent)  # the worker imports examples.*
     workers.start(TIDEMARK_STAGING_URL=server.url, PYTHONPATH=root)
+    # The worker's start checks its Drive credentials with its own (a scratch file's stamp,
+    # activities/drive_identity.py); the task's reads are the ones after it.
+    assert_eventually(lambda: any(f.name == IDENTITY_FILE for f in drive.files.values()))
+    started = len(server.staging.calls_of("drive"))
     store.declare_series("supplier-sync", "ops", ME)
     await schedules.create(client, "supplier-sync", "0 3 * * *",
                            "examples.supplier_sync_planner:plan",
@@ -492,7 +498,7 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
     address = client.service_client.config.target_host
     result = await run_result(await triggered(client, address, "supplier-sync"))
     assert (result.state, result.confirmed) == ("completed", 3)
-    listed = [c for c in server.staging.calls_of("drive")
+    listed = [c for c in server.staging.calls_of("drive")[started:]
               if c.method == "GET" and c.path.rstrip("/").endswith("/files")]
     assert listed and all(c.allowed and "grant-" in c.token for c in listed), \
         [(c.path, c.token[:12]) for c in listed]

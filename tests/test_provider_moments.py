@@ -30,6 +30,7 @@ from staging.graph import SEND_TOKEN as GRAPH_SEND
 from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY
 from tidemark.actions import Action, ProbeStatus, Registry
 from tidemark.errors import NeedsDecision, TargetUnavailable, Throttled
+from tidemark.payment_limits import PaymentLimits
 from tidemark.reads import (
     BACKOFF_FIRST_S,
     ENV_READ_RETRY,
@@ -74,7 +75,7 @@ TARGETS = {t.name: t for t in (
     Target("stripe", "stripe.payment_intent", lambda s: StripePaymentIntent(
         writer=stripe_client(s.url, DEFAULT_SECRET_KEY, timeout=CLIENT_TIMEOUT_S),
         reader=stripe_client(s.url, DEFAULT_READ_KEY, timeout=CLIENT_TIMEOUT_S),
-        max_amount=10_000),
+        limits=PaymentLimits(per_step=10_000)),
         {"amount": 2500, "currency": "usd"}, "payment_intents.create", "payment_intents.list"),
 )}
 
