@@ -57,6 +57,12 @@ class PlanError(TidemarkError):
         return {"field": self.field, "message": self.message}
 
 
+class InputError(PlanError):
+    """An input over one of the journal's limits, holding a character it cannot hold, or JSON
+    that cannot be decoded (tidemark.limits): refused where it enters, before anything is
+    written. ``field`` names the input (``--reason``, ``task_id``, ``plan``)."""
+
+
 class PlanChanged(TidemarkError):
     """A task id already holds a different plan. A changed plan is a new task."""
 
