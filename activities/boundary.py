@@ -12,12 +12,18 @@ from activities.acting import acting_for
 from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
 from tidemark.approval import ApprovalPolicy, policy_from_env
-from tidemark.boundary import approval_needed, verify_reversible
+from tidemark.boundary import FIELD_CHARS, approval_needed, verify_reversible
 from tidemark.errors import TidemarkError, release_command
 from tidemark.grants import GrantBroker
+from tidemark.limits import cut
 from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
+
+# What the run's details list of the irreversible steps that wait for approval (the first of
+# them, each cut to FIELD_CHARS): a plan of thousands of mails must not make the result exceed
+# Temporal's payload limit. `tidemark approve` shows every one, from the journal.
+DETAILS_LINES = 40
 
 
 class BoundaryActivities:
@@ -41,10 +47,10 @@ class BoundaryActivities:
             try:
                 plan = self.store.load_plan(inp.task_id)
                 checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step)
-                if not checked.passed:
+                if not checked.passed:  # bounded: the journal holds every failure
                     return BoundaryOutcome(passed=False, summary=checked.summary(),
-                                           failures=checked.failures,
-                                           verified=checked.verified)
+                                           failures=checked.brief(), verified=checked.verified,
+                                           failed=len(checked.failures))
                 check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
                 asked = approval_needed(self.store, self.approval, plan)
                 decided = self.store.approval_decision(inp.task_id) if asked else None
@@ -63,7 +69,8 @@ class BoundaryActivities:
             approvers=asked["approvers"] if asked else None,
             decision=decided["detail"].get("decision") if decided else None,
             decided_by=decided["actor"] if decided else None,
-            irreversible=asked["lines"] if asked else [],
+            irreversible=[cut(line, FIELD_CHARS) for line in asked["lines"][:DETAILS_LINES]]
+            if asked else [], waiting=len(asked["lines"]) if asked else 0,
             stopped=(stop["reason"] or "stopped") if stop else None,
             release=release_command(inp.task_id, stop["scope"]) if stop else None)
 

@@ -24,8 +24,15 @@ from temporalio.exceptions import ApplicationError
 from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
-from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command
+from tidemark.errors import (
+    PartlyUnwound,
+    PreconditionFailed,
+    StepFailed,
+    TidemarkError,
+    release_command,
+)
 from tidemark.grants import GrantBroker, revoke_task_grants
+from tidemark.limits import LABEL_MAX, REASON_MAX, cut
 from tidemark.payloads import (
     HaltInput,
     Prepared,
@@ -52,7 +59,14 @@ from tidemark.run_step import (
 from tidemark.step_threads import StepThreads
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
-from tidemark.words import ControlState, EventKind, GrantPurpose, ResolvedBy, StepStatus
+from tidemark.words import (
+    ControlState,
+    EventKind,
+    GrantPurpose,
+    ResolvedBy,
+    StepStatus,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +75,9 @@ log = logging.getLogger(__name__)
 # beat every 80% of that timeout, so a beat must be pending by then; at 0.5 s, this thread may be
 # held up for more than a second (GIL, a loaded machine) before the server misses one.
 HEARTBEAT_EVERY_S = 0.5
+# A step's line (the Web UI's details, an activity's summary, which the Web UI cuts at 400):
+# a window of FAST_STEPS_PER_RUN of them (1,000) stays a small payload.
+LINE_CHARS = 200
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
@@ -130,15 +147,15 @@ class StepActivities:
             progress = self.store.progress(task_id)
             if progress.undo_rows and progress.unwound is None:
                 raise PartlyUnwound(task_id)  # never forward, even with every step done
-            if (inp.check_gates and progress.next_step is not None
-                    and progress.unwound is None):  # again on every start
-                with acting_for(self.grants, task_id):  # a gate that reads presents the grant
-                    check_stored_plan_gates(self.store, self.registry, task_id)
             # A run of the task begins: an earlier run's journaled end no longer says that
             # nothing runs it (record_run_end).
             info = activity.info()
             self.store.record_run_began(task_id, info.workflow_run_id or "",
                                         info.workflow_id or "a run")
+            if (inp.check_gates and progress.next_step is not None
+                    and progress.unwound is None):  # again on every start
+                with acting_for(self.grants, task_id):  # a gate that reads presents the grant
+                    self._gates(task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop, first = progress.stop, progress.next_step
@@ -154,6 +171,21 @@ class StepActivities:
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None, lines=lines)
 
+    def _gates(self, task_id: str) -> None:
+        """The plan's gates, on a start. One that refuses ends the run before its first step,
+        with the plan stored: that end is journaled here (the run never learnt it began), so
+        that `tidemark inbox` and `status` say the task waits for its gate, as its worklist row
+        does."""
+        try:
+            check_stored_plan_gates(self.store, self.registry, task_id)
+        except PreconditionFailed as e:
+            info = activity.info()
+            self.store.record_run_ended(
+                task_id, TaskState.PRECONDITION_FAILED,
+                {"type": type(e).__name__, "message": str(e), "step": e.step},
+                info.workflow_id or "a run", run_id=info.workflow_run_id)
+            raise
+
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
         """One readable line per step in [first, last], for activity summaries. Runs whose
@@ -164,8 +196,11 @@ class StepActivities:
         return [self._describe(s) for s in self.store.load_window(task_id, first, last)]
 
     def _describe(self, step: Step) -> str:
+        """One line of a step, cut to LINE_CHARS: a window of them crosses to the workflow in
+        one payload, whatever the plan's arguments hold."""
         spec = self.registry.spec(step.action)
-        return f"{step.action} {spec.describe(step.args) if spec else ''}".strip()
+        return cut(f"{step.action} {spec.describe(step.args) if spec else ''}".strip(),
+                   LINE_CHARS)
 
     @activity.defn(name="run_step")
     async def run_step(self, inp: StepInput) -> StepOutput:
@@ -220,9 +255,12 @@ class StepActivities:
 
     @activity.defn(name="record_halt")
     def record_halt(self, inp: HaltInput) -> None:
-        """Writes the durable stop state: nothing restarts the task until it is released."""
+        """Writes the durable stop state: nothing restarts the task until it is released. The
+        reason and the label are cut to the journal's limits: a halt must hold whatever its
+        signal carried (a run that recorded one before its workflow cut it retries this)."""
         try:
-            self.store.set_control(inp.task_id, ControlState.STOPPED, inp.reason, inp.by)
+            self.store.set_control(inp.task_id, ControlState.STOPPED, cut(inp.reason, REASON_MAX),
+                                   cut(inp.by, LABEL_MAX) or "halt signal")
         except TidemarkError as e:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")

@@ -30,10 +30,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tidemark.errors import END_STATES
+    from tidemark.errors import END_STATES, InputError
+    from tidemark.limits import ID_RE, LABEL_MAX, cut
     from tidemark.needs import Need, need_of, sentence
     from tidemark.payloads import (
         AWAITING_APPROVAL,
@@ -69,12 +71,16 @@ with workflow.unsafe.imports_passed_through():
         KILL_WAIT,
         NEEDS,
         NEEDS_PATCH,
+        NO_INPUT,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        decoded,
         end_state_of,
+        signal_note,
+        signal_text,
     )
 
 
@@ -172,14 +178,15 @@ class RunPlan:
         return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
-    def kill(self, note: dict[str, Any] | None = None) -> None:
+    def kill(self, note: RawValue = NO_INPUT) -> None:
         """``tidemark kill`` announces itself before it terminates the run. The search
         attribute says ``killed`` at once (a terminated run cannot change it afterwards); the
         attempt under way may finish, so that its step is settled rather than left in doubt,
-        and nothing after it starts. The run then waits for its termination."""
+        and nothing after it starts. The run then waits for its termination. Any payload is
+        taken (``{"by", "reason"}``, cut to the journal's limits; anything else: none)."""
         if self._killed is not None:
             return
-        self._killed = dict(note or {})
+        self._killed = dict(signal_note(note, "kill signal"))
         self._result.state = KILLED
         workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
         said = f"by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}"
@@ -189,21 +196,22 @@ class RunPlan:
             "starts")
 
     @workflow.signal
-    def approval(self, decision: dict[str, Any] | None = None) -> None:
+    def approval(self, decision: RawValue = NO_INPUT) -> None:
         """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
         the run wakes and reads the decision from the journal, which is what counts."""
         self._approval_news = True
 
     @workflow.signal
-    def unwinding(self, unwind_workflow_id: str = "") -> None:
+    def unwinding(self, unwind_workflow_id: RawValue = NO_INPUT) -> None:
         """An unwind of this task began (UnwindPlan sends it once the task is stopped): a run
         that waits for a person at the boundary ends ``stopped`` instead of waiting for ever
         for a decision that can no longer come. A run between steps needs no word: its next
         step meets the stop state."""
-        self._unwinding = unwind_workflow_id or "an unwind"
+        self._unwinding = signal_text(unwind_workflow_id, "unwinding signal", LABEL_MAX) \
+            or "an unwind"
 
     @workflow.signal
-    def recheck(self, by: str = "") -> None:
+    def recheck(self, by: RawValue = NO_INPUT) -> None:
         """A person stopped or released the task (`tidemark stop`, `release`: tools/rows.py):
         a run waiting at the boundary runs its gate again and reads the stop state, so that
         its state and TidemarkNeeds say what holds it (stopped, or approval once released).
@@ -212,10 +220,12 @@ class RunPlan:
             self._approval_news = True
 
     @workflow.signal
-    def halt(self, reason: str = "") -> None:
+    def halt(self, reason: RawValue = NO_INPUT) -> None:
         """Stop the task durably: the attempt under way finishes, nothing after it starts, and
-        a step that keeps failing stops at its next attempt."""
-        self._halt_reason = reason or "halt signal"
+        a step that keeps failing stops at its next attempt. Whatever the payload: a reason
+        that is not a string, too long or not decodable halts all the same, with the reason
+        made one line the journal holds (workflows.shared.signal_text)."""
+        self._halt_reason = signal_text(reason, "halt signal") or "halt signal"
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -227,10 +237,11 @@ class RunPlan:
                 "execution": "fast" if self._fast else "activity"}
 
     @workflow.run
-    async def run(self, document: Any) -> RunResult:
+    async def run(self, document: RawValue = NO_INPUT) -> RunResult:
         """Completes only when every step is done; every other end state fails the workflow
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
-        tells the runs that need a person from the finished ones."""
+        tells the runs that need a person from the finished ones. The input is decoded here
+        (workflows.shared.decoded): an input that cannot be ends the run at once."""
         result = await self._run(document)
         await self._released()
         state, need = result.state, need_of(result.state, result.error)
@@ -280,10 +291,14 @@ class RunPlan:
         prepare (persist the plan, read the journal and the stop state, describe the window
         of steps this run takes), run them (in batches on the fast path), then continue as new
         or complete. Each phase returns the run's end when it ends the run."""
-        execution = self._read_input(document)
+        try:
+            read: Any = decoded(document, "input")
+        except InputError as e:
+            read = e
+        execution = self._read_input(read)
         if isinstance(execution, RunResult):
             return execution
-        prep = await self._prepare(document)
+        prep = await self._prepare(read)
         if isinstance(prep, RunResult):
             return prep
         first = prep.next_step
@@ -304,19 +319,22 @@ class RunPlan:
 
     def _read_input(self, document: Any) -> str | RunResult:
         """The execution mode the input asks for, or the run's end (``failed``, a PlanError,
-        nothing persisted) for an input that is not a plan object or names no known mode."""
+        nothing persisted) for an input that is not a plan object, could not be decoded (an
+        InputError) or names no known mode. The run's task id (its worklist row's) is the one
+        the input names, or for an input that is not an object the one its workflow id names,
+        and only when the journal could hold it: else the run opens no row."""
+        wid = workflow.info().workflow_id
+        named = document.get("task_id") if isinstance(document, dict) else \
+            wid.removeprefix("tidemark-") if wid.startswith("tidemark-") else None
+        task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else ""
+        self._result.task_id = task_id
         if not isinstance(document, dict):
-            # Typed as Any so that any JSON arrives here and ends the run readably, instead of
-            # failing every workflow task while the payload cannot be decoded.
-            wid = workflow.info().workflow_id
-            if wid.startswith("tidemark-"):
-                self._result.task_id = wid.removeprefix("tidemark-")
-                workflow.upsert_search_attributes([TASK_ID.value_set(self._result.task_id)])
-            return self._end(FAILED, {"type": "PlanError", "message":
-                                      "the input must be a plan object {task_id?, steps} or "
-                                      f"{{task_id}} of a stored plan, not "
-                                      f"{type(document).__name__}", "step": None})
-        self._result.task_id = str(document.get("task_id") or "")
+            if task_id:
+                workflow.upsert_search_attributes([TASK_ID.value_set(task_id)])
+            message = (str(document) if isinstance(document, InputError) else
+                       "the input must be a plan object {task_id?, steps} or {task_id} of a "
+                       f"stored plan, not {type(document).__name__}")
+            return self._end(FAILED, {"type": "PlanError", "message": message, "step": None})
         execution = document.get("execution", "activity")
         if execution not in EXECUTION_MODES:
             return self._end(FAILED, {"type": "PlanError", "message":
@@ -581,7 +599,7 @@ class RunPlan:
             if not out.passed:
                 return self._end(VERIFICATION_FAILED, {
                     "type": "VerificationFailed", "message": out.summary, "step": step,
-                    "failures": out.failures})
+                    "failures": out.failures, **({"failed": out.failed} if out.failed else {})})
             if self._halt_reason is not None:
                 return await self._halt(step)
             if out.decision == "reject":
@@ -623,6 +641,7 @@ class RunPlan:
     def _ask(self, task_id: str, step: int, count: int, out: BoundaryOutcome) -> None:
         """The run waits for approval: its state, need and details say what it asks."""
         self._result.state = AWAITING_APPROVAL
+        waiting = max(out.waiting, len(out.irreversible))  # results from before: all listed
         who = ", ".join(out.approvers) if out.approvers else (
             "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
         workflow.set_current_details(
@@ -632,8 +651,8 @@ class RunPlan:
             f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
             f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
             + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
-            + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
-               if len(out.irreversible) > DETAILS_LINES else ""))
+            + (f"\n- … and {waiting - DETAILS_LINES} more irreversible steps"
+               if waiting > DETAILS_LINES else ""))
         workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
                                            *self._needs(Need.APPROVAL)])
 
@@ -678,7 +697,7 @@ class RunPlan:
         await workflow.execute_activity(
             "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
-            summary=f"halt before step {next_step}: {self._halt_reason}")
+            summary=cut(f"halt before step {next_step}: {self._halt_reason}", 200))
         self._result.stopped_at = next_step
 
     def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
