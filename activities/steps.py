@@ -25,14 +25,19 @@ from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
 from tidemark.errors import (
+    ActionNotConfigured,
+    ActionUnavailable,
+    InputError,
     PartlyUnwound,
+    PlanChanged,
+    PlanError,
     PreconditionFailed,
     StepFailed,
     TidemarkError,
     release_command,
 )
 from tidemark.grants import GrantBroker, revoke_task_grants
-from tidemark.limits import LABEL_MAX, REASON_MAX, cut
+from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
 from tidemark.payloads import (
     HaltInput,
     Prepared,
@@ -104,6 +109,12 @@ def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
                           f"{task_id!r} as workflow id 'tidemark-{task_id}'")
 
 
+# The errors of a start refused before its plan was stored: the plan, its input or the
+# worker's configuration could not be taken (prepare journals them as ``refused`` events).
+REFUSALS = frozenset(cls.__name__ for cls in (PlanError, InputError, PlanChanged,
+                                              ActionNotConfigured, ActionUnavailable))
+
+
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
@@ -117,7 +128,29 @@ class StepActivities:
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
-        """Persists the plan (or finds the stored one) and reads where the task stands."""
+        """Persists the plan (or finds the stored one) and reads where the task stands. A
+        start refused before its plan was stored is journaled (``refused``) for the task id it
+        names, when the journal can hold that id and knows no plan of it."""
+        try:
+            return self._prepare(inp)
+        except ApplicationError as e:
+            if e.type in REFUSALS:
+                self._refused(inp, e)
+            raise
+
+    def _refused(self, inp: PrepareInput, e: ApplicationError) -> None:
+        """Journals a start refused before its plan was stored, so that `tidemark inbox` and
+        `status` say what the run's worklist row says (the row opens under the same id)."""
+        doc = inp.document if isinstance(inp.document, dict) else {}
+        named = doc.get("task_id")
+        task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else None
+        if task_id is None or self.store.task_known(task_id):
+            return  # an id no task can have, or a stored task this start did not change
+        self.store.record_event(task_id, EventKind.REFUSED, {
+            "error": {"type": e.type, "message": cut(e.message, REASON_MAX)}},
+            actor=cut(inp.workflow_id or "a run", LABEL_MAX))
+
+    def _prepare(self, inp: PrepareInput) -> Prepared:
         try:
             doc = inp.document
             if not isinstance(doc, dict):

@@ -83,7 +83,7 @@ def run_state(row: dict[str, Any]) -> str:
         return TaskState.PARTLY_UNWOUND
     if row["failed"]:
         return TaskState.FAILED
-    return TaskState.NOT_FINISHED
+    return TaskState.PARTIAL
 
 
 def _states(blockers: list[dict[str, Any]]) -> list[dict[str, Any]]:

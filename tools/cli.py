@@ -139,7 +139,7 @@ def _schema_behind(e: Exception) -> str | None:
 def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
     """For a task no plan is stored for whose start its series blocked: what blocked it (a
     person at 03:14 must not take the run for a typo); for one whose start was refused before
-    its plan was stored, what its worklist row says."""
+    its plan was stored, what refused it (what its worklist row says)."""
     if not isinstance(e, UnknownTask):
         return ""
     import psycopg  # loaded already: the journal said the task is unknown
@@ -148,13 +148,10 @@ def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
         return "; " + commands.blocked_status(journal_url(a), e.task_id)["line"]
     except (TidemarkError, psycopg.Error):
         pass
-    if a.command != "status":  # the one reading that asks Temporal for it
-        return ""
-    from tools.inbox import refused_row
+    from tools.inbox import refused_line
 
-    said = refused_row(a.settings, e.task_id)
-    return "" if said is None else (f"; its start was refused before its plan was stored, "
-                                    f"and its worklist row says: {said}".replace("\n", " "))
+    said = refused_line(journal_url(a), e.task_id)
+    return "" if said is None else f"; {said}"
 
 
 class _Version(argparse.Action):

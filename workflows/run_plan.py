@@ -132,6 +132,12 @@ RUN_END_JOURNALED = "run-end-journaled"
 # (workflow.patched).
 WAITS_UNDER_STOP = "waits-under-stop"
 
+# A run refused before it read a plan (its input is not an object, cannot be decoded, or asks
+# for an unknown execution mode) opens no worklist row: it names no task, only its workflow id
+# does, and a row under that id would speak for a task the journal may hold and know better.
+# Runs from before opened one for the task the workflow id names (workflow.patched).
+UNREAD_OPENS_NO_ROW = "input-unread-opens-no-row"
+
 # The Web UI's current details list at most this many irreversible steps while a run awaits
 # approval (the details are metadata of every workflow task: kept small).
 DETAILS_LINES = 40
@@ -151,6 +157,7 @@ class RunPlan:
         self._needs_patched: bool | None = None
         self._releasing: asyncio.Task[None] | None = None
         self._began = False  # prepare returned: it journaled this run's beginning
+        self._unread = False  # refused before it read a plan: it opens no worklist row
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
 
     def _holds(self) -> bool:
@@ -264,7 +271,8 @@ class RunPlan:
             # it opens if it does not finish. Once the unwind ended, the journal's word is the
             # unwind's too; while it still works, the run's word (stopped) would be wrong.
             need = Need.NOTHING
-        if need != Need.NOTHING and result.task_id and self._holds():
+        if need != Need.NOTHING and result.task_id and self._holds() and not (
+                self._unread and workflow.patched(UNREAD_OPENS_NO_ROW)):
             await hold(result.task_id, state, need, said)
         if self._killed is not None:
             # Ended by `tidemark kill`, which terminates the run as soon as it took the kill
@@ -329,6 +337,7 @@ class RunPlan:
         task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else ""
         self._result.task_id = task_id
         if not isinstance(document, dict):
+            self._unread = True
             if task_id:
                 workflow.upsert_search_attributes([TASK_ID.value_set(task_id)])
             message = (str(document) if isinstance(document, InputError) else
@@ -337,6 +346,7 @@ class RunPlan:
             return self._end(FAILED, {"type": "PlanError", "message": message, "step": None})
         execution = document.get("execution", "activity")
         if execution not in EXECUTION_MODES:
+            self._unread = True
             return self._end(FAILED, {"type": "PlanError", "message":
                                       f"execution must be one of {', '.join(EXECUTION_MODES)}, "
                                       f"not {execution!r}", "step": None})
