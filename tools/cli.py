@@ -16,7 +16,7 @@ import select
 import sys
 from collections.abc import Mapping, Sequence
 
-from tidemark.errors import InputError, TidemarkError, UnknownTask
+from tidemark.errors import InputError, TidemarkError, UnknownTask, one_line
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tools import commands
@@ -101,12 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:  # too long, a character the journal cannot hold, undecodable JSON
         if args.traceback:
             raise
-        print(f"tidemark: {e}; nothing was done", file=sys.stderr)
+        print(f"tidemark: {one_line(str(e))}; nothing was done", file=sys.stderr)
         return EXIT_USAGE
     except TidemarkError as e:
         if args.traceback:
             raise
-        print(f"tidemark: {type(e).__name__}: {e}{_unknown_hint(args, e)}", file=sys.stderr)
+        said = one_line(f"{e}{_unknown_hint(args, e)}")  # what it quotes may be anybody's
+        print(f"tidemark: {type(e).__name__}: {said}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
         schema = None if args.traceback else _schema_behind(e)

@@ -206,8 +206,9 @@ class _Kill:
                         f"{e}") for w, e in zip(group, ended, strict=True))
         for wid, said in out.items():
             task_id = wid.removeprefix("tidemark-")
-            if kinds.get(wid) == "RunPlan" and said.startswith("terminated") and \
-                    ID_RE.fullmatch(task_id):  # a run under an id no task has journals nothing
+            if not ID_RE.fullmatch(task_id):  # a run under an id no task has: nothing to journal
+                continue
+            if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):
                 # A terminated run cannot journal its own end (record_run_end): the kill does,
                 # so that once the kill is released the journal says that nothing runs it.
                 self.store.record_run_ended(task_id, KILLED, {"type": "Killed", "message": why},
