@@ -34,6 +34,7 @@ from tidemark.errors import (
     PreconditionFailed,
     StepFailed,
     TidemarkError,
+    UnknownTask,
     release_command,
 )
 from tidemark.grants import GrantBroker, revoke_task_grants
@@ -110,8 +111,9 @@ def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
 
 
 # The errors of a start refused before its plan was stored: the plan, its input or the
-# worker's configuration could not be taken (prepare journals them as ``refused`` events).
-REFUSALS = frozenset(cls.__name__ for cls in (PlanError, InputError, PlanChanged,
+# worker's configuration could not be taken, or it named a task no plan is stored for (prepare
+# journals them as ``refused`` events).
+REFUSALS = frozenset(cls.__name__ for cls in (PlanError, InputError, PlanChanged, UnknownTask,
                                               ActionNotConfigured, ActionUnavailable))
 
 
