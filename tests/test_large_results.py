@@ -59,7 +59,7 @@ async def test_case4_a_plan_whose_every_step_fails_verification_ends_in_one_atte
     seed_done(store.conninfo, task, STEPS)
     workers.start()
     handle = await start_plan(client, {"task_id": task}, task, task_queue)
-    result = await asyncio.wait_for(run_result(handle), 180)
+    result = await asyncio.wait_for(run_result(handle), 120)
     assert result.state == "verification_failed", result
     assert len(result.error["failures"]) == BRIEF_FAILURES
     assert result.error["failed"] == STEPS
