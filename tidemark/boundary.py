@@ -20,6 +20,7 @@ in the event as such.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -73,7 +74,8 @@ class Verification:
         plan's length. The verification event holds every failure in full."""
         return [{"step": f["step"], "action": f["action"],
                  "describe": cut(str(f["describe"]), FIELD_CHARS), "status": f["status"],
-                 "reason": cut(str(f["reason"]), FIELD_CHARS)}
+                 "reason": cut(str(f["reason"]), FIELD_CHARS),
+                 "observed": _small(f.get("observed"))}
                 for f in self.failures[:BRIEF_FAILURES]]
 
     def summary(self) -> str:
@@ -88,6 +90,12 @@ class Verification:
         more = f"; and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
         return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
                 f"step(s) {steps} no longer hold: {named}{more}")
+
+
+def _small(value: Any) -> Any:
+    """``value`` when its JSON fits FIELD_CHARS; else that JSON, cut."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return value if len(text) <= FIELD_CHARS else cut(text, FIELD_CHARS)
 
 
 def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
