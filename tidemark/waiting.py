@@ -31,7 +31,7 @@ from tidemark.words import ControlState, Decision, TaskState, Verdict
 # they read it: `tidemark --help` registers the commands without them.
 if TYPE_CHECKING:
     from tidemark.report import Report
-    from tidemark.store import JournalStore
+    from tidemark.store import JournalRow, JournalStore
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,35 @@ def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Ent
                  f"tidemark resume {t}", stake, fix)
 
 
+def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> Entry:
+    """A step in doubt waits for a person's word; once a person said it did not happen
+    (absent), it waits for the run that takes that word."""
+    said = store.person_said(t, d.step, d.started_at)
+    if said is not None and said["detail"].get("as") == Verdict.ABSENT:
+        return Entry(t, "in_doubt", _when(said["at"]),
+                     f"step {d.step} {d.action}: {said['actor']} said it did not happen "
+                     "(absent); a resumed run probes it once more, then executes it",
+                     f"tidemark resume {t}", stake)
+    return Entry(t, "in_doubt", d.started_at,
+                 f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
+                 "or a person can say whether it happened",
+                 f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+
+
+def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
+    """The gate found reversible steps that no longer hold: they are put back (or unwound)
+    before a resume, whose gate refuses again until they hold. The first SHOWN are named."""
+    failures = v["failures"]
+    named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}" for f in failures[:SHOWN])
+    more = f"; and {len(failures) - SHOWN} more" if len(failures) > SHOWN else ""
+    return Entry(t, "verification_failed", _when(v["at"]),
+                 f"before step {v['boundary']}, {len(failures)} reversible step(s) no longer "
+                 f"hold: {named}{more}", f"tidemark resume {t}", stake,
+                 f"put back what the gate found changed (or `tidemark unwind {t} --yes` puts "
+                 "the reversible steps back instead): a resume runs the gate again, which "
+                 "refuses until they hold")
+
+
 def entry_of(store: JournalStore, candidate: dict[str, Any],
            report: Report | None = None) -> Entry | None:
     """The task's entry, or None when it does not wait for a person. ``report``: the task's
@@ -171,19 +200,8 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
     if state == TaskState.PARTLY_UNWOUND:
         return Entry(t, "partly_unwound", last, f"{p.undo_rows} compensation row(s) journaled, "
                      "the task is not unwound", f"tidemark unwind {t} --yes", stake)
-    d = p.in_doubt
-    if d is not None and d.phase == "do":
-        said = store.person_said(t, d.step, d.started_at)
-        if said is not None and said["detail"].get("as") == Verdict.ABSENT:
-            # decided: what waits now is the run that takes the decision
-            return Entry(t, "in_doubt", _when(said["at"]),
-                         f"step {d.step} {d.action}: {said['actor']} said it did not happen "
-                         "(absent); a resumed run probes it once more, then executes it",
-                         f"tidemark resume {t}", stake)
-        return Entry(t, "in_doubt", d.started_at,
-                     f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
-                     "or a person can say whether it happened",
-                     f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+    if p.in_doubt is not None and p.in_doubt.phase == "do":
+        return _in_doubt(store, t, p.in_doubt, stake)
     if unfinished is not None:
         return _unwind_unfinished(t, report, unfinished, stake)
     if p.stop:
@@ -200,17 +218,7 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
         return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target for good; "
                      "the task does not run forward again", f"tidemark unwind {t} --yes", stake)
     if state == TaskState.VERIFICATION_FAILED:
-        v = report.boundary["verification"]
-        failures = v["failures"]
-        named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
-                          for f in failures[:SHOWN])
-        more = f"; and {len(failures) - SHOWN} more" if len(failures) > SHOWN else ""
-        return Entry(t, "verification_failed", _when(v["at"]),
-                     f"before step {v['boundary']}, {len(failures)} reversible step(s) no "
-                     f"longer hold: {named}{more}", f"tidemark resume {t}", stake,
-                     "put back what the gate found changed (or `tidemark unwind "
-                     f"{t} --yes` puts the reversible steps back instead): a resume runs the "
-                     "gate again, which refuses until they hold")
+        return _verification_failed(t, report.boundary["verification"], stake)
     if state == TaskState.AWAITING_APPROVAL:
         asked = store.approval_request(t) or {}
         who = ", ".join(asked.get("approvers") or []) or "nobody configured"
