@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import RawValue
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -193,3 +193,20 @@ async def test_case3_no_input_at_all_ends_the_run_at_once(
     result = await asyncio.wait_for(run_result(handle), 60)
     assert result.state == "failed" and "not NoneType" in result.error["message"], result
 
+
+
+@pytest.mark.parametrize("workflow", ["UnwindPlan", "ScheduledRun"])
+async def test_case3_the_other_workflows_end_at_once_on_undecodable_input_too(
+        temporal_env: WorkflowEnvironment, workers: Any, task_queue: str, workflow: str) -> None:
+    client = temporal_env.client
+    workers.start()
+    data, said = UNDECODABLE["deep"]
+    handle = await client.start_workflow(workflow, RawValue(Payload(metadata=JSON, data=data)),
+                                         id=f"tidemark-h3w-{uuid.uuid4().hex[:6]}",
+                                         task_queue=task_queue)
+    with pytest.raises(WorkflowFailureError) as e:
+        await asyncio.wait_for(handle.result(), 60)
+    assert said in str(e.value.cause), e.value.cause
+    history = await handle.fetch_history()
+    assert not [e for e in history.events if e.HasField(
+        "workflow_task_failed_event_attributes")], "a workflow task failed on the input"
