@@ -152,7 +152,8 @@ def _cmd_release(a: argparse.Namespace) -> int:
         commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
         _rows(a, "series:" + a.series)
-        print(f"series {a.series} is released")
+        print(f"series {a.series} is released; its runs start again when started or resumed "
+              f"(`tidemark status --series {a.series}` lists them)")
         return 0
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
