@@ -79,24 +79,28 @@ async def test_case1_a_task_id_the_journal_cannot_hold_breaks_no_emergency_contr
            f"tidemark-needs-h1-{tag}" + "c" * 300]
     for workflow_id in bad:
         await open_row(client, workflow_id, task_queue)
-    # and a task of the journal that waits at its boundary: the controls reach it all the same
-    doc = plan(f"h1-ok-{tag}", tmp_path / "ok", approval=True)
-    waiting = await awaiting(client, doc, task_queue)
+    try:
+        # and a task of the journal that waits at its boundary: the controls reach it all the same
+        doc = plan(f"h1-ok-{tag}", tmp_path / "ok", approval=True)
+        waiting = await awaiting(client, doc, task_queue)
 
-    for command in (["stop", "--all", "--reason", "incident"], ["release", "--all"]):
-        code, out, err = await cli(*command)
-        assert code == 0, (command, err)
-        skipped = [line for line in err.splitlines() if line.startswith("tidemark: skipped")]
-        assert len(skipped) == len(bad) and all("names no task" in line for line in skipped)
-    code, out, err = await cli("kill", "--all", "--yes", "--grace", "0", "--reason", "incident")
-    layers = [line for line in out.splitlines() if " layer " in line]
-    assert [line.split(":")[0] for line in layers] == [
-        "ok   layer 1", "ok   layer 2", "ok   layer 3", "ok   layer 4"], out
-    assert code == 0 and f"tidemark-h1-ok-{tag}" in out, (out, err)
-    assert (await run_result(waiting)).state == "killed"
-    for workflow_id in bad:  # rows act on nothing: a kill leaves them, as it leaves every row
-        desc = await client.get_workflow_handle(workflow_id).describe()
-        assert desc.status == WorkflowExecutionStatus.RUNNING
+        for command in (["stop", "--all", "--reason", "incident"], ["release", "--all"]):
+            code, out, err = await cli(*command)
+            assert code == 0, (command, err)
+            skipped = [line for line in err.splitlines() if line.startswith("tidemark: skipped")]
+            assert len(skipped) == len(bad) and all("names no task" in line for line in skipped)
+        code, out, err = await cli("kill", "--all", "--yes", "--grace", "0", "--reason", "incident")
+        layers = [line for line in out.splitlines() if " layer " in line]
+        assert [line.split(":")[0] for line in layers] == [
+            "ok   layer 1", "ok   layer 2", "ok   layer 3", "ok   layer 4"], out
+        assert code == 0 and f"tidemark-h1-ok-{tag}" in out, (out, err)
+        assert (await run_result(waiting)).state == "killed"
+        for workflow_id in bad:  # rows act on nothing: a kill leaves them, as it leaves every row
+            assert (await client.get_workflow_handle(workflow_id).describe()).status == \
+                WorkflowExecutionStatus.RUNNING
+    finally:  # the dev server is shared by the session's tests
+        for workflow_id in bad:
+            await client.get_workflow_handle(workflow_id).terminate("test over")
     assert not store.task_known(f"h1-{tag}")  # the refused start stored nothing
     assert result.error["type"] == "InputError", result  # refused where it entered, one line
     assert result.error["message"].startswith("task_id: contains U+0000 (a control character)")
