@@ -32,6 +32,7 @@ SPECIFIED = {
     "NeedsDecision": "needs_decision", "PreconditionFailed": "precondition_failed",
     "TaskStopped": "stopped", "TaskUnwound": "unwound", "Unauthorized": "stopped",
     "StepFailed": "failed", "PlanChanged": "failed", "PlanError": "failed",
+    "InputError": "failed",
     "UnknownTask": "failed", "JournalMismatch": "failed", "InvariantViolation": "failed",
     "Refused": "failed", "ActionNotConfigured": "failed", "ActionUnavailable": "failed",
     "NotStopped": "stopped",

@@ -21,6 +21,7 @@ in the event as such.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from tidemark.approval import (
     why_asked,
 )
 from tidemark.errors import TidemarkError, Unauthorized
+from tidemark.limits import cut
 from tidemark.plan import Plan
 from tidemark.reads import patient_reads
 from tidemark.will_do import at_a_glance, what_it_will_do
@@ -47,6 +49,12 @@ if TYPE_CHECKING:
     from tidemark.store import JournalRow, JournalStore
 
 log = logging.getLogger(__name__)
+
+# The gate's result crosses to the workflow as one payload (Temporal refuses one over 2 MiB, and
+# an activity whose result it refuses is retried for ever): it carries the count of failures and
+# the first of them, each cut to FIELD_CHARS per field; the verification event holds them all.
+BRIEF_FAILURES = 20
+FIELD_CHARS = 300
 
 
 @dataclass
@@ -69,16 +77,34 @@ class Verification:
                 "on_word": self.on_word, "failures": self.failures,
                 "elapsed_ms": round(self.elapsed_s * 1000, 1)}
 
+    def brief(self) -> list[dict[str, Any]]:
+        """The first BRIEF_FAILURES failures, each cut to what a person reads first (step,
+        action, what it does, status, reason): what crosses to the workflow, whatever the
+        plan's length. The verification event holds every failure in full."""
+        return [{"step": f["step"], "action": f["action"],
+                 "describe": cut(str(f["describe"]), FIELD_CHARS), "status": f["status"],
+                 "reason": cut(str(f["reason"]), FIELD_CHARS),
+                 "observed": _small(f.get("observed"))}
+                for f in self.failures[:BRIEF_FAILURES]]
+
     def summary(self) -> str:
         if self.passed:
             return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
                     "all hold")
-        steps = ", ".join(str(f["step"]) for f in self.failures)
-        named = "; ".join(f"step {f['step']} {f['action']} {f['describe']}: {f['reason']}"
-                          for f in self.failures[:5])
+        steps = ", ".join(str(f["step"]) for f in self.failures[:BRIEF_FAILURES]) + (
+            f" … ({len(self.failures):,} in all)" if len(self.failures) > BRIEF_FAILURES
+            else "")
+        named = "; ".join(f"step {f['step']} {f['action']} {cut(str(f['describe']), FIELD_CHARS)}"
+                          f": {cut(str(f['reason']), FIELD_CHARS)}" for f in self.failures[:5])
         more = f"; and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
         return (f"verified {self.verified} reversible step(s) before step {self.boundary}: "
                 f"step(s) {steps} no longer hold: {named}{more}")
+
+
+def _small(value: Any) -> Any:
+    """``value`` when its JSON fits FIELD_CHARS; else that JSON, cut."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return value if len(text) <= FIELD_CHARS else cut(text, FIELD_CHARS)
 
 
 def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:

@@ -43,18 +43,35 @@ class TidemarkError(Exception):
         return {}
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: each character that would break it or is not printable
+    (a control character, a line separator, a lone surrogate) written as its escape, as
+    Python's repr writes it."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
 class PlanError(TidemarkError):
-    """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``."""
+    """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``
+    (escaped to one line: a plan's keys are the plan writer's)."""
 
     end_state = TaskState.FAILED
 
     def __init__(self, field: str, message: str) -> None:
+        field = one_line(field)
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
 
     def details(self) -> dict[str, Any]:
         return {"field": self.field, "message": self.message}
+
+
+class InputError(PlanError):
+    """An input over one of the journal's limits, holding a character it cannot hold, or JSON
+    that cannot be decoded (tidemark.limits): refused where it enters, before anything is
+    written. ``field`` names the input (``--reason``, ``task_id``, ``plan``)."""
 
 
 class PlanChanged(TidemarkError):

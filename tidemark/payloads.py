@@ -9,7 +9,7 @@ input or output take 2-3x as long (bench/payload_decode.py)."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.words import TaskState
+from tidemark.words import HALT_ACTOR, TaskState
 
 TASK_QUEUE = "tidemark"
 
@@ -131,7 +131,7 @@ class WindowInput:
 class HaltInput:
     task_id: str
     reason: str
-    by: str = "halt signal"
+    by: str = HALT_ACTOR
 
 
 @dataclass
@@ -233,6 +233,8 @@ class BoundaryOutcome:
 
     passed: bool
     summary: str
+    # The first failures, cut (tidemark.boundary.Verification.brief); ``failed`` counts them
+    # all, and the journal's verification event holds them in full.
     failures: list[dict[str, Any]] = field(default_factory=list)
     verified: int = 0
     approval_required: bool = False
@@ -242,6 +244,10 @@ class BoundaryOutcome:
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
     release: str | None = None  # the command that lifts it (tidemark.errors.release_command)
+    failed: int = 0  # the steps that no longer hold, all of them (``failures`` lists the first)
+    # The irreversible steps that wait, all of them (``irreversible`` describes the first;
+    # `tidemark approve` shows every one from the journal). 0: as many as listed.
+    waiting: int = 0
     glance: str | None = None  # every currency's total, recipient and action, in one line
     why: str | None = None  # the policy that asks, in words
 

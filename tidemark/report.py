@@ -13,7 +13,15 @@ from typing import Any
 
 from tidemark.store import JournalStore, Progress
 from tidemark.will_do import what_it_will_do
-from tidemark.words import ControlState, StepStatus, TaskState
+from tidemark.words import HALT_ACTOR, ControlState, StepStatus, TaskState
+
+# Failures shown one by one in the report's text; the rest are counted (the verification event
+# of the journal holds every one, and `--json` gives them all).
+SHOWN_FAILURES = 20
+# What a journaled run end names the task's state by, when the rows alone read as a run going
+# on: the gate that refused the run at its start, a failure that refused no step. Any other end
+# (a stop, a halt, a kill, since released) leaves a task nothing runs: ``ended``.
+_END_STATES = (TaskState.PRECONDITION_FAILED, TaskState.FAILED)
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,9 @@ class Report:
     progress: Progress
     irreversible: list[tuple[int, str, str | None, dict[str, Any]]]
     boundary: dict[str, Any] = field(default_factory=dict)  # store.boundary_state
+    # The task's latest run event when that run ended other than completed and none began
+    # since (store.run_ended): nothing runs the task.
+    run_end: dict[str, Any] | None = None
 
     @property
     def state(self) -> TaskState:
@@ -31,9 +42,19 @@ class Report:
             return TaskState.PARTLY_UNWOUND  # some steps put back: it never runs forward either
         if p.stop is not None:
             # A kill is named as such: it was out of band (workflow terminated, grants revoked),
-            # and a person reading the report at 03:14 must not take it for a plain stop.
-            return (TaskState.KILLED if p.stop.get("state") == ControlState.KILLED
-                    else TaskState.STOPPED)
+            # and a person reading the report at 03:14 must not take it for a plain stop; a
+            # halt is the run's own stop, taken from its halt signal.
+            if p.stop.get("state") == ControlState.KILLED:
+                return TaskState.KILLED
+            own = p.stop.get("scope") in (None, p.task_id)
+            return TaskState.HALTED if own and p.stop.get("set_by") == HALT_ACTOR \
+                else TaskState.STOPPED
+        return self._rows_state()
+
+    def _rows_state(self) -> TaskState:
+        """The state the rows, the boundary and the latest run's end say, for a task nothing
+        stops."""
+        p = self.progress
         if p.finished:
             return TaskState.COMPLETED
         if p.failed:
@@ -43,6 +64,9 @@ class Report:
         verification = self.boundary.get("verification")
         if self._at_boundary and verification is not None and not verification["passed"]:
             return TaskState.VERIFICATION_FAILED
+        if self.run_end is not None:  # its run ended: nobody runs it, whatever the rows say
+            ended = self.run_end["detail"].get("ended")
+            return TaskState(ended) if ended in _END_STATES else TaskState.ENDED
         if self.asks_approval:
             return TaskState.AWAITING_APPROVAL
         return TaskState.NOT_STARTED if p.rows == 0 else TaskState.PARTIAL
@@ -146,10 +170,13 @@ class Report:
             lines.append(f"  unwind rows    {p.undo_rows}")
         v = self.boundary.get("verification")
         if v:
+            failures = v["failures"]
+            more = len(failures) - SHOWN_FAILURES
             verdict = (f"passed, {v['verified']} step(s) verified" if v["passed"] else
-                       "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
-                                              f"{f.get('describe', '')}: {f['reason']}"
-                                              for f in v["failures"]))
+                       f"FAILED ({len(failures)} step(s)): " + "; ".join(
+                           f"step {f['step']} {f['action']} {f.get('describe', '')}: "
+                           f"{f['reason']}" for f in failures[:SHOWN_FAILURES])
+                       + (f"; and {more} more (`tidemark status --json`)" if more > 0 else ""))
             lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
         a = self.approval
         if a:
@@ -171,9 +198,9 @@ class Report:
 
 
 def build_report(store: JournalStore, task_id: str) -> Report:
-    """Four queries, whatever the plan's length."""
+    """Five queries, whatever the plan's length."""
     return Report(store.progress(task_id), store.irreversible_steps(task_id),
-                  store.boundary_state(task_id))
+                  store.boundary_state(task_id), store.run_ended(task_id))
 
 
 def _jsonable(value: Any) -> Any:

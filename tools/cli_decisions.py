@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError
+from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTask
 from tidemark.words import Decision, Verdict
 from tools import commands
 from tools.cli_common import (
@@ -95,7 +95,18 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
         return EXIT_USAGE
     print_json(commands.resolve(journal_url(a), a.task, a.step, a.as_, a.note, a.by))
     _rows(a, a.task)
+    _next(a, a.task)
     return 0
+
+
+def _next(a: argparse.Namespace, task_id: str) -> None:
+    """The line a command that changed a task ends with: what happens next (what holds it,
+    and the one command), as `tidemark status` opens. On stderr after a command's JSON."""
+    try:
+        line = "next: " + commands.status_with_first_line(journal_url(a), task_id)[1]
+    except UnknownTask:  # an id released ahead of its plan (--force-unknown)
+        line = f"next: no plan of {task_id} is stored; nothing runs it until one is started"
+    print(line, file=sys.stderr if a.command == "resolve" else sys.stdout)
 
 
 def _rows(a: argparse.Namespace, scope: str) -> None:
@@ -147,7 +158,8 @@ def _cmd_release(a: argparse.Namespace) -> int:
         commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
         _rows(a, "series:" + a.series)
-        print(f"series {a.series} is released; {_series_schedule(a)}")
+        print(f"series {a.series} is released; {_series_schedule(a)}; its runs start again "
+              f"when started or resumed (`tidemark status --series {a.series}` lists them)")
         return 0
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
@@ -156,7 +168,8 @@ def _cmd_release(a: argparse.Namespace) -> int:
         print("the stop of every task is released (a task stopped by its own id stays "
               "stopped until released by name)")
     else:
-        print(f"task {scope} is released; starting it again resumes from the journal")
+        print(f"task {scope} is released")
+        _next(a, scope)
     return 0
 
 
@@ -292,7 +305,8 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
     result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
     if result is None:
-        print(f"started tidemark-unwind-{a.task}")
+        print(f"started tidemark-unwind-{a.task}: it puts the reversible steps back, last first; "
+              f"`tidemark status {a.task}` follows it, and the task does not run forward again")
         return 0
     print_json(dataclasses.asdict(result))
     return _ended("unwind", f"tidemark-unwind-{a.task}", result.state, result.error)

@@ -49,11 +49,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
                               grace_s=a.grace, unreachable=unreachable)
 
     layers = asyncio.run(go())
-    # The rows of the killed tasks say so (a row opened before, by a run that ended failed,
-    # say, would still ask for what no longer decides anything): tools/rows.py.
-    scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
-    if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
-        bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
+    # The four layers first, whatever follows: they ran, and a person must see how each went.
     if a.json:
         print_json(layers)
     else:
@@ -64,6 +60,16 @@ def _cmd_kill(a: argparse.Namespace) -> int:
         stopped = stopped_workflows(layers)
         print("stopped: " + ", ".join(stopped) if stopped else
               "stopped: no workflow was running; the stop state holds every later start")
+    sys.stdout.flush()
+    # The rows of the killed tasks say so (a row opened before, by a run that ended failed,
+    # say, would still ask for what no longer decides anything): tools/rows.py.
+    scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
+    if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
+        bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
+    if not a.json:
+        release = (f"--series {a.series}" if a.series else "--all" if a.all else a.task)
+        print(f"next: nothing acts on {scope if scope != '*' else 'any task'} until a person "
+              f"runs `tidemark release {release}`")
     return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
 
 

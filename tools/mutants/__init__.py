@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.mutants import controls, journal, moments, probes
+from tools.mutants import controls, inputs, journal, moments, probes
 from tools.mutants.base import (
     AT,
     M1,
@@ -59,7 +59,8 @@ from tools.mutants.base import (
 )
 
 MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS,
-                                *moments.MUTANTS)
+                                *moments.MUTANTS,
+                               *inputs.MUTANTS)
 
 
 
@@ -99,7 +100,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/migrate.py": (T_SC,),
     "tidemark/plan.py": ("tests/test_plan.py", T_HZ),
     "tidemark/boundary.py": (T_BD, T_AP),
-    "activities/boundary.py": (T_BD,),
+    "activities/boundary.py": (T_BD, inputs.T_LR),
     "tidemark/report.py": (T_RE, T_SS),
     "tidemark/unwind.py": (T_UW, T_SS, T_CT),
     "tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP, T_AU),
@@ -123,7 +124,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/planner.py": (T_SE, T_AP),
     "tidemark/approval.py": (T_AP,),
     "activities/steps.py": (T_UC, T_UW, T_WL),
-    "tools/rows.py": (T_WL, "tests/test_inbox.py"),
+    "tools/rows.py": (T_WL, "tests/test_inbox.py", inputs.T_HI),
     "tools/inbox.py": (T_WL, "tests/test_inbox.py"),
     "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
@@ -132,4 +133,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/google_http.py": ("tests/test_google_http.py", moments.T_PM),
     "activities/drive_identity.py": (moments.T_BI,),
     "tools/providers.py": (moments.T_KIT,),
+    # hostile input (tools/mutants/inputs.py)
+    "tools/cli.py": (inputs.T_HI, "tests/test_cli.py", "tests/test_limits.py"),
+    "workflows/shared.py": (inputs.T_HI, T_RP),
+    "tidemark/database.py": (inputs.T_SL, "tests/test_settings.py"),
 }
