@@ -35,10 +35,14 @@ def check_stamp_visible(writer: Any, reader: Any) -> str:
     """
     try:
         file_id, stamp = _stamped(writer)
-        seen = read(files_of(reader).get(fileId=file_id, fields="appProperties"))
+        # Listed, not got by id: what a worker's start reads stays apart from what a step
+        # reads (`files.get`), in the target's logs and its faults.
+        listed = read(files_of(reader).list(q=f"name = '{IDENTITY_FILE}' and trashed = false",
+                                            fields="files(id,appProperties)", pageSize=10))
     except CLIENT_ERRORS as e:
         raise ConfigError(f"drive: cannot check that the read token sees our stamps: "
                           f"{drive_error(e, 'drive identity check')}") from None
+    seen = next((f for f in listed.get("files") or [] if f.get("id") == file_id), {})
     if (seen.get("appProperties") or {}).get(IDENTITY_PROPERTY) != stamp:
         raise ConfigError(
             f"drive: the read token does not see the appProperties the write token stamps "

@@ -27,6 +27,11 @@ LENGTHS: dict[tuple[str, str], int] = {
     ("grants", "task_id"): limits.ID_MAX,
     ("plan_steps", "action"): limits.ACTION_MAX,
     ("journal", "action"): limits.ACTION_MAX,
+    ("approval_policy", "approval"): limits.POLICY_MAX,
+    ("approval_policy", "set_by"): limits.LABEL_MAX,
+    ("decisions", "os_user"): limits.LABEL_MAX,
+    ("decisions", "label"): limits.LABEL_MAX,
+    ("decisions", "note"): limits.NOTE_MAX,
 }
 # Bounded columns no input reaches: the worker writes them from its own configuration (a
 # grant's target name, the provider URL that issued it, its handle).
@@ -58,7 +63,8 @@ def test_each_limit_equals_the_check_of_its_column(store: JournalStore) -> None:
     inputs = {k: v for k, v in lengths.items() if k not in NOT_INPUT}
     assert inputs == LENGTHS, "a CHECK on a length and tidemark.limits disagree"
     assert set(lengths) >= NOT_INPUT
-    hashes = {("plans", "plan_hash"), ("journal", "idem_key")}  # ours, never an input
+    hashes = {("plans", "plan_hash"), ("journal", "idem_key"),  # ours, never an input
+              ("decisions", "plan_hash")}
     assert {k: v for k, v in patterns.items() if k not in hashes} == \
         dict.fromkeys(PATTERNS, limits.ID_PATTERN)
     assert int(re.findall(r"\{0,(\d+)\}", limits.ID_PATTERN)[0]) + 1 == limits.ID_MAX

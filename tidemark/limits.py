@@ -40,9 +40,10 @@ SCOPE_MAX = 200  # controls.scope: a task id, `*` or `series:<S>`
 REASON_MAX = 2000  # controls.reason
 LABEL_MAX = 200  # controls.set_by, events.actor, unwinds.unwound_by, grants.revoked_by
 ACTION_MAX = 100  # plan_steps.action, journal.action
-# A note (`resolve --note`, the reason of approve and reject) is journaled in an event's detail,
-# which no CHECK bounds: it is a reason, and held to a reason's limit.
+# A note (`resolve --note`, the reason of approve and reject) is journaled in an event's detail
+# and in decisions.note: it is a reason, and held to a reason's limit.
 NOTE_MAX = REASON_MAX
+POLICY_MAX = 500  # approval_policy.approval: a policy as written (`tidemark policy set`)
 
 # -- a plan document ------------------------------------------------------------------------------
 

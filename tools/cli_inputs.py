@@ -19,6 +19,7 @@ from tidemark.limits import (
     ID_MAX,
     LABEL_MAX,
     NOTE_MAX,
+    POLICY_MAX,
     REASON_MAX,
     SCOPE_MAX,
     bad_character,
@@ -46,6 +47,7 @@ CHECKS: dict[str, Callable[[str, str], Any]] = {
     "reason": lambda f, v: check_text(f, v, REASON_MAX),
     "note": lambda f, v: check_text(f, v, NOTE_MAX),
     "by": lambda f, v: check_text(f, v, LABEL_MAX, min_chars=1),
+    "approval": lambda f, v: check_text(f, v, POLICY_MAX, min_chars=1),
     "args": lambda f, v: decode_json(v, f, max_bytes=PLANNER_ARGS_BYTES_MAX),
 }
 # How a line names each argument: as it is typed.
