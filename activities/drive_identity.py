@@ -42,7 +42,8 @@ def check_stamp_visible(writer: Any, reader: Any) -> str:
     except CLIENT_ERRORS as e:
         raise ConfigError(f"drive: cannot check that the read token sees our stamps: "
                           f"{drive_error(e, 'drive identity check')}") from None
-    seen = next((f for f in listed.get("files") or [] if f.get("id") == file_id), {})
+    seen: dict[str, Any] = next(
+        (f for f in listed.get("files") or [] if f.get("id") == file_id), {})
     if (seen.get("appProperties") or {}).get(IDENTITY_PROPERTY) != stamp:
         raise ConfigError(
             f"drive: the read token does not see the appProperties the write token stamps "

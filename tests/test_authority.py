@@ -22,11 +22,11 @@ from typing import Any
 import psycopg
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.roles import OS_USER, WORKER_ROLE
+from helpers.runs import start, wait_state
 from helpers.staging_fixtures import effects
 from staging.core import StagingServer
 from tidemark.errors import ApprovalRequired, DecisionRefused, NotAuthorized
@@ -46,23 +46,6 @@ def ledger_doc(task_id: str, ledger: Path, **extra: Any) -> dict[str, Any]:
     return {"task_id": task_id, "steps": [
         {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": f"{task_id}-1"}}],
             **extra}
-
-
-async def start(client: Client, doc: dict[str, Any], task_queue: str
-                ) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
-
-
-async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
-                     timeout: float = 60) -> None:
-    status: dict[str, Any] = {}
-    for _ in range(int(timeout / 0.1)):
-        status = await handle.query("status")
-        if status["state"] == state:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never reached {state}: {status}")
 
 
 @pytest.fixture
