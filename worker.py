@@ -198,8 +198,9 @@ def main(registry: Registry | None = None) -> None:
         asyncio.run(run(settings))
     except ConfigError as e:
         # The message says what to fix (a file the worker's uid cannot read, a missing
-        # credential); a traceback would only bury it.
-        log.error("cannot start: %s", e)
+        # credential); a traceback would only bury it. Critical: a worker that does not start
+        # must say why at every TIDEMARK_LOG_LEVEL.
+        log.critical("cannot start: %s", e)
         exit_now(EXIT_CONFIG)
     exit_now(0)  # see tidemark.process_exit: the SDK's threads may outlive the interpreter
 

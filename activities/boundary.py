@@ -15,6 +15,7 @@ from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
 from tidemark.errors import TidemarkError, release_command
 from tidemark.grants import GrantBroker
+from tidemark.limits import within
 from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
@@ -41,19 +42,15 @@ class BoundaryActivities:
             try:
                 plan = self.store.load_plan(inp.task_id)
                 checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step)
-                if not checked.passed:
+                if not checked.passed:  # bounded: the journal holds every failure
                     return BoundaryOutcome(passed=False, summary=checked.summary(),
-                                           failures=checked.failures,
-                                           verified=checked.verified)
+                                           failures=checked.brief(), verified=checked.verified,
+                                           failed=len(checked.failures))
                 check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
                 asked = approval_needed(self.store, self.approval, plan)
-                decided = self.store.approval_decision(inp.task_id) if asked else None
-                if decided and asked and decided["actor"] not in asked["approvers"]:
-                    # Only `tidemark approve` writes these, and it checks the list; a decision
-                    # by anybody else is not one, however it got into the journal.
-                    activity.logger.warning("ignoring an approval event by %s, who is not "
-                                            "among the task's approvers", decided["actor"])
-                    decided = None
+                # The decision of the task's current epoch: the journal recorded it only for an
+                # approver it knows, and a stop, kill or release since has voided an older one.
+                decided = self.store.current_decision(inp.task_id) if asked else None
                 stop = self.store.stop_state(inp.task_id)
             except TidemarkError as e:
                 raise _as_application_error(e) from e
@@ -61,9 +58,11 @@ class BoundaryActivities:
             passed=True, summary=checked.summary(), verified=checked.verified,
             approval_required=asked is not None,
             approvers=asked["approvers"] if asked else None,
-            decision=decided["detail"].get("decision") if decided else None,
-            decided_by=decided["actor"] if decided else None,
-            irreversible=asked["lines"] if asked else [],
+            decision=decided["decision"] if decided else None,
+            decided_by=decided["decided_by"] if decided else None,
+            irreversible=within(asked["lines"]) if asked else [],
+            waiting=len(asked["lines"]) if asked else 0,
+            glance=asked["glance"] if asked else None, why=asked["policy"] if asked else None,
             stopped=(stop["reason"] or "stopped") if stop else None,
             release=release_command(inp.task_id, stop["scope"]) if stop else None)
 

@@ -21,9 +21,16 @@ from typing import Any, ClassVar
 from googleapiclient.discovery import Resource
 from googleapiclient.http import HttpRequest
 
+from activities.drive_identity import check_stamp_visible
 from probes.drive import STAMP, DriveRenameProbe, drive_error
 from probes.google_async import execute_async
-from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, files_of, google_service
+from probes.google_http import (
+    CLIENT_ERRORS,
+    DEFAULT_TIMEOUT_S,
+    files_of,
+    google_service,
+    read,
+)
 from tidemark.actions import Action, Arg, ProbeResult, StepContext, nonempty_str
 from tidemark.errors import ActionError, ConfigError, Refused
 from tidemark.wire import effect
@@ -85,13 +92,15 @@ class DriveRename(Action):
     def check_identity(self) -> dict[str, Any]:
         """Proves that both tokens act as the same Drive user (``about.get``: the user's
         ``permissionId``, and its ``emailAddress``), so that the probe reads the Drive the
-        action writes.
+        action writes, and that the read token sees the appProperties the write token stamps
+        (activities/drive_identity.py: they are private to the OAuth client that wrote them).
 
         Returns:
             ``{"user": <email>, "permission_id": <id>}``.
 
         Raises:
-            ConfigError: a token is rejected, or the two name different users.
+            ConfigError: a token is rejected, the two name different users, or the read token
+                does not see the write token's stamp.
         """
         write, read = self._whoami(self.writer, "write"), self._whoami(self.reader, "read")
         if (write.get("permissionId"), write.get("emailAddress")) != (
@@ -100,13 +109,13 @@ class DriveRename(Action):
                 f"drive: the write token acts as {_who(write)} but the read token reads as "
                 f"{_who(read)}; the probe would read another user's Drive and find nothing of "
                 f"ours. Issue both tokens for the same Google account ({CREDENTIALS})")
+        check_stamp_visible(self.writer, self.reader)
         return {"user": write.get("emailAddress"), "permission_id": write.get("permissionId")}
 
     @staticmethod
     def _whoami(client: Any, which: str) -> dict[str, Any]:
         try:
-            about = client.about().get(fields="user(permissionId,emailAddress)").execute(
-                num_retries=0)
+            about = read(client.about().get(fields="user(permissionId,emailAddress)"))
         except CLIENT_ERRORS as e:
             failure: ActionError = drive_error(e, "drive about.get")
             raise ConfigError(f"drive: cannot tell whose Drive the {which} token reaches: "

@@ -86,11 +86,12 @@ from tidemark.actions import ProbeResult, ProbeStatus, StepContext, address_list
 from tidemark.errors import (
     ActionError,
     ConfigError,
-    NotSent,
     Refused,
     TargetUnavailable,
+    Throttled,
     Unauthorized,
 )
+from tidemark.reads import retry_after_s
 from tidemark.wire import effect
 
 DEFAULT_CONFIRM_S = 10.0  # how long execute waits for a sent draft to leave Drafts
@@ -139,7 +140,12 @@ def graph_error(e: BaseException, what: str) -> ActionError:
         status = e.response_status_code or 0
         if status in (401, 403):
             return Unauthorized(text)
-        if status in (408, 429) or status >= 500:
+        if status == 429:
+            # "Returns HTTP status code 429 Too Many Requests and the requests fail" (Microsoft
+            # Graph throttling guidance): turned away, nothing applied.
+            headers = {k.lower(): v for k, v in (e.response_headers or {}).items()}
+            return Throttled(text, retry_after_s(headers.get("retry-after")))
+        if status == 408 or status >= 500:
             # Throttled or timed out: nothing done yet; a 5xx may come after the commit. Either
             # way the step stays in doubt and the next attempt probes.
             return TargetUnavailable(text)
@@ -334,11 +340,6 @@ class GraphSendMail(MailAction):
         if isinstance(e, APIError) and e.response_status_code == 404:
             return TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a draft "
                                      f"({describe_error(e)})")
-        if isinstance(e, APIError) and e.response_status_code == 429:
-            # "Microsoft Graph returns HTTP status code 429 Too Many Requests and the requests
-            # fail" (Microsoft Graph throttling guidance): the send was not processed, so its
-            # mark is taken back and the next attempt may send the draft.
-            return NotSent(f"graph.send_mail: send draft throttled: {describe_error(e)}")
         error = graph_error(e, "graph.send_mail: send draft")
         if isinstance(error, Refused):
             try:

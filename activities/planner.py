@@ -24,6 +24,7 @@ from tidemark import series as series_rules
 from tidemark.actions import Registry
 from tidemark.errors import PlanError, TidemarkError
 from tidemark.grants import GrantBroker
+from tidemark.limits import check_size
 from tidemark.payloads import PlannerInput
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -81,6 +82,7 @@ class PlannerActivities:
                                           f"runs {inp.series!r}")
             plan = load_plan({**doc, "task_id": inp.task_id, "series": inp.series},
                              self.registry)
+            check_size("the planner's plan", plan.canonical())  # it crosses Temporal whole
         except TidemarkError as e:
             raise _as_application_error(e) from e
         except Exception as e:  # the planner's own failure: retried by the workflow's policy

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -24,8 +25,22 @@ from temporalio.exceptions import ApplicationError
 from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
-from tidemark.errors import PartlyUnwound, StepFailed, TidemarkError, release_command
+from tidemark.errors import (
+    ActionNotConfigured,
+    ActionUnavailable,
+    InputError,
+    PartlyUnwound,
+    PlanChanged,
+    PlanError,
+    PreconditionFailed,
+    StepFailed,
+    Throttled,
+    TidemarkError,
+    UnknownTask,
+    release_command,
+)
 from tidemark.grants import GrantBroker, revoke_task_grants
+from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
 from tidemark.payloads import (
     HaltInput,
     Prepared,
@@ -52,7 +67,14 @@ from tidemark.run_step import (
 from tidemark.step_threads import StepThreads
 from tidemark.store import JournalStore
 from tidemark.unwind import unwind_step
-from tidemark.words import ControlState, EventKind, GrantPurpose, ResolvedBy, StepStatus
+from tidemark.words import (
+    ControlState,
+    EventKind,
+    GrantPurpose,
+    ResolvedBy,
+    StepStatus,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +83,19 @@ log = logging.getLogger(__name__)
 # beat every 80% of that timeout, so a beat must be pending by then; at 0.5 s, this thread may be
 # held up for more than a second (GIL, a loaded machine) before the server misses one.
 HEARTBEAT_EVERY_S = 0.5
+# A step's line (the Web UI's details, an activity's summary, which the Web UI cuts at 400):
+# a window of FAST_STEPS_PER_RUN of them (1,000) stays a small payload.
+LINE_CHARS = 200
 
 
 def _as_application_error(e: TidemarkError) -> ApplicationError:
     """Carries our error class across to the workflow by name, with its fields."""
+    # A target that turned a request away says when to come back: the next attempt waits that
+    # long rather than the retry policy's shorter first intervals.
+    after = e.retry_after if isinstance(e, Throttled) else None
     return ApplicationError(str(e), e.details(), type=type(e).__name__,
-                            non_retryable=not e.retryable)
+                            non_retryable=not e.retryable,
+                            next_retry_delay=timedelta(seconds=after) if after else None)
 
 
 def _count_stop(e: BaseException) -> None:
@@ -87,6 +116,13 @@ def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
                           f"{task_id!r} as workflow id 'tidemark-{task_id}'")
 
 
+# The errors of a start refused before its plan was stored: the plan, its input or the
+# worker's configuration could not be taken, or it named a task no plan is stored for (prepare
+# journals them as ``refused`` events).
+REFUSALS = frozenset(cls.__name__ for cls in (PlanError, InputError, PlanChanged, UnknownTask,
+                                              ActionNotConfigured, ActionUnavailable))
+
+
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
@@ -100,7 +136,29 @@ class StepActivities:
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
-        """Persists the plan (or finds the stored one) and reads where the task stands."""
+        """Persists the plan (or finds the stored one) and reads where the task stands. A
+        start refused before its plan was stored is journaled (``refused``) for the task id it
+        names, when the journal can hold that id and knows no plan of it."""
+        try:
+            return self._prepare(inp)
+        except ApplicationError as e:
+            if e.type in REFUSALS:
+                self._refused(inp, e)
+            raise
+
+    def _refused(self, inp: PrepareInput, e: ApplicationError) -> None:
+        """Journals a start refused before its plan was stored, so that `tidemark inbox` and
+        `status` say what the run's worklist row says (the row opens under the same id)."""
+        doc = inp.document if isinstance(inp.document, dict) else {}
+        named = doc.get("task_id")
+        task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else None
+        if task_id is None or self.store.task_known(task_id):
+            return  # an id no task can have, or a stored task this start did not change
+        self.store.record_event(task_id, EventKind.REFUSED, {
+            "error": {"type": e.type, "message": cut(e.message, REASON_MAX)}},
+            actor=cut(inp.workflow_id or "a run", LABEL_MAX))
+
+    def _prepare(self, inp: PrepareInput) -> Prepared:
         try:
             doc = inp.document
             if not isinstance(doc, dict):
@@ -112,6 +170,7 @@ class StepActivities:
                 _check_workflow_id(inp.workflow_id, task_id)  # before anything is persisted
                 series.check_declared(self.store, plan.series)
                 series.check_scheduled_id(task_id, plan.series, inp.parent_workflow_id)
+                series.check_admitted_by_hand(self.store, task_id, plan.series)
                 for action in sorted({s.action for s in plan.steps}):
                     self.registry.bound(action)  # refuse before persisting, not at step 30
                 if plan.series is not None and inp.check_gates:
@@ -130,15 +189,15 @@ class StepActivities:
             progress = self.store.progress(task_id)
             if progress.undo_rows and progress.unwound is None:
                 raise PartlyUnwound(task_id)  # never forward, even with every step done
-            if (inp.check_gates and progress.next_step is not None
-                    and progress.unwound is None):  # again on every start
-                with acting_for(self.grants, task_id):  # a gate that reads presents the grant
-                    check_stored_plan_gates(self.store, self.registry, task_id)
             # A run of the task begins: an earlier run's journaled end no longer says that
             # nothing runs it (record_run_end).
             info = activity.info()
             self.store.record_run_began(task_id, info.workflow_run_id or "",
                                         info.workflow_id or "a run")
+            if (inp.check_gates and progress.next_step is not None
+                    and progress.unwound is None):  # again on every start
+                with acting_for(self.grants, task_id):  # a gate that reads presents the grant
+                    self._gates(task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
         stop, first = progress.stop, progress.next_step
@@ -154,6 +213,21 @@ class StepActivities:
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None, lines=lines)
 
+    def _gates(self, task_id: str) -> None:
+        """The plan's gates, on a start. One that refuses ends the run before its first step,
+        with the plan stored: that end is journaled here (the run never learnt it began), so
+        that `tidemark inbox` and `status` say the task waits for its gate, as its worklist row
+        does."""
+        try:
+            check_stored_plan_gates(self.store, self.registry, task_id)
+        except PreconditionFailed as e:
+            info = activity.info()
+            self.store.record_run_ended(
+                task_id, TaskState.PRECONDITION_FAILED,
+                {"type": type(e).__name__, "message": str(e), "step": e.step},
+                info.workflow_id or "a run", run_id=info.workflow_run_id)
+            raise
+
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
         """One readable line per step in [first, last], for activity summaries. Runs whose
@@ -164,8 +238,11 @@ class StepActivities:
         return [self._describe(s) for s in self.store.load_window(task_id, first, last)]
 
     def _describe(self, step: Step) -> str:
+        """One line of a step, cut to LINE_CHARS: a window of them crosses to the workflow in
+        one payload, whatever the plan's arguments hold."""
         spec = self.registry.spec(step.action)
-        return f"{step.action} {spec.describe(step.args) if spec else ''}".strip()
+        return cut(f"{step.action} {spec.describe(step.args) if spec else ''}".strip(),
+                   LINE_CHARS)
 
     @activity.defn(name="run_step")
     async def run_step(self, inp: StepInput) -> StepOutput:
@@ -220,9 +297,12 @@ class StepActivities:
 
     @activity.defn(name="record_halt")
     def record_halt(self, inp: HaltInput) -> None:
-        """Writes the durable stop state: nothing restarts the task until it is released."""
+        """Writes the durable stop state: nothing restarts the task until it is released. The
+        reason and the label are cut to the journal's limits: a halt must hold whatever its
+        signal carried (a run that recorded one before its workflow cut it retries this)."""
         try:
-            self.store.set_control(inp.task_id, ControlState.STOPPED, inp.reason, inp.by)
+            self.store.set_control(inp.task_id, ControlState.STOPPED, cut(inp.reason, REASON_MAX),
+                                   cut(inp.by, LABEL_MAX) or "halt signal")
         except TidemarkError as e:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")
@@ -264,7 +344,7 @@ class StepActivities:
             raise _as_application_error(e) from e
         return UnwindPlanned(
             task_id=task_id, steps=steps, summaries=summaries,
-            irreversible_done=[f"{n} {a}" for n, a, status in irreversible
+            irreversible_done=[f"{n} {a}" for n, a, status, _ in irreversible
                                if status == StepStatus.DONE],
             stopped=(stop["reason"] or "stopped") if stop else None)
 

@@ -31,7 +31,6 @@ from probes.stripe import STAMP, PaymentIntentProbe, observed, stripe_failure
 from tidemark.actions import (
     Action,
     Arg,
-    GateRefused,
     ProbeResult,
     ProbeStatus,
     StepContext,
@@ -39,6 +38,7 @@ from tidemark.actions import (
 )
 from tidemark.errors import ConfigError, NeedsDecision
 from tidemark.money import shown
+from tidemark.payment_limits import DEFAULT_LIMITS, PaymentLimits
 from tidemark.wire import at_wire, at_wire_async, effect
 
 CREDENTIALS = "TIDEMARK_STRIPE_WRITE_TOKEN and TIDEMARK_STRIPE_READ_TOKEN"
@@ -171,10 +171,9 @@ class StripePaymentIntent(Action):
     Args:
         writer: ``stripe.StripeClient`` with a key that may create PaymentIntents.
         reader: ``stripe.StripeClient`` with a restricted read-only key, for the probe.
-        max_amount: The largest amount one step may ask for (minor units); the gate refuses
-            anything above it.
-        max_task_amount: The largest total one task may ask for, per currency (minor units);
-            the plan-level gate refuses a plan whose payments add up to more. None: no limit.
+        limits: The largest amount one step may ask for and the largest total of one task
+            per currency (minor units, tidemark.payment_limits): the plan gate refuses a plan
+            over either before anything of it runs, the step's gate a payment over the first.
         modes: The mode (``key_mode``) of the write key and of the read key, for
             ``check_identity``; the clients do not say which keys they hold.
     """
@@ -190,17 +189,17 @@ class StripePaymentIntent(Action):
     }
 
     def __init__(self, writer: stripe.StripeClient, reader: stripe.StripeClient, *,
-                 max_amount: int, max_task_amount: int | None = None,
+                 limits: PaymentLimits = DEFAULT_LIMITS,
                  modes: tuple[str | None, str | None] = (None, None),
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         self.writer = writer
         self.reader = reader
-        self.reads = PaymentIntentProbe(reader, max_amount=max_amount)
+        self.reads = PaymentIntentProbe(reader, limits=limits)
         # Connecting and the answer can each take the client's full timeout, then the listing
         # after a replayed 5xx does the same; a margin for the rest. The horizon stays 0: the
         # Idempotency-Key fences a late request (a second one gets 409 or the saved answer).
         self.deadline_s = 4 * timeout + 5.0
-        self.max_task_amount = max_task_amount
+        self.limits = limits
         self.modes = modes
 
     def check_identity(self) -> dict[str, Any]:
@@ -257,19 +256,9 @@ class StripePaymentIntent(Action):
         self.reads.preconditions(ctx)
 
     def plan_gate(self, task_id: str, steps: list[tuple[int, dict[str, Any]]]) -> None:
-        """Refuses a task whose payments add up to more than ``max_task_amount`` in a currency
-        (an agent splitting one large payment into many small ones stays within the per-step
-        gate, not within this one)."""
-        if self.max_task_amount is None:
-            return
-        totals: dict[str, int] = {}
-        for _, args in steps:
-            totals[args["currency"]] = totals.get(args["currency"], 0) + args["amount"]
-        for currency, total in sorted(totals.items()):
-            if total > self.max_task_amount:
-                raise GateRefused(
-                    f"task {task_id}: payments in {currency} add up to {total}, over the "
-                    f"per-task limit of {self.max_task_amount} (minor units)")
+        """Refuses a plan with a payment over the per-step limit, or whose payments add up to
+        more than the per-task limit in a currency, before anything of it runs."""
+        self.limits.check(task_id, steps)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
         # Nothing to restore from (a payment is not undone by writing old state back); what is

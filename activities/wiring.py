@@ -29,6 +29,7 @@ from tidemark.credentials import CredentialSource, StaticToken, google_source, g
 from tidemark.errors import ConfigError
 from tidemark.grants import LocalMinter, Minter, StagingMinter
 from tidemark.plugins import bind_plugin, plugin_action_classes
+from tidemark.reads import patient_reads, read_budget_s
 from tidemark.secret_files import unreadable
 from tidemark.words import GrantScope
 
@@ -42,12 +43,6 @@ log = logging.getLogger("tidemark.worker")
 
 STAGING_URL = "TIDEMARK_STAGING_URL"
 DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
-# The largest PaymentIntent one step may create unless TIDEMARK_STRIPE_MAX_AMOUNT says
-# otherwise, in minor units (500.00 in a two-decimal currency): a gate, not a business rule.
-DEFAULT_STRIPE_MAX_AMOUNT = 50_000
-# The largest total one task may ask for per currency, unless TIDEMARK_STRIPE_MAX_TASK_AMOUNT
-# says otherwise: four payments at the per-step limit.
-DEFAULT_STRIPE_MAX_TASK_AMOUNT = 200_000
 
 
 @dataclass(frozen=True)
@@ -179,16 +174,6 @@ def credentials(env: Mapping[str, str], target: str) -> Credentials | None:
     return Credentials(url or staging or t.default_url, write, read, user)
 
 
-def _amount(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-
-
 def timeout_s(env: Mapping[str, str], target: str) -> float:
     """The client timeout of ``target`` in seconds: ``TIDEMARK_<T>_TIMEOUT_S``, else the
     client modules' default (30 s)."""
@@ -274,6 +259,7 @@ def _graph(env: Mapping[str, str], c: Credentials) -> GraphSendMail:
 def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
     from activities.acting import granted_stripe
     from activities.stripe import StripePaymentIntent, key_mode, stripe_client
+    from tidemark.payment_limits import limits_from_env
 
     timeout = timeout_s(env, "stripe")
     w, r = c.write.token(), c.read.token()  # restricted keys: static
@@ -282,10 +268,7 @@ def _stripe(env: Mapping[str, str], c: Credentials) -> StripePaymentIntent:
                        _minter(env, c.url)),
         granted_stripe(stripe_client(c.url, r, timeout=timeout), "stripe", GrantScope.READ,
                        _minter(env, c.url)),
-        max_amount=_amount(env, "TIDEMARK_STRIPE_MAX_AMOUNT", DEFAULT_STRIPE_MAX_AMOUNT),
-        max_task_amount=_amount(env, "TIDEMARK_STRIPE_MAX_TASK_AMOUNT",
-                                DEFAULT_STRIPE_MAX_TASK_AMOUNT),
-        modes=(key_mode(w), key_mode(r)), timeout=timeout)
+        limits=limits_from_env(env), modes=(key_mode(w), key_mode(r)), timeout=timeout)
 
 
 BUILDERS: dict[str, Callable[[Mapping[str, str], Credentials], Action]] = {
@@ -324,7 +307,8 @@ def bound_actions(env: Mapping[str, str],
         creds = configured.get(target)
         if creds is not None:
             action = build(env, creds)
-            action.check_identity()  # a probe that reads a foreign account proves nothing
+            with patient_reads(read_budget_s(env)):  # a throttled read at start is waited out
+                action.check_identity()  # a probe that reads a foreign account proves nothing
             actions.append(action)
     for cls in plugin_action_classes() if plugins is None else plugins:
         if cls.name not in BUILTIN_ACTIONS:  # bound where their configuration is present
@@ -339,6 +323,7 @@ def worker_registry(env: Mapping[str, str]) -> Registry:
     """Every action known (plans validate), the configured ones bound. A built-in action whose
     target is not configured stays a reference: its module and client library are imported
     only if a plan names it. Plugins are loaded, and checked, at start: they are bound there."""
+    read_budget_s(env)  # a bad TIDEMARK_READ_RETRY_S refuses the start, not the first probe
     plugins = plugin_action_classes()
     registry = Registry([*builtin_refs(), *plugins])
     for action in bound_actions(env, plugins):

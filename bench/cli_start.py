@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from activities.fs import FsRename  # noqa: E402 (after the path above)
 from tidemark.actions import Registry  # noqa: E402
+from tidemark.approval import unattended  # noqa: E402
 from tidemark.database import ENV_URL, EmbeddedPostgres  # noqa: E402
 from tidemark.plan import load_plan  # noqa: E402
 from tidemark.run_step import run_step  # noqa: E402
@@ -73,6 +74,7 @@ def seed_task(db_url: str, work: Path) -> str:
     registry = Registry([FsRename([work])])
     with JournalStore(db_url) as store:
         store.migrate()
+        unattended(store, "bench")  # a scratch journal: unattended
         store.persist_plan(load_plan(doc, registry))
         run_step(store, registry, task_id, 1)
     return task_id

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from psycopg.types.json import Jsonb
 
 from tidemark.actions import Action, Arg, ProbeResult, Registry, StepContext
+from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
@@ -60,6 +61,7 @@ def bench_store() -> Iterator[tuple[JournalStore, bool]]:
     store = JournalStore(url).open()
     try:
         store.migrate()
+        unattended(store, "bench")  # a scratch journal: unattended
         yield store, embedded is not None
     finally:
         store.close()

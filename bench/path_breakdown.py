@@ -68,6 +68,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tidemark.approval import unattended
 from tidemark.store import JournalStore
 
 E = EventType
@@ -186,6 +187,7 @@ async def main_async(n: int, rounds: int, before: Path | None) -> dict[str, Any]
         db_url = new_database(admin_url, f"bench_{uuid.uuid4().hex[:8]}")
         with JournalStore(db_url) as store:
             store.migrate()
+            unattended(store, "bench")  # a scratch journal: unattended
         env = await start_env(flags=True)
         workers = [Workers(env, db_url, "bench")]
         # This tree's worker keeps each step's latency as the journal reports it (its part

@@ -50,6 +50,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tidemark.approval import unattended
 from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
 from workflows.outcome import run_result
@@ -172,6 +173,7 @@ async def measure_recovery(client: Client, db_url: str, reps: int) -> dict[str, 
     try:
         with JournalStore(db_url) as store:
             store.migrate()
+            unattended(store, "bench")  # a scratch journal: unattended
             for r in range(reps):
                 for action in ACTIONS:
                     await _until("two workers polling", lambda: _two(client, queue, procs))

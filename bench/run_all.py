@@ -80,6 +80,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tidemark.actions import Registry
+from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.errors import UnknownTask
 from tidemark.payloads import RunResult
@@ -561,6 +562,7 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
         db_url = new_database(admin_url, f"bench_{uuid.uuid4().hex[:8]}")
         with JournalStore(db_url) as store:
             store.migrate()
+            unattended(store, "bench")  # a scratch journal: unattended
         env = await start_env(flags=True)
         default_env = await start_env(flags=False)
         workers = Workers(env, db_url, "bench")

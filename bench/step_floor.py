@@ -61,7 +61,7 @@ from temporalio.worker import Worker
 import worker
 from activities.steps import StepActivities
 from tidemark.actions import Registry
-from tidemark.approval import policy_from_env
+from tidemark.approval import policy_from_env, unattended
 from tidemark.payloads import StepInput, StepOutput
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
@@ -157,6 +157,7 @@ async def main_async(n: int, rounds: int) -> dict[str, Any]:
         with JournalStore(db_url) as store, ThreadPoolExecutor(16) as floor_threads, \
                 ThreadPoolExecutor(16) as step_parts, ThreadPoolExecutor(16) as path_threads:
             store.migrate()
+            unattended(store, "bench")  # a scratch journal: unattended
             client = env.client
             floor = FloorActivities(store, registry, floor_threads)
             steps = StepActivities(store, registry, executor=step_parts)

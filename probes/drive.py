@@ -13,7 +13,7 @@ from typing import Any
 
 from googleapiclient.errors import HttpError
 
-from probes.google_http import CLIENT_ERRORS, files_of, google_error
+from probes.google_http import CLIENT_ERRORS, files_of, google_error, read
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable
 
@@ -71,8 +71,7 @@ class DriveRenameProbe:
             Unauthorized, TargetUnavailable, Refused: the read itself failed.
         """
         try:
-            return files_of(self.reader).get(fileId=file_id, fields=READ_FIELDS).execute(
-                num_retries=0)
+            return read(files_of(self.reader).get(fileId=file_id, fields=READ_FIELDS))
         except HttpError as e:
             if e.status_code == 404:
                 return None

@@ -13,7 +13,12 @@ looks in two places, neither of which depends on a clock or on Gmail's lagging s
 * the fast path, a search by our Message-ID (``rfc822msgid:``): positive answers only, since the
   index trails the mailbox and Gmail replaces the Message-ID of what it sends;
 * the mailbox's history since the ``historyId`` recorded in before_state (``history.list``,
-  messages added with the SENT label, chronological), read in full up to MAX_CANDIDATES.
+  messages added with the SENT label, chronological), read in full up to MAX_CANDIDATES;
+* when that history is no longer kept (history.list answers 404: a historyId is "typically
+  valid for at least a week, but in some rare circumstances may be valid for only a few
+  hours"), a search of SENT instead: by our Message-ID, then every message sent since a day
+  before the intent, each read for our key. Search trails the mailbox, so what it does not
+  find is not proof of absence: the probe then says why.
 
 Then the draft decides what the history cannot: our draft still in Drafts means it was never
 sent (sending it again is safe), our draft gone with no sent copy means somebody deleted the
@@ -31,7 +36,13 @@ from typing import Any, Literal
 from googleapiclient.discovery import Resource
 from googleapiclient.errors import HttpError
 
-from probes.google_http import CLIENT_ERRORS, DEFAULT_TIMEOUT_S, google_error, google_service
+from probes.google_http import (
+    CLIENT_ERRORS,
+    DEFAULT_TIMEOUT_S,
+    google_error,
+    google_service,
+    read,
+)
 from tidemark.actions import ProbeResult, StepContext
 
 KEY_HEADER = "X-Tidemark-Key"
@@ -41,6 +52,9 @@ MESSAGE_ID_DOMAIN = "tidemark.invalid"  # reserved TLD: the id must never look l
 # rather than reading a whole mailbox (each candidate costs one request).
 MAX_CANDIDATES = 500
 HISTORY_PAGE = 500  # Gmail's largest page of history records: fewest round trips
+# How far before the intent a search of SENT looks once the history is gone: Gmail's clock and
+# ours may disagree, and the intent was written before the send; a day covers both.
+SEARCH_MARGIN_S = 24 * 3600
 SENT = "SENT"
 
 
@@ -58,7 +72,7 @@ def gmail_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_
 
 def profile(client: Resource, user_id: str = "me") -> dict[str, Any]:
     """``users.getProfile``: the mailbox's ``emailAddress`` and current ``historyId``."""
-    return dict(client.users().getProfile(userId=user_id).execute(num_retries=0))
+    return dict(read(client.users().getProfile(userId=user_id)))
 
 
 def _header(message: dict[str, Any], name: str) -> str | None:
@@ -148,9 +162,9 @@ class GmailSendProbe:
         checked: set[str] = set()
         # Fast path: a Gmail that kept our Message-ID. The index may not show it yet, so
         # finding nothing here proves nothing.
-        page = self.reader.users().messages().list(
+        page = read(self.reader.users().messages().list(
             userId=self.user_id, q=f"rfc822msgid:{message_id_for(ctx.key)}",
-            includeSpamTrash=True, maxResults=10).execute(num_retries=0)
+            includeSpamTrash=True, maxResults=10))
         for m in page.get("messages", []):
             checked.add(m["id"])
             hit = self._ours(m["id"], ctx.key)
@@ -161,6 +175,10 @@ class GmailSendProbe:
             return _Search(doubt="before_state holds no historyId to read the mailbox's "
                                  "history from", checked=len(checked))
         ids, doubt = self._sent_since(start)
+        found_by = "history"
+        if ids is None:  # the history is no longer kept: search SENT instead
+            ids, doubt = self._sent_by_search(ctx, start)
+            found_by = "sent search"
         gone: list[str] = []
         for mid in ids:
             if mid in checked:
@@ -170,29 +188,28 @@ class GmailSendProbe:
             if hit is None:
                 gone.append(mid)
             elif hit:
-                return _Search(hit, "history", checked=len(checked))
+                return _Search(hit, found_by, checked=len(checked))
         if gone and doubt is None:
             doubt = (f"{len(gone)} message(s) sent since historyId {start} were deleted for "
                      f"good (e.g. {gone[0]}); one may have been ours")
         return _Search(doubt=doubt, checked=len(checked))
 
-    def _sent_since(self, start: str) -> tuple[list[str], str | None]:
+    def _sent_since(self, start: str) -> tuple[list[str] | None, str | None]:
         """Ids of the messages that got the SENT label (added with it, labelled with it, or
         deleted while they had it) after history id ``start``, oldest first; and why that list
-        is not the whole story, if so."""
+        is not the whole story, if so. None for the ids when Gmail no longer keeps that
+        history."""
         ids: list[str] = []
         token: str | None = None
         while True:
             try:
-                page = self.reader.users().history().list(
+                page = read(self.reader.users().history().list(
                     userId=self.user_id, startHistoryId=start, labelId=SENT,
                     historyTypes=["messageAdded", "messageDeleted", "labelAdded"],
-                    maxResults=HISTORY_PAGE,
-                    pageToken=token).execute(num_retries=0)
+                    maxResults=HISTORY_PAGE, pageToken=token))
             except HttpError as e:
                 if e.status_code == 404:  # documented: history before startHistoryId is gone
-                    return ids, (f"the mailbox's history since historyId {start} is no longer "
-                                 "kept (Gmail keeps it for about a week)")
+                    return None, None
                 raise
             for record in page.get("history", []):
                 # A message stored with SENT, one that had it when deleted, and one that got it
@@ -211,12 +228,38 @@ class GmailSendProbe:
             if not token:
                 return ids, None
 
+    def _sent_by_search(self, ctx: StepContext, start: str) -> tuple[list[str], str]:
+        """Ids of SENT messages that may be our copy, found by search once the history since
+        ``start`` is gone: those with our Message-ID, then every one sent since a day before
+        the intent (Gmail's clock may differ from ours; a day covers any a person would run),
+        up to MAX_CANDIDATES; and why finding none of ours would still prove nothing."""
+        doubt = (f"the mailbox's history since historyId {start} is no longer kept (Gmail "
+                 "keeps a historyId at least a week, in rare cases a few hours); SENT was "
+                 "searched instead, and search trails the mailbox")
+        queries = [f"in:sent rfc822msgid:{message_id_for(ctx.key)}"]
+        queries.append("in:sent" if ctx.started_at is None else
+                       f"in:sent after:{int(ctx.started_at.timestamp()) - SEARCH_MARGIN_S}")
+        ids: list[str] = []
+        for q in queries:
+            token: str | None = None
+            while True:
+                page = read(self.reader.users().messages().list(
+                    userId=self.user_id, q=q, maxResults=HISTORY_PAGE, pageToken=token))
+                ids += [m["id"] for m in page.get("messages", []) if m["id"] not in ids]
+                if len(ids) > MAX_CANDIDATES:
+                    return ids[:MAX_CANDIDATES], (f"{doubt}; more than {MAX_CANDIDATES} "
+                                                  "messages sent since; too many to check")
+                token = page.get("nextPageToken")
+                if not token:
+                    break
+        return ids, doubt
+
     def _ours(self, mid: str, key: str) -> dict[str, Any] | Literal[False] | None:
         """The message if it is our sent copy; False if it is not; None if it is gone."""
         try:
-            msg = self.reader.users().messages().get(
+            msg = read(self.reader.users().messages().get(
                 userId=self.user_id, id=mid, format="metadata",
-                metadataHeaders=[KEY_HEADER, "Message-ID"]).execute(num_retries=0)
+                metadataHeaders=[KEY_HEADER, "Message-ID"]))
         except HttpError as e:
             if e.status_code == 404:
                 return None
@@ -226,8 +269,8 @@ class GmailSendProbe:
 
     def _draft_exists(self, draft_id: str) -> bool:
         try:
-            self.reader.users().drafts().get(userId=self.user_id, id=draft_id,
-                                             format="minimal").execute(num_retries=0)
+            read(self.reader.users().drafts().get(userId=self.user_id, id=draft_id,
+                                                  format="minimal"))
         except HttpError as e:
             if e.status_code == 404:
                 return False

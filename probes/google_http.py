@@ -31,7 +31,8 @@ from googleapiclient.discovery import Resource, build
 from googleapiclient.errors import Error as ClientError
 from googleapiclient.errors import HttpError
 
-from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import ActionError, Refused, TargetUnavailable, Throttled, Unauthorized
+from tidemark.reads import Transient, retried, retry_after_s
 from tidemark.wire import at_wire
 
 DEFAULT_TIMEOUT_S = 30.0  # seconds; a Drive metadata call or a Gmail send answers in well under
@@ -187,10 +188,11 @@ def google_error(e: BaseException, what: str) -> ActionError:
         what: A short description of the call, for the message (no secrets).
 
     Returns:
-        ``Unauthorized`` for 401 and for a 403 that is not a rate limit; ``Refused`` for the
-        other 4xx, which say the target changed nothing; ``TargetUnavailable`` for a
-        rate-limited 403, 408, 429, 5xx, any other status, timeouts, failed connections and
-        unreadable answers, after which the call may or may not have been applied.
+        ``Throttled`` (a ``TargetUnavailable`` that applied nothing) for a rate-limited 403
+        and 429; ``Unauthorized`` for 401 and for a 403 that is not a rate limit; ``Refused``
+        for the other 4xx, which say the target changed nothing; ``TargetUnavailable`` for
+        408, 5xx, any other status, timeouts, failed connections and unreadable answers,
+        after which the call may or may not have been applied.
 
     Raises:
         TypeError: ``e`` is not a client error (a bug in the caller).
@@ -201,8 +203,9 @@ def google_error(e: BaseException, what: str) -> ActionError:
         text = f"{what}: HTTP {status} {e.reason} ({', '.join(sorted(reasons)) or 'no reason'})"
         # A rate limit only when every reason given is one: a 403 that also names anything
         # else (a missing scope, a revoked grant) is a credential problem a person must fix.
-        if status == 403 and reasons and reasons <= RATE_LIMIT_REASONS:
-            return TargetUnavailable(text)
+        if (status == 403 and reasons and reasons <= RATE_LIMIT_REASONS) or status == 429:
+            # Turned away: Drive's and Gmail's pages tell a client to back off and try again.
+            return Throttled(text, retry_after_s(e.resp.get("retry-after")))
         if status in (401, 403):
             return Unauthorized(text)
         if 400 <= status < 500 and status not in (408, 429):
@@ -216,6 +219,24 @@ def google_error(e: BaseException, what: str) -> ActionError:
     if isinstance(e, CLIENT_ERRORS):
         return TargetUnavailable(f"{what}: no usable answer ({type(e).__name__}: {e})")
     raise TypeError(f"not a client error: {e!r}") from e
+
+
+def google_transient(e: BaseException) -> Transient | None:
+    """Whether a failed Google read is a moment to wait out (tidemark.reads): every failure
+    ``google_error`` calls ``TargetUnavailable`` (a rate-limited 403, 408, 429, 5xx, a
+    timeout, a dropped connection), with the ``Retry-After`` Google sent, if any."""
+    if not isinstance(e, CLIENT_ERRORS) or not isinstance(google_error(e, "read"),
+                                                         TargetUnavailable):
+        return None
+    resp = getattr(e, "resp", None)
+    return Transient(retry_after_s(resp.get("retry-after")) if resp is not None else None)
+
+
+def read(request: Any) -> Any:
+    """Executes a read request (an ``HttpRequest`` of a read method) once, and again after a
+    transient failure while the probe's or gate's budget allows (tidemark.reads). Raises what
+    ``execute`` raises once the read stands."""
+    return retried(lambda: request.execute(num_retries=0), google_transient)
 
 
 def _reasons(e: HttpError) -> set[str]:

@@ -43,7 +43,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -73,6 +73,7 @@ from msgraph_core import GraphClientFactory
 from tidemark.actions import ProbeResult, StepContext
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.errors import ConfigError
+from tidemark.reads import Transient, blocking, retried_with, retry_after_s
 from tidemark.wire import httpcore_trace
 
 # The namespace of our named extended property. Fixed forever: a probe finds a key only in the
@@ -285,18 +286,6 @@ class Awaiting:
 BLOCKING, AWAITING = Blocking(), Awaiting()
 
 
-def blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine that reaches Graph through ``BLOCKING`` (it never suspends),
-    run in the calling thread, whether or not that thread runs an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    coro.close()
-    raise RuntimeError("a coroutine run with BLOCKING suspended")
-
-
 def client_timeout(env: dict[str, str] | os._Environ[str] | None = None) -> float:
     """The client timeout: ``TIDEMARK_GRAPH_TIMEOUT_S`` if set, else DEFAULT_TIMEOUT_S."""
     raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
@@ -361,6 +350,26 @@ def describe_error(e: BaseException) -> str:
 READ_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError)
 
 
+def graph_transient(e: BaseException) -> Transient | None:
+    """Whether a failed Graph read is a moment to wait out (tidemark.reads): 429 (throttled,
+    the mailbox's four concurrent requests included), 408, 5xx, a timeout or a dropped
+    connection, with the ``Retry-After`` Graph sent."""
+    if isinstance(e, APIError):
+        status = e.response_status_code or 0
+        if status not in (408, 429) and status < 500:
+            return None
+        headers = {k.lower(): v for k, v in (e.response_headers or {}).items()}
+        return Transient(retry_after_s(headers.get("retry-after")))
+    return Transient() if isinstance(e, httpx.TransportError | TimeoutError | OSError) else None
+
+
+async def read(io: Calls, client: GraphClient,
+               request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
+    """``io.call`` of a read, asked again after a transient failure while the probe's budget
+    allows (tidemark.reads); what it raises once the read stands."""
+    return await retried_with(lambda: io.call(client, request), graph_transient, io.sleep)
+
+
 @dataclass(frozen=True)
 class Copy:
     """One message of the mailbox carrying our key."""
@@ -394,7 +403,7 @@ def me(client: GraphClient) -> dict[str, Any]:
 
 async def me_with(io: Calls, client: GraphClient) -> dict[str, Any]:
     """``me`` through ``io``."""
-    user = await io.call(client, lambda g: g.me.get())
+    user = await read(io, client, lambda g: g.me.get())
     if user is None or not user.id:
         raise ValueError("GET /me answered without an id")
     return {"id": user.id, "userPrincipalName": user.user_principal_name, "mail": user.mail}
@@ -531,8 +540,8 @@ class GraphSendMailProbe:
 
     async def _folder_name(self, io: Calls, folder_id: str) -> str:
         try:
-            f = await io.call(self.reader,
-                              lambda g: g.me.mail_folders.by_mail_folder_id(folder_id).get())
+            f = await read(io, self.reader,
+                           lambda g: g.me.mail_folders.by_mail_folder_id(folder_id).get())
         except READ_ERRORS:
             return folder_id
         return (f.display_name if f is not None and f.display_name else folder_id)
@@ -550,7 +559,7 @@ class GraphSendMailProbe:
                 def folder(g: GraphServiceClient, n: str = name) -> Awaitable[MailFolder | None]:
                     return g.me.mail_folders.by_mail_folder_id(n).get()
                 try:
-                    f = await io.call(self.reader, folder)
+                    f = await read(io, self.reader, folder)
                 except APIError as e:
                     if e.response_status_code == 404:
                         continue  # this mailbox has no such folder
@@ -599,7 +608,7 @@ class GraphSendMailProbe:
                      first: Callable[[GraphServiceClient], Awaitable[Any]],
                      more: Callable[[GraphServiceClient, str], Awaitable[Any]]) -> list[Copy]:
         found: list[Copy] = []
-        page = await io.call(self.reader, first)
+        page = await read(io, self.reader, first)
         for _ in range(MAX_PAGES):
             for m in (page.value if page is not None and page.value else []):
                 if _has_key(m, key):
@@ -610,7 +619,7 @@ class GraphSendMailProbe:
 
             def next_page(g: GraphServiceClient, u: str = link) -> Awaitable[Any]:
                 return more(g, u)
-            page = await io.call(self.reader, next_page)
+            page = await read(io, self.reader, next_page)
         raise TooMany(f"more than {MAX_PAGES * PAGE_SIZE} messages carry {key}; a person looks")
 
 

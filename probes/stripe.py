@@ -12,9 +12,10 @@ nothing but what Stripe itself returns:
   Idempotency-Key (24 h) is a second payment.
 * **Metadata only when it is visible.** Stripe documents metadata for secret keys and says
   nothing of restricted ones: a read key may get ``metadata: {}``. So besides the PaymentIntent
-  stamped with our key, the probe looks for any whose visible metadata carries no key and whose
-  amount, currency, customer and description are ours; one such makes it *unknown*, never
-  *absent*.
+  stamped with our key, the probe looks for any that shows no key. Until the key is seen to get
+  metadata, every such PaymentIntent of the step's customer in the window may be ours, whatever
+  its amount or description says now (a person may have edited either in the Dashboard); one
+  makes the probe *unknown*, never *absent*.
 * A PaymentIntent stamped with our key but another amount, currency or customer is *unknown*
   (somebody else used our key; keys are predictable), never *done*.
 
@@ -30,6 +31,7 @@ saved answer if one was.
 from __future__ import annotations
 
 import email.utils
+import functools
 from typing import Any
 
 import stripe
@@ -37,6 +39,8 @@ from stripe.params import PaymentIntentListParams
 
 from tidemark.actions import GateRefused, ProbeResult, StepContext
 from tidemark.errors import ActionError, Refused, TargetUnavailable, Unauthorized
+from tidemark.payment_limits import DEFAULT_LIMITS, PaymentLimits
+from tidemark.reads import Transient, retried, retry_after_s
 
 STAMP = "tidemark_key"  # the metadata key that carries a step's idempotency key
 # Seconds listed before Stripe's time at the snapshot: the Date header has whole seconds, and
@@ -82,6 +86,17 @@ def stripe_failure(e: stripe.StripeError, what: str) -> ActionError:
     return Refused(text)
 
 
+def stripe_transient(e: BaseException) -> Transient | None:
+    """Whether a failed Stripe read is a moment to wait out (tidemark.reads): what
+    ``stripe_failure`` calls ``TargetUnavailable`` (no connection, 409, 429, 5xx), with the
+    ``Retry-After`` Stripe sent, if any."""
+    if not isinstance(e, stripe.StripeError) or not isinstance(stripe_failure(e, "read"),
+                                                                TargetUnavailable):
+        return None
+    headers = {k.lower(): v for k, v in (e.headers or {}).items()}
+    return Transient(retry_after_s(headers.get("retry-after")))
+
+
 def observed(pi: dict[str, Any]) -> dict[str, Any]:
     """What a step's outcome keeps of a PaymentIntent."""
     return {"id": pi["id"], "amount": pi["amount"], "currency": pi["currency"],
@@ -93,18 +108,19 @@ class PaymentIntentProbe:
 
     Args:
         reader: A ``stripe.StripeClient`` with a restricted read key.
-        max_amount: The largest amount one step may ask for, in the currency's minor units.
+        limits: The operator's payment limits; the gate refuses a payment over the per-step one
+            (the plan gate refused it already; this holds for a step started any other way).
     """
 
-    def __init__(self, reader: stripe.StripeClient, *, max_amount: int) -> None:
+    def __init__(self, reader: stripe.StripeClient, *,
+                 limits: PaymentLimits = DEFAULT_LIMITS) -> None:
         self.reader = reader
-        self.max_amount = max_amount
+        self.limits = limits
 
     def preconditions(self, ctx: StepContext) -> None:
-        amount = ctx.args["amount"]
-        if amount > self.max_amount:
-            raise GateRefused(f"amount {amount} {ctx.args['currency']} exceeds the per-task "
-                              f"limit of {self.max_amount} (minor units)")
+        refused = self.limits.step_refusal(int(ctx.args["amount"]), str(ctx.args["currency"]))
+        if refused is not None:
+            raise GateRefused(refused)
 
     def snapshot(self) -> dict[str, Any]:
         """The before_state: Stripe's time now (``stripe_clock``, Unix seconds), read from the
@@ -114,7 +130,8 @@ class PaymentIntentProbe:
             ActionError: the listing failed (nothing is written yet; the step can be retried).
         """
         try:
-            page = self.reader.v1.payment_intents.list(params={"limit": 1})
+            page = retried(lambda: self.reader.v1.payment_intents.list(params={"limit": 1}),
+                           stripe_transient)
         except stripe.StripeError as e:
             raise stripe_failure(e, "stripe payment_intents.list") from e
         date = page.last_response.headers.get("Date") if page.last_response else None
@@ -152,7 +169,8 @@ class PaymentIntentProbe:
             params["customer"] = customer
         listed: list[dict[str, Any]] = []
         for _ in range(MAX_PAGES):
-            page = self.reader.v1.payment_intents.list(params=params)
+            page = retried(functools.partial(self.reader.v1.payment_intents.list,
+                                             params=params), stripe_transient)
             items = [pi.to_dict() for pi in page.data]
             listed += items
             if not page.has_more or not items:
@@ -187,6 +205,28 @@ def _same_payment(pi: dict[str, Any], args: dict[str, Any]) -> bool:
         args["amount"], args["currency"], args.get("customer"))
 
 
+def _metadata_shown(listed: list[dict[str, Any]]) -> bool:
+    """Whether the read key is seen to get metadata: some PaymentIntent listed shows any. Stripe
+    withholds metadata per key, not per object, so one that shows it proves the key sees it;
+    when none does, the key may see none."""
+    return any(pi.get("metadata") for pi in listed)
+
+
+def _maybe_ours(ctx: StepContext, listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PaymentIntents without our key that may still be ours.
+
+    While the read key may not see metadata, ours would show no key, and its amount and
+    description are what they are now, not what we asked for: a person may have edited them in
+    the Dashboard since. So every keyless PaymentIntent of the step's customer in the window
+    may be ours. Once the key is seen to get metadata, one without our key may be ours only
+    if it still asks for what we asked (its metadata edited as well is a person's doing)."""
+    keyless = [pi for pi in listed if STAMP not in (pi.get("metadata") or {})]
+    if not _metadata_shown(listed):
+        return [pi for pi in keyless if pi.get("customer") == ctx.args.get("customer")]
+    return [pi for pi in keyless if _same_payment(pi, ctx.args)
+            and pi.get("description") == ctx.args.get("description")]
+
+
 def _judge(ctx: StepContext, since: int, listed: list[dict[str, Any]]) -> ProbeResult:
     """The probe's answer from the PaymentIntents created since ``since``."""
     mine = [pi for pi in listed if (pi.get("metadata") or {}).get(STAMP) == ctx.key]
@@ -203,18 +243,14 @@ def _judge(ctx: StepContext, since: int, listed: list[dict[str, Any]]) -> ProbeR
                 f"{ctx.args['currency']} (customer {ctx.args.get('customer')}): not ours, "
                 "or not as asked", observed(pi))
         return ProbeResult.done(observed(pi), f"{pi['id']} carries our key")
-    # No key visible. A PaymentIntent like ours whose metadata shows no key at all may be ours
-    # with its metadata withheld from this key: it cannot be told from somebody else's.
-    like = [pi for pi in listed if STAMP not in (pi.get("metadata") or {})
-            and _same_payment(pi, ctx.args)
-            and pi.get("description") == ctx.args.get("description")]
+    like = _maybe_ours(ctx, listed)
     if like:
         ids = ", ".join(pi["id"] for pi in like)
         return ProbeResult.unknown(
-            f"no PaymentIntent since {since} shows our key, but {ids} ask(s) for "
-            f"{ctx.args['amount']} {ctx.args['currency']} like this step and show(s) no "
-            "tidemark_key at all: their metadata may be hidden from the read key (give it a "
-            "key that sees metadata), so one may be ours",
+            f"no PaymentIntent since {since} shows our key, but {ids} (customer "
+            f"{ctx.args.get('customer')}) show(s) no tidemark_key at all: their metadata may be "
+            "hidden from the read key (give it a key that sees metadata), and an amount or "
+            "description may have been edited since, so one may be ours",
             {"candidates": [pi["id"] for pi in like]})
     return ProbeResult.absent(f"no PaymentIntent created since {since} (Stripe's clock) "
                               "carries our key or could be ours")

@@ -11,8 +11,10 @@ Control endpoints (all JSON):
   idempotency key's saved response). A request is logged when it arrives, so one the client
   gave up on is there too; this log, not the journal, is what a test counts;
 * ``POST /_staging/faults`` — arm a fault: ``{"target": "drive", "op": "files.update",
-  "kind": "fail_before_commit" | "drop_after_commit" | "delay", "seconds": 1.5, "times": 1}``;
-  ``GET`` lists the armed ones;
+  "kind": "fail_before_commit" | "drop_after_commit" | "delay" | "throttle", "seconds": 1.5,
+  "times": 1}`` (``throttle``: the provider's throttled answer, staging/throttle.py, which a
+  target's ``throttle_rate`` switch also gives to that share of its requests); ``GET`` lists
+  the armed ones;
 * ``POST /_staging/tokens`` — ``{"token": "t", "target": "drive", "scopes": [...],
   "client"?: "other-app", "account"?: "bob"}`` adds a token (``client`` is the OAuth client it
   was issued to, :data:`DEFAULT_CLIENT` unless given; ``account`` the mailbox, Drive user or
@@ -43,6 +45,7 @@ A target module (``staging/drive.py`` …) subclasses ``Target`` and adds its ro
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 import threading
 import time
@@ -52,7 +55,7 @@ from typing import Any
 
 from aiohttp import web
 
-FAULT_KINDS = ("fail_before_commit", "drop_after_commit", "delay")
+FAULT_KINDS = ("fail_before_commit", "drop_after_commit", "delay", "throttle")
 DEFAULT_CLIENT = "tidemark"  # the OAuth client of every default token
 DEFAULT_ACCOUNT = "default"  # the account (mailbox, Drive user, Stripe account) of default tokens
 
@@ -200,6 +203,16 @@ class Target:
 
     def record(self, op: str, key: str | None, **detail: Any) -> None:
         self.staging.record(Effect(self.name, op, key, detail))
+
+    def throttled(self, op: str) -> web.Response:
+        """The provider's answer to a throttled request (a target overrides it with what its
+        provider documents: staging/throttle.py)."""
+        return self.error(429, "throttled", "Too many requests")
+
+    def throttles_now(self) -> bool:
+        """Whether this request is one of the share ``throttle_rate`` throttles."""
+        rate = self.switch_values.get("throttle_rate") or 0
+        return bool(rate) and random.random() < rate
 
 
 class Staging:
@@ -357,6 +370,8 @@ class Staging:
 
     async def before_write(self, target: Target, op: str) -> Fault | None:
         fault = self._take_fault(target.name, op)
+        if (fault is not None and fault.kind == "throttle") or target.throttles_now():
+            raise Reply(target.throttled(op))
         if fault is None:
             return None
         if fault.kind == "delay":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -23,16 +22,18 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers import example_plugin
 from helpers.fs_roots import FS_ROOTS
+from helpers.roles import OS_USER, PEOPLE, WORKER_ROLE, as_role
 from helpers.sandbox_replay import replay_in_sandbox
 from tidemark.actions import Action, Registry
+from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
+from tidemark.words import JournalRole
 from tools.cli import main
 from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
 
 pytest_plugins = ["helpers.staging_fixtures"]
-OS_USER = pwd.getpwuid(os.geteuid()).pw_name  # who decides approvals in the tests
 WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 
@@ -90,17 +91,57 @@ def pg() -> Iterator[PostgresServer]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def people(pg: PostgresServer) -> PostgresServer:
+    """The people of tests/helpers/roles.py, login roles of the session's server (the journal's
+    first migration, on a scratch database, makes the group roles they join)."""
+    with JournalStore(pg.new_database()) as scratch:
+        scratch.migrate()
+        for name, group in PEOPLE.items():
+            scratch.make_login_role(name, *((group,) if group else ()))
+    return pg
+
+
+@pytest.fixture
+def url_as(migrated_url: str, people: PostgresServer) -> Callable[[str], str]:
+    """The test's journal as a login role: ``url_as("ana")``, ``url_as(OS_USER)``, or
+    ``url_as(WORKER_ROLE)`` for a worker's credentials."""
+    return lambda role: as_role(migrated_url, role)
+
+
 @pytest.fixture
 def db_url(pg: PostgresServer) -> str:
     return pg.new_database()
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[JournalStore]:
+def migrated_url(db_url: str) -> str:
+    """``db_url`` migrated by its owner, with the login roles the tests' workers and commands
+    connect as made on its server (a test's own server too), so that roles that may not change
+    the schema (a worker's, a person's) connect to it ready."""
+    with JournalStore(db_url, max_size=1) as s:
+        s.migrate()
+        s.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
+        s.make_login_role(OS_USER, JournalRole.TIDEMARK_OPERATOR, JournalRole.TIDEMARK_APPROVER)
+    return db_url
+
+
+@pytest.fixture
+def journal(db_url: str) -> Iterator[JournalStore]:
+    """A migrated journal as it comes: no approval policy set, so every irreversible step waits
+    for a person's approval."""
     s = JournalStore(db_url).open()
     s.migrate()
     yield s
     s.close()
+
+
+@pytest.fixture
+def store(journal: JournalStore) -> JournalStore:
+    """A migrated journal whose operator let irreversible steps run unattended (`tidemark policy
+    set none`): the tests that are not about approval act on it directly."""
+    unattended(journal, "tests")
+    return journal
 
 
 @pytest.fixture
@@ -174,11 +215,12 @@ class WorkerProcesses:
 
 
 @pytest.fixture
-def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.MonkeyPatch,
+def cli(temporal_env: WorkflowEnvironment, migrated_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> Callable[..., Awaitable[tuple[int, str, str]]]:
     """Runs `tidemark ARGS` in this process as an operator would, against the test's Postgres
-    and dev server: an async function returning (exit code, stdout, stderr)."""
-    monkeypatch.setenv("DATABASE_URL", db_url)
+    and dev server: an async function returning (exit code, stdout, stderr). It connects as
+    the login role OS_USER, an operator and an approver."""
+    monkeypatch.setenv("DATABASE_URL", as_role(migrated_url, OS_USER))
     monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
 
     async def run(*args: str) -> tuple[int, str, str]:
@@ -189,17 +231,23 @@ def cli(temporal_env: WorkflowEnvironment, db_url: str, monkeypatch: pytest.Monk
 
 
 @pytest.fixture
-def workers(temporal_env: WorkflowEnvironment, db_url: str,
+def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
+    """Real worker processes on the test's task queue, connected as a worker's login role
+    (tidemark_worker: it decides nothing). The journal's policy is ``none`` unless a test sets
+    another: the workers' TIDEMARK_APPROVAL asks for more where a test says so."""
     address = temporal_env.client.service_client.config.target_host
+    with JournalStore(migrated_url) as s:
+        unattended(s, "tests")
     wp = WorkerProcesses({**STAGING_CLIENTS, **os.environ, "TEMPORAL_ADDRESS": address,
-                          ENV_URL: db_url,
+                          ENV_URL: as_role(migrated_url, WORKER_ROLE),
                           "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
                           "TIDEMARK_FS_ROOTS": FS_ROOTS,
                           # The tests that are not about approval run their irreversible steps
                           # unattended, configured explicitly (the default asks a person); a
-                          # plan that asks for approval is decided by the user the tests run as.
-                          "TIDEMARK_APPROVAL": "none", "TIDEMARK_APPROVERS": OS_USER})
+                          # plan that asks for approval is decided by any approver the journal
+                          # knows (the superuser of the test's database among them).
+                          "TIDEMARK_APPROVAL": "none"})
     yield wp
     wp.stop_all()
 
@@ -212,7 +260,7 @@ def workers(temporal_env: WorkflowEnvironment, db_url: str,
 
 TIERS = ("unit", "postgres", "temporal")  # each includes what the one before needs
 TIER_FIXTURES = {
-    "pg": "postgres", "db_url": "postgres", "store": "postgres",
+    "pg": "postgres", "db_url": "postgres", "store": "postgres", "journal": "postgres",
     "fresh_postgres": "postgres",  # test_compose_runtime: a server of its own
     "temporal_env": "temporal", "workers": "temporal",
     "dev_server": "temporal",  # test_compose_runtime: the dev server with the stack's config

@@ -30,6 +30,7 @@ from staging import graph as sgr
 from staging import stripe as ss
 from staging.core import StagingServer
 from tidemark.actions import ProbeResult, StepContext
+from tidemark.payment_limits import PaymentLimits
 from tools.testing import (
     ActionContract,
     ContractCase,
@@ -222,7 +223,7 @@ class TestStripePaymentIntent(ActionContract):
             build=lambda: StripePaymentIntent(
                 stripe_client(server.url, ss.DEFAULT_SECRET_KEY, timeout=TIMEOUT),
                 stripe_client(server.url, ss.DEFAULT_READ_KEY, timeout=TIMEOUT),
-                max_amount=50_000, timeout=TIMEOUT),
+                limits=PaymentLimits(per_step=50_000), timeout=TIMEOUT),
             args=args, staging_url=server.url,
             write_ops=[("stripe", "payment_intents.create")],
             secrets=[ss.DEFAULT_SECRET_KEY, ss.DEFAULT_READ_KEY], mimic=another_payment_alike)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -18,7 +16,10 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.drive_identity import IDENTITY_FILE
+from helpers.roles import OS_USER
 from helpers.staging_fixtures import effects
+from helpers.wait import assert_eventually
 from staging.core import StagingServer
 from staging.drive import DriveTarget
 from tidemark.errors import UnknownTask
@@ -29,7 +30,7 @@ from tools import commands, schedules
 from tools.devstack import temporal_binary
 from workflows.outcome import run_result
 
-ME = pwd.getpwuid(os.geteuid()).pw_name  # the operating-system user the tests run as
+ME = OS_USER  # the person running the tests: their login role is an operator and an approver
 MAIL = {"to": ["ap@supplier.example", "ar@supplier.example"], "cc": ["books@ours.example"],
         "subject": "Q3 invoices paid", "body": "Paid."}
 YEN = {"amount": 50000, "currency": "jpy", "description": "Q3 supplier run"}
@@ -94,12 +95,12 @@ def policy_workers(workers, server: StagingServer):  # type: ignore[no-untyped-d
 
 # -- item 8: approval is the operator's policy ------------------------------------------------
 
-async def test_by_default_every_irreversible_step_waits_and_only_a_listed_os_user_decides(
+async def test_by_default_every_irreversible_step_waits_and_only_a_listed_role_decides(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
-    """A plan that says nothing about approval does not pay or mail unattended; the approver
-    sees every recipient, the subject and 50,000 JPY (not 500.00) before the decision is
-    recorded, and the decision is recorded under the operating-system user, --by beside it."""
+    """A plan that says nothing about approval does not pay or mail unattended; the approve
+    command says what it approved: every recipient, the subject, the body's start and 50,000
+    JPY (not 500.00), and the decision is recorded under the login role, --by beside it."""
     policy_workers.start(TIDEMARK_APPROVERS=f"ana,{ME}")
     doc = {"task_id": "pol-default", "steps": paying_steps(tmp_path / "docs")}
     handle = await start(temporal_env.client, doc, task_queue)
@@ -109,12 +110,13 @@ async def test_by_default_every_irreversible_step_waits_and_only_a_listed_os_use
 
     code, out, err = await cli("approve", "pol-default", "--by", "Ana on call")
     assert (code, err) == (0, "")
-    shown, journaled, _ = out.partition("is journaled")
-    assert journaled  # the line that says it was recorded comes after what was shown
+    assert out.startswith(f"approve of task pol-default by {ME} (Ana on call) is journaled")
     for seen in ("ap@supplier.example, ar@supplier.example", "cc books@ours.example",
-                 "'Q3 invoices paid'", "50,000 JPY", "step 3 gmail.send",
-                 "step 4 stripe.payment_intent"):
-        assert seen in shown, seen  # shown before the line that says it was recorded
+                 "'Q3 invoices paid'", "body 'Paid.'", "50,000 JPY", "step 3 gmail.send",
+                 "step 4 stripe.payment_intent",
+                 "it covers: 1 gmail.send, 1 stripe.payment_intent; in all 50,000 JPY; to "
+                 "ap@supplier.example, ar@supplier.example, books@ours.example"):
+        assert seen in out, seen
     assert "500.00" not in out
     result = await run_result(handle)
     assert (result.state, result.confirmed) == ("completed", 4)
@@ -126,7 +128,7 @@ async def test_by_default_every_irreversible_step_waits_and_only_a_listed_os_use
     assert report["approval"]["by"] == ME
 
 
-async def test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says(
+async def test_a_decision_by_a_role_not_listed_is_refused_whatever_by_says(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
     policy_workers.start(TIDEMARK_APPROVERS="ana")
@@ -136,8 +138,8 @@ async def test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says(
     for verb in ("approve", "reject"):
         code, out, err = await cli(verb, "pol-who", "--by", "ana")  # typing a name is not it
         assert code == 1 and out == ""
-        assert err.count("\n") == 1 and f"{ME} (the operating-system user" in err
-        assert "its approvers are ana" in err
+        assert err.count("\n") == 1
+        assert f"{ME} may not decide on task pol-who: its approvers are ana" in err
     assert approvals(store, "pol-who") == [] and store.stop_state("pol-who") is None
     await asyncio.sleep(0.5)
     assert (await handle.query("status"))["state"] == "awaiting_approval"
@@ -146,25 +148,34 @@ async def test_a_decision_by_an_os_user_not_listed_is_refused_whatever_by_says(
     assert (await run_result(handle)).state == "halted"
 
 
-async def test_with_no_approvers_configured_nobody_decides(
+async def test_with_no_approvers_listed_only_the_roles_an_operator_granted_decide(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
-    """An empty approver list is not an open door: the run waits, and no operating-system
-    user may approve or reject until the operator names one."""
-    policy_workers.start()  # TIDEMARK_APPROVERS unset, the series names none
+        policy_workers, task_queue: str, tmp_path: Path, cli, url_as,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No approver list is not an open door: only a member of tidemark_approver decides. An
+    operator who is no approver and somebody with no role get one line each, and nothing is
+    recorded; an approver then decides."""
+    policy_workers.start()  # TIDEMARK_APPROVERS unset, no policy or series names any
     doc = {"task_id": "pol-nobody", "steps": paying_steps(tmp_path / "docs")}
     handle = await start(temporal_env.client, doc, task_queue)
     await wait_state(handle, "awaiting_approval")
-    for verb in ("approve", "reject"):
-        code, out, err = await cli(verb, "pol-nobody", "--by", ME)
-        assert code == 1 and out == ""
-        assert err.count("\n") == 1 and "its approvers are nobody" in err
+    for role in ("olga", "mallory"):
+        monkeypatch.setenv("DATABASE_URL", url_as(role))
+        for verb in ("approve", "reject"):
+            code, out, err = await cli(verb, "pol-nobody", "--by", "ana")
+            assert code == 1 and out == ""
+            assert err.count("\n") == 1 and f"to the role {role}" in err, err
     assert approvals(store, "pol-nobody") == [] and store.stop_state("pol-nobody") is None
     await asyncio.sleep(0.5)
     assert (await handle.query("status"))["state"] == "awaiting_approval"
     assert sent(server) == (0, 0)
-    await handle.signal("halt", "test over")
-    assert (await run_result(handle)).state == "halted"
+    monkeypatch.setenv("DATABASE_URL", url_as("ben"))
+    code, out, err = await cli("approve", "pol-nobody")
+    assert code == 0, err
+    assert (await run_result(handle)).state == "completed"
+    assert sent(server) == (1, 1)
+    [decision] = approvals(store, "pol-nobody")
+    assert decision["actor"] == "ben"
 
 
 async def test_a_plan_can_ask_for_more_approval_never_less_and_cannot_name_approvers(
@@ -210,14 +221,18 @@ def test_the_policy_setting_is_parsed_and_bad_values_are_one_line() -> None:
     assert policy_from_env({}).text == "all"
     p = parse_policy("amount>usd:400, amount>jpy:50000", ["ben", "ana"])
     assert (dict(p.limits), p.approvers) == ({"usd": 40000, "jpy": 50000}, ("ana", "ben"))
-    assert not p.needs_person({"amount": 40000, "currency": "usd"})
-    assert p.needs_person({"amount": 40001, "currency": "usd"})
-    assert p.needs_person({"amount": 1, "currency": "eur"})  # no limit named: a person
-    assert not p.needs_person({"to": ["x@y.example"], "subject": "s"})
-    assert parse_policy("payments").needs_person({"amount": 1, "currency": "eur"})
-    assert not parse_policy("none").needs_person({"amount": 10**9, "currency": "usd"})
+    usd = {"amount": 40000, "currency": "usd"}
+    assert p.asks([usd]) is None
+    assert p.asks([{"amount": 40001, "currency": "usd"}]) is not None
+    assert p.asks([{"amount": 1, "currency": "eur"}]) is not None  # no limit named: a person
+    assert p.asks([{"to": ["x@y.example"], "subject": "s"}]) is None
+    # Split into five payments of 400.00 USD: 2,000.00 USD in one task is over the limit.
+    assert "add up to 2,000.00 USD" in str(p.asks([usd] * 5))
+    assert parse_policy("payments").asks([{"amount": 1, "currency": "eur"}]) is not None
+    assert parse_policy("none").asks([{"amount": 10**9, "currency": "usd"}]) is None
+    assert dict(parse_policy("daily>usd:1000").daily) == {"usd": 100000}
     for bad in ("", "some", "none,all", "amount>usd:-1", "amount>jpy:1.5", "amount>usd:1.001",
-                "amount>usd:1,amount>usd:2", "payments,"):
+                "amount>usd:1,amount>usd:2", "payments,", "daily>usd:x"):
         with pytest.raises(ConfigError) as e:
             load_settings({"TIDEMARK_APPROVAL": bad})
         assert "TIDEMARK_APPROVAL" in str(e.value) and "\n" not in str(e.value)
@@ -226,7 +241,7 @@ def test_the_policy_setting_is_parsed_and_bad_values_are_one_line() -> None:
 
 
 def test_amounts_are_shown_in_the_currencys_own_units() -> None:
-    from tidemark.boundary import what_it_will_do
+    from tidemark.will_do import what_it_will_do
 
     assert "50,000 JPY" in what_it_will_do(4, "stripe.payment_intent",
                                            {"amount": 50000, "currency": "jpy"})
@@ -334,11 +349,13 @@ async def test_a_plan_naming_an_undeclared_series_is_refused_before_anything_is_
 
     code, out, _ = await cli("series", "declare", "theirs", "--approval", "payments")
     assert code == 0 and json.loads(out) == {"series": "theirs", "approval": "payments",
-                                             "approvers": None}
+                                             "approvers": None, "admits": "any",
+                                             "declared_by": ME}
     # Declared again without the flag (as a later `schedule create` does): the policy stays.
     code, out, _ = await cli("series", "declare", "theirs", "--approvers", ME)
     assert code == 0 and json.loads(out) == {"series": "theirs", "approval": "payments",
-                                             "approvers": [ME]}
+                                             "approvers": [ME], "admits": "any",
+                                             "declared_by": ME}
     doc["task_id"] = "ser-2"
     done = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (done.state, done.confirmed) == ("completed", 2)
@@ -470,6 +487,10 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
         drive.seed(f"scan-{i:03d}.pdf")
     root = str(Path(__file__).resolve().parent.parent)  # the worker imports examples.*
     workers.start(TIDEMARK_STAGING_URL=server.url, PYTHONPATH=root)
+    # The worker's start checks its Drive credentials with its own (a scratch file's stamp,
+    # activities/drive_identity.py); the task's reads are the ones after it.
+    assert_eventually(lambda: any(f.name == IDENTITY_FILE for f in drive.files.values()))
+    started = len(server.staging.calls_of("drive"))
     store.declare_series("supplier-sync", "ops", ME)
     await schedules.create(client, "supplier-sync", "0 3 * * *",
                            "examples.supplier_sync_planner:plan",
@@ -477,7 +498,7 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
     address = client.service_client.config.target_host
     result = await run_result(await triggered(client, address, "supplier-sync"))
     assert (result.state, result.confirmed) == ("completed", 3)
-    listed = [c for c in server.staging.calls_of("drive")
+    listed = [c for c in server.staging.calls_of("drive")[started:]
               if c.method == "GET" and c.path.rstrip("/").endswith("/files")]
     assert listed and all(c.allowed and "grant-" in c.token for c in listed), \
         [(c.path, c.token[:12]) for c in listed]
@@ -519,3 +540,21 @@ async def test_a_planner_still_reading_when_its_task_is_killed_is_refused(
     with pytest.raises(UnknownTask):
         commands.status(store.conninfo, task_id)
     await schedules.delete(client, "reader")
+
+
+def test_a_plan_asks_and_the_strictest_policy_is_why_a_person_is_asked() -> None:
+    """The worker's reading of why a run waits: the plan's own ask, else the first policy that
+    asks (the journal's, the series', the worker's); a series that asks less lowers nothing."""
+    from tidemark.approval import narrowed, parse_policy, why_asked
+
+    mail = [{"to": ["x@y.example"], "subject": "s"}]
+    none, payments = parse_policy("none"), parse_policy("payments")
+    assert why_asked([none, none], True, mail) == (
+        "the plan asks a person to approve its irreversible steps")
+    assert why_asked([none, None, none], False, mail) is None
+    assert why_asked([parse_policy("all"), none], False, mail) is not None  # a series' none
+    assert why_asked([none, payments], False, mail) is None
+    assert why_asked([none, payments], False, [{"amount": 1, "currency": "eur"}]) is not None
+    assert why_asked([parse_policy("all")], True, []) is None  # nothing irreversible
+    assert narrowed([None, ["ana", "ben"], ("ben", "cy")]) == ["ben"]
+    assert narrowed([None, (), None]) is None

@@ -37,9 +37,9 @@ def stripe_env(server: StagingServer, write: str, read: str) -> dict[str, str]:
 
 
 def token(server: StagingServer, name: str, target: str, scopes: list[str],
-          account: str = "default") -> None:
+          account: str = "default", client: str = "tidemark") -> None:
     post(server, "/_staging/tokens", {"token": name, "target": target, "scopes": scopes,
-                                      "account": account})
+                                      "account": account, "client": client})
 
 
 # -- Drive ------------------------------------------------------------------------------------
@@ -61,6 +61,27 @@ def test_drive_refuses_to_bind_a_read_token_of_another_user(server: StagingServe
     message = str(info.value)
     assert "default@drive.staging.example" in message and "bob@example.com" in message
     assert "same Google account" in message and "TIDEMARK_DRIVE_READ_TOKEN" in message
+
+
+def test_drive_refuses_a_read_token_of_another_oauth_client_that_cannot_see_our_stamps(
+        server: StagingServer) -> None:
+    # The same Drive user, but the read token was issued to another OAuth client: Drive keeps
+    # appProperties private to the client that wrote them, so the probe would see no stamp.
+    token(server, "other-apps-read", "drive", [SCOPE_METADATA_READONLY], client="other-app")
+    with pytest.raises(ConfigError, match="does not see the appProperties the write token") as e:
+        worker_registry(drive_env(server, DEFAULT_WRITE_TOKEN, "other-apps-read"))
+    assert "\n" not in str(e.value)
+    post(server, "/_staging/switches", {"target": "drive", "name": "app_properties_visible_to",
+                                        "value": "project"})  # a Drive that shared them
+    worker_registry(drive_env(server, DEFAULT_WRITE_TOKEN, "other-apps-read"))
+
+
+def test_drive_stamp_check_writes_once_and_a_restart_only_reads(
+        server: StagingServer) -> None:
+    for _ in range(3):  # three worker starts
+        worker_registry(drive_env(server, DEFAULT_WRITE_TOKEN, DEFAULT_READ_TOKEN))
+    writes = [(e.op, e.detail.get("name")) for e in server.staging.effects_of("drive")]
+    assert writes == [("files.create", ".tidemark identity check")]
 
 
 def test_drive_refuses_to_bind_a_write_token_of_another_user(server: StagingServer) -> None:
@@ -113,3 +134,10 @@ def test_stripe_refuses_a_key_whose_mode_cannot_be_told(server: StagingServer) -
     token(server, "some-proxy-token", "stripe", [PERM_READ, PERM_ACCOUNT_READ])
     with pytest.raises(ConfigError, match="test or a live key"):
         worker_registry(stripe_env(server, DEFAULT_SECRET_KEY, "some-proxy-token"))
+
+
+def test_a_bad_read_retry_budget_refuses_the_start_in_one_line(server: StagingServer) -> None:
+    env = {**drive_env(server, DEFAULT_WRITE_TOKEN, DEFAULT_READ_TOKEN),
+           "TIDEMARK_READ_RETRY_S": "a minute"}
+    with pytest.raises(ConfigError, match="TIDEMARK_READ_RETRY_S must be a number"):
+        worker_registry(env)

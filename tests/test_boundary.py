@@ -8,9 +8,11 @@ import asyncio
 import os
 import pwd
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
@@ -20,12 +22,13 @@ from activities.catalog import spec_registry
 from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
+from helpers.roles import WORKER_ROLE
 from helpers.staging_fixtures import effects, post
 from helpers.steps import crash_at
 from staging.core import StagingServer
 from tidemark.actions import Registry
-from tidemark.boundary import ApprovalError, verify_reversible
-from tidemark.errors import PlanError
+from tidemark.boundary import verify_reversible
+from tidemark.errors import DecisionRefused, NotAuthorized, PlanError
 from tidemark.keys import key_for
 from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
@@ -144,7 +147,7 @@ async def test_gate_passes_on_an_untouched_world_and_is_its_own_activity(
 
 async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_again_on_resume(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        staged_workers, task_queue: str, tmp_path: Path) -> None:
+        staged_workers, task_queue: str, tmp_path: Path, url_as: Callable[[str], str]) -> None:
     staged_workers.start()
     docs = tmp_path / "docs"
     doc = {"task_id": "gate-fs", "steps": fs_steps(docs, 3) + irreversible_steps(),
@@ -153,7 +156,7 @@ async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_agai
     await wait_state(handle, "awaiting_approval")  # the gate passed once already
     (docs / "invoice 2.pdf").rename(docs / "invoice 2 (supplier copy).pdf")  # a third party
     before = journal_of(store, "gate-fs")
-    commands.decide_approval(store.conninfo, "gate-fs", "approve", "ana")
+    commands.decide_approval(url_as("ana"), "gate-fs", "approve", "")
     await handle.signal("approval", {"decision": "approve", "by": "ana"})
     result = await run_result(handle)
     assert result.state == "verification_failed"
@@ -186,8 +189,9 @@ async def test_gate_stops_on_a_local_file_renamed_by_somebody_else_and_runs_agai
 
 async def test_gate_stops_on_a_drive_file_renamed_by_somebody_else(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        drive: Any, staged_workers, task_queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+        drive: Any, staged_workers, task_queue: str, monkeypatch: pytest.MonkeyPatch,
+        url_as: Callable[[str], str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", url_as(ME))
     staged_workers.start()
     files = [drive.seed(f"scan-{i}.pdf") for i in range(1, 4)]
     doc = {"task_id": "gate-drive", "approval": {"required": True},
@@ -224,7 +228,7 @@ async def approval_task(temporal_env: WorkflowEnvironment, task_queue: str, tmp_
 async def test_the_run_waits_and_approve_runs_the_irreversible_steps_once(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        url_as: Callable[[str], str]) -> None:
     staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-1")
     desc = await handle.describe()
@@ -233,44 +237,59 @@ async def test_the_run_waits_and_approve_runs_the_irreversible_steps_once(
     meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     details = meta.current_details
     for shown in ("awaiting approval", "ap@supplier.example", "books@ours.example",
-                  "'Q3 invoices filed'", "42.00 EUR", "step 3 gmail.send",
-                  "step 4 stripe.payment_intent", f"ana, ben, {ME}"):
+                  "'Q3 invoices filed'", "body 'All filed.'", "42.00 EUR", "step 3 gmail.send",
+                  "step 4 stripe.payment_intent", f"ana, ben, {ME}",
+                  "**In all:** 1 gmail.send, 1 stripe.payment_intent; in all 42.00 EUR; to "
+                  "ap@supplier.example, books@ours.example"):
         assert shown in details, shown
     await asyncio.sleep(1.0)
     assert sent(server) == (0, 0) and store.progress("appr-1").last_step == 2  # it waits
     report = commands.status(store.conninfo, "appr-1")
     assert report.state == "awaiting_approval" and report.approval == {
-        "approvers": sorted(["ana", "ben", ME]), "decision": None, "by": None, "at": None}
+        "approvers": sorted(["ana", "ben", ME]), "decision": None, "by": None, "at": None,
+        "label": None, "holds": False}
+    assert report.will_do == [
+        "step 3 gmail.send: to ap@supplier.example; cc books@ours.example; subject "
+        "'Q3 invoices filed'; body 'All filed.'",
+        "step 4 stripe.payment_intent: amount 42.00 EUR (4200 minor units); description "
+        "'Q3 supplier run'"]
 
-    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    # Whoever the journal does not let decide records nothing, whatever name they give:
+    # somebody with no role, an operator who is no approver, and an approver the list leaves
+    # out (the superuser of this database).
+    for role, refused in (("mallory", NotAuthorized), ("olga", NotAuthorized)):
+        with pytest.raises(refused, match=f"role {role}"):
+            commands.decide_approval(url_as(role), "appr-1", "approve", "ana")
+    with pytest.raises(DecisionRefused, match="postgres may not decide on task appr-1: its "
+                                              f"approvers are ana, ben, {ME}"):
+        commands.decide_approval(store.conninfo, "appr-1", "approve", "ana")
+    assert store.current_decision("appr-1") is None
+    monkeypatch.setenv("DATABASE_URL", url_as(ME))
     address = temporal_env.client.service_client.config.target_host
-    with pytest.raises(ApprovalError, match=r"mallory .* may not decide"):
-        commands.decide_approval(store.conninfo, "appr-1", "approve", "", user="mallory")
-    assert store.approval_decision("appr-1") is None
-    cli = ["approve", "appr-1", "--address", address, "--by"]
-    assert await asyncio.to_thread(main, [*cli, "ben"]) == 0
+    assert await asyncio.to_thread(main, ["approve", "appr-1", "--address", address,
+                                          "--by", "ben"]) == 0
     result = await run_result(handle)
     assert (result.state, result.confirmed, result.executed) == ("completed", 4, 4)
     assert sent(server) == (1, 1)
     [decision] = [e for e in store.events("appr-1") if e["kind"] == "approval"]
     assert (decision["detail"]["decision"], decision["actor"], decision["detail"]["label"]) == (
         "approve", ME, "ben")
-    with pytest.raises(ApprovalError, match="attempted already"):
-        commands.decide_approval(store.conninfo, "appr-1", "reject", "ana")
+    with pytest.raises(DecisionRefused, match="attempted already"):
+        commands.decide_approval(url_as("ana"), "appr-1", "reject", "")
 
 
 async def test_reject_leaves_the_irreversible_steps_provably_not_attempted(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        staged_workers, task_queue: str, tmp_path: Path) -> None:
+        staged_workers, task_queue: str, tmp_path: Path, url_as: Callable[[str], str]) -> None:
     staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-rej")
-    commands.decide_approval(store.conninfo, "appr-rej", "reject", "ana", "wrong supplier")
+    commands.decide_approval(url_as("ana"), "appr-rej", "reject", "", "wrong supplier")
     await handle.signal("approval", {"decision": "reject", "by": "ana"})
     result = await run_result(handle)
     assert (result.state, result.error["type"], result.stopped_at) == ("stopped", "Rejected", 3)
     assert sent(server) == (0, 0)
     report = commands.status(store.conninfo, "appr-rej").as_json()
-    assert report["last_step"] == 2 and report["stop"]["set_by"] == ME
+    assert report["last_step"] == 2 and report["stop"]["set_by"] == "ana"
     assert [i["provably_not_attempted"] for i in report["irreversible"]] == [True, True]
     assert report["approval"]["decision"] == "reject"
     assert commands.unwind_preview(store.conninfo, "appr-rej")["undo_steps"] == [2, 1]
@@ -295,14 +314,14 @@ async def test_a_halt_while_waiting_is_clean(
 
 async def test_an_approval_survives_a_worker_restart_and_lives_in_the_journal(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        staged_workers, task_queue: str, tmp_path: Path) -> None:
+        staged_workers, task_queue: str, tmp_path: Path, url_as: Callable[[str], str]) -> None:
     first = staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-dur")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     # Journaled while no worker runs; the run is not woken (no signal): then it is ended from
     # outside. Only the journal remembers the approval.
-    commands.decide_approval(store.conninfo, "appr-dur", "approve", "ana")
+    commands.decide_approval(url_as("ana"), "appr-dur", "approve", "")
     await handle.terminate("operator ended the run")
     staged_workers.start()
     resumed = await start(temporal_env.client, {"task_id": "appr-dur"}, task_queue)
@@ -314,12 +333,13 @@ async def test_an_approval_survives_a_worker_restart_and_lives_in_the_journal(
 
 async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_next_worker(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        staged_workers, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        url_as: Callable[[str], str]) -> None:
     first = staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-kill")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    monkeypatch.setenv("DATABASE_URL", store.conninfo)
+    monkeypatch.setenv("DATABASE_URL", url_as(ME))
     address = temporal_env.client.service_client.config.target_host
     assert await asyncio.to_thread(
         main, ["approve", "appr-kill", "--by", "ana", "--address", address]) == 0
@@ -333,13 +353,29 @@ async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_nex
         (1, "execute"), (2, "execute"), (3, "execute"), (4, "execute")]
 
 
-async def test_a_decision_by_somebody_not_among_the_approvers_does_not_count(
+async def test_a_decision_nobody_may_record_is_refused_by_the_journal_and_the_run_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
-        staged_workers, task_queue: str, tmp_path: Path) -> None:
+        staged_workers, task_queue: str, tmp_path: Path, url_as: Callable[[str], str]) -> None:
+    """Around the command, straight into the journal: a worker's credentials, somebody with no
+    role and an operator who is no approver can neither record a decision nor forge the event
+    that journals one. Woken all the same, the run reads no decision and waits on."""
     staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-forged")
-    store.record_approval("appr-forged", "approve", "mallory")  # not through the CLI's check
-    await handle.signal("approval", {"decision": "approve", "by": "mallory"})
+    plan_hash = store.load_plan("appr-forged").plan_hash
+    for role in (WORKER_ROLE, "mallory", "olga"):
+        with psycopg.connect(url_as(role), autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("INSERT INTO tidemark.decisions (task_id, epoch, decision,"
+                             " plan_hash, decided_by) VALUES (%s, 0, 'approve', %s, 'ana')",
+                             ("appr-forged", plan_hash))
+            with pytest.raises((psycopg.errors.InsufficientPrivilege, psycopg.errors.RaiseException,
+                                psycopg.Error)) as forged:
+                conn.execute("INSERT INTO tidemark.events (task_id, kind, detail, actor)"
+                             " VALUES ('appr-forged', 'approval', '{\"decision\": \"approve\"}',"
+                             " 'ana')")
+            assert forged.value.sqlstate in ("42501", "TA001"), forged.value
+    assert store.current_decision("appr-forged") is None
+    await handle.signal("approval", {"decision": "approve", "by": "ana"})
     await asyncio.sleep(1.0)
     status = await wait_state(handle, "awaiting_approval")
     assert status["confirmed"] == 2 and sent(server) == (0, 0)

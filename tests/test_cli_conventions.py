@@ -125,10 +125,10 @@ async def _schedule_by_hand(env: WorkflowEnvironment, series: str, spec: Schedul
 
 
 async def test_schedule_list_is_a_table_for_people_and_json_for_programs(
-        temporal_env: WorkflowEnvironment, store: JournalStore, cli) -> None:
+        temporal_env: WorkflowEnvironment, store: JournalStore, cli, people) -> None:
     code, _, err = await cli("schedule", "create", "lst-cron", "--cron", "0 3 * * 1-5",
                              "--planner", "helpers.planners:nightly", "--approval", "payments",
-                             "--approvers", "alice,bob")
+                             "--approvers", "ana,ben")
     assert code == 0, err
     await _schedule_by_hand(temporal_env, "lst-every", ScheduleSpec(
         intervals=[ScheduleIntervalSpec(every=timedelta(hours=6), offset=timedelta(minutes=5))]))
@@ -142,7 +142,7 @@ async def test_schedule_list_is_a_table_for_people_and_json_for_programs(
         mine = {s["series"]: s for s in json.loads(out) if s["series"].startswith("lst-")}
         assert mine["lst-cron"]["cron"] == ["0 3 * * 1-5"]  # as given, not the server's calendar
         assert (mine["lst-cron"]["approval"], mine["lst-cron"]["approvers"]) == (
-            "payments", ["alice", "bob"])
+            "payments", ["ana", "ben"])
         assert "cron" not in mine["lst-every"] and "calendars" not in mine["lst-every"]
         assert mine["lst-every"]["intervals"] == [{"every_s": 21600, "offset_s": 300}]
         assert mine["lst-every"]["paused"] is True
@@ -157,7 +157,7 @@ async def test_schedule_list_is_a_table_for_people_and_json_for_programs(
                                     "approvers"]
         row = {line.split()[0]: line for line in lines[1:]}
         next_run = mine["lst-cron"]["next"][0][:16].replace("T", " ")
-        for want in ("0 3 * * 1-5", next_run, " no ", "payments", "alice,bob"):
+        for want in ("0 3 * * 1-5", next_run, " no ", "payments", "ana,ben"):
             assert want in row["lst-cron"], (want, row["lst-cron"])
         for want in ("every 6h (+5m)", " yes ", "not declared"):
             assert want in row["lst-every"], (want, row["lst-every"])

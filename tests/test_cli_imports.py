@@ -212,7 +212,7 @@ def test_a_command_that_connects_refuses_a_bad_profile_before_it_changes_anythin
         "tidemark: ConfigError: TEMPORAL_CONFIG_FILE names /nonexistent/temporal.toml, which "
         "is not a file: point it at your temporal.toml, or unset it to use the `temporal` "
         "CLI's default\n")
-    assert store.approval_decision("imports-5") is None
+    assert store.current_decision("imports-5") is None
 
 
 def test_a_plan_check_imports_the_modules_of_the_actions_it_names_only(tmp_path: Path) -> None:

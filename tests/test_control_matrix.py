@@ -143,14 +143,15 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("awaiting_approval", "approve"): (0, "took the decision", "completed", (0, 0, 1)),
     ("awaiting_approval", "reject"): (0, "took the decision and ended", "stopped", NONE),
     # halted at the boundary (the halt signal sets the stop state)
-    ("halted", "start"): (0, "stopped", "stopped", NONE),
+    ("halted", "start"): (0, "stopped", "halted", NONE),
     ("halted", "resume"): (0, "started tidemark-{T}", "awaiting_approval", NONE),
     ("halted", "stop"): (0, "task {T} is stopped", "stopped", NONE),
-    ("halted", "release"): (0, "task {T} is released", "awaiting_approval", NONE),
+    # released, nothing runs it: its run ended halted (the inbox says `ended`, so does status)
+    ("halted", "release"): (0, "task {T} is released", "ended", NONE),
     ("halted", "kill"): (0, "stopped: no workflow was running", "killed", NONE),
     ("halted", "unwind"): (0, '"state": "unwound"', "unwound", (0, 2, 0)),
-    ("halted", "resolve"): (1, NOT_IN_DOUBT, "stopped", NONE),
-    ("halted", "approve"): (1, "Release it first", "stopped", NONE),
+    ("halted", "resolve"): (1, NOT_IN_DOUBT, "halted", NONE),
+    ("halted", "approve"): (1, "Release it first", "halted", NONE),
     ("halted", "reject"): (0, "no run of tidemark-{T} is open", "stopped", NONE),
     # the verification gate found a renamed file of step 1
     ("verification_failed", "start"): (0, "verification_failed", "verification_failed", NONE),
@@ -219,9 +220,9 @@ UNWIND_WORKFLOW: dict[str, tuple[str, str]] = {
     "kill": ("TERMINATED", "killed"),
 }
 # The cells that leave a row of the worklist for a task `tidemark inbox` (the journal) does
-# not list: a start whose plan never reached the journal. Its run's row says to correct the
-# plan; the journal knows no such task.
-WORKLIST_ONLY = {("unknown", "start")}
+# not list: none. A start whose plan never reached the journal is journaled as refused, and the
+# inbox lists it as its row does.
+WORKLIST_ONLY: set[tuple[str, str]] = set()
 # The run's (Temporal status, TidemarkState) after the cell, for the states a run reached.
 # (None would leave the TidemarkState unpinned.)
 WORKFLOW: dict[tuple[str, str], tuple[str, str | None]] = {

@@ -23,6 +23,7 @@ from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.restart import Restartable, restartable_postgres
 from helpers.steps import persist
 from tidemark.actions import Registry, StepContext
+from tidemark.approval import unattended
 from tidemark.errors import StepBusy, StoreUnavailable
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import EXIT_LEASE_LAPSED, LEASE_S, JournalStore
@@ -82,6 +83,7 @@ def test_an_attempt_past_its_deadline_never_acts_after_a_twin_could(
     hold.write_text("")
     with JournalStore(url) as store:
         store.migrate()
+        unattended(store, "tests")  # its ledger steps are irreversible
         task = persist(store, Registry([LedgerRecord]),
                        [ledger_step(tmp_path, "e", hold_while=str(hold))], "overrun")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ["PYTHONPATH"]])

@@ -18,6 +18,7 @@ from activities.stripe import StripePaymentIntent, stripe_client
 from probes.gmail import gmail_client
 from probes.graph import graph_client
 from tidemark.actions import Action
+from tidemark.payment_limits import PaymentLimits
 
 URL = "http://127.0.0.1:9"  # never contacted: the clients are only built
 TIMEOUTS = (0.5, 30.0, 600.0)  # the smallest we use, the default, the largest a setting allows
@@ -44,8 +45,8 @@ def built(timeout: float) -> list[Action]:
         GraphSendMail(graph_client(URL, "w", timeout=timeout, user="me@example.com"),
                       graph_client(URL, "r", timeout=timeout, user="me@example.com")),
         StripePaymentIntent(stripe_client(URL, "sk_test_w", timeout=timeout),
-                            stripe_client(URL, "rk_test_r", timeout=timeout), max_amount=100,
-                            timeout=timeout),
+                            stripe_client(URL, "rk_test_r", timeout=timeout),
+                            limits=PaymentLimits(per_step=100), timeout=timeout),
     ]
 
 

@@ -68,7 +68,7 @@ async def test_an_approval_recorded_while_the_run_waits_is_taken_on_another_work
     code, out, err = await cli("approve", task_id)
     assert (code, err) == (0, ""), (out, err)
     assert f"the waiting run of tidemark-{task_id} was told" in out
-    assert store.approval_decision(task_id) is not None
+    assert store.current_decision(task_id) is not None
     await asyncio.sleep(2)  # nothing runs the task while no worker does
     assert ledger_lines(tmp_path / "ledger") == []
 

@@ -32,10 +32,12 @@ SPECIFIED = {
     "NeedsDecision": "needs_decision", "PreconditionFailed": "precondition_failed",
     "TaskStopped": "stopped", "TaskUnwound": "unwound", "Unauthorized": "stopped",
     "StepFailed": "failed", "PlanChanged": "failed", "PlanError": "failed",
+    "InputError": "failed",
     "UnknownTask": "failed", "JournalMismatch": "failed", "InvariantViolation": "failed",
     "Refused": "failed", "ActionNotConfigured": "failed", "ActionUnavailable": "failed",
     "NotStopped": "stopped",
     "SeriesBlocked": "blocked", "TaskKilled": "killed", "PartlyUnwound": "partly_unwound",
+    "ApprovalRequired": "awaiting_approval",
 }
 
 
@@ -75,7 +77,8 @@ def test_the_retry_policy_gives_up_on_exactly_the_errors_that_end_a_run() -> Non
     every worker, whatever else a worker imported."""
     assert STEP_RETRY.non_retryable_error_types == sorted(SPECIFIED)
     retryable = {c.__name__ for c in error_classes() if c.retryable}
-    assert retryable == {"StoreUnavailable", "StepBusy", "TargetUnavailable", "NotSent"}
+    assert retryable == {"StoreUnavailable", "StepBusy", "TargetUnavailable", "NotSent",
+                         "Throttled"}
     assert not retryable & set(STEP_RETRY.non_retryable_error_types or [])
 
 

@@ -58,6 +58,27 @@ async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bound
     assert report.worker_cpu_s > 0, use
 
 
+# A third of the Drive's requests throttled (403 userRateLimitExceeded, its worst answer), reads
+# and writes alike, with a worker killed meanwhile: every throttled read is waited out, every
+# throttled write is retried by the run, and no run stops for a person. The 1,000-task run is
+# `tidemark fleet examples/fleet-rename.json --throttle 0.3` (docs/benchmarks.md).
+THROTTLED = FleetConfig(tasks=40, workers=2, wait_s=1.0, kills=1, seed=40, steps_per_worker=64,
+                        pool=4, timeout_s=90.0, throttle=0.3)
+
+
+async def test_a_throttled_fleet_completes_every_run_with_nothing_twice(
+        temporal_env: WorkflowEnvironment, db_url: str, server: StagingServer) -> None:
+    report = await run_fleet(json.loads(PLAN.read_text()), THROTTLED,
+                             client=temporal_env.client, db_url=db_url, staging_url=server.url)
+    summary = (f"completed {report.completed}/{THROTTLED.tasks}, for a person "
+               f"{report.stopped_for_a_person[:3]}, duplicates {report.duplicates}, false done "
+               f"{report.false_done[:3]}, not completed {report.not_completed[:3]}")
+    assert report.completed == THROTTLED.tasks and not report.stopped_for_a_person, summary
+    assert (report.duplicates, report.false_done, report.missing) == (0, [], 0), summary
+    refused = [r for r in server.staging.requests_of("drive") if r.status in (403, 429)]
+    assert refused, "the Drive throttled no write: the test shows nothing"
+
+
 # One worker with 4 threads for its steps' blocking parts, and 40 runs whose renames each wait
 # 4 s at the staging Drive (its client gives up at 5 s). drive.rename awaits its call, so a
 # waiting step holds none of the 4: the steps wait side by side. Were each wait a thread's, at

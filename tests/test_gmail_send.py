@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from dataclasses import replace
 from email.message import EmailMessage
 from email.utils import parseaddr
@@ -21,6 +22,7 @@ from helpers.staging_fixtures import (
     add_token,
     arm,
     effects,
+    post,
     revoke,
     target_of,
 )
@@ -38,8 +40,16 @@ from staging.gmail import (
     GmailTarget,
 )
 from tidemark.actions import ProbeStatus, Registry, StepContext
-from tidemark.errors import NeedsDecision, PlanError, Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import (
+    NeedsDecision,
+    PlanError,
+    Refused,
+    TargetUnavailable,
+    Throttled,
+    Unauthorized,
+)
 from tidemark.plan import load_plan
+from tidemark.reads import ENV_READ_RETRY, patient_reads
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -253,9 +263,9 @@ def _http_error(status: int, reason: str) -> HttpError:
     (404, "notFound", Refused),
     (401, "authError", Unauthorized),
     (403, "insufficientPermissions", Unauthorized),
-    (403, "userRateLimitExceeded", TargetUnavailable),
-    (403, "dailyLimitExceeded", TargetUnavailable),
-    (429, "rateLimitExceeded", TargetUnavailable),
+    (403, "userRateLimitExceeded", Throttled),
+    (403, "dailyLimitExceeded", Throttled),
+    (429, "rateLimitExceeded", Throttled),
     (500, "backendError", TargetUnavailable),
     (503, "backendError", TargetUnavailable),
 ])
@@ -348,7 +358,11 @@ def test_run_step_dropped_response_resolves_by_probe(mail: StagingServer,
 
 
 def test_run_step_unknown_probe_stops_without_sending(mail: StagingServer,
-                                                      store: JournalStore) -> None:
+                                                      store: JournalStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # No waiting out here (its budget is 0): the probe's failed read stands, as one does once
+    # the budget is spent (tests/test_provider_moments.py).
+    monkeypatch.setenv(ENV_READ_RETRY, "0")
     task = persist(store, SPECS, step())
     registry = Registry([action(mail)])
     arm(mail, "gmail", "drafts.send", "fail_before_commit")
@@ -371,3 +385,43 @@ def test_run_step_revoked_token_then_restored(mail: StagingServer, store: Journa
     result = run_step(store, Registry([action(mail, send_token="restored")]), task, 1)
     assert result.resolved_by == "execute"  # the probe found nothing, so it sent once
     assert sent_keys(mail) == [result.key]
+
+
+# -- history kept for hours, not a week --------------------------------------------------------
+
+def expire_history_after(mail: StagingServer, seconds: float) -> None:
+    post(mail, "/_staging/switches", {"target": "gmail", "name": "history_kept_s",
+                                      "value": seconds})
+
+
+def test_a_sent_mail_whose_history_expired_is_found_in_sent_not_left_unknown(
+        mail: StagingServer, store: JournalStore) -> None:
+    # The answer to the send is lost, and by the resume Gmail no longer keeps the history since
+    # the snapshot (history.list answers 404; "in some rare circumstances" a historyId is valid
+    # "only a few hours"): the probe searches SENT and finds the mail it sent.
+    expire_history_after(mail, 1)
+    task = persist(store, SPECS, step())
+    registry = Registry([action(mail)])
+    arm(mail, "gmail", "drafts.send", "drop_after_commit")
+    with pytest.raises(TargetUnavailable):
+        run_step(store, registry, task, 1)
+    time.sleep(1.2)  # the send's history records are older than Gmail keeps them
+    resumed = run_step(store, registry, task, 1)
+    assert (resumed.status, resumed.resolved_by) == ("done", "probe")
+    assert resumed.outcome["found_by"] == "sent search"
+    assert sent_keys(mail) == [resumed.key]
+
+
+def test_expired_history_with_our_draft_unsent_is_absent_and_with_it_gone_unknown(
+        mail: StagingServer) -> None:
+    expire_history_after(mail, 1)
+    a = action(mail)
+    ctx = begun(a)
+    send(a, {**ARGS, "subject": "someone else's mail since"})  # a change after the snapshot
+    ctx = staged(a, ctx)
+    time.sleep(1.2)
+    with patient_reads(0):
+        assert a.probe(ctx).status is ProbeStatus.ABSENT  # the draft is there: never sent
+        a.writer.users().drafts().delete(userId="me", id=ctx.staged["draft_id"]).execute()
+        probed = a.probe(ctx)  # the draft gone and no sent copy: a person decides
+    assert probed.status is ProbeStatus.UNKNOWN and "no longer kept" in probed.reason

@@ -18,7 +18,7 @@ from helpers.origin import serving
 from probes.google_http import OneShotHttp, files_of, google_error
 from staging.core import StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
-from tidemark.errors import Refused, TargetUnavailable, Unauthorized
+from tidemark.errors import Refused, TargetUnavailable, Throttled, Unauthorized
 
 BODY = b'{"name": "report.pdf"}'
 # What each path answers: the content-encoding header and the bytes sent under it.
@@ -108,8 +108,8 @@ def _http_error(status: int, *reasons: str) -> HttpError:
 
 
 @pytest.mark.parametrize(("status", "reasons", "expected"), [
-    (403, ("rateLimitExceeded",), TargetUnavailable),
-    (403, ("quotaExceeded", "dailyLimitExceeded"), TargetUnavailable),
+    (403, ("rateLimitExceeded",), Throttled),
+    (403, ("quotaExceeded", "dailyLimitExceeded"), Throttled),
     # A 403 that names anything besides a rate limit is a credential a person must fix.
     (403, ("insufficientPermissions", "rateLimitExceeded"), Unauthorized),
     (403, ("rateLimitExceeded", "insufficientPermissions"), Unauthorized),
@@ -117,7 +117,7 @@ def _http_error(status: int, *reasons: str) -> HttpError:
     (401, ("authError",), Unauthorized),
     (408, (), TargetUnavailable),
     (409, ("conflict",), Refused),
-    (429, ("rateLimitExceeded",), TargetUnavailable),
+    (429, ("rateLimitExceeded",), Throttled),
     (502, (), TargetUnavailable),
     # Not a refusal: the write may have been applied, so the step stays in doubt.
     (308, (), TargetUnavailable),

@@ -48,9 +48,11 @@ from tidemark.errors import (
     PlanError,
     Refused,
     TargetUnavailable,
+    Throttled,
     Unauthorized,
 )
 from tidemark.plan import load_plan
+from tidemark.reads import ENV_READ_RETRY
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
@@ -234,7 +236,7 @@ def _api_error(status: int) -> APIError:
 
 @pytest.mark.parametrize(("status", "expected"), [
     (400, Refused), (404, Refused), (401, Unauthorized), (403, Unauthorized),
-    (429, TargetUnavailable), (500, TargetUnavailable), (503, TargetUnavailable),
+    (429, Throttled), (500, TargetUnavailable), (503, TargetUnavailable),
     (504, TargetUnavailable),
 ])
 def test_error_mapping(status: int, expected: type) -> None:
@@ -336,7 +338,11 @@ def test_run_step_crash_after_stage_sends_the_journaled_draft(
 
 
 def test_run_step_unknown_probe_stops_without_sending(mail: StagingServer,
-                                                      store: JournalStore) -> None:
+                                                      store: JournalStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # No waiting out here (its budget is 0): the probe's failed read stands, as one does once
+    # the budget is spent (tests/test_provider_moments.py).
+    monkeypatch.setenv(ENV_READ_RETRY, "0")
     task = persist(store, SPECS, step())
     registry = Registry([action(mail)])
     arm(mail, "graph", "messages.get", "fail_before_commit")  # the fence's read, before a send

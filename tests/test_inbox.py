@@ -38,7 +38,7 @@ from tools.starter import start_plan
 from workflows.outcome import run_result
 
 YEN = {"amount": 50000, "currency": "jpy", "description": "Q3 supplier run"}
-KEYS = {"task_id", "why", "need", "since", "detail", "command", "at_stake"}
+KEYS = {"task_id", "why", "need", "since", "detail", "command", "at_stake", "fix"}
 
 
 def entries(out: str) -> dict[str, str]:
@@ -153,7 +153,9 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         h = listed[halted.id]
         assert "halted: end of shift" in h and f"decide    tidemark resume {halted.id}" in h
         f = listed[earlier]
-        assert f"{earlier}  failed  since " in f and f"decide    tidemark resume {earlier}" in f
+        # a step refused for good never runs again: putting the rest back is what works now
+        assert f"{earlier}  failed  since " in f and f"decide    tidemark unwind {earlier} --yes" \
+            in f
         b = listed[refused.id]
         series = refused.doc["series"]
         assert f"earlier run(s) {earlier} of series {series} not settled" in b
@@ -163,7 +165,8 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
         assert f"decide    tidemark unwind {partly.id} --yes" in u and "at stake" not in u
         v = listed[moved.id]
         assert f"{moved.id}  verification failed  since " in v
-        assert "before step 3, no longer holds: step 1 fs.rename" in v
+        assert "before step 3, 1 reversible step(s) no longer hold: step 1 fs.rename" in v
+        assert "  first     put back what the gate found changed" in v
         assert f"decide    tidemark resume {moved.id}" in v and "step 3 ledger.record" in v
 
         # the Web UI list of the same runs: a URL whose query Temporal's visibility accepts,

@@ -317,8 +317,8 @@ async def test_an_approval_after_a_kill_changes_nothing_and_says_why(
     for verb in ("approve", "reject"):
         code, out, err = await cli(verb, "appr-k", "--by", "ana", "--wait")
         assert (code, out) == (1, ""), (verb, out)
-        assert err.startswith("tidemark: ApprovalError: task 'appr-k' is killed by ops at ")
-        assert f"a {verb} now changes nothing" in err and err.count("\n") == 1
+        assert err.startswith("tidemark: DecisionRefused: task appr-k is killed by ops at ")
+        assert f" {verb} now changes nothing" in err and err.count("\n") == 1
     assert [e for e in store.events("appr-k") if e["kind"] == "approval"] == []
     assert store.stop_state("appr-k")["state"] == "killed"  # a reject did not turn it into a stop
     assert ledger_lines(tmp_path / "ledger") == []
@@ -334,7 +334,7 @@ async def test_an_approval_under_a_stop_is_refused_then_approve_wait_follows_the
     code, out, err = await cli("approve", "appr-s", "--by", "ana")
     assert (code, out) == (1, "") and "is stopped by ops at " in err
     assert "`tidemark release appr-s`" in err and err.count("\n") == 1
-    assert store.approval_decision("appr-s") is None and ledger_lines(tmp_path / "ledger") == []
+    assert store.current_decision("appr-s") is None and ledger_lines(tmp_path / "ledger") == []
 
     assert (await cli("release", "appr-s"))[0] == 0
     code, out, _ = await cli("approve", "appr-s", "--by", "ana", "--wait")
@@ -387,7 +387,7 @@ async def test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_run(
     # never sent.
     code, out, err = await cli("approve", "appr-u", "--by", pwd.getpwuid(os.geteuid()).pw_name)
     assert (code, out) == (1, "") and err.count("\n") == 1, err
-    assert "is stopped by ops" in err and "changes nothing and is not recorded" in err, err
+    assert "task appr-u was unwound; there is nothing to decide" in err, err
     code, out, err = await cli("resume", "appr-u", "--wait", "--task-queue", task_queue)
     assert (code, out) == (1, "") and err.startswith("tidemark: TaskUnwound: "), err
     assert ledger_lines(tmp_path / "ledger") == []

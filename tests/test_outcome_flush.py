@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from helpers.ledger import ledger_registry, persisted
+from tidemark.approval import unattended
 from tidemark.database import EmbeddedPostgres
 from tidemark.run_step import run_step, run_steps
 from tidemark.store import JournalStore
@@ -73,6 +74,7 @@ def test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_postgres(
     url, data = crashable
     with JournalStore(url) as store:
         store.migrate()
+        unattended(store, "tests")  # its ledger steps are irreversible
         persisted(store, tmp_path, "flushed", 5)
         batch = run_steps(store, ledger_registry(), "flushed", 1, 5, max_steps=64, budget_s=60)
         assert [r.step for r in batch.results] == [1, 2, 3, 4, 5]
@@ -87,6 +89,7 @@ def test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_inten
     url, data = crashable
     with JournalStore(url) as store:
         store.migrate()
+        unattended(store, "tests")  # its ledger steps are irreversible
         persisted(store, tmp_path, "unflushed", 2)
         run_step(store, ledger_registry(), "unflushed", 1)
         run_step(store, ledger_registry(), "unflushed", 2, flush_outcome=False)
@@ -103,6 +106,7 @@ def test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_reports(
     gate.write_text("")
     with JournalStore(url) as store:
         store.migrate()
+        unattended(store, "tests")  # its ledger steps are irreversible
         persisted(store, tmp_path, "flushed-err", 5, s4={"gate_file": str(gate)})
         batch = run_steps(store, ledger_registry(), "flushed-err", 1, 5, max_steps=64,
                           budget_s=60)

@@ -26,6 +26,7 @@ from helpers.ledger import LedgerRecord, ledger_lines, ledger_step
 from helpers.steps import Attempts, persist
 from helpers.wait import assert_eventually
 from tidemark.actions import Registry
+from tidemark.approval import unattended
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.store.connection import POOLER_ENV
@@ -112,6 +113,7 @@ def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connec
     hold.write_text("")
     with JournalStore(pooled_url, max_size=STEPS) as store:
         store.migrate()
+        unattended(store, "tests")  # its ledger steps are irreversible
         tasks = [persist(store, registry, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
                          f"pooled-{i}") for i in range(STEPS)]
         attempts = Attempts(lambda task: run_step(store, registry, task, 1), tasks)

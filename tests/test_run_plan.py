@@ -326,7 +326,8 @@ async def test_the_per_task_payment_limit_is_checked_before_the_first_step_of_ev
     refused = await run_result(await start(temporal_env.client, doc, task_queue))
     assert (refused.state, refused.error["type"]) == ("precondition_failed",
                                                       "PreconditionFailed")
-    assert "add up to 120000, over the per-task limit of 100000" in refused.error["message"]
+    assert "add up to 1,200.00 EUR, over the per-task limit of 1,000.00 EUR " \
+        "(TIDEMARK_STRIPE_MAX_TASK_AMOUNT=100000)" in refused.error["message"]
     assert effects(server, "stripe", "payment_intents.create") == []
 
     first.send_signal(signal.SIGTERM)

@@ -22,6 +22,7 @@ from staging.stripe import DEFAULT_READ_KEY, DEFAULT_SECRET_KEY, StripeTarget
 from tidemark.actions import ProbeStatus, StepContext
 from tidemark.errors import NeedsDecision, TargetUnavailable, Unauthorized
 from tidemark.grants import GrantBroker, revoke_task_grants
+from tidemark.payment_limits import PaymentLimits
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 
@@ -34,7 +35,7 @@ def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S) -> Str
                                                     timeout=timeout),
                                reader=stripe_client(server.url, DEFAULT_READ_KEY,
                                                     timeout=CLIENT_TIMEOUT_S),
-                               max_amount=10_000)
+                               limits=PaymentLimits(per_step=10_000))
 
 
 def context(amount: int = 2500, key: str | None = None, **extra: Any) -> StepContext:

@@ -27,13 +27,14 @@ from tidemark.errors import (
     TargetUnavailable,
     Unauthorized,
 )
+from tidemark.payment_limits import PaymentLimits
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 
 # Healthy calls get the suite's client timeout; only a call meant to time out gets this one,
 # and the delay faults that victimise it exceed it.
 SHORT_TIMEOUT = 0.5
-MAX_AMOUNT = 10_000  # the per-task limit the actions under test are configured with
+MAX_AMOUNT = 10_000  # the per-step limit the actions under test are configured with
 
 
 def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
@@ -41,7 +42,7 @@ def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
     return StripePaymentIntent(writer=stripe_client(server.url, writer_key, timeout=timeout),
                                reader=stripe_client(server.url, DEFAULT_READ_KEY,
                                                     timeout=timeout),
-                               max_amount=MAX_AMOUNT)
+                               limits=PaymentLimits(per_step=MAX_AMOUNT))
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_args_are_checked() -> None:
 
 def test_the_gate_refuses_more_than_the_limit(action: StripePaymentIntent) -> None:
     action.preconditions(context(amount=MAX_AMOUNT))
-    with pytest.raises(GateRefused, match="exceeds the per-task limit"):
+    with pytest.raises(GateRefused, match=r"100\.01 USD is over the per-step limit of 100\.00 USD"):
         action.preconditions(context(amount=MAX_AMOUNT + 1))
 
 
@@ -256,7 +257,7 @@ def test_run_step_gate_refuses_before_any_intent(store: JournalStore,
                                                  action: StripePaymentIntent,
                                                  staging: Staging) -> None:
     task = persist(store, amount=MAX_AMOUNT + 1)
-    with pytest.raises(PreconditionFailed, match="per-task limit"):
+    with pytest.raises(PreconditionFailed, match="per-step limit"):
         run_step(store, Registry([action]), task, 1)
     assert store.step_row(task, 1) is None and staging.effects_of("stripe") == []
 
@@ -421,3 +422,44 @@ def test_our_key_on_another_amount_or_currency_is_unknown(server: StagingServer,
         options={"idempotency_key": "other-" + ctx.key}).id
     probed = action.probe(ctx)
     assert probed.status is ProbeStatus.UNKNOWN and other in probed.reason
+
+
+@pytest.mark.parametrize("edit", [{"amount": 2600}, {"description": "invoice 9, corrected"},
+                                  {"amount": 2400, "description": "refunded in part"}])
+@pytest.mark.parametrize("customer", [None, "cus_edit"])
+def test_an_edited_payment_with_hidden_metadata_after_a_forgotten_key_is_not_paid_again(
+        server: StagingServer, store: JournalStore, action: StripePaymentIntent,
+        staging: Staging, edit: dict[str, Any], customer: str | None) -> None:
+    # The create's answer is lost, a person edits the payment in the Dashboard, the read key
+    # cannot see metadata, and the resume comes after Stripe forgot the key: the edited payment
+    # may be ours, so the step waits for a person instead of paying a second time.
+    switch(server, "restricted_key_metadata", "hidden")
+    switch(server, "idempotency_ttl_s", 1)
+    extra: dict[str, Any] = {"description": "invoice 9"}
+    if customer:
+        post(server, "/_staging/stripe/customers", {"id": customer})
+        extra["customer"] = customer
+    task = persist(store, **extra)
+    staging.arm(Fault("stripe", "payment_intents.create", "drop_after_commit"))
+    with pytest.raises(TargetUnavailable):
+        run_step(store, Registry([action]), task, 1)
+    [made] = staging.effects_of("stripe", "payment_intents.create")
+    stripe_client(server.url, DEFAULT_SECRET_KEY).v1.payment_intents.update(
+        made.detail["id"], params=edit)  # type: ignore[arg-type]
+    time.sleep(1.5)  # the key is forgotten: a create with it now makes a new payment
+    with pytest.raises(NeedsDecision, match=made.detail["id"]):
+        run_step(store, Registry([action]), task, 1)
+    assert len(staging.effects_of("stripe", "payment_intents.create")) == 1
+
+
+def test_with_metadata_visible_a_keyless_payment_of_another_amount_is_not_ours(
+        server: StagingServer, action: StripePaymentIntent) -> None:
+    # The read key sees metadata (another payment shows it): a payment without our key and for
+    # another amount is somebody else's, and the probe's absent stands.
+    ctx = context(description="invoice 9")
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    client = stripe_client(server.url, DEFAULT_SECRET_KEY)
+    client.v1.payment_intents.create(params={"amount": 900, "currency": "usd",
+                                             "metadata": {"order": "77"}})
+    client.v1.payment_intents.create(params={"amount": 2600, "currency": "usd"})
+    assert action.probe(ctx).status is ProbeStatus.ABSENT

@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from activities.drive import drive_client
+from helpers.runs import start, wait_state
 from helpers.staging_fixtures import arm, effects, post
 from staging.core import StagingServer
 from tidemark import staging_tokens
-from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tools import commands
@@ -64,23 +63,6 @@ def drive_doc(task_id: str, files: list[Any], *, mail: bool = True) -> dict[str,
         doc["steps"].append({"action": "gmail.send", "args": MAIL})
         doc["approval"] = APPROVAL
     return doc
-
-
-async def start(client: Client, doc: dict[str, Any],
-                task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
-
-
-async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
-                     timeout: float = 90) -> None:
-    status: dict[str, Any] = {}
-    for _ in range(int(timeout / 0.1)):
-        status = await handle.query("status")
-        if status["state"] == state:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never reached {state}: {status}")
 
 
 async def rejected_drive_task(temporal_env: WorkflowEnvironment, task_queue: str, drive: Any,
@@ -149,7 +131,8 @@ async def test_an_unwind_after_a_kill_needs_the_kill_released_for_it(
     # A release for unwinding keeps the task stopped (nothing runs it forward) and lets the
     # unwind act.
     assert await acli(temporal_env, task_queue, "release", "uw-kill", "--for-unwind") == 0
-    assert store.stop_state("uw-kill")["state"] == "stopped"
+    lifted = store.stop_state("uw-kill")  # killed still: lifted for the unwind alone
+    assert (lifted["state"], lifted["for_unwind"]) == ("killed", True)
     assert [e["detail"] for e in store.events("uw-kill") if e["kind"] == "release"] == [
         {"reason": "released for unwind", "for_unwind": True}]
     assert await acli(temporal_env, task_queue, "unwind", "uw-kill", "--yes", "--wait") == 0

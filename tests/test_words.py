@@ -15,12 +15,15 @@ from tidemark.store import JournalStore
 from tidemark.words import (
     STOPS,
     ControlState,
+    Decision,
+    DecisionVia,
     EventKind,
     GrantKind,
     GrantPurpose,
     GrantScope,
     Phase,
     ResolvedBy,
+    SeriesAdmits,
     StepStatus,
     Verdict,
 )
@@ -36,6 +39,9 @@ CHECKED: dict[tuple[str, str], type[StrEnum]] = {
     ("grants", "scope"): GrantScope,
     ("grants", "kind"): GrantKind,
     ("grants", "purpose"): GrantPurpose,
+    ("decisions", "decision"): Decision,
+    ("decisions", "via"): DecisionVia,
+    ("series", "admits"): SeriesAdmits,
 }
 
 # How pg_get_constraintdef renders ``col IN ('a', 'b')`` and ``col = 'a'``.

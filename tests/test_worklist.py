@@ -21,6 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from helpers.steps import crash_at, run_one
@@ -126,7 +127,9 @@ async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_p
 async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
         temporal_env: WorkflowEnvironment, workers: Any, task_queue: str) -> None:
     """The quickest end of all (no plan stored): the Web UI's first line still says what
-    happened and what to do, and the run's TidemarkNeeds says it failed."""
+    happened and what to do, and the run's TidemarkNeeds says it failed. It names no task (only
+    its workflow id does), so it opens no worklist row: the journal, and so the inbox, knows
+    nothing of it either."""
     workers.start()
     handle = await temporal_env.client.start_workflow(
         "RunPlan", ["not", "a", "plan"], id="tidemark-wl-bad-input", task_queue=task_queue,
@@ -135,12 +138,11 @@ async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
     first = (failure.message or "").split("\n\n")[0]
     assert first.startswith("Task wl-bad-input failed before any step ran: the input must be "
                             "a plan object"), first
-    assert "`tidemark status wl-bad-input`" in first and "\n" not in first
+    assert "`tidemark plan check PLAN`" in first and "\n" not in first
     assert failure.type == "TidemarkFailed" and failure.non_retryable
     assert await attribute(temporal_env.client, handle.id, "TidemarkNeeds") == "failed"
-    holder = temporal_env.client.get_workflow_handle("tidemark-needs-wl-bad-input")
-    assert await attribute(temporal_env.client, holder.id, "TidemarkNeeds") == "failed"
-    await holder.terminate("test over")
+    with pytest.raises(RPCError):  # no row was opened for the task its workflow id names
+        await temporal_env.client.get_workflow_handle("tidemark-needs-wl-bad-input").describe()
 
 
 def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None:
@@ -300,7 +302,7 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
     # and the journal says what the row says: the task waits for its unwind
     entry = entry_for(store, task)
     assert entry is not None and (entry.why, entry.command) == (
-        "unwind_unfinished", f"tidemark unwind {task} --yes"), entry
+        "stopped", f"tidemark unwind {task} --yes"), entry
     assert f"unwind {unwind.id} ended failed (InvariantViolation)" in entry.detail, entry
     code, out, _ = await cli("status", task)
     assert code == 0 and f"settle it with `tidemark unwind {task} --yes`" in \
@@ -420,7 +422,7 @@ async def test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_dec
 
     code, _, err = await cli("resolve", task, "--step", "3", "--as", "done", "--yes",
                              "--note", "the ledger has the line")
-    assert (code, err) == (0, ""), err
+    assert code == 0 and err == f"next: Task {task} needs nothing from a person (completed).\n"
     assert store.progress(task).finished
     assert entry_for(store, task) is None
     await rows_say(client, task, {})

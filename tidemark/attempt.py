@@ -73,6 +73,7 @@ from tidemark.errors import (
     Unauthorized,
 )
 from tidemark.faults import crash_point
+from tidemark.reads import patient_reads
 from tidemark.sightings import SIGHTINGS
 from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
@@ -322,9 +323,10 @@ def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
     """After a call that ended without an outcome or a refusal (Unauthorized, TargetUnavailable,
     anything unforeseen, a cancelled wait): the action may or may not have applied, so the
     intent stays open and the next attempt probes it (or, for a compensation, applies it
-    again), once the target's horizon has passed. NotSent says nothing reached the target:
-    the mark is taken back and the lease given back instead."""
-    if isinstance(e, NotSent):  # nothing of it reached the target: no horizon to wait for
+    again), once the target's horizon has passed. NotSent (held at the wire, or Throttled:
+    turned away) says nothing reached the target: the mark is taken back and the lease given
+    back instead, so the next attempt probes at once."""
+    if isinstance(e, NotSent):  # turned away or held back: nothing of it can land later
         with contextlib.suppress(TidemarkError):
             s.not_sent(call.key)
     else:
@@ -502,7 +504,8 @@ def _probe(action: Action, ctx: StepContext) -> ProbeResult:
     nothing about the target, so the attempt is retried rather than stopped for a person.
     """
     try:
-        return action.probe(ctx)
+        with patient_reads():  # a throttled or failing read is waited out before unknown
+            return action.probe(ctx)
     except (Unauthorized, StoreUnavailable):
         raise
     except Exception as e:  # any other failure of a read-only probe means "cannot tell"

@@ -9,7 +9,8 @@ the first irreversible step of its plan it first
    another name) and stops the task for a person, naming the step and what the probe saw;
 2. runs the plan-level gates again (the per-task payment limit);
 3. if the operator's policy (tidemark/approval.py) or the plan asks for it, waits for a person
-   to approve or reject (``tidemark approve`` / ``tidemark reject``), journaled as events.
+   to approve or reject (``tidemark approve`` / ``tidemark reject``). The decision is the
+   journal's (``tidemark.decisions``): the irreversible intent is refused without it.
 
 The gate never executes or records an outcome: it only reads the targets and logs one
 ``verification`` event. It costs one probe per verified step. Steps a person settled as done
@@ -26,16 +27,26 @@ show an earlier step's state. A plan that sets each target once costs no probe t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.actions import ProbeResult, ProbeStatus, Registry, StepContext
-from tidemark.approval import ApprovalPolicy, effective, steps_needing_person
-from tidemark.errors import ConfigError, TidemarkError, Unauthorized
-from tidemark.money import shown
+from tidemark.approval import (
+    DEFAULT_POLICY,
+    ApprovalPolicy,
+    narrowed,
+    parse_policy,
+    series_policy,
+    why_asked,
+)
+from tidemark.errors import TidemarkError, Unauthorized
+from tidemark.limits import cut
 from tidemark.plan import Plan
+from tidemark.reads import patient_reads
+from tidemark.will_do import at_a_glance, what_it_will_do
 from tidemark.words import EventKind, ResolvedBy
 
 # Named in annotations only: the commands that show what a step will do (`tidemark approve`, the
@@ -44,6 +55,12 @@ if TYPE_CHECKING:
     from tidemark.store import JournalRow, JournalStore
 
 log = logging.getLogger(__name__)
+
+# The gate's result crosses to the workflow as one payload (Temporal refuses one over 2 MiB, and
+# an activity whose result it refuses is retried for ever): it carries the count of failures and
+# the first of them, each cut to FIELD_CHARS per field; the verification event holds them all.
+BRIEF_FAILURES = 20
+FIELD_CHARS = 300
 
 
 @dataclass
@@ -73,15 +90,33 @@ class Verification:
     def _where(self) -> str:
         return "at the end of the plan" if self.at_end else f"before step {self.boundary}"
 
+    def brief(self) -> list[dict[str, Any]]:
+        """The first BRIEF_FAILURES failures, each cut to what a person reads first (step,
+        action, what it does, status, reason): what crosses to the workflow, whatever the
+        plan's length. The verification event holds every failure in full."""
+        return [{"step": f["step"], "action": f["action"],
+                 "describe": cut(str(f["describe"]), FIELD_CHARS), "status": f["status"],
+                 "reason": cut(str(f["reason"]), FIELD_CHARS),
+                 "observed": _small(f.get("observed"))}
+                for f in self.failures[:BRIEF_FAILURES]]
+
     def summary(self) -> str:
         if self.passed:
             return f"verified {self.verified} reversible step(s) {self._where}: all hold"
-        steps = ", ".join(str(f["step"]) for f in self.failures)
-        named = "; ".join(f"step {f['step']} {f['action']} {f['describe']}: {f['reason']}"
-                          for f in self.failures[:5])
+        steps = ", ".join(str(f["step"]) for f in self.failures[:BRIEF_FAILURES]) + (
+            f" … ({len(self.failures):,} in all)" if len(self.failures) > BRIEF_FAILURES
+            else "")
+        named = "; ".join(f"step {f['step']} {f['action']} {cut(str(f['describe']), FIELD_CHARS)}"
+                          f": {cut(str(f['reason']), FIELD_CHARS)}" for f in self.failures[:5])
         more = f"; and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
         return (f"verified {self.verified} reversible step(s) {self._where}: "
                 f"step(s) {steps} no longer hold: {named}{more}")
+
+
+def _small(value: Any) -> Any:
+    """``value`` when its JSON fits FIELD_CHARS; else that JSON, cut."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return value if len(text) <= FIELD_CHARS else cut(text, FIELD_CHARS)
 
 
 def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
@@ -92,7 +127,8 @@ def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
                       key=row.idem_key, started_at=row.started_at,
                       before_state=row.before_state, staged=row.staged)
     try:
-        return action.probe(ctx)
+        with patient_reads():
+            return action.probe(ctx)
     except Unauthorized:
         raise
     except Exception as e:  # a read-only probe that cannot run cannot confirm either
@@ -150,79 +186,41 @@ def _last_of_each_target(registry: Registry, rows: list[JournalRow]) -> dict[int
     return {step: steps[-1] for steps in steps_of.values() if len(steps) > 1 for step in steps}
 
 
-# -- what the irreversible steps will do ----------------------------------------------------
-
-def _money(amount: Any, currency: Any) -> str:
-    """In the currency's own units (50,000 JPY, 42.00 EUR), with the minor units the target is
-    sent."""
-    cur = str(currency or "")
-    if isinstance(amount, int) and not isinstance(amount, bool) and cur:
-        return f"amount {shown(amount, cur)} ({amount} minor units)"
-    return f"amount {amount} {cur.upper()}"
-
-
-def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
-    """One line per irreversible step for the person who approves: every recipient, subject,
-    amount and currency, whatever the action."""
-    parts = []
-    for k in ("to", "cc", "bcc"):
-        if args.get(k):
-            v = args[k]
-            parts.append(f"{k} {', '.join(v) if isinstance(v, list) else v}")
-    if "subject" in args:
-        parts.append(f"subject {args['subject']!r}")
-    if "amount" in args:
-        parts.append(_money(args["amount"], args.get("currency")))
-    for k in ("customer", "description"):
-        if args.get(k):
-            parts.append(f"{k} {args[k]!r}")
-    shown_keys = {"to", "cc", "bcc", "subject", "amount", "currency", "customer",
-                  "description", "body"}
-    parts += [f"{k} {args[k]!r}" for k in sorted(set(args) - shown_keys)]
-    return f"step {number} {action}: " + "; ".join(parts)
-
-
 def irreversible_lines(plan: Plan) -> list[str]:
     return [what_it_will_do(s.number, s.action, s.args) for s in plan.steps if s.irreversible]
 
 
 def approval_needed(store: JournalStore, worker: ApprovalPolicy,
                     plan: Plan) -> dict[str, Any] | None:
-    """What a person must approve before the plan's irreversible steps, under the operator's
-    policy (the series' declaration, else the worker's) and the plan's own ask for more; None
-    when nothing waits. Recorded (``approval_requests``), so that ``tidemark approve`` checks
-    the decider against these approvers and shows these lines."""
+    """What a person must approve before the plan's irreversible steps, or None when nothing
+    waits: the strictest of the operator's policy in the journal, the series' declared policy,
+    the plan's own ask and this worker's policy. The journal is asked too (its word is the one
+    the intent's statement enforces: a series' daily limit, say). Recorded as the run's ask
+    (``approval_requests``), which the journal also counts as a need: a worker asks for more,
+    never less."""
+    irreversible = [s for s in plan.steps if s.irreversible]
+    if not irreversible:
+        return None
     series = store.series_of(plan.task_id)
     declared = store.declared_series(series) if series else None
-    try:
-        policy, plan_asks = effective(worker, declared, plan.approval is not None)
-    except ConfigError as e:  # a declaration that no longer parses: the safest reading
-        log.warning("%s; every irreversible step waits for a person", e)
-        policy, plan_asks = worker, True
-    waiting = steps_needing_person(policy, plan_asks, [(s.number, s.args) for s in plan.steps
-                                                       if s.irreversible])
-    if not waiting:
+    held = store.policy()
+    operator = (series_policy({"series": "*", **held}) if held is not None
+                else parse_policy(DEFAULT_POLICY))
+    why = why_asked([operator, series_policy(declared), worker], plan.approval is not None,
+                    [s.args for s in irreversible])
+    if why is None and store.approval_needed(plan.task_id):
+        why = "the journal's policy asks a person (a daily limit of the series)"
+    if why is None:
         return None
     lines = irreversible_lines(plan)
-    store.ask_approval(plan.task_id, policy.text + (" + plan" if plan_asks else ""),
-                       list(policy.approvers), waiting, lines)
-    return {"approvers": list(policy.approvers), "lines": lines, "steps": waiting,
-            "policy": policy.text}
-
-
-def check_approver(asked: dict[str, Any] | None, task_id: str, user: str) -> None:
-    """Raises ApprovalError unless a run of the task waits for a person and the operating-
-    system user ``user`` is among the approvers the operator configured."""
-    if asked is None:
-        raise ApprovalError(f"task {task_id!r} is not waiting for approval: no run of it "
-                            "reached its irreversible steps under a policy that asks a person")
-    approvers = list(asked["approvers"])
-    if user not in approvers:
-        who = ", ".join(approvers) if approvers else (
-            "nobody: set TIDEMARK_APPROVERS on the worker, or the series' --approvers")
-        raise ApprovalError(f"{user} (the operating-system user running this command) may not "
-                            f"decide on task {task_id!r}; its approvers are {who}")
+    waiting = [s.number for s in irreversible]
+    store.ask_approval(plan.task_id, why, list(worker.approvers), waiting, lines)
+    approvers = narrowed([held["approvers"] if held else None,
+                          declared["approvers"] if declared else None, worker.approvers])
+    return {"approvers": approvers, "lines": lines, "steps": waiting, "policy": why,
+            "glance": at_a_glance([(s.action, s.args) for s in irreversible])}
 
 
 class ApprovalError(TidemarkError):
-    """An approve or reject that the operator's policy or the journal does not allow."""
+    """An approve or reject that the command refuses before asking the journal (a word that is
+    no decision, a task with nothing irreversible)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import warnings
 from pathlib import Path
@@ -136,8 +137,40 @@ def redacted(url: str) -> str:
 _embedded: EmbeddedPostgres | None = None
 
 
+# What a port may be: a number, or one per host of a list of hosts.
+_PORTS = re.compile(r"\d+(,\d*)*")
+# The parts of a connection string that never hold an @: a URL whose password holds a bare @ (or
+# a / or a :) reads with part of the password in one of them, and a connection error would
+# print that part.
+_NO_AT = ("host", "hostaddr", "port", "user", "dbname")
+
+
+def checked_url(url: str) -> str:
+    """``url`` when Postgres reads it as a connection string whose password stays in its
+    password; otherwise ConfigError naming ``DATABASE_URL`` and how to write it, with no part
+    of its value: a URL that does not read may hold a password anywhere, and every error of the
+    driver about it (and of the pool that retries it, once per attempt, at every log level)
+    quotes the text it could not read."""
+    import psycopg.conninfo
+
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        parts = None
+    if parts is None or any("@" in str(parts.get(k) or "") for k in _NO_AT) or (
+            parts.get("port") and not _PORTS.fullmatch(str(parts["port"]))):
+        raise ConfigError(
+            f"{ENV_URL} is not a connection string Postgres can read (its value is not shown: it "
+            "may hold a password). In a postgresql:// URL, percent-encode each special "
+            "character of the user and password (% as %25, a space as %20, @ as %40, \" as %22,"
+            " / as %2F, : as %3A), or keep the password in "
+            f"{ENV_PASSWORD_FILE}") from None
+    return url
+
+
 def with_password_file(url: str, password_file: str | None) -> str:
     """``url`` with the password read from ``password_file`` (if given) added to it."""
+    checked_url(url)
     if not password_file:
         return url
     import psycopg.conninfo

@@ -43,18 +43,35 @@ class TidemarkError(Exception):
         return {}
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: each character that would break it or is not printable
+    (a control character, a line separator, a lone surrogate) written as its escape, as
+    Python's repr writes it."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
 class PlanError(TidemarkError):
-    """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``."""
+    """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``
+    (escaped to one line: a plan's keys are the plan writer's)."""
 
     end_state = TaskState.FAILED
 
     def __init__(self, field: str, message: str) -> None:
+        field = one_line(field)
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
 
     def details(self) -> dict[str, Any]:
         return {"field": self.field, "message": self.message}
+
+
+class InputError(PlanError):
+    """An input over one of the journal's limits, holding a character it cannot hold, or JSON
+    that cannot be decoded (tidemark.limits): refused where it enters, before anything is
+    written. ``field`` names the input (``--reason``, ``task_id``, ``plan``)."""
 
 
 class PlanChanged(TidemarkError):
@@ -286,6 +303,22 @@ class NotSent(TargetUnavailable):
     *absent*."""
 
 
+class Throttled(NotSent):
+    """The target turned the request away for now, as its documentation says a throttled
+    request is (Graph: a 429 and "the requests fail"; Drive and Gmail: 403 rate limit
+    exceeded or 429, try again later): nothing was applied, and nothing of it can land later,
+    so it is NotSent: a send mark is taken back and no horizon is waited out; the next attempt
+    (after ``retry_after`` seconds, when the target said) probes at once. A timeout or a 5xx
+    is never this: it stays ambiguous (TargetUnavailable)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def details(self) -> dict[str, Any]:
+        return {"retry_after": self.retry_after}
+
+
 class StepFailed(TidemarkError):
     """The target refused the step for good; the failure is recorded as the step's outcome."""
 
@@ -310,6 +343,42 @@ class NotStopped(TidemarkError):
         super().__init__(f"task {task_id!r} is not stopped; stop it first "
                          f"(`tidemark stop {task_id}`) so that nothing runs while it unwinds")
         self.task_id = task_id
+
+
+class ApprovalRequired(TidemarkError):
+    """The journal refused an irreversible step's intent: a person must approve the task's
+    irreversible steps in its current epoch (every stop, kill, release or reject starts a new
+    one), or the intent's action and arguments are not the stored plan's. Nothing acted; the
+    run asks for the approval again."""
+
+    end_state = TaskState.AWAITING_APPROVAL
+
+    def __init__(self, task_id: str, step: int) -> None:
+        super().__init__(f"task {task_id!r} step {step}: no approval of its irreversible steps "
+                         "holds now (a stop, kill, release or reject since voids one); the run "
+                         f"asks again: `tidemark approve {task_id}`")
+        self.task_id = task_id
+        self.step = step
+
+    def details(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "step": self.step}
+
+
+class NotAuthorized(TidemarkError):
+    """The journal refused an act to the login role of the connection: releasing, lifting a
+    kill, declaring a series, setting the policy or deciding needs a role an operator
+    grants (tidemark_operator, tidemark_approver). The message is the database's, one line."""
+
+
+class DecisionRefused(TidemarkError):
+    """The journal did not record an approve or reject; ``why`` says which rule refused it:
+    ``decided`` (another decision of this epoch came first), ``approvers`` (the role is not
+    among the task's approvers), ``stopped`` (a stop or kill holds the task), ``nothing`` (the
+    task waits for no decision), ``plan`` (the plan shown is not the stored plan)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 class ConfigError(TidemarkError):

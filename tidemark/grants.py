@@ -206,5 +206,7 @@ def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,
                     else "nothing to revoke (local grant)")
         except (OSError, urllib.error.URLError) as e:
             said = f"provider did not answer: {e}"
+        except Exception as e:  # one grant the provider side cannot take holds up no other
+            said = f"not revoked at the provider: {type(e).__name__}: {e}"
         out.append({**g, "at_provider": said})
     return out

@@ -17,6 +17,8 @@ from typing import Any
 
 import psycopg
 
+from tidemark.errors import ConfigError
+
 # Arbitrary constant shared by every Tidemark process; it only has to differ from the lock ids
 # our step keys map to, which are hashes and practically never equal a small number.
 MIGRATION_LOCK_ID = 0x7469_6465_6D61_726B  # "tidemark" in ASCII
@@ -34,12 +36,35 @@ def migration_files() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+def pending(conn: psycopg.Connection[Any]) -> list[str]:
+    """The names of the bundled migrations this database lacks, read without DDL or lock: a
+    worker's or a person's role, which may not change the schema, asks this first."""
+    found = conn.execute("SELECT to_regclass('tidemark.schema_migrations') IS NOT NULL AS there"
+                         ).fetchone()
+    there = found["there"] if isinstance(found, dict) else found[0]  # type: ignore[index]
+    if not there:
+        return [name for _, name, _ in migration_files()]
+    rows = conn.execute("SELECT version FROM tidemark.schema_migrations").fetchall()
+    applied = {r["version"] if isinstance(r, dict) else r[0] for r in rows}
+    return [name for version, name, _ in migration_files() if version not in applied]
+
+
 def migrate(conn: psycopg.Connection[Any]) -> list[str]:
-    """Applies the migrations this database lacks. Returns the names applied."""
+    """Applies the migrations this database lacks. Returns the names applied. A schema that is
+    up to date is left alone without a lock or DDL; one that is not, on a connection whose role
+    may not change it, is a ConfigError naming what to run."""
+    if not pending(conn):
+        return []
     applied: list[str] = []
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
-        _apply(conn, applied)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
+            _apply(conn, applied)
+    except psycopg.errors.InsufficientPrivilege:
+        raise ConfigError(
+            f"the journal's schema lacks {len(pending(conn))} migration(s) and the role "
+            f"{conn.info.user} may not apply them: run `tidemark db migrate` as the schema's "
+            "owner") from None
     return applied
 
 

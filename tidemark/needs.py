@@ -43,12 +43,13 @@ _BY_STATE: dict[str, Need] = {
     TaskState.KILLED: Need.KILLED, TaskState.BLOCKED: Need.BLOCKED,
     TaskState.VERIFICATION_FAILED: Need.VERIFICATION, TaskState.FAILED: Need.FAILED,
     TaskState.PRECONDITION_FAILED: Need.FAILED, TaskState.PARTLY_UNWOUND: Need.UNWIND,
+    TaskState.IN_DOUBT: Need.DECISION, TaskState.ENDED: Need.RESUME,
 }
 # Every value but ``nothing``: the worklist.
 WAITING: tuple[Need, ...] = tuple(n for n in Need if n != Need.NOTHING)
 ATTRIBUTE = "TidemarkNeeds"
 # The errors of a run that acted on nothing: the plan, the input or the worker is wrong.
-_NOT_RUN = {"PlanError", "PlanChanged", "UnknownTask", "ActionNotConfigured"}
+_NOT_RUN = {"PlanError", "InputError", "PlanChanged", "UnknownTask", "ActionNotConfigured"}
 
 
 def need_of(state: str, error: dict[str, Any] | None = None) -> Need:
@@ -124,9 +125,9 @@ def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
     if need == Need.BLOCKED:
         return f"Task {t} did not start: {msg}."
     if err.get("type") in _NOT_RUN:
-        return (f"Task {t} failed before any step ran: {msg}; nothing acted, so correct the "
-                f"plan or the worker's configuration and start it again (`tidemark status {t}` "
-                "shows what is stored).")
+        return (f"Task {t} failed before any step ran: {msg}; nothing acted and nothing of this "
+                "start was stored, so correct the plan (`tidemark plan check PLAN` shows what "
+                "it refuses) or the worker's configuration and start it again.")
     return (f"Task {t} failed{at}{done}: {msg or err.get('type') or state}; see "
             f"`tidemark status {t}`, fix the cause, then `tidemark resume {t}` or "
             f"`tidemark unwind {t} --yes`.")

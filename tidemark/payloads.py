@@ -9,7 +9,7 @@ input or output take 2-3x as long (bench/payload_decode.py)."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.words import TaskState
+from tidemark.words import HALT_ACTOR, TaskState
 
 TASK_QUEUE = "tidemark"
 
@@ -131,7 +131,7 @@ class WindowInput:
 class HaltInput:
     task_id: str
     reason: str
-    by: str = "halt signal"
+    by: str = HALT_ACTOR
 
 
 @dataclass
@@ -228,10 +228,13 @@ class BoundaryInput:
 @dataclass
 class BoundaryOutcome:
     """What the boundary activity found: the gate's result, and whether a person must (still)
-    approve. ``decision`` is the latest approve/reject journaled for the task, if any."""
+    approve. ``decision`` is the approve/reject of the task's current epoch, if any (a stop,
+    kill or release since voids an older one)."""
 
     passed: bool
     summary: str
+    # The first failures, cut (tidemark.boundary.Verification.brief); ``failed`` counts them
+    # all, and the journal's verification event holds them in full.
     failures: list[dict[str, Any]] = field(default_factory=list)
     verified: int = 0
     approval_required: bool = False
@@ -241,6 +244,23 @@ class BoundaryOutcome:
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
     release: str | None = None  # the command that lifts it (tidemark.errors.release_command)
+    failed: int = 0  # the steps that no longer hold, all of them (``failures`` lists the first)
+    # The irreversible steps that wait, all of them (``irreversible`` describes the first;
+    # `tidemark approve` shows every one from the journal). 0: as many as listed.
+    waiting: int = 0
+    glance: str | None = None  # every currency's total, recipient and action, in one line
+    why: str | None = None  # the policy that asks, in words
+
+
+@dataclass
+class DecisionInput:
+    """A decision sent to a run as an update (``approve`` or ``reject``), for a decider to record
+    under its login role. ``by`` and ``note`` are what the sender typed: labels."""
+
+    task_id: str
+    decision: str  # tidemark.words.Decision
+    by: str = ""
+    note: str = ""
 
 
 @dataclass

@@ -19,15 +19,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tidemark.actions import DELTA_VERBS, Registry
-from tidemark.errors import ActionUnavailable, PlanError
+from tidemark.errors import ActionUnavailable, InputError, PlanError
+from tidemark.limits import (
+    ACTION_MAX,
+    ID_RE,
+    ID_RULE,
+    PLAN_BYTES_MAX,
+    bad_character,
+    check_id,
+    decode_json,
+)
 
-TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # also a CHECK in the schema
+TASK_ID_RE = ID_RE  # the schema's CHECK of plans.task_id (tidemark.limits)
 MAX_STEPS = 100_000  # far beyond any agent plan; keeps a typo'd generator from filling the journal
 
 
@@ -94,15 +102,11 @@ def plan_hash(steps: list[dict[str, Any]], approval: dict[str, Any] | None = Non
 def load_plan_file(path: str | Path, registry: Registry, *, sort: bool = False) -> Plan:
     """Reads and validates a plan file. Raises PlanError naming the bad field."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:
+            data = f.read(PLAN_BYTES_MAX + 1)  # a larger file is refused: not read to its end
     except OSError as e:
         raise PlanError("file", f"cannot read {path}: {e.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanError("file", f"{path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}"
-                        ) from None
-    return load_plan(data, registry, sort=sort)
+    return load_plan(decode_json(data, "plan", max_bytes=PLAN_BYTES_MAX), registry, sort=sort)
 
 
 def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
@@ -124,9 +128,10 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
         raise PlanError(extra[0], "unknown top-level field (a plan has task_id, series, steps "
                                   "and approval)")
     series = data.get("series")
-    if series is not None and (not isinstance(series, str) or not TASK_ID_RE.fullmatch(series)):
-        raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
-                                  "starting with a letter or digit")
+    if series is not None:
+        if not isinstance(series, str):
+            raise InputError("series", f"must be {ID_RULE}, got {type(series).__name__}")
+        check_id("series", series)
     approval = load_approval(data.get("approval"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -145,9 +150,10 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
     task_id = data.get("task_id")
     if task_id is None:
         task_id = "plan-" + plan_hash([s.as_json() for s in steps], approval, series)[:16]
-    elif not isinstance(task_id, str) or not TASK_ID_RE.fullmatch(task_id):
-        raise PlanError("task_id", "must be 1-128 characters of letters, digits and . _ : -, "
-                                   "starting with a letter or digit")
+    elif not isinstance(task_id, str):
+        raise InputError("task_id", f"must be {ID_RULE}, got {type(task_id).__name__}")
+    else:
+        check_id("task_id", task_id)
     return Plan(task_id, steps, approval=approval, series=series)
 
 
@@ -176,11 +182,11 @@ def _check_text(value: Any, where: str) -> None:
     it) and lone surrogates (not encodable as UTF-8), anywhere in the step."""
     if isinstance(value, str):
         if "\x00" in value:
-            raise PlanError(where, "contains a NUL character")
+            raise InputError(where, "contains a NUL character, which the journal cannot hold")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise PlanError(where, "contains a lone surrogate (invalid Unicode)") from None
+            raise InputError(where, "contains a lone surrogate (invalid Unicode)") from None
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_text(k, f"{where} (a key)")
@@ -201,6 +207,9 @@ def _load_step(i: int, raw: Any, registry: Registry) -> tuple[str, dict[str, Any
     action = raw.get("action")
     if not isinstance(action, str) or not action:
         raise PlanError(f"{where}.action", "must be a non-empty string")
+    if len(action) > ACTION_MAX or bad_character(action):
+        raise InputError(f"{where}.action", f"unknown action of {len(action):,} characters; an "
+                                            f"action name has at most {ACTION_MAX} printable ones")
     verb = action.rsplit(".", 1)[-1]
     if verb in DELTA_VERBS:
         raise PlanError(f"{where}.action",

@@ -12,14 +12,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.store import JournalStore, Progress
-from tidemark.words import ControlState, TaskState
+from tidemark.will_do import what_it_will_do
+from tidemark.words import HALT_ACTOR, ControlState, StepStatus, TaskState
+
+# Failures shown one by one in the report's text; the rest are counted (the verification event
+# of the journal holds every one, and `--json` gives them all).
+SHOWN_FAILURES = 20
+# What a journaled run end names the task's state by, when the rows alone read as a run going
+# on: the gate that refused the run at its start, a failure that refused no step. Any other end
+# (a stop, a halt, a kill, since released) leaves a task nothing runs: ``ended``.
+_END_STATES = (TaskState.PRECONDITION_FAILED, TaskState.FAILED)
 
 
 @dataclass(frozen=True)
 class Report:
     progress: Progress
-    irreversible: list[tuple[int, str, str | None]]
+    irreversible: list[tuple[int, str, str | None, dict[str, Any]]]
     boundary: dict[str, Any] = field(default_factory=dict)  # store.boundary_state
+    # The task's latest run event when that run ended other than completed and none began
+    # since (store.run_ended): nothing runs the task.
+    run_end: dict[str, Any] | None = None
 
     @property
     def state(self) -> TaskState:
@@ -30,9 +42,19 @@ class Report:
             return TaskState.PARTLY_UNWOUND  # some steps put back: it never runs forward either
         if p.stop is not None:
             # A kill is named as such: it was out of band (workflow terminated, grants revoked),
-            # and a person reading the report at 03:14 must not take it for a plain stop.
-            return (TaskState.KILLED if p.stop.get("state") == ControlState.KILLED
-                    else TaskState.STOPPED)
+            # and a person reading the report at 03:14 must not take it for a plain stop; a
+            # halt is the run's own stop, taken from its halt signal.
+            if p.stop.get("state") == ControlState.KILLED:
+                return TaskState.KILLED
+            own = p.stop.get("scope") in (None, p.task_id)
+            return TaskState.HALTED if own and p.stop.get("set_by") == HALT_ACTOR \
+                else TaskState.STOPPED
+        return self._rows_state()
+
+    def _rows_state(self) -> TaskState:
+        """The state the rows, the boundary and the latest run's end say, for a task nothing
+        stops."""
+        p = self.progress
         if p.finished:
             return TaskState.VERIFICATION_FAILED if self.end_unverified else TaskState.COMPLETED
         if p.failed:
@@ -42,6 +64,9 @@ class Report:
         verification = self.boundary.get("verification")
         if self._at_boundary and verification is not None and not verification["passed"]:
             return TaskState.VERIFICATION_FAILED
+        if self.run_end is not None:  # its run ended: nobody runs it, whatever the rows say
+            ended = self.run_end["detail"].get("ended")
+            return TaskState(ended) if ended in _END_STATES else TaskState.ENDED
         if self.asks_approval:
             return TaskState.AWAITING_APPROVAL
         return TaskState.NOT_STARTED if p.rows == 0 else TaskState.PARTIAL
@@ -64,13 +89,17 @@ class Report:
 
     @property
     def asks_approval(self) -> bool:
-        """The task is at its boundary, its approval asked and not decided: a run of it waits
-        there (whatever else holds it, a stop say), or the next run will."""
+        """The task is at its boundary, its approval asked and no decision holds (none was
+        made, or a stop, kill or release since voided it): a run of it waits there (whatever
+        else holds it, a stop say), or the next run will."""
         return self._at_boundary and bool(self.approval) and \
-            not (self.approval or {}).get("decision")
+            not (self.approval or {}).get("holds")
 
     @property
     def approval(self) -> dict[str, Any] | None:
+        """What a run asked a person to approve and the latest decision: ``decision`` and
+        ``by`` (the login role the journal recorded), ``label`` (the name given), ``holds``
+        (False once a stop, kill, release or the reject's own stop started a later epoch)."""
         # What a run asked under the operator's policy; before any run reached the boundary,
         # only the plan's own ask is known (its approvers are the operator's, not yet read).
         asked = self.boundary.get("asked") or self.boundary.get("approval")
@@ -78,7 +107,15 @@ class Report:
             return None
         decided = self.boundary.get("decision") or {}
         return {"approvers": asked.get("approvers"), "decision": decided.get("decision"),
-                "by": decided.get("by"), "at": _jsonable(decided.get("at"))}
+                "by": decided.get("by"), "at": _jsonable(decided.get("at")),
+                "label": decided.get("label"), "holds": bool(decided.get("holds"))}
+
+    @property
+    def will_do(self) -> list[str]:
+        """What each irreversible step not yet done will do: every recipient, subject, body
+        excerpt and amount in the currency's own units (tidemark.boundary.what_it_will_do)."""
+        return [what_it_will_do(n, action, args) for n, action, status, args in self.irreversible
+                if status != StepStatus.DONE]
 
     def as_json(self) -> dict[str, Any]:
         p = self.progress
@@ -91,7 +128,8 @@ class Report:
             "irreversible": [
                 {"step": n, "action": a, "status": status,
                  "provably_not_attempted": n > p.last_step}
-                for n, a, status in self.irreversible],
+                for n, a, status, _ in self.irreversible],
+            "will_do": self.will_do,
             "stop": _jsonable(p.stop), "undo_rows": p.undo_rows,
             "approval": self.approval,
             "verification": _jsonable(self.boundary.get("verification")),
@@ -122,7 +160,7 @@ class Report:
         span = f" (steps {p.last_step + 1}-{p.step_count})" if not_started > 1 else (
             f" (step {p.step_count})" if not_started == 1 else "")
         lines.append(f"  not started    {not_started}{span}")
-        for n, action, status in self.irreversible:
+        for n, action, status, _ in self.irreversible:
             if n > p.last_step:
                 verdict = f"provably not attempted (last journal row is step {p.last_step})"
             elif status is None:
@@ -140,10 +178,13 @@ class Report:
             lines.append(f"  unwind rows    {p.undo_rows}")
         v = self.boundary.get("verification")
         if v:
+            failures = v["failures"]
+            more = len(failures) - SHOWN_FAILURES
             verdict = (f"passed, {v['verified']} step(s) verified" if v["passed"] else
-                       "FAILED: " + "; ".join(f"step {f['step']} {f['action']} "
-                                              f"{f.get('describe', '')}: {f['reason']}"
-                                              for f in v["failures"]))
+                       f"FAILED ({len(failures)} step(s)): " + "; ".join(
+                           f"step {f['step']} {f['action']} {f.get('describe', '')}: "
+                           f"{f['reason']}" for f in failures[:SHOWN_FAILURES])
+                       + (f"; and {more} more (`tidemark status --json`)" if more > 0 else ""))
             lines.append(f"  boundary gate  before step {v['boundary']}: {verdict}")
         end = self.boundary.get("end_verification")
         if end and not end["passed"]:
@@ -152,9 +193,17 @@ class Report:
                 for f in end["failures"]))
         a = self.approval
         if a:
-            who = ", ".join(a["approvers"]) if a["approvers"] else "nobody configured"
-            lines.append(f"  approval       {a['decision'] or 'awaited'}"
-                         + (f" by {a['by']}" if a["by"] else "") + f" (may decide: {who})")
+            who = (", ".join(a["approvers"]) if a["approvers"]
+                   else "any member of tidemark_approver")
+            said = (f"{a['decision']} by {a['by']}" + (f" ({a['label']})" if a["label"] else "")
+                    if a["decision"] else "awaited")
+            if a["decision"] and not a["holds"]:
+                said += (", stopped since" if a["decision"] == "reject" else
+                         ", void since (a stop, kill or release came after it): asked again")
+            lines.append(f"  approval       {said} (may decide: {who})")
+        will_do = self.will_do
+        if will_do:
+            lines.append("  will do        " + "\n                 ".join(will_do))
         if p.unwound:
             lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
                          f"{p.unwound['unwound_at']}; the task does not run again")
@@ -162,9 +211,9 @@ class Report:
 
 
 def build_report(store: JournalStore, task_id: str) -> Report:
-    """Four queries, whatever the plan's length."""
+    """Five queries, whatever the plan's length."""
     return Report(store.progress(task_id), store.irreversible_steps(task_id),
-                  store.boundary_state(task_id))
+                  store.boundary_state(task_id), store.run_ended(task_id))
 
 
 def _jsonable(value: Any) -> Any:

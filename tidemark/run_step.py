@@ -47,6 +47,7 @@ from tidemark.errors import JournalMismatch, PreconditionFailed
 from tidemark.faults import crash_point
 from tidemark.keys import key_for
 from tidemark.plan import Plan, Step
+from tidemark.reads import patient_reads
 from tidemark.step_threads import StepThreads, to_its_end
 from tidemark.store import JournalRow, JournalStore, StepSession
 
@@ -188,7 +189,8 @@ class Forward:
 
     def before_state(self, s: StepSession) -> dict[str, Any]:
         _gate(self.action, self.ctx, s)
-        return self.action.snapshot(self.ctx)
+        with patient_reads():
+            return self.action.snapshot(self.ctx)
 
     def call(self, store: JournalStore, s: StepSession, ctx: StepContext) -> dict[str, Any]:
         """Stages the call if the action stages, then executes."""
@@ -304,7 +306,8 @@ def _run_plan_gates(store: JournalStore, registry: Registry, task_id: str,
 
 def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
     try:
-        action.preconditions(ctx)
+        with patient_reads():
+            action.preconditions(ctx)
     except GateRefused as e:
         s.event(ctx.task_id, "precondition", {"refused": str(e)}, ctx.step)
         raise PreconditionFailed(ctx.step, ctx.action, str(e)) from None

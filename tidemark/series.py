@@ -18,7 +18,7 @@ from typing import Any
 from tidemark.errors import PlanError, SeriesBlocked
 from tidemark.series_names import SCHEDULED_PREFIX
 from tidemark.store import JournalStore
-from tidemark.words import EventKind, TaskState
+from tidemark.words import HALT_ACTOR, EventKind, TaskState
 
 SCHEDULED_WORKFLOW_PREFIX = "tidemark-sched-"
 SCHEDULE_PREFIX = "tidemark-series-"  # a series' Temporal Schedule (tools/schedules)
@@ -34,6 +34,20 @@ def check_declared(store: JournalStore, series: str | None) -> None:
         raise PlanError("series", f"series {series!r} is not declared; `tidemark series "
                                   f"declare {series}` or `tidemark schedule create {series} …` "
                                   "declares it")
+
+
+def check_admitted_by_hand(store: JournalStore, task_id: str, series: str | None) -> None:
+    """Refuses a plan started by hand that names a series declared to take its schedule's runs
+    only (``--admit scheduled``, the default of ``tidemark schedule create``): a run under its
+    name would hold up every later run of it until settled. The scheduled task ids are its
+    schedule's alone (check_scheduled_id), so they tell its own runs."""
+    if series is None or task_id.startswith(f"{SCHEDULED_PREFIX}{series}-"):
+        return
+    declared = store.declared_series(series)
+    if declared is not None and declared.get("admits") == "scheduled":
+        raise PlanError("series", f"series {series!r} takes the runs its schedule starts, not "
+                                  "plans started by hand; `temporal schedule trigger` runs it "
+                                  "now, or an operator declares it with --admit any")
 
 
 def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str | None) -> None:
@@ -76,6 +90,9 @@ def run_state(row: dict[str, Any]) -> str:
     elif row["confirmed"] == row["step_count"] and not row["open"]:
         return TaskState.COMPLETED
     if stop is not None and not str(stop.get("scope", "")).startswith("series:"):
+        if stop.get("set_by") == HALT_ACTOR and stop.get("scope") == row["task_id"] and \
+                stop.get("state") == TaskState.STOPPED:
+            return TaskState.HALTED  # the run's own stop from its halt signal, as status says
         return str(stop.get("state"))
     if row["open"]:
         return TaskState.IN_DOUBT
@@ -83,11 +100,25 @@ def run_state(row: dict[str, Any]) -> str:
         return TaskState.PARTLY_UNWOUND
     if row["failed"]:
         return TaskState.FAILED
-    return TaskState.NOT_FINISHED
+    return TaskState.PARTIAL
 
 
-def _states(blockers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"task_id": b["task_id"], "state": run_state(b)} for b in blockers]
+def said(store: JournalStore, row: dict[str, Any]) -> str:
+    """run_state in the word `tidemark status` says it in: a run that reads as going on by
+    its rows, but whose end is journaled with nothing running it since, is ``ended`` (or the
+    state its gate or failure ended it in), as tidemark.report names it."""
+    state = run_state(row)
+    if state not in (TaskState.PARTIAL, TaskState.NOT_STARTED):
+        return state
+    ended = store.run_ended(row["task_id"])
+    if ended is None:
+        return state
+    word = ended["detail"].get("ended")
+    return word if word in (TaskState.PRECONDITION_FAILED, TaskState.FAILED) else TaskState.ENDED
+
+
+def _states(store: JournalStore, blockers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"task_id": b["task_id"], "state": said(store, b)} for b in blockers]
 
 
 def unsettled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -98,7 +129,7 @@ def admit(store: JournalStore, task_id: str, series: str) -> None:
     """Admits the run to its series or raises SeriesBlocked (logged as a ``blocked`` event)."""
     stop, blockers = store.admit_to_series(task_id, series, unsettled)
     if stop is not None or blockers:
-        raise SeriesBlocked(task_id, series, stop, _states(blockers))
+        raise SeriesBlocked(task_id, series, stop, _states(store, blockers))
 
 
 def check(store: JournalStore, series: str, task_id: str) -> None:
@@ -111,12 +142,12 @@ def check(store: JournalStore, series: str, task_id: str) -> None:
         store.record_event(task_id, EventKind.BLOCKED, {
             "series": series, "stop": stop and {k: str(v) for k, v in stop.items()},
             "blockers": [b["task_id"] for b in blockers]})
-        raise SeriesBlocked(task_id, series, stop, _states(blockers))
+        raise SeriesBlocked(task_id, series, stop, _states(store, blockers))
 
 
 def listing(store: JournalStore, series: str) -> dict[str, Any]:
     """The runs of a series in order with their states, and its refused starts."""
-    runs = [{"task_id": r["task_id"], "position": r["position"], "state": run_state(r),
+    runs = [{"task_id": r["task_id"], "position": r["position"], "state": said(store, r),
              "confirmed": r["confirmed"], "steps": r["step_count"],
              "admitted_at": r["admitted_at"].isoformat()} for r in store.series_runs(series)]
     stop = store.stop_state("series:" + series)

@@ -21,16 +21,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tidemark.boundary import what_it_will_do
+from tidemark.limits import NOTE_MAX, cut
 from tidemark.needs import Need, sentence
 from tidemark.payloads import TaskNeed
-from tidemark.words import ControlState, Decision, TaskState
+from tidemark.will_do import what_it_will_do
+from tidemark.words import ControlState, Decision, TaskState, Verdict, lifted_for_unwind
 
 # The report and the store (psycopg) are loaded by the commands that read the journal, when
 # they read it: `tidemark --help` registers the commands without them.
 if TYPE_CHECKING:
     from tidemark.report import Report
-    from tidemark.store import JournalStore
+    from tidemark.store import JournalRow, JournalStore
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,15 @@ class Entry:
     """One task that waits for a person (the ``--json`` object, keys as named here)."""
 
     task_id: str
-    why: str  # in_doubt, awaiting_approval, verification_failed, halted, stopped, killed,
-    #           failed, blocked, partly_unwound, unwind_unfinished, ended
+    # The task's state, in the word `tidemark status` and its worklist row say it in
+    # (tidemark.words.TaskState): in_doubt, awaiting_approval, verification_failed, halted,
+    # stopped, killed, failed, precondition_failed, blocked, partly_unwound, ended
+    why: str
     since: datetime
     detail: str  # one line: what happened, in the journal's words
-    command: str  # the one command that decides it
+    command: str  # the one command that decides it, once ``fix`` (if any) is done
     at_stake: list[str] = field(default_factory=list)  # the irreversible steps not yet done
+    fix: str = ""  # what a person must put right first, or the command would fail again
 
     @property
     def need(self) -> Need:
@@ -51,6 +55,8 @@ class Entry:
         ``unwind`` whenever the one command is an unwind (a rejected task, say)."""
         if self.command.startswith("tidemark unwind "):
             return Need.UNWIND
+        if self.command.startswith("tidemark resume ") and self.why == TaskState.IN_DOUBT:
+            return Need.RESUME  # a person decided the step: the run that takes it is next
         return NEED_OF_WHY[self.why]
 
     def as_json(self) -> dict[str, Any]:
@@ -59,11 +65,12 @@ class Entry:
 
 
 # The worklist's word (tidemark.needs.Need) for each why.
-NEED_OF_WHY = {"in_doubt": Need.DECISION, "awaiting_approval": Need.APPROVAL,
-               "verification_failed": Need.VERIFICATION, "halted": Need.HALTED,
-               "stopped": Need.STOPPED, "killed": Need.KILLED, "failed": Need.FAILED,
-               "blocked": Need.BLOCKED, "partly_unwound": Need.UNWIND,
-               "unwind_unfinished": Need.UNWIND, "ended": Need.RESUME}
+NEED_OF_WHY: dict[str, Need] = {
+    TaskState.IN_DOUBT: Need.DECISION, TaskState.AWAITING_APPROVAL: Need.APPROVAL,
+    TaskState.VERIFICATION_FAILED: Need.VERIFICATION, TaskState.HALTED: Need.HALTED,
+    TaskState.STOPPED: Need.STOPPED, TaskState.KILLED: Need.KILLED, TaskState.FAILED: Need.FAILED,
+    TaskState.PRECONDITION_FAILED: Need.FAILED, TaskState.BLOCKED: Need.BLOCKED,
+    TaskState.PARTLY_UNWOUND: Need.UNWIND, TaskState.ENDED: Need.RESUME}
 
 
 def _when(value: Any) -> datetime:
@@ -78,15 +85,6 @@ def _release(task_id: str, scope: str | None) -> str:
     if scope and scope.startswith("series:"):
         return f"tidemark release --series {scope.removeprefix('series:')}"
     return f"tidemark release {task_id}"
-
-
-def halt_by() -> str:
-    """Who stopped a task when the run took the halt signal (the stop's set_by): a halt is told
-    apart from a person's `tidemark stop` by it. The payloads (seventeen dataclasses, some
-    10 ms of a command's start) are loaded only when a stop is read."""
-    from tidemark.payloads import HaltInput
-
-    return HaltInput(task_id="", reason="").by
 
 
 def _report(store: JournalStore, task_id: str) -> Report:
@@ -105,11 +103,14 @@ def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
              stake: list[str]) -> Entry:
     since, scope = _when(stop["set_at"]), stop.get("scope")
     said = f"by {stop['set_by']}: {stop['reason']}"
+    if lifted_for_unwind(stop):  # an unwind may act; nothing runs it forward, resume included
+        return Entry(t, "killed", since, f"{said}; its kill is lifted for an unwind only",
+                     f"tidemark unwind {t} --yes", stake)
     if stop.get("state") == ControlState.KILLED:
         return Entry(t, "killed", since, said, _release(t, scope), stake)
     if scope not in (None, t):
         return Entry(t, "stopped", since, f"{said} (scope {scope})", _release(t, scope), stake)
-    if stop["set_by"] == halt_by():
+    if report.state == TaskState.HALTED:
         return Entry(t, "halted", since, f"halted: {stop['reason']}", f"tidemark resume {t}",
                      stake)
     if (report.approval or {}).get("decision") == Decision.REJECT:
@@ -121,31 +122,69 @@ def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
     return Entry(t, "stopped", since, said, f"tidemark resume {t}", stake)
 
 
-def _unwind_unfinished(t: str, event: dict[str, Any], stake: list[str]) -> Entry:
+def _unwind_unfinished(t: str, report: Report, event: dict[str, Any],
+                       stake: list[str]) -> Entry:
     """A stopped task whose unwind ended before it was unwound (an unwind_unfinished event
-    since the stop): it waits for its unwind, also when every step is done."""
+    since the stop): it waits for its unwind, also when every step is done. A refused
+    compensation is refused again until a person clears its way."""
     d = event["detail"]
     err = d.get("error") or {}
     why = err.get("type") or d.get("state")
     refused = f", step(s) {', '.join(map(str, d['refused']))} refused" if d.get("refused") \
         else ""
-    return Entry(t, "unwind_unfinished", _when(event["at"]),
+    fix = (f"clear the way for the compensation of step(s) {', '.join(map(str, d['refused']))}"
+           " (what took their old names or state)" if d.get("refused") else "")
+    return Entry(t, report.state, _when(event["at"]),
                  f"its unwind {event['actor']} ended {d.get('state')} ({why}) with "
                  f"{len(d.get('undone') or [])} step(s) put back{refused}",
-                 f"tidemark unwind {t} --yes", stake)
+                 f"tidemark unwind {t} --yes", stake, fix)
 
 
-def _ended(t: str, run: dict[str, Any], stake: list[str]) -> Entry:
+def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Entry:
     """A task whose latest run ended and that nothing runs since, with no other fact that
-    holds it (its stop was released, say): it waits for a person to resume it."""
+    holds it (its stop was released, say): it waits for a person to resume it. A gate that
+    refused the run refuses a resumed one too, until a person put right what it names."""
     d = run["detail"]
     err = d.get("error") or {}
     at = f" at step {err['step']}" if err.get("step") else ""
-    why = f" ({err.get('type')}: {' '.join(str(err.get('message') or '').split())})" \
-        if err.get("type") else ""
-    return Entry(t, "ended", _when(run["at"]),
+    message = " ".join(str(err.get("message") or "").split())
+    why = f" ({err.get('type')}: {message})" if err.get("type") else ""
+    fix = ""
+    if report.state == TaskState.PRECONDITION_FAILED:  # said once: as what to put right
+        fix, why = f"put right what its gate refused ({message})", f" ({err.get('type')})"
+    return Entry(t, report.state, _when(run["at"]),
                  f"its run ended {d['ended']}{at}{why}; no run of it began since",
-                 f"tidemark resume {t}", stake)
+                 f"tidemark resume {t}", stake, fix)
+
+
+def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> Entry:
+    """A step in doubt waits for a person's word; once a person said it did not happen
+    (absent), it waits for the run that takes that word."""
+    said = store.person_said(t, d.step, d.started_at)
+    if said is not None and said["detail"].get("as") == Verdict.ABSENT:
+        return Entry(t, "in_doubt", _when(said["at"]),
+                     f"step {d.step} {d.action}: {said['actor']} said it did not happen "
+                     "(absent); a resumed run probes it once more, then executes it",
+                     f"tidemark resume {t}", stake)
+    return Entry(t, "in_doubt", d.started_at,
+                 f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
+                 "or a person can say whether it happened",
+                 f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+
+
+def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
+    """The gate found reversible steps that no longer hold: they are put back (or unwound)
+    before a resume, whose gate refuses again until they hold. The first SHOWN are named."""
+    failures = v["failures"]
+    named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}" for f in failures[:SHOWN])
+    more = f"; and {len(failures) - SHOWN} more" if len(failures) > SHOWN else ""
+    where = "at the end of the plan" if v.get("at_end") else f"before step {v['boundary']}"
+    return Entry(t, "verification_failed", _when(v["at"]),
+                 f"{where}, {len(failures)} reversible step(s) no longer "
+                 f"hold: {named}{more}", f"tidemark resume {t}", stake,
+                 f"put back what the gate found changed (or `tidemark unwind {t} --yes` puts "
+                 "the reversible steps back instead): a resume runs the gate again, which "
+                 "refuses until they hold")
 
 
 def entry_of(store: JournalStore, candidate: dict[str, Any],
@@ -166,32 +205,26 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
     if state == TaskState.PARTLY_UNWOUND:
         return Entry(t, "partly_unwound", last, f"{p.undo_rows} compensation row(s) journaled, "
                      "the task is not unwound", f"tidemark unwind {t} --yes", stake)
-    d = p.in_doubt
-    if d is not None and d.phase == "do":
-        return Entry(t, "in_doubt", d.started_at,
-                     f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
-                     "or a person can say whether it happened",
-                     f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+    if p.in_doubt is not None and p.in_doubt.phase == "do":
+        return _in_doubt(store, t, p.in_doubt, stake)
     if unfinished is not None:
-        return _unwind_unfinished(t, unfinished, stake)
+        return _unwind_unfinished(t, report, unfinished, stake)
     if p.stop:
         return _stopped(store, t, report, p.stop, stake)
-    if state in (TaskState.NOT_STARTED, TaskState.PARTIAL, TaskState.AWAITING_APPROVAL):
-        run = store.run_ended(t)
-        if run is not None:  # no run asks for the approval either: it asks again when resumed
-            return _ended(t, run, stake)
+    if report.run_end is not None and not p.failed and state in (
+            TaskState.ENDED, TaskState.PRECONDITION_FAILED, TaskState.FAILED):
+        # nothing runs it (no run asks for an approval either: it asks again when resumed)
+        return _ended(t, report, report.run_end, stake)
     if state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
         return None  # nothing a person must decide: a run goes on by itself
     if state == TaskState.FAILED:
-        return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target",
-                     f"tidemark resume {t}", stake)
+        # A refused step's outcome is final: the task never runs forward again, and a resume
+        # ends failed at once. Putting its reversible steps back is what settles it.
+        return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target for good; "
+                     "the task does not run forward again", f"tidemark unwind {t} --yes", stake)
     if state == TaskState.VERIFICATION_FAILED:
         v = report.boundary["end_verification" if report.end_unverified else "verification"]
-        named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}"
-                          for f in v["failures"])
-        where = "at the end of the plan" if v.get("at_end") else f"before step {v['boundary']}"
-        return Entry(t, "verification_failed", _when(v["at"]),
-                     f"{where}, no longer holds: {named}", f"tidemark resume {t}", stake)
+        return _verification_failed(t, v, stake)
     if state == TaskState.AWAITING_APPROVAL:
         asked = store.approval_request(t) or {}
         who = ", ".join(asked.get("approvers") or []) or "nobody configured"
@@ -201,9 +234,11 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
     return None
 
 
-# The state whose sentence (tidemark.needs.sentence) says an entry's why.
-STATE_OF_WHY = {"in_doubt": TaskState.NEEDS_DECISION, "partly_unwound": TaskState.PARTLY_UNWOUND,
-                "unwind_unfinished": TaskState.PARTLY_UNWOUND}
+# The state whose sentence (tidemark.needs.sentence) says an entry's why, where it is another.
+STATE_OF_WHY: dict[str, str] = {TaskState.IN_DOUBT: TaskState.NEEDS_DECISION}
+# Failures of the verification gate an entry names one by one (the rest are counted; the
+# journal's verification event holds them all).
+SHOWN = 5
 
 
 def entry_for(store: JournalStore, task_id: str,
@@ -237,16 +272,26 @@ def _line(report: Report, e: Entry | None) -> str:
     task_id = report.progress.task_id
     if e is None:
         return f"Task {task_id} needs nothing from a person ({report.state})."
-    if e.why == "ended":
+    if e.why == TaskState.ENDED:
         return (f"Task {task_id} waits for a person: {e.detail}, so nothing runs it; continue "
                 f"it with `{e.command}` or put its steps back with "
                 f"`tidemark unwind {task_id} --yes`.")
+    if e.fix:
+        return (f"Task {task_id} waits for a person: {e.detail}. First {e.fix}; then "
+                f"`{e.command}`.")
+    if e.why == TaskState.IN_DOUBT and e.command.startswith("tidemark resume "):
+        return f"Task {task_id} waits for a person: {e.detail}; continue it with `{e.command}`."
     if e.why == "awaiting_approval":
         return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
                 f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
+    if e.why == TaskState.FAILED and e.need == Need.UNWIND:  # a step refused for good
+        return (f"Task {task_id} failed: {e.detail}; put its reversible steps back with "
+                f"`{e.command}`.")
     doubt = report.progress.in_doubt
-    said = sentence(task_id, STATE_OF_WHY.get(e.why, e.why),
-                    {"message": e.detail, "step": doubt.step if doubt else None})
+    state = STATE_OF_WHY.get(e.why, e.why)
+    if e.why == TaskState.STOPPED and e.need == Need.UNWIND:  # only an unwind settles it
+        state = TaskState.PARTLY_UNWOUND
+    said = sentence(task_id, state, {"message": e.detail, "step": doubt.step if doubt else None})
     return said if f"`{e.command}" in said else f"{said} Next: `{e.command}`."
 
 
@@ -258,7 +303,8 @@ def task_need(store: JournalStore, task_id: str) -> TaskNeed:
     report = _report(store, task_id)
     entry = entry_for(store, task_id, report)
     if entry is not None:
-        return TaskNeed(str(entry.need), str(report.state), _line(report, entry))
+        # the row's sentence: an activity's result, kept small
+        return TaskNeed(str(entry.need), str(report.state), cut(_line(report, entry), NOTE_MAX))
     settled = report.state in (TaskState.COMPLETED, TaskState.UNWOUND) or (
         report.progress.finished and not report.end_unverified)
     return TaskNeed(str(Need.NOTHING), str(report.state), settled=settled)

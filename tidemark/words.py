@@ -9,6 +9,11 @@ Where the schema holds a set to a CHECK list (tidemark/migrations/), tests/test_
 constraint back from a migrated database and holds the enum to it, both ways: a word added to one
 and not the other fails there. Words that no CHECK guards (the states a run ends in, approval
 decisions, a person's verdict on a step in doubt) live here too, so that each is spelled once.
+The limits on what enters the journal are beside them, in tidemark/limits.py.
+
+A task's state has one word (TaskState) wherever it is said: `tidemark status` and its JSON,
+`tidemark inbox` (an entry's ``why``), the TidemarkState of its Web UI worklist row and the
+state table of docs/operate.md; tests/test_vocabulary.py holds them together.
 
 Pure: the standard library only, so that workflow code, the core and the tooling may all import it.
 """
@@ -59,6 +64,7 @@ class EventKind(StrEnum):
     GRANT = "grant"  # a per-task credential refused
     OVERRAN = "overran"  # an action call passed its declared deadline
     UNWIND_UNFINISHED = "unwind_unfinished"  # an unwind ended before its task was unwound
+    REFUSED = "refused"  # a start refused before its plan was stored
 
 
 class ControlState(StrEnum):
@@ -71,6 +77,22 @@ class ControlState(StrEnum):
 
 # The control states that stop a task (what tidemark.stop_of() returns a row for).
 STOPS = frozenset({ControlState.STOPPED, ControlState.KILLED})
+# ``controls.set_by`` of the stop a run writes when it takes the ``halt`` signal: a halt is told
+# apart from a person's `tidemark stop` by it.
+HALT_ACTOR = "halt signal"
+
+
+def kill_holds(stop: dict[str, object] | None) -> bool:
+    """Whether ``stop`` (a task's stop_of row) is a kill nobody lifted, even for an unwind."""
+    return stop is not None and stop.get("state") == ControlState.KILLED \
+        and not stop.get("for_unwind")
+
+
+def lifted_for_unwind(stop: dict[str, object] | None) -> bool:
+    """Whether ``stop`` is a kill an operator lifted for an unwind only: compensations may act,
+    nothing runs the task forward until `tidemark release T`."""
+    return stop is not None and stop.get("state") == ControlState.KILLED \
+        and bool(stop.get("for_unwind"))
 
 
 class GrantScope(StrEnum):
@@ -115,16 +137,38 @@ class TaskState(StrEnum):
     # Only read from the journal (a run is never in these):
     IN_DOUBT = "in_doubt"  # a step's intent has no outcome
     NOT_STARTED = "not_started"  # no journal row yet
-    PARTIAL = "partial"  # some steps settled, none in doubt, not stopped (the report)
-    NOT_FINISHED = "not_finished"  # the same, as a series reads an earlier run
+    PARTIAL = "partial"  # some steps settled, none in doubt, not stopped, a run goes on
+    ENDED = "ended"  # its run ended, and what held it is gone: nothing runs it until resumed
 
 
 class Decision(StrEnum):
-    """A person's decision on a task's irreversible steps (``tidemark approve|reject``), as the
-    approval event and the workflow's ``approval`` signal carry it."""
+    """``decisions.decision``: a person's decision on a task's irreversible steps (``tidemark
+    approve|reject``, or RunPlan's updates of the same names)."""
 
     APPROVE = "approve"
     REJECT = "reject"
+
+
+class JournalRole(StrEnum):
+    """The journal's group roles (migration 0016): what an operator grants a login role."""
+
+    TIDEMARK_WORKER = "tidemark_worker"  # runs plans; decides nothing
+    TIDEMARK_OPERATOR = "tidemark_operator"  # policy, series, releases, settling a step in doubt
+    TIDEMARK_APPROVER = "tidemark_approver"  # approves or rejects irreversible steps
+
+
+class DecisionVia(StrEnum):
+    """``decisions.via``: how a decision reached the journal."""
+
+    CLI = "cli"  # `tidemark approve|reject`, under the person's own login role
+    TEMPORAL = "temporal"  # a RunPlan update, recorded by a decider under its login role
+
+
+class SeriesAdmits(StrEnum):
+    """``series.admits``: which runs may join a series."""
+
+    ANY = "any"  # any plan that names it
+    SCHEDULED = "scheduled"  # only the runs its schedule starts
 
 
 class Verdict(StrEnum):

@@ -78,6 +78,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tidemark.actions import Registry
+from tidemark.approval import unattended
 from tidemark.errors import StepBusy, TargetUnavailable, TidemarkError
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -226,6 +227,7 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
     report = ChaosReport(seed)
     with JournalStore(db_url) as store:
         store.migrate()
+        unattended(store, "tidemark chaos")  # a scratch journal: its runs pay unattended
         try:
             plan, err, bound = run_once(plan_doc, f"{base}-ref", None, db_url=db_url,
                                         staging_url=staging_urls[0], registry=registry,

@@ -16,7 +16,7 @@ import select
 import sys
 from collections.abc import Mapping, Sequence
 
-from tidemark.errors import TidemarkError, UnknownTask
+from tidemark.errors import InputError, TidemarkError, UnknownTask, one_line
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tools import commands
@@ -30,6 +30,7 @@ from tools.cli_common import (
     journal_url,
 )
 from tools.cli_decisions import add_decision_commands
+from tools.cli_inputs import check_arguments
 from tools.cli_reports import add_report_commands
 from tools.cli_series import add_series_commands
 from tools.cli_stack import add_stack_commands
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_arguments(args)  # before anything is read or written
         args.settings = command_settings(args)
         if getattr(args, "task_queue", "") is None:
             args.task_queue = args.settings.task_queue
@@ -96,10 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"tidemark: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except InputError as e:  # too long, a character the journal cannot hold, undecodable JSON
+        if args.traceback:
+            raise
+        print(f"tidemark: {one_line(str(e))}; nothing was done", file=sys.stderr)
+        return EXIT_USAGE
     except TidemarkError as e:
         if args.traceback:
             raise
-        print(f"tidemark: {type(e).__name__}: {e}{_unknown_hint(args, e)}", file=sys.stderr)
+        said = one_line(f"{e}{_unknown_hint(args, e)}")  # what it quotes may be anybody's
+        print(f"tidemark: {type(e).__name__}: {said}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
         schema = None if args.traceback else _schema_behind(e)
@@ -131,7 +139,8 @@ def _schema_behind(e: Exception) -> str | None:
 
 def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
     """For a task no plan is stored for whose start its series blocked: what blocked it (a
-    person at 03:14 must not take the run for a typo)."""
+    person at 03:14 must not take the run for a typo); for one whose start was refused before
+    its plan was stored, what refused it (what its worklist row says)."""
     if not isinstance(e, UnknownTask):
         return ""
     import psycopg  # loaded already: the journal said the task is unknown
@@ -139,7 +148,11 @@ def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
     try:
         return "; " + commands.blocked_status(journal_url(a), e.task_id)["line"]
     except (TidemarkError, psycopg.Error):
-        return ""
+        pass
+    from tools.inbox import refused_line
+
+    said = refused_line(journal_url(a), e.task_id)
+    return "" if said is None else f"; {said}"
 
 
 class _Version(argparse.Action):

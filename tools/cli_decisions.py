@@ -8,10 +8,11 @@ import dataclasses
 import sys
 from typing import Any
 
-from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError
+from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTask
 from tidemark.words import Decision, Verdict
 from tools import commands
 from tools.cli_common import (
+    EXIT_ERROR,
     EXIT_NOT_DONE,
     EXIT_USAGE,
     SUCCESS,
@@ -52,7 +53,11 @@ def add_decision_commands(sub: Any, user: str) -> None:
         add_temporal_arguments(c)  # where the worklist rows are told (tools/rows.py)
         if name == "release":
             c.add_argument("--for-unwind", action="store_true",
-                           help="turn a task's kill into a stop, so that an unwind may act")
+                           help="lift a task's kill for an unwind only: compensations may act, "
+                                "nothing runs it forward until `tidemark release T`")
+            c.add_argument("--unpause-schedule", action="store_true",
+                           help="with --series: also resume the series' schedule, which a "
+                                "kill paused (without it, the schedule stays as it is)")
         c.set_defaults(func=func)
 
     user_args = argparse.ArgumentParser(add_help=False)
@@ -90,7 +95,18 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
         return EXIT_USAGE
     print_json(commands.resolve(journal_url(a), a.task, a.step, a.as_, a.note, a.by))
     _rows(a, a.task)
+    _next(a, a.task)
     return 0
+
+
+def _next(a: argparse.Namespace, task_id: str) -> None:
+    """The line a command that changed a task ends with: what happens next (what holds it,
+    and the one command), as `tidemark status` opens. On stderr after a command's JSON."""
+    try:
+        line = "next: " + commands.status_with_first_line(journal_url(a), task_id)[1]
+    except UnknownTask:  # an id released ahead of its plan (--force-unknown)
+        line = f"next: no plan of {task_id} is stored; nothing runs it until one is started"
+    print(line, file=sys.stderr if a.command == "resolve" else sys.stdout)
 
 
 def _rows(a: argparse.Namespace, scope: str) -> None:
@@ -134,14 +150,16 @@ def _cmd_release(a: argparse.Namespace) -> int:
             raise UsageError("release --for-unwind: give one task id")
         commands.release_for_unwind(journal_url(a), a.task, a.reason, a.by)
         _rows(a, a.task)
-        print(f"task {a.task}'s kill is lifted for unwinding; it stays stopped. "
-              f"`tidemark unwind {a.task} --yes` puts its reversible steps back")
+        print(f"task {a.task}'s kill is lifted for an unwind only; it stays killed for "
+              f"everything else. `tidemark unwind {a.task} --yes` puts its reversible steps "
+              f"back (`tidemark release {a.task}` would lift the kill itself)")
         return 0
     if _series_scope(a):
         commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
         _rows(a, "series:" + a.series)
-        print(f"series {a.series} is released")
+        print(f"series {a.series} is released; {_series_schedule(a)}; its runs start again "
+              f"when started or resumed (`tidemark status --series {a.series}` lists them)")
         return 0
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
@@ -150,7 +168,8 @@ def _cmd_release(a: argparse.Namespace) -> int:
         print("the stop of every task is released (a task stopped by its own id stays "
               "stopped until released by name)")
     else:
-        print(f"task {scope} is released; starting it again resumes from the journal")
+        print(f"task {scope} is released")
+        _next(a, scope)
     return 0
 
 
@@ -209,16 +228,9 @@ def _cmd_decide(a: argparse.Namespace) -> int:
     from tools.starter import decision_taken, signal_approval
 
     decision = Decision.APPROVE if a.command == Decision.APPROVE else Decision.REJECT
-
-    def show(lines: list[str]) -> None:
-        # What the person decides on, in full, before the decision is recorded.
-        if not a.json:
-            print(f"task {a.task}: the irreversible steps you {decision}:")
-            for line in lines:
-                print(f"  {line}")
-            sys.stdout.flush()
-
-    out = commands.decide_approval(journal_url(a), a.task, decision, a.by, a.reason, show=show)
+    # The journal decides, in the statement that records it; what is printed is what it
+    # committed (DecisionRefused and NotAuthorized are one line on stderr, nothing recorded).
+    out = commands.decide_approval(journal_url(a), a.task, decision, a.by, a.reason)
     try:
         woke: bool | None = asyncio.run(signal_approval(a.settings, a.task,
                                                         {"decision": decision, "by": out["by"]}))
@@ -229,20 +241,30 @@ def _cmd_decide(a: argparse.Namespace) -> int:
     if woke is False:  # no run takes it: the task's row says what the journal says now
         _rows(a, a.task)
     stands = (asyncio.run(decision_taken(a.settings, a.task, until_end=True))
-              if a.wait and woke else None)
+              if a.wait and woke and out["holds"] else None)
     code = 0 if stands is None else _decision_code(decision, a.task, stands)
+    if not out["holds"]:
+        code = EXIT_ERROR
     if a.json:
         print_json({**out, "signalled": woke, **({"stands": stands} if a.wait else {})})
         return code
-    label = f" ({a.by})" if a.by and a.by != out["by"] else ""
-    print(f"{decision} of task {a.task} by {out['by']}{label} is journaled")
+    label = f" ({out['label']})" if out["label"] and out["label"] != out["by"] else ""
+    print(f"{decision} of task {a.task} by {out['by']}{label} is journaled (epoch "
+          f"{out['epoch']}); it covers: {out['glance']}")
+    for line in out["irreversible"]:
+        print(f"  {line}")
+    if not out["holds"]:
+        print(f"tidemark: a stop, kill or release of task {a.task} committed just after it, so "
+              "it counts for nothing; the run asks again once the task is released",
+              file=sys.stderr)
+        return code
     if decision == Decision.REJECT:
         print(f"the task is stopped; nothing from its first irreversible step on will run. "
-              f"`tidemark unwind {a.task}` puts the reversible steps back")
+              f"`tidemark unwind {a.task} --yes` puts the reversible steps back")
     if woke is not None:
         print(f"the waiting run of tidemark-{a.task} was told" if woke else
               f"no run of tidemark-{a.task} is open; the decision counts when it is next "
-              "started")
+              "started, unless the task is stopped or released first")
     if stands is not None:
         print(_where_it_stands(a.task, stands))
     return code
@@ -283,10 +305,41 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
     result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
     if result is None:
-        print(f"started tidemark-unwind-{a.task}")
+        print(f"started tidemark-unwind-{a.task}: it puts the reversible steps back, last first; "
+              f"`tidemark status {a.task}` follows it, and the task does not run forward again")
         return 0
     print_json(dataclasses.asdict(result))
     return _ended("unwind", f"tidemark-unwind-{a.task}", result.state, result.error)
+
+
+def _series_schedule(a: argparse.Namespace) -> str:
+    """What a release of a series did to its Temporal Schedule, in words: a kill paused it, and
+    a release resumes it only when asked (``--unpause-schedule``): the person who lifts a kill
+    decides whether the next runs start on their own again."""
+    import asyncio
+
+    from tools import schedules
+    from tools.starter import TemporalUnavailable
+
+    async def go() -> str:
+        from tools.cli_common import temporal
+
+        client = await temporal(a)
+        found = await schedules.describe(client, a.series)
+        if found is None:
+            return "it has no schedule"
+        if not found["paused"]:
+            return "its schedule runs as before"
+        if a.unpause_schedule:
+            await schedules.unpause(client, a.series, f"{a.by}: released {a.reason}".strip())
+            return f"its schedule {schedules.schedule_id(a.series)} is unpaused"
+        return (f"its schedule {schedules.schedule_id(a.series)} stays paused; `tidemark "
+                f"schedule unpause {a.series}` (or release with --unpause-schedule) resumes it")
+
+    try:
+        return asyncio.run(go())
+    except TemporalUnavailable as e:
+        return f"its schedule could not be read ({e}); `tidemark schedule list` shows it"
 
 
 def _series_scope(a: argparse.Namespace) -> bool:

@@ -51,16 +51,21 @@ def _cmd_db_migrate(a: argparse.Namespace) -> int:
 
 
 def _cmd_plan_check(a: argparse.Namespace) -> int:
-    plan = commands.plan_check(a.file, sort=a.sort, fs_roots=a.settings.fs_roots)
+    plan = commands.plan_check(a.file, sort=a.sort, fs_roots=a.settings.fs_roots,
+                               env=a.settings.env)
     summary = commands.plan_summary(plan)
+    outlook = commands.approval_outlook(plan, a.settings.env)
     if a.sort:
         print_json(summary["plan"])  # the reordered plan, ready to save
     elif a.json:
-        print_json(summary)
+        print_json({**summary, "approval": outlook})
     else:
         first = summary["first_irreversible"]
         print(f"ok: task {plan.task_id}, {len(plan.steps)} steps, plan {plan.plan_hash[:12]}"
               + (f", irreversible from step {first}" if first else ", all reversible"))
+        if outlook is not None:
+            print(f"it will wait for a person before step {first}: {outlook} (the journal's "
+                  "policy, `tidemark policy show`, and a series' may ask for more)")
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from tidemark.words import SeriesAdmits
 from tools import commands
 from tools.cli_common import (
     EXIT_ERROR,
@@ -48,11 +49,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
                               grace_s=a.grace, unreachable=unreachable)
 
     layers = asyncio.run(go())
-    # The rows of the killed tasks say so (a row opened before, by a run that ended failed,
-    # say, would still ask for what no longer decides anything): tools/rows.py.
-    scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
-    if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
-        bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
+    # The four layers first, whatever follows: they ran, and a person must see how each went.
     if a.json:
         print_json(layers)
     else:
@@ -63,6 +60,16 @@ def _cmd_kill(a: argparse.Namespace) -> int:
         stopped = stopped_workflows(layers)
         print("stopped: " + ", ".join(stopped) if stopped else
               "stopped: no workflow was running; the stop state holds every later start")
+    sys.stdout.flush()
+    # The rows of the killed tasks say so (a row opened before, by a run that ended failed,
+    # say, would still ask for what no longer decides anything): tools/rows.py.
+    scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
+    if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
+        bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
+    if not a.json:
+        release = (f"--series {a.series}" if a.series else "--all" if a.all else a.task)
+        print(f"next: nothing acts on {scope if scope != '*' else 'any task'} until a person "
+              f"runs `tidemark release {release}`")
     return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
 
 
@@ -83,8 +90,11 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
             commands.series_policy(a.series, a.approval, _approvers(a))  # before anything
             created = await schedules.create(client, a.series, a.cron, a.planner, args,
                                              a.task_queue, by=a.by)
+            # A series with a schedule takes its schedule's runs only, unless the operator
+            # says otherwise: a plan started by hand under its name would hold up its runs.
             return {"created": created, **commands.declare_series(
-                journal_url(a), a.series, a.by, a.approval, _approvers(a))}
+                journal_url(a), a.series, a.by, a.approval, _approvers(a),
+                a.admit or SeriesAdmits.SCHEDULED)}
         if a.schedule_command == "list":
             return await schedules.list_all(client)
         if a.schedule_command == "pause":
@@ -165,16 +175,39 @@ def _approvers(a: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_series(a: argparse.Namespace) -> int:
-    print_json(commands.declare_series(journal_url(a), a.series, a.by, a.approval, _approvers(a)))
+    print_json(commands.declare_series(journal_url(a), a.series, a.by, a.approval, _approvers(a),
+                                       a.admit))
+    return 0
+
+
+def _cmd_policy(a: argparse.Namespace) -> int:
+    if a.policy_command == "set":
+        out = commands.set_policy(journal_url(a), a.approval, _approvers(a), a.by)
+    else:
+        out = commands.show_policy(journal_url(a))
+    if a.json:
+        print_json(out)
+        return 0
+    who = ", ".join(out["approvers"]) if out["approvers"] else "every member of tidemark_approver"
+    since = (f"set by {out['set_by']} at {out['set_at'][:19].replace('T', ' ')}"
+             if not out["default"] else "the default: nobody set one")
+    print(f"approval policy {out['approval']} ({since}); who may decide: {who}. A series or a "
+          "plan can ask for more, never less")
     return 0
 
 
 def _policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--approval", help="which irreversible steps of its runs wait for a "
-                        "person: all, none, payments, amount>CUR:FIGURE (comma-separated; "
-                        "default: the worker's TIDEMARK_APPROVAL)")
-    parser.add_argument("--approvers", help="operating-system users who may approve its runs, "
-                        "comma-separated (default: the worker's TIDEMARK_APPROVERS)")
+                        "person, besides those the operator's policy names: all, none, "
+                        "payments, amount>CUR:FIGURE, daily>CUR:FIGURE (comma-separated; it "
+                        "adds to `tidemark policy`, never removes)")
+    parser.add_argument("--approvers", help="database roles that may approve its runs, "
+                        "comma-separated, each a member of tidemark_approver (default: every "
+                        "approver the operator's policy allows)")
+    parser.add_argument("--admit", choices=commands.ADMITS,
+                        help="who may add a run: any plan that names it, or only its "
+                             "schedule's runs (default: scheduled once it has a schedule, "
+                             "else any)")
 
 
 def add_series_commands(sub: Any, user: str) -> None:
@@ -185,6 +218,21 @@ def add_series_commands(sub: Any, user: str) -> None:
     de.add_argument("--by", default=user, help=f"who declares (default: {user})")
     _policy_arguments(de)
     de.set_defaults(func=_cmd_series)
+
+    po = sub.add_parser("policy", help="the operator's approval policy, in the journal")
+    posub = po.add_subparsers(dest="policy_command", required=True)
+    ps = posub.add_parser("set", help="which irreversible steps wait for a person, and who "
+                                      "may decide (an operator's act)")
+    ps.add_argument("approval", help="all, none, payments, amount>CUR:FIGURE, daily>CUR:FIGURE "
+                                     "(comma-separated)")
+    ps.add_argument("--approvers", help="database roles that may decide, comma-separated, each "
+                                        "a member of tidemark_approver (default: every member)")
+    ps.add_argument("--by", default=user, help=f"a label beside your role (default: {user})")
+    ps.add_argument("--json", action="store_true")
+    ps.set_defaults(func=_cmd_policy)
+    sh = posub.add_parser("show", help="the policy the journal holds")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=_cmd_policy)
 
     temporal = argparse.ArgumentParser(add_help=False)
     add_temporal_arguments(temporal)

@@ -12,8 +12,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tools import commands
-from tools.cli_common import EXIT_ERROR, journal_url, print_json
+from tools.cli_common import (
+    EXIT_ERROR,
+    add_temporal_arguments,
+    journal_url,
+    print_json,
+    temporal,
+)
 
 
 def add_stack_commands(sub: Any) -> None:
@@ -24,6 +29,14 @@ def add_stack_commands(sub: Any) -> None:
     dev.add_argument("--staging-port", type=int, default=8900, help="staging servers port")
     dev.add_argument("--no-worker", action="store_true", help="start no worker")
     dev.set_defaults(func=_cmd_dev)
+
+    dc = sub.add_parser("decider", help="record the approve/reject updates sent to runs "
+                                        "(temporal workflow update, the Web UI) in the journal, "
+                                        "as your login role")
+    add_temporal_arguments(dc)
+    dc.add_argument("--task-queue", help="the runs' task queue (default: TIDEMARK_TASK_QUEUE, "
+                                         "else tidemark)")
+    dc.set_defaults(func=_cmd_decider)
 
     stg = sub.add_parser("staging", help="run the staging servers alone")
     stg.add_argument("--host", default="127.0.0.1")
@@ -87,24 +100,27 @@ def add_stack_commands(sub: Any) -> None:
 
 
 def _cmd_dev(a: argparse.Namespace) -> int:
-    from tidemark.approval import ENV_APPROVERS
+    from tidemark.approval import ENV_APPROVAL
     from tidemark.database import redacted
     from tidemark.metrics import METRICS_ENV, dev_address
+    from tidemark.store.connection import login_role
     from tools.devstack import DevStack
 
+    # On a laptop the person is the journal's operator and approver (the embedded Postgres's
+    # owner): TIDEMARK_APPROVAL, if set, becomes the journal's policy, and a decider lets the
+    # Web UI's approve and reject updates decide as the person.
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
                      with_worker=not a.no_worker, settings=a.settings,
-                     worker_env={METRICS_ENV: dev_address(a.settings.env),
-                                 # Who may approve on a laptop stack: the user running it,
-                                 # unless configured.
-                                 ENV_APPROVERS: a.settings.env.get(ENV_APPROVERS)
-                                 or commands.os_user()})
+                     approval=a.settings.env.get(ENV_APPROVAL), with_decider=not a.no_worker,
+                     worker_env={METRICS_ENV: dev_address(a.settings.env)})
     # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
     # children run in sessions of their own and would outlive a plain SIGTERM of this process.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with stack:
         interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
+        decider = ("the Web UI's approve and reject updates decide as you" if stack.worker
+                   else "no decider: approve with `tidemark approve`")
         metrics = f"http://{stack.worker_env[METRICS_ENV]}/metrics" if stack.worker else "-"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
@@ -114,11 +130,39 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"{'' if a.settings.database_url else '   (export TIDEMARK_EMBEDDED_DB=1)'}\n"
               f"staging        {staging}\n"
               f"worker         {'pid ' + str(stack.worker.pid) if stack.worker else 'not started'}"
-              f" (log: {stack.home / 'worker.log'})\n"
+              f" (log: {stack.home / 'worker.log'}), as role {login_role(stack.worker_db_url)}\n"
+              f"you            role {login_role(stack.db_url)}: operator and approver; "
+              f"{decider}\n"
               f"metrics        {metrics}\n"
               f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()
+    return 0
+
+
+def _cmd_decider(a: argparse.Namespace) -> int:
+    import asyncio
+
+    from tidemark.store.connection import login_role
+    from tools.decider import run_decider
+    from workflows.shared import decisions_queue
+
+    url = journal_url(a)
+    queue = a.task_queue or a.settings.task_queue
+    interrupted = _interrupt_event()
+
+    async def go() -> None:
+        client = await temporal(a)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=lambda: (interrupted.wait(), loop.call_soon_threadsafe(stop.set)),
+                         daemon=True).start()
+        print(f"deciding for the runs of task queue {queue} (on {decisions_queue(queue)}) as "
+              f"the login role {login_role(url)}: the journal checks each decision as it "
+              "checks `tidemark approve`. Ctrl-C stops.", flush=True)
+        await run_decider(client, url, queue, stop)
+
+    asyncio.run(go())
     return 0
 
 

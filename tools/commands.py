@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.approval import ApprovalPolicy, parse_policy
-from tidemark.boundary import ApprovalError, check_approver
+from tidemark.approval import DEFAULT_POLICY, ApprovalPolicy, parse_policy
+from tidemark.boundary import ApprovalError
 from tidemark.errors import (
     ConfigError,
     PlanError,
@@ -26,11 +26,14 @@ from tidemark.plan import TASK_ID_RE, Plan
 from tidemark.words import (
     ControlState,
     Decision,
+    DecisionVia,
     EventKind,
     Phase,
     ResolvedBy,
+    SeriesAdmits,
     StepStatus,
     Verdict,
+    lifted_for_unwind,
 )
 
 if TYPE_CHECKING:
@@ -59,18 +62,21 @@ def db_migrate(url: str) -> list[str]:
         return store.migrate()
 
 
-def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = None) -> Plan:
+def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = None,
+               env: Mapping[str, str] | None = None) -> Plan:
     """Validates a plan file against every known action; with ``sort``, reorders it.
 
     With ``fs_roots`` (``TIDEMARK_FS_ROOTS`` of the command's settings), every ``fs.rename``
     path is checked against those roots as a worker with the same setting would before the
-    first step.
+    first step. Its payments are checked against the payment limits of ``env`` (a worker's
+    TIDEMARK_STRIPE_MAX_AMOUNT and _MAX_TASK_AMOUNT), as the plan gate of every start does.
     """
     # Every known action's spec and the rename's path gate: only a plan check needs them.
     from activities.catalog import spec_registry
     from activities.fs import FsRename
     from probes.fs import parse_roots
     from tidemark.actions import GateRefused
+    from tidemark.payment_limits import limits_from_env
     from tidemark.plan import load_plan_file
 
     plan = load_plan_file(path, spec_registry(), sort=sort)
@@ -83,7 +89,21 @@ def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = N
                     fs.plan_gate(plan.task_id, [(step.number, step.args)])
                 except GateRefused as e:
                     raise PlanError(f"steps[{step.number - 1}].args.path", str(e)) from None
+    payments = [(s.number, s.args) for s in plan.steps if s.action == "stripe.payment_intent"]
+    try:
+        limits_from_env(env or {}).check(plan.task_id, payments)
+    except GateRefused as e:
+        raise PlanError("steps", str(e)) from None
     return plan
+
+
+def approval_outlook(plan: Plan, env: Mapping[str, str]) -> str | None:
+    """Why a run of ``plan`` will wait for a person before its irreversible steps under a
+    worker's TIDEMARK_APPROVAL (the journal's policy and a series' may ask for more), or None."""
+    from tidemark.approval import policy_from_env, why_asked
+
+    irreversible = [s.args for s in plan.steps if s.irreversible]
+    return why_asked([policy_from_env(env)], plan.approval is not None, irreversible)
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -224,7 +244,7 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
     every task or of its series, releasing that scope, as the task's name does not lift it."""
     with journal_store(url) as store:
         stop = store.stop_state(task_id)
-    if stop is None or stop["state"] != ControlState.KILLED:
+    if stop is None or stop["state"] != ControlState.KILLED or lifted_for_unwind(stop):
         return
     if stop["scope"] == task_id:
         raise TaskKilled(task_id)
@@ -241,6 +261,12 @@ def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
     needs `release --for-unwind`."""
     if stop["state"] != ControlState.KILLED:
         return
+    if lifted_for_unwind(stop):
+        raise KilledNotReleased(
+            f"task {task_id!r} is killed by {stop['set_by']}: {stop['reason'] or 'no reason'}; "
+            "its kill is lifted for an unwind only, and resume does not run it forward. "
+            f"`tidemark unwind {task_id} --yes` puts its reversible steps back; `tidemark "
+            f"release {task_id}` lifts the kill, then resume runs it on")
     scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
     raise KilledNotReleased(
         f"task {task_id!r} is killed{scope} by {stop['set_by']}: "
@@ -263,7 +289,7 @@ def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
         undo = store.undo_candidates(task_id)
         irreversible = store.irreversible_steps(task_id)
     return {"task_id": task_id, "undo_steps": undo,
-            "irreversible_done": [{"step": n, "action": a} for n, a, status in irreversible
+            "irreversible_done": [{"step": n, "action": a} for n, a, status, _ in irreversible
                                   if status == StepStatus.DONE]}
 
 
@@ -328,57 +354,40 @@ def os_user() -> str:
 
 
 def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = "", *,
-                    user: str | None = None,
-                    show: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
+                    via: DecisionVia = DecisionVia.CLI) -> dict[str, Any]:
     """Journals a person's approve or reject of a task's irreversible steps.
 
-    A run of the task must wait for approval under the operator's policy, the deciding
-    operating-system user (``user``, default this process's) must be among the approvers it
-    configured, and no irreversible step may have been attempted yet. ``show`` is given what
-    those steps will do before anything is recorded. A reject also sets the stop state: the
-    task stays stopped, ready for unwind. The latest decision is the one that counts.
+    The journal decides, in the one statement that records it (tidemark.check_decision): the
+    connection's login role must be an approver every list of the task names, a run of the task
+    must wait for a decision, no stop may hold it for an approve (no kill for a reject), and no
+    other decision may hold the task's current epoch (the first wins: DecisionRefused names it).
+    The operating-system user and ``by`` are labels beside the role. A reject also stops the
+    task: it stays stopped, ready for unwind.
+
+    Returns what was committed: the decision, who the journal says made it, its epoch, whether
+    it still holds (a stop, kill or release committed meanwhile voids it) and what the
+    irreversible steps will do, read from the stored plan the decision names by hash.
     """
     if decision not in (Decision.APPROVE, Decision.REJECT):
         raise ApprovalError(f"decision must be approve or reject, not {decision!r}")
-    who = user if user is not None else os_user()
+    from tidemark.boundary import irreversible_lines
+    from tidemark.will_do import at_a_glance
+
     with open_store(url) as store:
-        store.load_plan(task_id)  # UnknownTask
-        asked = store.approval_request(task_id)
-        check_approver(asked, task_id, who)
-        assert asked is not None
-        progress = store.progress(task_id)
-        first = progress.first_irreversible
-        if first is None:
+        plan = store.load_plan(task_id)  # UnknownTask
+        stored_hash = store.progress(task_id).plan_hash  # the hash the plan was stored under
+        lines = irreversible_lines(plan)
+        if not lines:
             raise ApprovalError(f"task {task_id!r} has no irreversible steps to approve")
-        if progress.last_step >= first:
-            raise ApprovalError(f"task {task_id!r}: irreversible step {first} was attempted "
-                                "already; a decision now would change nothing")
-        _check_not_stopped(store, task_id, decision)
-        lines = list(asked["lines"])
-        if show is not None:
-            show(lines)
-        store.record_approval(task_id, decision, who, note, label=by or None)
-    return {"task_id": task_id, "decision": decision, "by": who, "label": by, "note": note,
-            "irreversible": lines, "waiting": list(asked["steps"])}
-
-
-def _check_not_stopped(store: JournalStore, task_id: str, decision: str) -> None:
-    """Refuses a decision that the task's stop state makes meaningless, writing nothing.
-
-    After a kill nothing runs the task until a person releases it: an approval would change
-    nothing now and would quietly count after a release nobody tied to it; a reject would turn
-    the kill into a plain stop. Under a stop, an approval is refused for the first reason (a
-    reject is allowed: the task stays stopped, the refusal is on record)."""
-    stop = store.stop_state(task_id)
-    if stop is None or (decision == Decision.REJECT and stop["state"] != ControlState.KILLED):
-        return
-    what = ControlState.KILLED if stop["state"] == ControlState.KILLED else ControlState.STOPPED
-    scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
-    raise ApprovalError(
-        f"task {task_id!r} is {what}{scope} by {stop['set_by']} at "
-        f"{str(stop['set_at'])[:19].replace('T', ' ')}: {stop['reason'] or 'no reason'}; "
-        f"a {decision} now changes nothing and is not recorded. Release it first "
-        f"(`tidemark release {_release_args(task_id, stop['scope'])}`)")
+        row = store.decide(task_id, decision, stored_hash, os_user=os_user(),
+                           label=by or None, note=note, via=via)
+        asked = store.approval_request(task_id)
+    return {"task_id": task_id, "decision": row["decision"], "by": row["decided_by"],
+            "label": row["label"], "os_user": os_user(), "note": row["note"],
+            "epoch": row["epoch"], "holds": row["holds"], "plan_hash": stored_hash,
+            "irreversible": lines,
+            "glance": at_a_glance([(s.action, s.args) for s in plan.steps if s.irreversible]),
+            "waiting": list(asked["steps"]) if asked else []}
 
 
 def _release_args(task_id: str, scope: str) -> str:
@@ -394,24 +403,63 @@ def series_policy(series: str, approval: str | None,
         raise PlanError("series", "must be 1-128 characters of letters, digits and . _ : -, "
                                   "starting with a letter or digit")
     if approvers is not None and not approvers:
-        raise ConfigError("--approvers must name at least one user")
+        raise ConfigError("--approvers must name at least one database role")
     return parse_policy(approval if approval is not None else "all", approvers or (),
                         where="--approval")
 
 
+ADMITS = tuple(SeriesAdmits)  # which runs may join a series
+
+
 def declare_series(url: str, series: str, by: str, approval: str | None = None,
-                   approvers: list[str] | None = None) -> dict[str, Any]:
-    """Declares a series, so that plans may name it; ``approval`` and ``approvers`` (checked
-    here) replace the worker's policy for its runs, and any given earlier (a flag not given
-    keeps what the series had). Returns the declaration as it now stands."""
+                   approvers: list[str] | None = None, admits: str | None = None
+                   ) -> dict[str, Any]:
+    """Declares a series, so that plans may name it: an operator's act (the journal refuses it
+    to any other role: NotAuthorized). ``approval`` adds to the operator's policy for its runs
+    (never removes), ``approvers`` narrows who may decide on them, and ``admits`` says whether
+    a plan started by hand may join it (``any``) or only its schedule's runs (``scheduled``). A
+    flag not given keeps what the series had. Returns the declaration as it now stands."""
     policy = series_policy(series, approval, approvers)
+    if admits is not None and admits not in ADMITS:
+        raise ConfigError(f"--admit must be one of {', '.join(ADMITS)}, not {admits!r}")
     with open_store(url) as store:
         store.declare_series(series, by, os_user(), policy.text if approval else None,
-                             list(policy.approvers) if approvers is not None else None)
+                             list(policy.approvers) if approvers is not None else None,
+                             rules=policy.rules() if approval else None, admits=admits)
         declared = store.declared_series(series)
     assert declared is not None
     return {"series": series, "approval": declared["approval"],
-            "approvers": declared["approvers"]}
+            "approvers": declared["approvers"], "admits": declared["admits"],
+            "declared_by": declared["declared_role"]}
+
+
+def set_policy(url: str, approval: str, approvers: list[str] | None, by: str) -> dict[str, Any]:
+    """Sets the operator's approval policy in the journal (an operator's act): which
+    irreversible steps of every task wait for a person, and, with ``approvers``, the login
+    roles that may decide (each a member of tidemark_approver; None: every member)."""
+    if approvers is not None and not approvers:
+        raise ConfigError("--approvers must name at least one database role")
+    policy = parse_policy(approval, approvers or (), where="policy")
+    with open_store(url) as store:
+        row = store.set_policy(policy.text, policy.rules(),
+                               list(policy.approvers) if approvers is not None else None, by)
+    return _policy_json(row)
+
+
+def show_policy(url: str) -> dict[str, Any]:
+    """The operator's approval policy as the journal holds it."""
+    with open_store(url) as store:
+        row = store.policy()
+    if row is None:
+        return {"approval": DEFAULT_POLICY, "approvers": None, "set_by": None,
+                "set_at": None, "default": True}
+    return _policy_json(row)
+
+
+def _policy_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {"approval": row["approval"], "approvers": row["approvers"],
+            "set_by": row["set_role"], "label": row["set_by"],
+            "set_at": row["set_at"].isoformat(), "default": False}
 
 
 def series_policies(url: str, series: list[str]) -> dict[str, dict[str, Any] | None]:

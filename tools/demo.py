@@ -22,7 +22,6 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tidemark.approval import ENV_APPROVAL
 from tidemark.database import redacted
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -38,6 +37,7 @@ from tidemark.supplier_sync import (
     supplier_sync_plan,
 )
 from tidemark.words import TaskState
+from tools.commands import decide_approval
 from tools.devstack import DevStack
 from tools.starter import start_plan
 from workflows.outcome import run_result
@@ -132,6 +132,13 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
         say(f"a new worker started; Temporal retries step {kill_at}, whose probe finds the "
             "file renamed and stamped with our key; before step 39 the gate re-probes steps "
             "1-38")
+        if await _reaches_approval(handle):
+            approved = decide_approval(stack.db_url, task_id, "approve", "demo",
+                                       "the demo's morning")
+            await handle.signal("approval", {"decision": "approve", "by": approved["by"]})
+            say(f"the gate passed and the run waits for a person to approve its irreversible "
+                f"steps ({approved['glance']}); the demo approves as you, the journal's "
+                f"approver on this stack (`tidemark approve {task_id}`)")
         result = await run_result(handle)
         say(f"workflow ended: {result.state}, {result.confirmed}/{result.steps} confirmed, "
             f"{result.resolved_by_probe} resolved by probe, {time.monotonic() - killed_at:.1f}s "
@@ -152,6 +159,17 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
         f"/{run_id}/history")
     return DemoOutcome(ok=all(checks.values()), task_id=task_id, interrupted=interrupted,
                        final=final, effects=effects, checks=checks)
+
+
+async def _reaches_approval(handle: Any) -> bool:
+    """Waits until the run waits for approval (True) or has ended (False)."""
+    while True:
+        desc = await handle.describe()
+        if desc.status is not None and desc.status.name != "RUNNING":
+            return False
+        if (await handle.query("status"))["state"] == TaskState.AWAITING_APPROVAL:
+            return True
+        await asyncio.sleep(0.2)
 
 
 def _list_drive(base: str) -> list[dict[str, Any]]:
@@ -181,11 +199,10 @@ def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = 
     if third_party and kill_at <= THIRD_PARTY_STEP:
         raise ValueError(f"--third-party renames step {THIRD_PARTY_STEP}'s file: --kill-at "
                          f"must come after it")
-    # The essay's morning pays and mails unattended once the gate passes: its operator says
-    # so explicitly (the default asks a person before every irreversible step).
+    # The essay's morning mails and pays once the gate passes and a person approved: the demo
+    # approves as the person running it, who is the journal's approver on this stack.
     with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False,
-                  settings=settings or load_settings(),
-                  worker_env={ENV_APPROVAL: "none"}) as stack:
+                  settings=settings or load_settings()) as stack:
         say(f"stack: Temporal {stack.address}, Web UI {stack.ui_url}, staging "
             f"{stack.staging.url if stack.staging else '-'}, journal {redacted(stack.db_url)}")
         outcome = asyncio.run(_demo(stack, kill_at, third_party, say))

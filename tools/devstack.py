@@ -25,6 +25,10 @@ from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
 from tidemark.errors import TidemarkError
 from tidemark.settings import ENV_FS_ROOTS, Settings, load_settings
 
+# The login role a laptop stack's worker connects as: a member of tidemark_worker only, so that
+# on the laptop too the worker's credentials decide nothing.
+WORKER_ROLE = "tidemark_dev_worker"
+
 # The search attributes the workflows upsert (workflows.shared.SEARCH_ATTRIBUTES), all keywords.
 SEARCH_ATTRIBUTES = {"TidemarkTaskId": "Keyword", "TidemarkState": "Keyword",
                      "TidemarkNeeds": "Keyword"}
@@ -173,7 +177,14 @@ class DevStack:
     # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
     # $TIDEMARK_HOME/files (made on start).
     fs_roots: str = ""
+    # Where the journal's rights come from on a laptop: the person runs the commands as the
+    # database's owner (every role), the worker as a worker's login role (it decides nothing)
+    # when the person may make one, and ``approval``, when given, is set as the journal's
+    # policy (`tidemark dev` gives TIDEMARK_APPROVAL of its environment).
+    approval: str | None = None
+    with_decider: bool = False
     db_url: str = ""
+    worker_db_url: str = ""
     staging: StagingServer | None = None
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     worker: subprocess.Popen[bytes] | None = None
@@ -210,15 +221,40 @@ class DevStack:
                 (self.home / "files").mkdir(mode=0o700, exist_ok=True)
         try:
             self.db_url = database_url(self.settings)
+            self.worker_db_url = self._journal_roles()
             self._start_temporal()
             self._write_temporal_profile()
             self.staging = StagingServer(build_staging(), port=self.staging_port).start()
             if self.with_worker:
                 self.start_worker()
+            if self.with_decider:
+                self.start_decider()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _journal_roles(self) -> str:
+        """Migrates the journal as the person, sets its policy if asked, and returns the URL its
+        worker connects with: as the login role WORKER_ROLE (a member of tidemark_worker) where
+        the person may make roles (the embedded Postgres), else the person's own."""
+        import psycopg
+
+        from tidemark.approval import parse_policy
+        from tidemark.errors import NotAuthorized
+        from tidemark.store import JournalStore
+        from tidemark.words import JournalRole
+
+        with JournalStore(self.db_url, max_size=1) as store:
+            store.migrate()
+            if self.approval is not None:
+                policy = parse_policy(self.approval)
+                store.set_policy(policy.text, policy.rules(), None, "tidemark dev")
+            try:
+                store.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
+            except NotAuthorized:  # a DATABASE_URL whose role makes no roles: the person's
+                return self.db_url
+        return psycopg.conninfo.make_conninfo(self.db_url, user=WORKER_ROLE)
 
     def _start_temporal(self) -> None:
         log = self.home / "temporal.log"
@@ -259,7 +295,7 @@ class DevStack:
         another cluster) are replaced by this stack's profile."""
         inherited = {k: v for k, v in self.settings.env.items() if not k.startswith("TEMPORAL_")}
         env = {**inherited, "TEMPORAL_CONFIG_FILE": str(self.temporal_config_file),
-               "TEMPORAL_ADDRESS": self.address, ENV_URL: self.db_url,
+               "TEMPORAL_ADDRESS": self.address, ENV_URL: self.worker_db_url or self.db_url,
                ENV_FS_ROOTS: self.fs_roots, **self.worker_env}
         if self.staging is not None:
             env["TIDEMARK_STAGING_URL"] = self.staging.url
@@ -277,6 +313,18 @@ class DevStack:
                                            umask=PRIVATE_UMASK)
             self._procs.append(self.worker)
         return self.worker
+
+    def start_decider(self) -> subprocess.Popen[bytes]:
+        """Starts `tidemark decider` as the person (tools/decider.py): the approve and reject
+        updates of this stack's runs decide through it."""
+        log_file = private_file(self.home / "decider.log")
+        env = {**self.env(), ENV_URL: self.db_url}
+        with interrupts_held():
+            proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "decider"], env=env,
+                                    stdout=log_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True, umask=PRIVATE_UMASK)
+            self._procs.append(proc)
+        return proc
 
     def stop(self) -> None:
         for proc in reversed(self._procs):

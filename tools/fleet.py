@@ -58,6 +58,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
 from activities.catalog import spec_registry
+from tidemark.approval import unattended
 from tidemark.errors import TidemarkError
 from tidemark.keys import key_for
 from tidemark.plan import load_plan
@@ -84,6 +85,9 @@ SAMPLE_EVERY_S = 0.1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 FOREVER = 10**9  # the delay fault's count: every write waits
 START_TIMEOUT_S = 120.0  # for a worker to poll (its start imports every SDK and checks every token)
+# The end states of a run that waits for a person (tidemark.words.TaskState).
+PERSON_STATES = frozenset({"needs_decision", "stopped", "precondition_failed",
+                           "verification_failed", "awaiting_approval"})
 
 
 class FleetError(TidemarkError):
@@ -101,6 +105,9 @@ class FleetConfig:
     steps_per_worker: int = DEFAULT_STEPS_PER_WORKER
     pool: int = DEFAULT_POOL
     timeout_s: float = 1800.0
+    # The share of the staging Drive's requests, reads and writes, answered as throttled
+    # (403 userRateLimitExceeded, as Drive documents), once the workers poll.
+    throttle: float = 0.0
 
     def problem(self) -> str:
         """What is wrong with these values, in one line ('' when nothing)."""
@@ -120,11 +127,17 @@ class FleetConfig:
             return f"--pool must be 2 or more, got {self.pool}"
         if self.timeout_s <= 0:
             return f"--timeout-s must be more than 0, got {self.timeout_s}"
+        if not 0 <= self.throttle < 1:
+            return f"--throttle must be at least 0 and below 1, got {self.throttle:g}"
         return ""
 
     @property
     def connection_bound(self) -> int:
         return self.workers * (self.pool + PER_WORKER_EXTRA) + HARNESS_CONNECTIONS
+
+
+def throttled_share(share: float) -> str:
+    return f"{share:.0%} of the Drive's requests" if share else "nothing"
 
 
 def mib(kib: int) -> float:
@@ -182,6 +195,11 @@ class FleetReport:
     log_dir: str = ""
 
     @property
+    def stopped_for_a_person(self) -> list[dict[str, Any]]:
+        """The runs that ended waiting for a person (PERSON_STATES)."""
+        return [n for n in self.not_completed if n["state"] in PERSON_STATES]
+
+    @property
     def ok(self) -> bool:
         return (not self.not_completed and not self.false_done and self.duplicates == 0
                 and self.missing == 0)
@@ -196,6 +214,8 @@ class FleetReport:
         c = self.config
         return {
             "tasks": c.tasks, "workers": c.workers, "wait_s": c.wait_s, "seed": c.seed,
+            "throttle": c.throttle,
+            "stopped_for_a_person": len(self.stopped_for_a_person),
             "steps_per_worker": c.steps_per_worker, "pool": c.pool,
             "kills": [asdict(k) for k in self.kills], "completed": self.completed,
             "not_completed": self.not_completed, "duplicates": self.duplicates,
@@ -225,7 +245,9 @@ class FleetReport:
         lines = [f"fleet: {j['tasks']} tasks on {j['workers']} workers ({j['steps_per_worker']} "
                  f"steps at once, pool {j['pool']} each), writes waiting {j['wait_s']} s, "
                  f"{len(self.kills)} kill(s), seed {j['seed']}",
+                 f"throttled       {throttled_share(j['throttle'])}",
                  f"completed       {self.completed}/{j['tasks']}",
+                 f"for a person    {j['stopped_for_a_person']}",
                  f"duplicates      {self.duplicates}",
                  f"false done      {len(self.false_done)}",
                  f"missing         {self.missing}",
@@ -556,6 +578,7 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
     plans = [load_plan(d, registry) for d in docs]  # refuses a bad plan before anything runs
     with JournalStore(db_url, max_size=2) as store:
         store.migrate()
+        unattended(store, "tidemark fleet")  # a scratch journal: its runs pay unattended
     seed_targets(staging_url, docs, cfg.wait_s)
     log_dir = Path(tempfile.mkdtemp(prefix="tidemark-fleet-"))
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
@@ -568,6 +591,11 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
         for _ in range(cfg.workers):
             workers.start()
         await all_polling(client, queue, workers)
+        if cfg.throttle:  # once the workers made their identity check's scratch file
+            for name, value in (("throttle_status", 403), ("throttle_rate", cfg.throttle)):
+                # 403 userRateLimitExceeded: Drive's throttled answer at its worst
+                staging_http(staging_url, "/_staging/switches", {
+                    "target": "drive", "name": name, "value": value})
         say(f"{cfg.workers} workers polling {queue}; starting {cfg.tasks} runs")
         at_start = {pid: s for pid in workers.pids() if (s := process_sample(pid)) is not None}
         with ConnectionSampler(db_url, workers.pids) as sampler:

@@ -35,6 +35,9 @@ def add_fleet_command(sub: Any) -> None:
                          f"{DEFAULT_STEPS_PER_WORKER})")
     fl.add_argument("--pool", type=int, default=DEFAULT_POOL,
                     help=f"each worker's TIDEMARK_DB_POOL_MAX (default {DEFAULT_POOL})")
+    fl.add_argument("--throttle", type=float, default=0.0,
+                    help="share (0 to below 1) of the staging Drive's requests answered as "
+                         "throttled, as Drive documents (default 0)")
     fl.add_argument("--timeout-s", type=float, default=1800.0,
                     help="runs still going after this long are terminated and reported")
     fl.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -48,7 +51,8 @@ def _cmd_fleet(a: Any) -> int:
 
     cfg = FleetConfig(tasks=a.tasks, workers=a.workers, wait_s=a.wait_s, kills=a.kills,
                       seed=a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "big"),
-                      steps_per_worker=a.steps_per_worker, pool=a.pool, timeout_s=a.timeout_s)
+                      steps_per_worker=a.steps_per_worker, pool=a.pool, timeout_s=a.timeout_s,
+                      throttle=a.throttle)
     if cfg.problem():
         raise UsageError(cfg.problem())
     try:

@@ -29,6 +29,7 @@ from tidemark.errors import TidemarkError
 from tidemark.needs import worklist_query
 from tidemark.settings import Settings
 from tidemark.waiting import Entry, at_stake, entry_of
+from tidemark.words import TaskState
 from tools.commands import open_store
 
 # The store (psycopg) is loaded by the commands that read the journal, when they read it:
@@ -41,6 +42,9 @@ DEFAULT_UI = "http://localhost:8233"
 UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
 UNWIND_PREFIX = "tidemark-unwind-"
 RUNS_OPEN = 'WorkflowType = "RunPlan" AND ExecutionStatus = "Running"'
+# The open rows of the Web UI's worklist (workflows/needs_person.py, holder_id).
+ROWS_OPEN = 'WorkflowType = "NeedsPerson" AND ExecutionStatus = "Running"'
+ROW_PREFIX = "tidemark-needs-"
 # How long the inbox waits for Temporal before it answers from the journal alone.
 TEMPORAL_WAIT_S = 5.0
 
@@ -53,7 +57,9 @@ def _blocked(event: dict[str, Any]) -> Entry:
            f"earlier run(s) {', '.join(d.get('blockers') or [])} of series {series} "
            "not settled")
     return Entry(t, "blocked", event["at"], f"its start was refused before its plan was "
-                 f"stored: {why}", f"tidemark status --series {series}")
+                 f"stored: {why}", f"tidemark status --series {series}",
+                 fix=f"settle the earlier runs of series {series} (or release it), then start "
+                     f"{t} again")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,30 @@ class Seen:
     unwinding: set[str]  # tasks whose unwind is under way: being settled, not waiting
     gone: dict[str, str]  # tasks the journal reads a run going on for whose run is not open:
     #                       its status in Temporal (terminated outside tidemark, say)
+
+
+
+def _refused(event: dict[str, Any]) -> Entry:
+    """A start refused before its plan was stored (a ``refused`` event of a task the journal
+    has no plan for): what refused it, and that a corrected start of the task is next. Its
+    run's worklist row says the same, and closes when a run of the task starts."""
+    t, err = event["task_id"], event["detail"].get("error") or {}
+    return Entry(t, TaskState.FAILED, event["at"],
+                 f"its start ({event['actor']}) was refused before its plan was stored: "
+                 f"{err.get('type')}: {' '.join(str(err.get('message') or '').split())}",
+                 "tidemark plan check PLAN",
+                 fix=f"correct the plan (or the worker's configuration) as said, then start "
+                     f"{t} again: nothing of the refused start was stored")
+
+
+def refused_line(url: str, task_id: str) -> str | None:
+    """What refused the start of a task no plan is stored for, in one line; None when no
+    start of it was refused."""
+    from tools.commands import journal_store
+
+    with journal_store(url) as store:
+        found = store.refused_starts(task_id)
+    return _refused(found[0]).detail if found else None
 
 
 async def _ask(settings: Settings, going_on: list[str]) -> Seen:
@@ -112,7 +142,7 @@ def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) ->
     """A task whose run is not open in Temporal though it journaled no end: it was ended
     outside tidemark (the Web UI's Terminate, `temporal workflow terminate`), so nothing runs
     the task."""
-    return Entry(task_id, "ended", began_at,
+    return Entry(task_id, TaskState.ENDED, began_at,
                  f"its run tidemark-{task_id} is {status.lower()} in Temporal and journaled no "
                  "end (ended outside tidemark: the Web UI's Terminate, `temporal workflow "
                  "terminate`); nothing runs the task", f"tidemark resume {task_id}",
@@ -131,7 +161,8 @@ def inbox(store: JournalStore, seen: Seen | None = None,
         status = seen.gone.get(run["task_id"]) if seen is not None else None
         if status is not None:
             entries[run["task_id"]] = _gone(store, run["task_id"], status, run["began_at"])
-    listed = [*entries.values(), *(_blocked(b) for b in store.blocked_starts())]
+    listed = [*entries.values(), *(_blocked(b) for b in store.blocked_starts()),
+              *(_refused(r) for r in store.refused_starts())]
     return sorted(listed, key=lambda e: (e.since, e.task_id))
 
 
@@ -154,6 +185,8 @@ def text(entries: list[Entry], ui: str) -> str:
                       f"{e.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
                   f"  {e.detail}"]
         lines += [f"  at stake  {s}" for s in e.at_stake]
+        if e.fix:
+            lines.append(f"  first     {e.fix}")
         lines.append(f"  decide    {e.command}")
     lines += ["", f"Web UI: {ui}"]
     return "\n".join(lines)
@@ -163,7 +196,8 @@ def add_inbox_command(sub: Any) -> None:
     """Adds `tidemark inbox` to the command's subparsers."""
     c = sub.add_parser("inbox", help="every task that waits for a person, oldest first")
     c.add_argument("--json", action="store_true",
-                   help="a list of objects: task_id, why, since, detail, command, at_stake")
+                   help="a list of objects: task_id, why, need, since, detail, command, "
+                        "at_stake, fix")
     c.add_argument("--ui", default=DEFAULT_UI, metavar="URL",
                    help=f"the Temporal Web UI the list link points at (default {DEFAULT_UI})")
     c.add_argument("--namespace", help="Temporal namespace of the link (default: the "

@@ -41,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
 from tidemark.grants import revoke_task_grants
+from tidemark.limits import ID_RE, LABEL_MAX, cut
 from tidemark.payloads import KILLED
 from tidemark.store import JournalStore
 from tools import schedules
@@ -198,16 +199,20 @@ class _Kill:
         out: dict[str, str] = {}
         for group in ([w for w, k in kinds.items() if k != "ScheduledRun"],
                       [w for w, k in kinds.items() if k == "ScheduledRun"]):
+            # One workflow Temporal does not let us end is reported; the others still end.
             ended = await asyncio.gather(*(_terminate(self.client, w, why, settled.get(w))
-                                           for w in group))
-            out.update(zip(group, ended, strict=True))
+                                           for w in group), return_exceptions=True)
+            out.update((w, e if isinstance(e, str) else f"not terminated: {type(e).__name__}: "
+                        f"{e}") for w, e in zip(group, ended, strict=True))
         for wid, said in out.items():
+            task_id = wid.removeprefix("tidemark-")
+            if not ID_RE.fullmatch(task_id):  # a run under an id no task has: nothing to journal
+                continue
             if kinds.get(wid) == "RunPlan" and said.startswith("terminated"):
                 # A terminated run cannot journal its own end (record_run_end): the kill does,
                 # so that once the kill is released the journal says that nothing runs it.
-                self.store.record_run_ended(wid.removeprefix("tidemark-"), KILLED,
-                                            {"type": "Killed", "message": why},
-                                            f"tidemark kill by {self.by}")
+                self.store.record_run_ended(task_id, KILLED, {"type": "Killed", "message": why},
+                                            cut(f"tidemark kill by {self.by}", LABEL_MAX))
         if self.unlisted is not None:  # the task's own workflows were tried; others may run on
             raise KillError(f"could not list the open workflows ({self.unlisted}); "
                             f"tried: {out}")
@@ -292,7 +297,12 @@ async def _settle(client: Client, workflow_ids: list[str],
     while left:
         for wid in sorted(left):
             waited = time.monotonic() - since
-            stood = await _standing(client, wid, waited)
+            try:
+                stood = await _standing(client, wid, waited)
+            except RPCError as e:  # one workflow that cannot be read holds up no other
+                said[wid] = f"could not be read ({e.message}); terminated without waiting"
+                left.discard(wid)
+                continue
             if stood is not None and "busy: " in stood:
                 busy.setdefault(wid, stood.split("busy: ", 1)[1])
             verdict = _settled_as(stood, busy.get(wid), waited, grace_s)

@@ -216,12 +216,20 @@ def _gmail_send(s: Session, draft_id: str) -> httpx.Response:
 
 
 def _gmail_added_sent(s: Session, since: str) -> list[str]:
-    """Ids of messages added with the SENT label since ``since`` (a historyId)."""
+    """Ids of messages that got the SENT label since ``since`` (a historyId), read as the
+    probe reads them: history.list of label SENT, messages added, deleted or labelled."""
     r = s.call("GET", _gmail(s, "/history"), s.endpoints.gmail_read_token,
-               params={"startHistoryId": since, "historyTypes": "messageAdded"})
-    return [a["message"]["id"] for h in (_expect(r, 200) or {}).get("history") or []
-            for a in h.get("messagesAdded") or []
-            if "SENT" in (a["message"].get("labelIds") or [])]
+               params={"startHistoryId": since, "labelId": "SENT",
+                       "historyTypes": ["messageAdded", "messageDeleted", "labelAdded"]})
+    ids: list[str] = []
+    for h in (_expect(r, 200) or {}).get("history") or []:
+        for change in (*(h.get("messagesAdded") or []), *(h.get("messagesDeleted") or []),
+                       *(c for c in h.get("labelsAdded") or []
+                         if "SENT" in (c.get("labelIds") or []))):
+            mid = change.get("message", {}).get("id")
+            if mid and mid not in ids:
+                ids.append(mid)
+    return ids
 
 
 def _gmail_headers(s: Session, message_id: str) -> dict[str, str]:
@@ -241,7 +249,11 @@ def check_gmail_send_once(s: Session) -> dict[str, Any]:
     added, waited = _poll(lambda: _gmail_added_sent(s, str(profile["historyId"])))
     s.measured["history_lag_s"] = waited
     ours = [h for h in (_gmail_headers(s, m) for m in added) if h.get("x-tidemark-key") == key]
+    # The probe reads a draft still there as never sent: the draft must be gone once sent.
+    draft_after = s.call("GET", _gmail(s, f"/drafts/{draft_id}"), s.endpoints.gmail_read_token,
+                         params={"format": "minimal"})
     return {"sent_has_sent_label": "SENT" in (sent.get("labelIds") or []),
+            "draft_gone_after_send": draft_after.status_code == 404,
             "history_shows_sent": bool(ours),
             "copies_sent": len(ours),
             "custom_header_kept": bool(ours),
@@ -258,9 +270,44 @@ def _graph_message(s: Session, mid: str, prop: str = MESSAGE_FLAGS_ID) -> httpx.
         "$expand": f"singleValueExtendedProperties($filter=id eq '{prop}')"})
 
 
+def prop_id(value: str) -> str:
+    """An extended property's id in one spelling: a tagged one's tag as a number (Graph
+    answers ``Integer 0xe07`` for ``Integer 0x0E07``), a named one lower-cased."""
+    kind, _, tag = value.strip().partition(" ")
+    try:
+        return f"{kind.lower()} {int(tag, 16):#x}" if tag.lower().startswith("0x") else \
+            value.strip().lower()
+    except ValueError:
+        return value.strip().lower()
+
+
 def _graph_props(message: Mapping[str, Any]) -> dict[str, str]:
-    return {str(p.get("id", "")).lower(): str(p.get("value"))
+    """The message's single-value extended properties by ``prop_id``."""
+    return {prop_id(str(p.get("id", ""))): str(p.get("value"))
             for p in message.get("singleValueExtendedProperties") or []}
+
+
+def _graph_flags(message: Mapping[str, Any]) -> int | None:
+    value = _graph_props(message).get(prop_id(MESSAGE_FLAGS_ID))
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
+
+
+def _graph_key_filter(s: Session, folder: str | None, key: str) -> list[dict[str, Any]]:
+    """The probe's own read: messages whose key property is ``key``, in every folder
+    (``folder`` None: ``/me/messages``) or in one, with the key and flags expanded."""
+    e = s.endpoints
+    base = f"{e.graph_url}/me/messages" if folder is None else \
+        f"{e.graph_url}/me/mailFolders/{folder}/messages"
+    r = s.call("GET", base, e.graph_token, params={
+        "$filter": f"singleValueExtendedProperties/any(ep: ep/id eq '{KEY_PROPERTY_ID}' "
+                   f"and ep/value eq '{key}')",
+        "$expand": f"singleValueExtendedProperties($filter=id eq '{KEY_PROPERTY_ID}' "
+                   f"or id eq '{MESSAGE_FLAGS_ID}')",
+        "$select": "id,internetMessageId,isDraft,parentFolderId"})
+    return list((_expect(r, 200) or {}).get("value") or [])
 
 
 def check_graph_submission(s: Session) -> dict[str, Any]:
@@ -275,24 +322,35 @@ def check_graph_submission(s: Session) -> dict[str, Any]:
     drafts = _expect(s.call("GET", f"{e.graph_url}/me/mailFolders/drafts", e.graph_token,
                             params={"$select": "id"}), 200)["id"]
     sent = s.call("POST", f"{e.graph_url}/me/messages/{draft['id']}/send", e.graph_token)
-    after = _graph_message(s, draft["id"])
-    first = after.json() if after.status_code == 200 else {}
-    flags = _graph_props(first).get(MESSAGE_FLAGS_ID.lower())
-    in_drafts = after.status_code == 200 and first.get("parentFolderId") == drafts
-    second = s.call("POST", f"{e.graph_url}/me/messages/{draft['id']}/send", e.graph_token)
+    # Every look while the message is still in Drafts, from right after the 202 until the
+    # transport moves it: the flag must be there at each, not only at some.
+    looks: list[int | None] = []
+    started = time.monotonic()
 
     def moved() -> bool:
         r = _graph_message(s, draft["id"])
-        return r.status_code == 404 or (r.status_code == 200
-                                        and r.json().get("parentFolderId") != drafts)
+        if r.status_code == 200 and r.json().get("parentFolderId") == drafts:
+            looks.append(_graph_flags(r.json()))
+            return False
+        return r.status_code in (200, 404)
 
+    moved()
+    in_drafts = bool(looks)
+    second = s.call("POST", f"{e.graph_url}/me/messages/{draft['id']}/send", e.graph_token)
     _, waited = _poll(moved)
+    unflagged = [f for f in looks if f is None or not f & MSGFLAG_SUBMIT]
     s.measured["seconds_in_drafts_after_send"] = waited if in_drafts else 0
+    s.measured["looks_in_drafts"] = len(looks)
+    s.measured["unflagged_looks_in_drafts"] = len(unflagged)
+    found = _graph_key_filter(s, None, key)
+    in_sent = _graph_key_filter(s, "sentitems", key)
+    s.measured["seconds_to_sent_items"] = round(time.monotonic() - started, 1)
     return {"send_answers_202": sent.status_code == 202 and not sent.content,
-            "key_property_kept": _graph_props(stamped).get(KEY_PROPERTY_ID.lower()) == key,
+            "key_property_kept": _graph_props(stamped).get(prop_id(KEY_PROPERTY_ID)) == key,
             "in_drafts_right_after_202": in_drafts,
-            "submit_flag_while_in_drafts": (flags is not None and in_drafts
-                                            and int(flags) & MSGFLAG_SUBMIT != 0),
+            "submit_flag_while_in_drafts": in_drafts and not unflagged,
+            "key_filter_finds_it": len(found) == 1,
+            "key_filter_on_sent_items_finds_it": len(in_sent) == 1,
             "second_send_status": second.status_code}
 
 
@@ -329,6 +387,7 @@ def check_stripe_reads(s: Session) -> dict[str, Any]:
                             params={"created[gte]": int(made["created"]) - 1, "limit": 100}), 200)
     facts: dict[str, Any] = {
         "list_by_created_finds_it": any(p["id"] == made["id"] for p in listed["data"])}
+    facts["restricted_key_given"] = bool(e.stripe_restricted_key)
     if e.stripe_restricted_key:
         got = s.call("GET", f"{e.stripe_url}/v1/payment_intents/{made['id']}",
                      e.stripe_restricted_key)
@@ -336,6 +395,12 @@ def check_stripe_reads(s: Session) -> dict[str, Any]:
         facts["metadata_to_restricted_key"] = (body.get("metadata") or {}).get(
             "tidemark_key") == key
         facts["amount_to_restricted_key"] = body.get("amount") == 100
+        # The probe's own read: the list by created[gte], with the restricted key.
+        mine = _expect(s.call("GET", f"{e.stripe_url}/v1/payment_intents",
+                              e.stripe_restricted_key,
+                              params={"created[gte]": int(made["created"]) - 1, "limit": 100}),
+                       200)
+        facts["restricted_list_finds_it"] = any(p["id"] == made["id"] for p in mine["data"])
     return facts
 
 
@@ -351,6 +416,28 @@ class Assumption:
     required: dict[str, Any]  # facts that must hold for our probes as written
     switches: tuple[str, ...]  # the staging switches (target.name) that show the other side
     check: Callable[[Session], dict[str, Any]]
+    # Facts that must hold together: (fact, value, then fact, value). A state the probe reads
+    # wrongly is a combination ("in Drafts right after the 202" without "flagged"), which
+    # facts checked one by one never catch.
+    together: tuple[tuple[str, Any, str, Any], ...] = ()
+
+    def broken(self, facts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """What these facts break: each required fact that differs, and each fact that
+        another fact's value requires (``together``); a fact not recorded differs."""
+        failed = {k: {"expected": v, "got": facts.get(k)} for k, v in self.required.items()
+                  if facts.get(k) != v}
+        for when, is_, then, must in self.together:
+            if facts.get(when) == is_ and facts.get(then) != must:
+                failed[then] = {"expected": must, "got": facts.get(then),
+                                "because": f"{when} is {is_!r}"}
+        return failed
+
+    def contradictions(self, facts: Mapping[str, Any]) -> list[str]:
+        """The ``together`` rules a recording breaks (a fixture records only some facts: a
+        rule applies once its first fact is there, and a second fact missing breaks it)."""
+        return [f"{when} is {is_!r} but {then} is {facts.get(then)!r}, not {must!r}"
+                for when, is_, then, must in self.together
+                if facts.get(when) == is_ and facts.get(then) != must]
 
 
 ASSUMPTIONS: tuple[Assumption, ...] = (
@@ -370,23 +457,29 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         check_drive_trashed_visible),
     Assumption(
         "gmail.send", "gmail",
-        "drafts.send sends the draft once, labelled SENT; history.list since the snapshot's "
-        "historyId shows it; a custom X- header is kept (the Message-ID may be replaced)",
+        "drafts.send sends the draft once, labelled SENT, and the draft is gone; history.list "
+        "of label SENT since the snapshot's historyId shows it; a custom X- header is kept "
+        "(undocumented: the live check records it; the Message-ID may be replaced)",
         "Gmail API: users.drafts.send, users.history.list (messageAdded), users.messages.get "
         "format=metadata",
-        "probes/gmail.py (our sent copy: SENT label and X-Tidemark-Key, found in history)",
+        "probes/gmail.py (our sent copy: SENT label and X-Tidemark-Key, found in history; "
+        "a draft still there was never sent)",
         {"sent_has_sent_label": True, "history_shows_sent": True, "copies_sent": 1,
-         "custom_header_kept": True},
+         "custom_header_kept": True, "draft_gone_after_send": True},
         ("gmail.concurrent_draft_send", "gmail.gone_draft_send_status"), check_gmail_send_once),
     Assumption(
         "graph.submission", "graph",
         "send of a draft answers 202 with no body; the message may stay in Drafts, flagged "
         "submitted, until the transport moves it to Sent Items",
-        "Microsoft Graph: message: send; sendMail ('things to know': the message is saved in "
-        "Drafts until the send is processed)",
-        "probes/graph.py: a submitted draft is done or in doubt, never absent",
-        {"send_answers_202": True, "key_property_kept": True},
-        ("graph.submitted_stays_in_drafts_s", "graph.second_send"), check_graph_submission),
+        "Microsoft Graph: message: send (202 Accepted, no body; saves the message in Sent "
+        "Items). 'Outlook: things to know about send mail' describes sendMail, reply and "
+        "forward (a draft saved, the 202, then transport); nothing documents PR_MESSAGE_FLAGS "
+        "during that window",
+        "probes/graph.py: a submitted draft is done or in doubt, never absent; our copy is "
+        "found by the key property's filter",
+        {"send_answers_202": True, "key_property_kept": True, "key_filter_finds_it": True},
+        ("graph.submitted_stays_in_drafts_s", "graph.second_send"), check_graph_submission,
+        together=(("in_drafts_right_after_202", True, "submit_flag_while_in_drafts", True),)),
     Assumption(
         "stripe.idempotency", "stripe",
         "the same Idempotency-Key with the same parameters replays the first answer "
@@ -400,10 +493,12 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "stripe.reads", "stripe",
         "a PaymentIntent is listed by created[gte] at once; a restricted key reads its amount "
         "(metadata may be withheld)",
-        "Stripe API: List all PaymentIntents (created filter); Restricted API keys; Metadata",
-        "probes/stripe.py: matching by what Stripe always returns",
+        "Stripe API: List all PaymentIntents (created filter); Search, Data freshness (list "
+        "APIs are not subject to search's delay); Restricted API keys; Metadata",
+        "probes/stripe.py: matching by what Stripe always returns, listed with the read key",
         {"list_by_created_finds_it": True},
-        ("stripe.restricted_key_metadata",), check_stripe_reads),
+        ("stripe.restricted_key_metadata",), check_stripe_reads,
+        together=(("restricted_key_given", True, "restricted_list_finds_it", True),)),
 )
 
 
@@ -435,8 +530,7 @@ def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, An
     except (CheckFailed, httpx.HTTPError, KeyError, ValueError) as err:
         return {**out, "status": "error", "error": f"{type(err).__name__}: {err}",
                 "exchanges": s.exchanges}
-    failed = {k: {"expected": v, "got": facts.get(k)} for k, v in a.required.items()
-              if facts.get(k) != v}
+    failed = a.broken(facts)
     return {**out, "status": "broken" if failed else "held", "facts": facts,
             "measured": s.measured, "failed": failed, "exchanges": s.exchanges}
 

@@ -35,7 +35,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from activities.fs import FsRename  # noqa: E402
 from helpers.ledger import LedgerRecord  # noqa: E402
 from tidemark.actions import Registry  # noqa: E402
-from tidemark.approval import parse_policy  # noqa: E402
+from tidemark.approval import parse_policy, unattended  # noqa: E402
 from tidemark.database import EmbeddedPostgres  # noqa: E402
 from tidemark.errors import TargetUnavailable  # noqa: E402
 from tidemark.plan import load_plan  # noqa: E402
@@ -256,6 +256,7 @@ async def record(names: list[str]) -> None:
         dev_server_log_level="error", dev_server_extra_args=dev_server_args())
     store = JournalStore(pg.url()).open()  # every scenario has its own task ids
     store.migrate()
+    unattended(store, "recordings")
     index: dict[str, str] = json.loads(INDEX.read_text()) if INDEX.exists() else {}
     try:
         for name in names:

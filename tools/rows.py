@@ -32,11 +32,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from tidemark.errors import TidemarkError, UnknownTask
+from tidemark.limits import ID_RE, ID_RULE
 from tidemark.needs import Need
 from tidemark.settings import Settings
 from tidemark.waiting import task_need
 from tools.commands import ALL_TASKS, open_store
-from tools.inbox import TEMPORAL_WAIT_S
+from tools.inbox import ROW_PREFIX, ROWS_OPEN, TEMPORAL_WAIT_S
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
     from tidemark.payloads import TaskNeed
     from tidemark.store import JournalStore
 
-ROWS_OPEN = 'WorkflowType = "NeedsPerson" AND ExecutionStatus = "Running"'
-ROW_PREFIX = "tidemark-needs-"  # workflows.needs_person.holder_id
 # The runs waiting at the boundary (RunPlan: TidemarkNeeds says approval, or stopped while it
 # waits; a run that ended is not open).
 WAITING_RUNS = ('WorkflowType = "RunPlan" AND ExecutionStatus = "Running" AND '
@@ -58,19 +57,36 @@ async def _in_scope(client: Client, store: JournalStore, scope: str, query: str,
                     prefix: str) -> list[str]:
     """The tasks of this journal in ``scope`` (a task id, ``series:S`` or ``*``) that may
     have an open workflow ``prefix<task>`` among those ``query`` lists (a namespace may
-    serve other journals too: their tasks are left alone)."""
+    serve other journals too: their tasks are left alone). A workflow whose id names no task
+    the journal could hold (a NUL, a control character, too long: started by hand, or by a
+    version that took any id) is skipped with one line: it is no task of a journal."""
     if _one_task(scope):
         return [scope]
     listed = client.list_workflows(query, rpc_timeout=WAIT)
-    tasks = [w.id.removeprefix(prefix) async for w in listed if w.id.startswith(prefix)]
+    tasks = []
+    async for w in listed:
+        if not w.id.startswith(prefix):
+            continue
+        task_id = w.id.removeprefix(prefix)
+        if ID_RE.fullmatch(task_id):
+            tasks.append(task_id)
+        else:
+            skipped(f"the workflow {ascii(w.id)[:120]}", "its id names no task the journal "
+                    f"can hold ({ID_RULE})")
     if scope == ALL_TASKS:
         return [t for t in tasks if store.task_known(t)]
     series = scope.removeprefix("series:")
     return [t for t in tasks if store.series_of(t) == series]
 
 
+def skipped(what: str, why: str) -> None:
+    """One line on stderr: a row a command over many could not handle, and went on without."""
+    print(f"tidemark: skipped {what}: {why}".replace("\n", " "), file=sys.stderr)
+
+
 async def _signal(client: Client, workflow_id: str, name: str, arg: object) -> None:
-    """Sends a signal; a workflow that is not open (no row, no waiting run) is left alone."""
+    """Sends a signal; a workflow that is not open (no row, no waiting run) is left alone, and
+    one Temporal refuses the signal for is skipped with one line: the others are still told."""
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
@@ -78,7 +94,7 @@ async def _signal(client: Client, workflow_id: str, name: str, arg: object) -> N
             name, arg, rpc_timeout=WAIT)
     except RPCError as e:
         if e.status != RPCStatusCode.NOT_FOUND:
-            raise
+            skipped(f"telling {workflow_id}", f"{type(e).__name__}: {e}")
 
 
 async def _bring_in_line(settings: Settings, url: str, scope: str, by: str,
@@ -108,10 +124,14 @@ async def _bring_in_line(settings: Settings, url: str, scope: str, by: str,
 
 
 def _need(store: JournalStore, task_id: str) -> TaskNeed | None:
-    """What the journal says the task needs now; None for an id with no stored plan."""
+    """What the journal says the task needs now; None for an id with no stored plan, and for
+    a task whose reading fails (skipped with one line: the others are still brought in line)."""
     try:
         return task_need(store, task_id)
     except UnknownTask:
+        return None
+    except TidemarkError as e:
+        skipped(f"the worklist row of {task_id}", f"{type(e).__name__}: {e}")
         return None
 
 

@@ -69,12 +69,14 @@ async def scene(stack: Any, home: Path) -> dict[str, str]:
     from temporalio.client import Client
 
     from helpers.worklist import make_tasks
+    from tidemark.approval import unattended
     from tidemark.store import JournalStore
 
     client = await Client.connect(stack.address)
     store = JournalStore(stack.db_url).open()
     try:
         store.migrate()
+        unattended(store, "screenshots")  # a scratch journal: unattended
         return await make_tasks(client, store, "tidemark", home / "tasks", prefix="q3")
     finally:
         store.close()

@@ -30,10 +30,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
-    from tidemark.errors import END_STATES
+    from tidemark.errors import END_STATES, InputError
+    from tidemark.limits import ID_RE, LABEL_MAX, NOTE_MAX, cut, within
     from tidemark.needs import Need, need_of, sentence
     from tidemark.payloads import (
         AWAITING_APPROVAL,
@@ -47,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         VERIFICATION_FAILED,
         BoundaryInput,
         BoundaryOutcome,
+        DecisionInput,
         HaltInput,
         Prepared,
         PrepareInput,
@@ -60,21 +64,29 @@ with workflow.unsafe.imports_passed_through():
         TaskNeed,
         WindowInput,
     )
+    from tidemark.words import Decision
     from workflows.needs_person import hold, release
     from workflows.outcome import ended
     from workflows.shared import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
+        DECIDER_WAIT,
+        DECISION_RETRY,
         GATE_PER_STEP,
         KILL_WAIT,
         NEEDS,
         NEEDS_PATCH,
+        NO_INPUT,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        decisions_queue,
+        decoded,
         end_state_of,
+        signal_note,
+        signal_text,
     )
 
 
@@ -132,9 +144,12 @@ WAITS_UNDER_STOP = "waits-under-stop"
 # once (workflow.patched).
 VERIFIED_END = "wire-verified-end"
 
-# The Web UI's current details list at most this many irreversible steps while a run awaits
-# approval (the details are metadata of every workflow task: kept small).
-DETAILS_LINES = 40
+# A run refused before it read a plan (its input is not an object, cannot be decoded, or asks
+# for an unknown execution mode) opens no worklist row: it names no task, only its workflow id
+# does, and a row under that id would speak for a task the journal may hold and know better.
+# Runs from before opened one for the task the workflow id names (workflow.patched).
+UNREAD_OPENS_NO_ROW = "input-unread-opens-no-row"
+
 
 @workflow.defn(name="RunPlan")
 class RunPlan:
@@ -151,6 +166,7 @@ class RunPlan:
         self._needs_patched: bool | None = None
         self._releasing: asyncio.Task[None] | None = None
         self._began = False  # prepare returned: it journaled this run's beginning
+        self._unread = False  # refused before it read a plan: it opens no worklist row
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
 
     def _holds(self) -> bool:
@@ -178,14 +194,15 @@ class RunPlan:
         return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
-    def kill(self, note: dict[str, Any] | None = None) -> None:
+    def kill(self, note: RawValue = NO_INPUT) -> None:
         """``tidemark kill`` announces itself before it terminates the run. The search
         attribute says ``killed`` at once (a terminated run cannot change it afterwards); the
         attempt under way may finish, so that its step is settled rather than left in doubt,
-        and nothing after it starts. The run then waits for its termination."""
+        and nothing after it starts. The run then waits for its termination. Any payload is
+        taken (``{"by", "reason"}``, cut to the journal's limits; anything else: none)."""
         if self._killed is not None:
             return
-        self._killed = dict(note or {})
+        self._killed = dict(signal_note(note, "kill signal"))
         self._result.state = KILLED
         workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
         said = f"by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}"
@@ -195,21 +212,79 @@ class RunPlan:
             "starts")
 
     @workflow.signal
-    def approval(self, decision: dict[str, Any] | None = None) -> None:
+    def approval(self, decision: RawValue = NO_INPUT) -> None:
         """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
         the run wakes and reads the decision from the journal, which is what counts."""
         self._approval_news = True
 
+    @workflow.update(name="approve", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def approve_update(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Approves the run's irreversible steps, as ``tidemark approve`` does, from Temporal's
+        side (``temporal workflow update execute --name approve --workflow-id tidemark-T
+        --input '{"by": "ana", "note": "checked"}'``, or the Web UI's update form). A decider
+        records it under its login role in the journal, which may refuse it; the answer is
+        what the journal committed, or why it refused."""
+        return await self._decided(Decision.APPROVE, request)
+
+    @approve_update.validator
+    def _validate_approve(self, request: dict[str, Any] | None = None) -> None:
+        self._check_decision(request)
+
+    @workflow.update(name="reject", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def reject_update(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Rejects the run's irreversible steps (as ``tidemark reject``); see approve."""
+        return await self._decided(Decision.REJECT, request)
+
+    @reject_update.validator
+    def _validate_reject(self, request: dict[str, Any] | None = None) -> None:
+        self._check_decision(request)
+
+    def _check_decision(self, request: Any) -> None:
+        """Refuses at once an update this run cannot take: it waits for no approval now, or
+        its input is not ``{"by"?, "note"?}`` of strings within the journal's lengths."""
+        if not (self._waiting and self._result.state == AWAITING_APPROVAL):
+            raise ApplicationError(
+                f"tidemark-{self._result.task_id} is {self._result.state}, not waiting for "
+                "approval; nothing was decided", type="NotWaiting", non_retryable=True)
+        limits = {"by": LABEL_MAX, "note": NOTE_MAX}
+        if request is not None and (
+                not isinstance(request, dict) or set(request) - set(limits)
+                or any(not isinstance(v, str) or len(v) > limits[k]
+                       for k, v in request.items())):
+            raise ApplicationError(
+                f'the input is {{"by": NAME, "note": TEXT}}, both optional strings, by at most '
+                f"{LABEL_MAX} characters and note at most {NOTE_MAX}; nothing "
+                "was decided", type="BadInput", non_retryable=True)
+
+    async def _decided(self, decision: str, request: dict[str, Any] | None) -> dict[str, Any]:
+        """Has a decider record the decision in the journal; wakes the run on success."""
+        req = request or {}
+        inp = DecisionInput(self._result.task_id, decision, str(req.get("by") or ""),
+                            str(req.get("note") or ""))
+        try:
+            done: dict[str, Any] = await workflow.execute_activity(
+                "record_decision", inp, result_type=dict,
+                task_queue=decisions_queue(workflow.info().task_queue),
+                schedule_to_start_timeout=DECIDER_WAIT,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=DECISION_RETRY,
+                summary=f"{decision}, recorded by a decider")
+        except ActivityError as e:
+            raise ApplicationError(_decider_refusal(e, self._result.task_id),
+                                   type="DecisionRefused", non_retryable=True) from None
+        self._approval_news = True
+        return done
+
     @workflow.signal
-    def unwinding(self, unwind_workflow_id: str = "") -> None:
+    def unwinding(self, unwind_workflow_id: RawValue = NO_INPUT) -> None:
         """An unwind of this task began (UnwindPlan sends it once the task is stopped): a run
         that waits for a person at the boundary ends ``stopped`` instead of waiting for ever
         for a decision that can no longer come. A run between steps needs no word: its next
         step meets the stop state."""
-        self._unwinding = unwind_workflow_id or "an unwind"
+        self._unwinding = signal_text(unwind_workflow_id, "unwinding signal", LABEL_MAX) \
+            or "an unwind"
 
     @workflow.signal
-    def recheck(self, by: str = "") -> None:
+    def recheck(self, by: RawValue = NO_INPUT) -> None:
         """A person stopped or released the task (`tidemark stop`, `release`: tools/rows.py):
         a run waiting at the boundary runs its gate again and reads the stop state, so that
         its state and TidemarkNeeds say what holds it (stopped, or approval once released).
@@ -218,10 +293,12 @@ class RunPlan:
             self._approval_news = True
 
     @workflow.signal
-    def halt(self, reason: str = "") -> None:
+    def halt(self, reason: RawValue = NO_INPUT) -> None:
         """Stop the task durably: the attempt under way finishes, nothing after it starts, and
-        a step that keeps failing stops at its next attempt."""
-        self._halt_reason = reason or "halt signal"
+        a step that keeps failing stops at its next attempt. Whatever the payload: a reason
+        that is not a string, too long or not decodable halts all the same, with the reason
+        made one line the journal holds (workflows.shared.signal_text)."""
+        self._halt_reason = signal_text(reason, "halt signal") or "halt signal"
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -233,10 +310,11 @@ class RunPlan:
                 "execution": "fast" if self._fast else "activity"}
 
     @workflow.run
-    async def run(self, document: Any) -> RunResult:
+    async def run(self, document: RawValue = NO_INPUT) -> RunResult:
         """Completes only when every step is done; every other end state fails the workflow
         with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
-        tells the runs that need a person from the finished ones."""
+        tells the runs that need a person from the finished ones. The input is decoded here
+        (workflows.shared.decoded): an input that cannot be ends the run at once."""
         result = await self._run(document)
         await self._released()
         state, need = result.state, need_of(result.state, result.error)
@@ -259,7 +337,8 @@ class RunPlan:
             # it opens if it does not finish. Once the unwind ended, the journal's word is the
             # unwind's too; while it still works, the run's word (stopped) would be wrong.
             need = Need.NOTHING
-        if need != Need.NOTHING and result.task_id and self._holds():
+        if need != Need.NOTHING and result.task_id and self._holds() and not (
+                self._unread and workflow.patched(UNREAD_OPENS_NO_ROW)):
             await hold(result.task_id, state, need, said)
         if self._killed is not None:
             # Ended by `tidemark kill`, which terminates the run as soon as it took the kill
@@ -286,10 +365,14 @@ class RunPlan:
         prepare (persist the plan, read the journal and the stop state, describe the window
         of steps this run takes), run them (in batches on the fast path), then continue as new
         or complete. Each phase returns the run's end when it ends the run."""
-        execution = self._read_input(document)
+        try:
+            read: Any = decoded(document, "input")
+        except InputError as e:
+            read = e
+        execution = self._read_input(read)
         if isinstance(execution, RunResult):
             return execution
-        prep = await self._prepare(document)
+        prep = await self._prepare(read)
         if isinstance(prep, RunResult):
             return prep
         first = prep.next_step
@@ -310,21 +393,26 @@ class RunPlan:
 
     def _read_input(self, document: Any) -> str | RunResult:
         """The execution mode the input asks for, or the run's end (``failed``, a PlanError,
-        nothing persisted) for an input that is not a plan object or names no known mode."""
+        nothing persisted) for an input that is not a plan object, could not be decoded (an
+        InputError) or names no known mode. The run's task id (its worklist row's) is the one
+        the input names, or for an input that is not an object the one its workflow id names,
+        and only when the journal could hold it: else the run opens no row."""
+        wid = workflow.info().workflow_id
+        named = document.get("task_id") if isinstance(document, dict) else \
+            wid.removeprefix("tidemark-") if wid.startswith("tidemark-") else None
+        task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else ""
+        self._result.task_id = task_id
         if not isinstance(document, dict):
-            # Typed as Any so that any JSON arrives here and ends the run readably, instead of
-            # failing every workflow task while the payload cannot be decoded.
-            wid = workflow.info().workflow_id
-            if wid.startswith("tidemark-"):
-                self._result.task_id = wid.removeprefix("tidemark-")
-                workflow.upsert_search_attributes([TASK_ID.value_set(self._result.task_id)])
-            return self._end(FAILED, {"type": "PlanError", "message":
-                                      "the input must be a plan object {task_id?, steps} or "
-                                      f"{{task_id}} of a stored plan, not "
-                                      f"{type(document).__name__}", "step": None})
-        self._result.task_id = str(document.get("task_id") or "")
+            self._unread = True
+            if task_id:
+                workflow.upsert_search_attributes([TASK_ID.value_set(task_id)])
+            message = (str(document) if isinstance(document, InputError) else
+                       "the input must be a plan object {task_id?, steps} or {task_id} of a "
+                       f"stored plan, not {type(document).__name__}")
+            return self._end(FAILED, {"type": "PlanError", "message": message, "step": None})
         execution = document.get("execution", "activity")
         if execution not in EXECUTION_MODES:
+            self._unread = True
             return self._end(FAILED, {"type": "PlanError", "message":
                                       f"execution must be one of {', '.join(EXECUTION_MODES)}, "
                                       f"not {execution!r}", "step": None})
@@ -433,6 +521,12 @@ class RunPlan:
         try:
             out: StepOutput = await attempt
         except (ActivityError, ApplicationError) as e:
+            if _approval_required(e):
+                # The journal refused the irreversible intent: no approval holds in the task's
+                # current epoch (a stop, kill or release since voided it). Ask again, then the
+                # step again.
+                held = await self._boundary(prep.task_id, step, prep.step_count)
+                return held if held is not None else await self._run_one(prep, step, line)
             return await self._failed(e, step)
         if out.status == "failed":
             if self._halt_unrecorded():
@@ -531,6 +625,11 @@ class RunPlan:
             try:
                 out: StepBatchOutput = await attempt
             except (ActivityError, ApplicationError) as e:
+                if _approval_required(e):
+                    held = await self._reask(prep, step)
+                    if held is not None:
+                        return held
+                    continue
                 return await self._failed(e, step)
             r.confirmed += out.ran - (out.failed is not None)
             r.executed += out.executed
@@ -543,6 +642,11 @@ class RunPlan:
             step += out.ran
             if out.error is not None:
                 failure = _as_failure(out.error)
+                if _approval_required(failure):  # as on the activity path: ask again
+                    held = await self._reask(prep, step)
+                    if held is not None:
+                        return held
+                    continue
                 if failure.non_retryable or failure.type in END_STATES:
                     return await self._failed(failure, out.error.step)
                 # Retried as the step alone would be: after the retry policy's first interval
@@ -551,6 +655,14 @@ class RunPlan:
             if workflow.info().get_current_history_length() > FAST_HISTORY_EVENTS:
                 return step - 1
         return last
+
+    async def _reask(self, prep: Prepared, step: int) -> RunResult | None:
+        """After the journal refused step ``step``'s irreversible intent for want of an
+        approval: the boundary again (the next batch passes it anyway when ``step`` is the
+        first irreversible one). Returns the run's end, or None to go on."""
+        if step == prep.first_irreversible:
+            return None
+        return await self._boundary(prep.task_id, step, prep.step_count)
 
     async def _failed(self, e: ActivityError | ApplicationError, step: int) -> RunResult:
         """The run's end after a step's typed failure, with a halt that came meanwhile."""
@@ -610,7 +722,7 @@ class RunPlan:
             if not out.passed:
                 return self._end(VERIFICATION_FAILED, {
                     "type": "VerificationFailed", "message": out.summary, "step": step,
-                    "failures": out.failures})
+                    "failures": out.failures, **({"failed": out.failed} if out.failed else {})})
             if self._halt_reason is not None:
                 return await self._halt(step)
             if out.decision == "reject":
@@ -652,17 +764,23 @@ class RunPlan:
     def _ask(self, task_id: str, step: int, count: int, out: BoundaryOutcome) -> None:
         """The run waits for approval: its state, need and details say what it asks."""
         self._result.state = AWAITING_APPROVAL
-        who = ", ".join(out.approvers) if out.approvers else (
-            "nobody yet (TIDEMARK_APPROVERS, or the series' --approvers)")
+        waiting = max(out.waiting, len(out.irreversible))  # results from before: all listed
+        who = (", ".join(out.approvers) if out.approvers
+               else "any member of tidemark_approver")
+        listed = within(out.irreversible)
+        more = waiting - len(listed)
         workflow.set_current_details(
             f"Task {task_id} waits for approval of its irreversible steps from step "
             f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
                                  else "") + f" — `tidemark approve {task_id}` or "
-            f"`tidemark reject {task_id}`, run by one of: {who}.\n\n"
-            f"**awaiting approval** ({out.summary}). The irreversible steps will do:\n\n"
-            + "\n".join(f"- {line}" for line in out.irreversible[:DETAILS_LINES])
-            + (f"\n- … and {len(out.irreversible) - DETAILS_LINES} more irreversible steps"
-               if len(out.irreversible) > DETAILS_LINES else ""))
+            f"`tidemark reject {task_id}`, by a database role the journal lets decide: "
+            f"{who}.\n\n**awaiting approval** ({out.summary})"
+            + (f"; {out.why}" if out.why else "") + "."
+            + (f"\n\n**In all:** {out.glance}" if out.glance else "")
+            + "\n\nThe irreversible steps will do:\n\n"
+            + "\n".join(f"- {line}" for line in listed)
+            + (f"\n- … and {more} more irreversible steps (`tidemark status {task_id}` lists "
+               "every one)" if more else ""))
         workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
                                            *self._needs(Need.APPROVAL)])
 
@@ -707,7 +825,7 @@ class RunPlan:
         await workflow.execute_activity(
             "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
-            summary=f"halt before step {next_step}: {self._halt_reason}")
+            summary=cut(f"halt before step {next_step}: {self._halt_reason}", 200))
         self._result.stopped_at = next_step
 
     def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
@@ -733,6 +851,26 @@ class RunPlan:
         workflow.upsert_search_attributes([STATE.value_set(state),
                                            *self._needs(need_of(state, error))])
         return self._result
+
+
+def _decider_refusal(e: ActivityError, task_id: str) -> str:
+    """Why a decision sent as an update was not recorded: the journal's line, or that no
+    decider took it."""
+    cause = e.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    if isinstance(cause, TemporalTimeout):
+        return (f"no decider took the decision within {DECIDER_WAIT.total_seconds():g} s: run "
+                "`tidemark decider` with an approver's DATABASE_URL for this task queue, or "
+                f"`tidemark approve {task_id}`; nothing was decided")
+    return f"the decider failed: {cause}; nothing was decided"
+
+
+def _approval_required(e: ActivityError | ApplicationError) -> bool:
+    """Whether a step failed because the journal refused its irreversible intent for want of
+    an approval in the task's current epoch (tidemark.errors.ApprovalRequired)."""
+    cause = e.cause if isinstance(e, ActivityError) else e
+    return isinstance(cause, ApplicationError) and cause.type == "ApprovalRequired"
 
 
 def _as_failure(error: StepError) -> ApplicationError:

@@ -14,10 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.errors import InputError
     from tidemark.payloads import FAILED, KILLED, PlannerInput, RunResult
     from tidemark.series_names import scheduled_task_id
     from workflows.outcome import ended, result_of
@@ -25,8 +26,10 @@ with workflow.unsafe.imports_passed_through():
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,
+        NO_INPUT,
         STATE,
         TASK_ID,
+        decoded,
         end_state_of,
     )
 
@@ -49,7 +52,7 @@ class ScheduledRun:
         self._killed = False
 
     @workflow.signal
-    def kill(self, note: dict[str, Any] | None = None) -> None:
+    def kill(self, note: RawValue = NO_INPUT) -> None:
         """``tidemark kill`` announces itself before it terminates this run (and its child):
         the list shows ``killed`` from now on, also after the termination."""
         self._killed = True
@@ -60,8 +63,18 @@ class ScheduledRun:
             workflow.upsert_search_attributes([STATE.value_set(state)])
 
     @workflow.run
-    async def run(self, inp: dict[str, Any]) -> RunResult:
-        result = await self._run(inp)
+    async def run(self, inp: RawValue = NO_INPUT) -> RunResult:
+        """Decodes its input itself (workflows.shared.decoded): one that cannot be, or is not
+        an object, ends the run at once, failed."""
+        try:
+            read: Any = decoded(inp, "input")
+        except InputError as e:
+            read = e
+        if not isinstance(read, dict):
+            return ended(RunResult(task_id="", state=FAILED, steps=0, confirmed=0, error={
+                "type": "PlanError", "message": str(read) if isinstance(read, InputError)
+                else "the input must be {series, planner, args}"}))
+        result = await self._run(read)
         if self._killed:
             # `tidemark kill` terminates it (after its child) meanwhile: it ends Terminated, not
             # Failed on the child it was running.

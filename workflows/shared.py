@@ -3,13 +3,16 @@ activities, and how a typed failure of an activity ends a run."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tidemark.errors import END_STATES
+from tidemark.errors import END_STATES, InputError
+from tidemark.limits import LABEL_MAX, REASON_MAX, cut, decode_json
 from tidemark.needs import ATTRIBUTE as NEEDS_ATTRIBUTE
 from tidemark.words import TaskState
 
@@ -65,6 +68,23 @@ STEP_RETRY = RetryPolicy(
 )
 BOOKKEEPING_RETRY = STEP_RETRY
 
+# A decision sent as a RunPlan update (`temporal workflow update execute --name approve`) is
+# recorded by a decider: a process on the task queue of this name that holds an approver's
+# login role (`tidemark decider`). A worker's role decides nothing, so the worker cannot.
+DECISIONS_QUEUE_SUFFIX = "-decisions"
+# How long an update waits for a decider to take its decision before it answers refused: long
+# enough for a decider that polls to take it (it does within a second), short enough that a
+# person at the Web UI's update form is told at once that none runs.
+DECIDER_WAIT = timedelta(seconds=10)
+# A decision is recorded once or refused: never retried (a refusal is the journal's answer).
+DECISION_RETRY = RetryPolicy(maximum_attempts=1)
+
+
+
+def decisions_queue(task_queue: str) -> str:
+    """The task queue a decider serves for the runs of ``task_queue``."""
+    return task_queue + DECISIONS_QUEUE_SUFFIX
+
 
 def end_state_of(e: ActivityError | ApplicationError,
                  step: int | None) -> tuple[TaskState, dict[str, Any]]:
@@ -77,3 +97,58 @@ def end_state_of(e: ActivityError | ApplicationError,
     if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
         raise e
     return END_STATES[cause.type], {"type": cause.type, "message": cause.message, "step": step}
+
+
+# -- what arrives from outside: a workflow's input, a signal's payload ----------------------------
+
+# A workflow's input and its signals' payloads are taken raw (RawValue) and decoded here, in the
+# workflow's code: decoded by the SDK before the code runs, an input Python's json cannot read
+# (nesting deeper than its recursion limit, an integer of thousands of digits) would fail every
+# workflow task ("Failed decoding arguments") and leave the run Running for ever, and a signal
+# whose payload does not decode would be dropped (a halt that never halts).
+NO_INPUT = RawValue(Payload())  # no payload at all (`temporal workflow start` without --input)
+# JSON as Temporal's converters, the `temporal` command and every SDK write it.
+JSON_ENCODING = b"json/plain"
+
+
+def decoded(raw: RawValue, field: str) -> Any:
+    """The JSON value a payload holds (None for no payload, or a null), or InputError naming
+    ``field`` and the limit it passes (tidemark.limits.decode_json): not JSON, too large, too
+    deep, a number Python cannot convert."""
+    payload = raw.payload
+    encoding = payload.metadata.get("encoding", b"")
+    if (not payload.metadata and not payload.data) or encoding == b"binary/null":
+        return None
+    if encoding != JSON_ENCODING:
+        raise InputError(field, f"must be JSON ({JSON_ENCODING.decode()}), not "
+                                f"{cut(encoding.decode('utf-8', 'replace'), 40)}")
+    return decode_json(payload.data, field)
+
+
+def signal_text(raw: RawValue, what: str, max_chars: int = REASON_MAX) -> str:
+    """A signal's payload as one line of text that the journal can hold: a string as it is,
+    any other value as its JSON, an undecodable payload as the line that refuses it; each cut to
+    ``max_chars`` (tidemark.limits.cut). Empty for no payload. Never raises: the signal acts
+    whatever it carries."""
+    try:
+        value = decoded(raw, what)
+    except InputError as e:
+        return cut(f"({e})", max_chars)
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return cut(text, max_chars)
+
+
+def signal_note(raw: RawValue, what: str) -> dict[str, str]:
+    """A signal's object payload (``{"by", "reason"}`` of a kill) with each value as a line the
+    journal can hold (a ``by`` as a label, the rest as a reason); ``{}`` for anything else."""
+    try:
+        value = decoded(raw, what)
+    except InputError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {cut(str(k), LABEL_MAX): cut(v if isinstance(v, str) else json.dumps(v, sort_keys=True),
+                                         LABEL_MAX if k == "by" else REASON_MAX)
+            for k, v in value.items()}

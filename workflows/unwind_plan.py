@@ -25,9 +25,12 @@ import dataclasses
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.errors import InputError
+    from tidemark.limits import ID_RE, ID_RULE
     from tidemark.needs import Need
     from tidemark.payloads import (
         FAILED,
@@ -50,12 +53,15 @@ with workflow.unsafe.imports_passed_through():
         KILL_WAIT,
         NEEDS,
         NEEDS_PATCH,
+        NO_INPUT,
         STATE,
         STEP_HEARTBEAT,
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        decoded,
         end_state_of,
+        signal_note,
     )
 
 # The patch that revokes the undo grants when an unwind ends (workflow.patched).
@@ -111,12 +117,13 @@ class UnwindPlan:
         return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
-    def kill(self, note: dict[str, Any] | None = None) -> None:
+    def kill(self, note: RawValue = NO_INPUT) -> None:
         """``tidemark kill`` announces itself before it terminates the unwind: the state says
-        ``killed`` at once, the compensation under way may finish, no other one starts."""
+        ``killed`` at once, the compensation under way may finish, no other one starts. Any
+        payload is taken (workflows.shared.signal_note)."""
         if self._killed is not None:
             return
-        self._killed = dict(note or {})
+        self._killed = signal_note(note, "kill signal")
         self._result.state = KILLED
         workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
 
@@ -128,8 +135,14 @@ class UnwindPlan:
                 "nothing_to_undo": r.nothing_to_undo}
 
     @workflow.run
-    async def run(self, document: Any) -> UnwindResult:
-        result = await self._run(document)
+    async def run(self, document: RawValue = NO_INPUT) -> UnwindResult:
+        """Decodes its input itself (workflows.shared.decoded): an input that cannot be, or
+        names no task id the journal could hold, ends the unwind at once, failed."""
+        try:
+            read: Any = decoded(document, "input")
+        except InputError as e:
+            read = e
+        result = await self._run(read)
         need = self._need()
         if need != Need.NOTHING and result.task_id and self._holds():
             await self._hold(result, need)
@@ -166,11 +179,16 @@ class UnwindPlan:
         await hold(result.task_id, state, need, said)
 
     async def _run(self, document: Any) -> UnwindResult:
+        if isinstance(document, InputError):
+            return self._end(FAILED, {"type": "PlanError", "message": str(document)})
         if not isinstance(document, dict):
             return self._end(FAILED, {"type": "PlanError", "message":
                                       "the input must be {\"task_id\": ...}, not "
                                       f"{type(document).__name__}"})
         task_id = str(document.get("task_id") or "")
+        if not ID_RE.fullmatch(task_id):  # no task has it: nothing to read, nothing to hold
+            return self._end(FAILED, {"type": "PlanError", "message":
+                                      f"task_id: must be {ID_RULE}"})
         result = await self._unwind(task_id)
         # The compensations' undo grants end with the unwind, however it ended. Histories from
         # before undo grants existed schedule no such activity.

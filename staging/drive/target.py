@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from staging.core import DEFAULT_ACCOUNT, Reply, Target, Token
+from staging.core import DEFAULT_ACCOUNT, DEFAULT_CLIENT, Reply, Switch, Target, Token
 from staging.drive.files import EDIT_ROLES, ROLES, DriveFile, new_file_id, now, prop_str
 from staging.drive.query import parse_query
 from staging.drive.responses import (
@@ -22,6 +22,7 @@ from staging.drive.responses import (
     google_error,
     select_fields,
 )
+from staging.throttle import GOOGLE_STATUS, google_status_switch, google_throttled, rate_switch
 from tidemark import staging_tokens
 
 SCOPE_DRIVE = "https://www.googleapis.com/auth/drive"
@@ -49,6 +50,19 @@ class DriveTarget(Target):
         Token(DEFAULT_WRITE_TOKEN, "drive", [SCOPE_DRIVE]),
         Token(DEFAULT_READ_TOKEN, "drive", [SCOPE_METADATA_READONLY]),
     )
+    switches = (
+        rate_switch("Drive", "Drive's Usage limits: 403 User rate limit exceeded past a quota, "
+                             "429 Too many requests from the backend's own checks."),
+        google_status_switch("Drive's Usage limits (developers.google.com/drive/api/guides/"
+                             "limits)"),
+        Switch("app_properties_visible_to", default="writing_client", worst="writing_client",
+               choices=("writing_client", "project"),
+               doc="Which OAuth clients see the appProperties a client set. Drive's 'Add custom "
+                   "file properties': appProperties are restricted to the app that set them "
+                   "(properties are visible to all apps). Worst, and the default: only the "
+                   "writing OAuth client id, so a read token issued to another client sees "
+                   "no stamp; 'project': every client of the emulator shares them."),
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,6 +86,7 @@ class DriveTarget(Target):
         return (
             web.get("/drive/v3/about", self._h_about),
             web.get("/drive/v3/files", self._h_list),
+            web.post("/drive/v3/files", self._h_create),
             web.get("/drive/v3/files/{file_id}", self._h_get),
             web.patch("/drive/v3/files/{file_id}", self._h_update),
             web.post("/_staging/drive/files", self._h_seed),
@@ -109,6 +124,14 @@ class DriveTarget(Target):
             return google_error(status, "The service is currently unavailable.",
                                  reason="backendError", status="UNAVAILABLE")
         return google_error(status, message, reason=code)
+
+    def throttled(self, op: str) -> web.Response:
+        return google_throttled(self.switch(GOOGLE_STATUS))
+
+    def _client(self, tok: Token) -> str:
+        """Whose appProperties ``tok`` sees and writes (``app_properties_visible_to``)."""
+        return tok.client if self.switch("app_properties_visible_to") == "writing_client" \
+            else DEFAULT_CLIENT
 
     def _not_found(self, file_id: str) -> Reply:
         message = f"File not found: {file_id}."
@@ -149,8 +172,8 @@ class DriveTarget(Target):
         tok = self.authorize(request, *READ_SCOPES)
         await self.before_write(request, "files.get")
         f = self._visible(request.match_info["file_id"], tok)
-        return web.json_response(select_fields(f.resource(tok.client), request.query.get("fields"),
-                                         DEFAULT_FIELDS))
+        return web.json_response(select_fields(f.resource(self._client(tok)),
+                                               request.query.get("fields"), DEFAULT_FIELDS))
 
     async def _h_about(self, request: web.Request) -> web.Response:
         tok = self.authorize(request, *READ_SCOPES)
@@ -165,7 +188,7 @@ class DriveTarget(Target):
         tok = self.authorize(request, *READ_SCOPES)
         await self.before_write(request, "files.list")
         try:
-            match = parse_query(request.query.get("q", ""), tok.client)
+            match = parse_query(request.query.get("q", ""), self._client(tok))
         except ValueError:
             raise self._invalid("q") from None
         try:
@@ -179,7 +202,7 @@ class DriveTarget(Target):
                 and (not f.trashed or f.role_of(tok.account) == "owner") and match(f)]
         page = hits[start:start + size]
         body: dict[str, Any] = {"kind": "drive#fileList", "incompleteSearch": False,
-                                "files": [f.resource(tok.client) for f in page]}
+                                "files": [f.resource(self._client(tok)) for f in page]}
         if start + size < len(hits):
             body["nextPageToken"] = encode_page_token(start + size)
         fields = request.query.get("fields")
@@ -223,7 +246,7 @@ class DriveTarget(Target):
             f.description = patch["description"]
         if "trashed" in patch:
             f.trashed = bool(patch["trashed"])
-        own = f.app_properties_of(tok.client)
+        own = f.app_properties_of(self._client(tok))
         for k, v in (props or {}).items():
             if v is None:
                 own.pop(k, None)
@@ -236,8 +259,29 @@ class DriveTarget(Target):
                     old_name=old_name, name=f.name, app_properties=props or {},
                     client=tok.client)
         self.after_commit(request, fault)
-        return web.json_response(select_fields(f.resource(tok.client), request.query.get("fields"),
-                                         DEFAULT_FIELDS))
+        return web.json_response(select_fields(f.resource(self._client(tok)),
+                                               request.query.get("fields"), DEFAULT_FIELDS))
+
+    async def _h_create(self, request: web.Request) -> web.Response:
+        """``files.create`` of a file without content (metadata only): it is the token's
+        user's, and the creating app may open it (``drive.file``)."""
+        tok = self.authorize(request, *WRITE_SCOPES)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except json.JSONDecodeError:
+            raise Reply(google_error(400, "Parse Error", reason="parseError")) from None
+        if not isinstance(body, dict) or not isinstance(body.get("name", "Untitled"), str):
+            raise Reply(google_error(400, "Parse Error", reason="parseError"))
+        fault = await self.before_write(request, "files.create")
+        f = self.seed(body.get("name", "Untitled"), owner=tok.account,
+                      mime_type=str(body.get("mimeType", "application/octet-stream")))
+        f.apps.add(tok.client)
+        own = f.app_properties_of(self._client(tok))
+        own.update({k: prop_str(v) for k, v in (body.get("appProperties") or {}).items()})
+        self.record("files.create", None, file_id=f.id, name=f.name, client=tok.client)
+        self.after_commit(request, fault)
+        return web.json_response(select_fields(f.resource(self._client(tok)),
+                                               request.query.get("fields"), DEFAULT_FIELDS))
 
     # control ---------------------------------------------------------------------------------
 

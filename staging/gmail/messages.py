@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import time
 from typing import Any
 
 from aiohttp import web
@@ -75,8 +76,10 @@ class MessageRoutes(GmailMailboxes):
         size = int_param(self, request, "maxResults", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
         offset = page_offset(self, request.query.get("pageToken"))
         fault = await self.before_write(request, "history.list")
+        forgotten = time.time() - self.switch("history_kept_s")
         with self._lock:
-            if start < box.history_floor - 1:
+            gone = [r.id for r in box.history if r.at < forgotten]  # kept no more
+            if start < box.history_floor - 1 or (gone and start < max(gone)):
                 raise self.not_found()  # documented: an out-of-date startHistoryId is a 404
             found = [r for r in box.history if r.id > start
                      and (not types or r.kind in types)

@@ -4,6 +4,7 @@ each mailbox's drafts and its history of changes, with ids that grow as Gmail's 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.message import Message
@@ -46,6 +47,7 @@ class HistoryRecord:
     kind: str
     message: dict[str, Any]
     labels: list[str] = field(default_factory=list)  # for labelAdded / labelRemoved
+    at: float = field(default_factory=time.time)  # when it was recorded (history_kept_s)
 
 
 @dataclass

@@ -23,3 +23,14 @@ GONE_DRAFT_STATUS = Switch(
         "Undocumented (users.drafts/send lists no errors); 404 NOT_FOUND is what Google's "
         "error model suggests for a missing resource (cloud.google.com/apis/design/errors), "
         "400 FAILED_PRECONDITION or INVALID_ARGUMENT, or a 500, are as plausible.")
+
+# users.history.list, startHistoryId: "A historyId is typically valid for at least a week, but in
+# some rare circumstances may be valid for only a few hours. If you receive an HTTP 404 error
+# response, your application should perform a full sync." (developers.google.com/workspace/
+# gmail/api/reference/rest/v1/users.history/list)
+HISTORY_KEPT = Switch(
+    "history_kept_s", default=7 * 24 * 3600, worst=2 * 3600,
+    doc="Seconds Gmail keeps a mailbox's history records: history.list from a startHistoryId "
+        "older than the oldest kept change answers 404. users.history.list: a historyId is "
+        "typically valid for at least a week, in rare circumstances only a few hours (two "
+        "here); on a 404 a client performs a full sync.")

@@ -11,7 +11,8 @@ from staging.core import Token
 from staging.gmail.drafts import DraftRoutes
 from staging.gmail.messages import MessageRoutes
 from staging.gmail.scopes import COMPOSE_SCOPE, METADATA_SCOPE, READONLY_SCOPE, SEND_SCOPE
-from staging.gmail.switches import CONCURRENT_DRAFT_SEND, GONE_DRAFT_STATUS
+from staging.gmail.switches import CONCURRENT_DRAFT_SEND, GONE_DRAFT_STATUS, HISTORY_KEPT
+from staging.throttle import GOOGLE_STATUS, google_status_switch, google_throttled, rate_switch
 from tidemark import staging_tokens
 
 COMPOSE_TOKEN = staging_tokens.GMAIL_COMPOSE  # what gmail.send writes with: drafts need compose
@@ -24,13 +25,22 @@ class GmailTarget(MessageRoutes, DraftRoutes):
     """The emulated Gmail v1 API: one mailbox per account, the default one :data:`MAILBOX`."""
 
     name = "gmail"
-    switches = (CONCURRENT_DRAFT_SEND, GONE_DRAFT_STATUS)
+    switches = (
+        CONCURRENT_DRAFT_SEND, GONE_DRAFT_STATUS, HISTORY_KEPT,
+        rate_switch("Gmail", "Gmail's Resolve errors: 403 userRateLimitExceeded or "
+                             "rateLimitExceeded, and 429 Too many requests."),
+        google_status_switch("Gmail's Resolve errors (developers.google.com/workspace/gmail/"
+                             "api/guides/handle-errors)"),
+    )
     default_tokens = (
         Token(COMPOSE_TOKEN, "gmail", [COMPOSE_SCOPE]),
         Token(SEND_TOKEN, "gmail", [SEND_SCOPE]),
         Token(READ_TOKEN, "gmail", [READONLY_SCOPE]),
         Token(METADATA_TOKEN, "gmail", [METADATA_SCOPE]),
     )
+
+    def throttled(self, op: str) -> web.Response:
+        return google_throttled(self.switch(GOOGLE_STATUS))
 
     def routes(self) -> Iterable[web.RouteDef]:
         user = "/gmail/v1/users/{userId}"

@@ -7,6 +7,9 @@ Routes (stripe-python reaches them with ``base_addresses={"api": <base>}``):
   ``automatic_payment_methods``, ``capture_method``, ``statement_descriptor_suffix``;
   anything else is ``parameter_unknown``. Objects start in ``requires_payment_method``.
 * ``GET /v1/payment_intents/{id}``;
+* ``POST /v1/payment_intents/{id}`` — an update (what an edit in the Dashboard does):
+  ``amount``, ``currency``, ``description``, ``receipt_email``, ``metadata`` (merged; a key set
+  to an empty string is removed), recorded as a ``payment_intents.update`` effect;
 * ``GET /v1/payment_intents`` — ``created`` (a timestamp or ``created[gt|gte|lt|lte]``),
   ``customer``, ``limit`` (1 to 100, default 10), ``starting_after``, ``ending_before``; newest
   first. A consistent read: an object is listed as soon as it was created.

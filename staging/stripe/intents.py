@@ -26,6 +26,7 @@ from staging.stripe.params import (
     CREATE_PARAMS,
     LIST_PARAMS,
     SEARCH_PARAMS,
+    UPDATE_PARAMS,
     created_filter,
     decode_params,
     integer,
@@ -143,6 +144,34 @@ class PaymentIntentRoutes(IdempotencyReplay, StripeClock):
         self.record("payment_intents.create", key, id=pi_id, amount=amount, currency=currency,
                     customer=customer, metadata=dict(obj["metadata"]))
         return stripe_json(obj)
+
+    async def _h_update(self, request: web.Request) -> web.Response:
+        """``POST /v1/payment_intents/{id}``: what a person's edit in the Dashboard does too.
+        Metadata is merged, a key set to "" is removed (Stripe's rule for metadata)."""
+        state = self._state_for(request, self.authorize(request, PERM_WRITE))
+        params = decode_params((k, v) for k, v in (await request.post()).items()
+                               if isinstance(v, str))
+        no_unknown(params, UPDATE_PARAMS)
+        fault = await self.before_write(request, "payment_intents.update")
+        with self.staging.lock:
+            intent = state.intents.get(request.match_info["intent"])
+            if intent is None:
+                raise Reply(no_such(request.match_info["intent"], "intent", 404))
+            obj = intent.obj
+            if "amount" in params:
+                obj["amount"] = integer(params["amount"], "amount")
+            for name in ("currency", "description", "receipt_email"):
+                if name in params:
+                    obj[name] = str(params[name]).lower() if name == "currency" else params[name]
+            metadata = params.get("metadata")
+            if isinstance(metadata, dict):
+                merged = {**obj["metadata"], **metadata}
+                obj["metadata"] = {k: v for k, v in merged.items() if v != ""}
+        self.record("payment_intents.update", request.headers.get("Idempotency-Key"),
+                    id=obj["id"], changed=sorted(params))
+        response = stripe_json(obj)
+        self.after_commit(request, fault)
+        return response
 
     async def _h_retrieve(self, request: web.Request) -> web.Response:
         state = self._state_for(request, self.authorize(request, PERM_READ, PERM_WRITE))

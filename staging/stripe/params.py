@@ -19,6 +19,10 @@ CREATE_PARAMS = frozenset({
     "payment_method_types", "automatic_payment_methods", "capture_method",
     "statement_descriptor_suffix", "expand",
 })
+# What "Update a PaymentIntent" takes that the emulator applies (a Dashboard edit is the same
+# request): the amount, currency, description and metadata can change after the create.
+UPDATE_PARAMS = frozenset({"amount", "currency", "description", "metadata", "receipt_email",
+                           "expand"})
 LIST_PARAMS = frozenset({"created", "customer", "limit", "starting_after", "ending_before",
                          "expand"})
 SEARCH_PARAMS = frozenset({"query", "limit", "page", "expand"})

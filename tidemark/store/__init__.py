@@ -14,7 +14,8 @@ parameters. One module per concern, each a set of JournalStore's methods over th
   its StepSession (intent, take-over, claim, stage, outcome, all fenced by the attempt's owner
   token); ``leases`` the attempt lease and its keeper;
 * ``plans``, ``reports``, ``unwinds``, ``controls`` (stop, kill, release), ``approvals`` (the
-  irreversible boundary), ``series``, ``grants`` and ``inbox`` (who waits for a person);
+  irreversible boundary, the operator's policy, decisions), ``series``, ``grants``, ``inbox``
+  (who waits for a person) and ``roles`` (login roles for a laptop stack);
 * ``journal``: the row shapes and the conditions on a task's state the statements share;
   ``connection``: timeouts, pool size, and what a lost connection means.
 """
@@ -42,6 +43,7 @@ from tidemark.store.leases import (
 )
 from tidemark.store.plans import PlansMixin
 from tidemark.store.reports import ReportsMixin
+from tidemark.store.roles import RolesMixin
 from tidemark.store.series import SeriesMixin
 from tidemark.store.session import StepSession
 from tidemark.store.steps import StepsMixin
@@ -49,7 +51,7 @@ from tidemark.store.unwinds import UnwindsMixin
 
 
 class JournalStore(StepsMixin, PlansMixin, ReportsMixin, UnwindsMixin, ControlsMixin,
-                   ApprovalsMixin, SeriesMixin, GrantsMixin, InboxMixin, StoreBase):
+                   ApprovalsMixin, SeriesMixin, GrantsMixin, InboxMixin, RolesMixin, StoreBase):
     """The journal on one Postgres database: every concern's statements over one pool."""
 
 

@@ -9,7 +9,7 @@ from psycopg.types.json import Jsonb
 
 from tidemark.store.base import StoreBase
 from tidemark.store.journal import _JOURNAL_COLUMNS, JournalRow
-from tidemark.store.session import StepSession
+from tidemark.words import DecisionVia
 
 
 class ApprovalsMixin(StoreBase):
@@ -28,27 +28,30 @@ class ApprovalsMixin(StoreBase):
                 (task_id, before_step))
             return [JournalRow(**r) for r in cur.fetchall()]
 
-    def approval_decision(self, task_id: str) -> dict[str, Any] | None:
-        """The latest approve or reject a person recorded for the task, or None."""
+    def current_decision(self, task_id: str) -> dict[str, Any] | None:
+        """The decision of the task's current epoch, or None: a decision of an earlier epoch
+        (a stop, kill, release or reject came since) counts for nothing."""
         with self._conn() as conn:
             return conn.execute(
-                "SELECT detail, actor, at FROM tidemark.events"
-                " WHERE task_id = %s AND kind = 'approval' ORDER BY id DESC LIMIT 1",
-                (task_id,)).fetchone()
+                "SELECT d.decision, d.decided_by, d.label, d.note, d.epoch, d.at, d.via"
+                " FROM tidemark.decisions d WHERE d.task_id = %s"
+                " AND d.epoch = tidemark.epoch_of(d.task_id)", (task_id,)).fetchone()
 
     def boundary_state(self, task_id: str) -> dict[str, Any]:
         """The plan's approval ask, what a run asked a person to approve under the operator's
-        policy, the latest approval decision, the latest verification of the boundary's gate
-        and the latest verification at the end of the plan (tidemark.boundary) of a task (for
-        the report)."""
+        policy, the latest decision (with whether it still holds: a stop, kill or release since
+        voids it), whether the journal says a person must approve, the latest verification of
+        the boundary's gate and the latest verification at the end of the plan
+        (tidemark.boundary) of a task (for the report)."""
         with self._conn() as conn:
             return conn.execute(
                 """
                 SELECT p.approval,
-                  (SELECT jsonb_build_object('decision', e.detail->'decision', 'by', e.actor,
-                                             'at', e.at)
-                     FROM tidemark.events e WHERE e.task_id = p.task_id AND e.kind = 'approval'
-                     ORDER BY e.id DESC LIMIT 1) AS decision,
+                  (SELECT jsonb_build_object('decision', d.decision, 'by', d.decided_by,
+                                             'label', d.label, 'at', d.at, 'epoch', d.epoch,
+                                             'holds', d.epoch = tidemark.epoch_of(p.task_id))
+                     FROM tidemark.decisions d WHERE d.task_id = p.task_id
+                     ORDER BY d.epoch DESC LIMIT 1) AS decision,
                   (SELECT e.detail || jsonb_build_object('at', e.at)
                      FROM tidemark.events e
                      WHERE e.task_id = p.task_id AND e.kind = 'verification'
@@ -61,35 +64,39 @@ class ApprovalsMixin(StoreBase):
                      ORDER BY e.id DESC LIMIT 1) AS end_verification,
                   (SELECT jsonb_build_object('approvers', a.approvers, 'steps', a.steps,
                                              'policy', a.policy)
-                     FROM tidemark.approval_requests a WHERE a.task_id = p.task_id) AS asked
+                     FROM tidemark.approval_requests a WHERE a.task_id = p.task_id) AS asked,
+                  tidemark.approval_needed(p.task_id) AS needed
                 FROM tidemark.plans p WHERE p.task_id = %s
                 """, (task_id,)).fetchone() or {}
 
-    def record_approval(self, task_id: str, decision: str, by: str, note: str = "",
-                        label: str | None = None) -> None:
-        """Journals a person's approve or reject, ``by`` the identity that counts (the
-        operating-system user) and ``label`` the name they gave (``--by``); a reject also sets
-        the durable stop state, in the same transaction, so that nothing starts the
-        irreversible steps afterwards."""
-        detail = {"decision": decision, "note": note}
-        if label is not None:
-            detail["label"] = label
-        with self._conn() as conn, conn.transaction():
-            StepSession(conn).event(task_id, "approval", detail, None, by)
-            if decision == "reject":
-                reason = f"irreversible steps rejected by {by}" + (f": {note}" if note else "")
-                conn.execute(
-                    "INSERT INTO tidemark.controls (scope, state, reason, set_by)"
-                    " VALUES (%s, 'stopped', %s, %s) ON CONFLICT (scope) DO UPDATE SET"
-                    " state = EXCLUDED.state, reason = EXCLUDED.reason,"
-                    " set_by = EXCLUDED.set_by, set_at = clock_timestamp()",
-                    (task_id, reason, by))
-                StepSession(conn).event(task_id, "stop", {"reason": reason}, None, by)
+    def decide(self, task_id: str, decision: str, plan_hash: str, *, os_user: str | None,
+               label: str | None, note: str = "",
+               via: DecisionVia = DecisionVia.CLI) -> dict[str, Any]:
+        """Records a person's approve or reject of the task's irreversible steps under the
+        login role of this store's connection, in one statement the journal checks
+        (tidemark.check_decision): the role an approver every list names, ``plan_hash`` the
+        stored plan's, the task waiting for a decision, no stop holding it (no kill, for a
+        reject), and no decision of its current epoch yet: the first decision of an epoch wins.
+
+        Returns the recorded row, with ``holds`` False when a stop, kill or release committed
+        meanwhile moved the task to a later epoch. Raises DecisionRefused (``why`` names the
+        rule) or NotAuthorized, having recorded nothing."""
+        with self._conn() as conn:
+            r = conn.execute(
+                "INSERT INTO tidemark.decisions (task_id, epoch, decision, plan_hash, decided_by,"
+                " os_user, label, note, via) VALUES (%s, 0, %s, %s, session_user, %s, %s, %s, %s)"
+                " RETURNING decision, decided_by, label, note, epoch, at, via",
+                (task_id, decision, plan_hash, os_user, label, note, via)).fetchone()
+            now = conn.execute("SELECT tidemark.epoch_of(%s) AS epoch", (task_id,)).fetchone()
+        assert r is not None and now is not None
+        return {**r, "holds": r["epoch"] == now["epoch"]}
 
     def ask_approval(self, task_id: str, policy: str, approvers: list[str], steps: list[int],
                      lines: list[str]) -> None:
         """Records what the run waits for a person to approve (the latest ask replaces the
-        one before: the boundary asks again on every pass)."""
+        one before: the boundary asks again on every pass). ``approvers`` narrows who may
+        decide (the worker's TIDEMARK_APPROVERS; empty: no narrowing). The journal counts an
+        ask as a need of approval: a worker can ask for more, never for less."""
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO tidemark.approval_requests (task_id, policy, approvers, steps, lines)"
@@ -104,3 +111,35 @@ class ApprovalsMixin(StoreBase):
             return conn.execute(
                 "SELECT policy, approvers, steps, lines, asked_at FROM tidemark.approval_requests"
                 " WHERE task_id = %s", (task_id,)).fetchone()
+
+    def approval_needed(self, task_id: str) -> bool:
+        """Whether the journal says a person must approve the task's irreversible steps (the
+        strictest of the operator's policy, the series', the plan's ask and a worker's ask)."""
+        with self._conn() as conn:
+            r = conn.execute("SELECT tidemark.approval_needed(%s) AS needed",
+                             (task_id,)).fetchone()
+        return bool(r and r["needed"])
+
+    def policy(self) -> dict[str, Any] | None:
+        """The operator's approval policy as the journal holds it, or None (none set: every
+        irreversible step waits for a person)."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT approval, rules, approvers, set_role, set_by, set_at"
+                " FROM tidemark.approval_policy").fetchone()
+
+    def set_policy(self, approval: str, rules: dict[str, Any], approvers: list[str] | None,
+                   by: str) -> dict[str, Any]:
+        """Sets the operator's approval policy (an operator's act: NotAuthorized for any other
+        role). ``approvers`` None: every member of tidemark_approver may decide."""
+        with self._conn() as conn:
+            r = conn.execute(
+                "INSERT INTO tidemark.approval_policy (approval, rules, approvers, set_by)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (one) DO UPDATE SET"
+                " approval = EXCLUDED.approval, rules = EXCLUDED.rules,"
+                " approvers = EXCLUDED.approvers, set_by = EXCLUDED.set_by,"
+                " set_at = clock_timestamp()"
+                " RETURNING approval, rules, approvers, set_role, set_by, set_at",
+                (approval, Jsonb(rules), approvers, by)).fetchone()
+        assert r is not None
+        return r

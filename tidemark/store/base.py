@@ -24,6 +24,7 @@ from tidemark.store.connection import (
     POOL_TIMEOUT_S,
     _translated,
     connect_options,
+    login_role,
 )
 from tidemark.store.leases import LeaseKeeper, end_process
 
@@ -56,6 +57,7 @@ class StoreBase:
                  timeout: float = POOL_TIMEOUT_S,
                  on_lapse: Callable[[list[str]], None] = end_process) -> None:
         self.conninfo = conninfo
+        self.role = login_role(conninfo)  # who the journal knows this store as
         self.timeout = timeout
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_size, open=False, timeout=timeout,
@@ -137,7 +139,7 @@ class StoreBase:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        with _translated(), self._pool.connection() as conn:
+        with _translated(self.role), self._pool.connection() as conn:
             yield conn
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from tidemark.errors import ConfigError, StoreUnavailable
+from tidemark.errors import ConfigError, DecisionRefused, NotAuthorized, StoreUnavailable
 
 # A step waits this long for a pooled connection before its attempt fails as retryable; long
 # enough to ride out a burst, short enough that a dead database surfaces within one heartbeat.
@@ -52,13 +52,49 @@ def connect_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     return {"prepare_threshold": None} if pooler(env) == "transaction" else {}
 
 
+# The SQLSTATEs the journal's own checks raise (tidemark/migrations/0016_authority.sql): an act
+# the login role may not do, and the rule that refused a decision.
+NOT_AUTHORIZED = ("TA001", "TA002")
+BAD_APPROVER = "TA003"
+DECISION_REFUSALS = {"TD002": "approvers", "TD003": "decided", "TD004": "stopped",
+                     "TD005": "nothing", "TD006": "plan"}
+
+
 @contextmanager
-def _translated() -> Iterator[None]:
-    """Turns connection-level failures into the retryable StoreUnavailable."""
+def _translated(role: str = "of this connection") -> Iterator[None]:
+    """Turns connection-level failures into the retryable StoreUnavailable, and the journal's
+    refusals of an act (who may do it, whether a decision holds) into their typed errors, each
+    with the database's one line. ``role`` names the login role in a refusal."""
     try:
         yield
-    except PoolTimeout as e:
+    except PoolTimeout as e:  # an OperationalError of its own: before the others
         raise StoreUnavailable(f"no database connection in time: {e}") from e
-    except (psycopg.OperationalError, psycopg.errors.SerializationFailure,
-            psycopg.errors.DeadlockDetected) as e:
-        raise StoreUnavailable(f"database unavailable: {e}".strip()) from e
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise NotAuthorized(f"the journal refuses this to the role {role}: "
+                            f"{e.diag.message_primary}; an operator grants what it takes "
+                            "(tidemark_operator, tidemark_approver: docs/operate.md, who may do "
+                            "what)") from None
+    except psycopg.Error as e:
+        if e.sqlstate in NOT_AUTHORIZED:
+            raise NotAuthorized(str(e.diag.message_primary)) from None
+        if e.sqlstate == BAD_APPROVER:
+            raise ConfigError(str(e.diag.message_primary)) from None
+        if e.sqlstate in DECISION_REFUSALS:
+            raise DecisionRefused(str(e.diag.message_primary),
+                                  DECISION_REFUSALS[e.sqlstate]) from None
+        if isinstance(e, psycopg.OperationalError | psycopg.errors.SerializationFailure
+                      | psycopg.errors.DeadlockDetected):
+            raise StoreUnavailable(f"database unavailable: {e}".strip()) from e
+        raise
+
+
+def login_role(conninfo: str) -> str:
+    """The login role a connection string connects as: its user, else libpq's default, the
+    operating-system user."""
+    import getpass
+
+    try:
+        user = psycopg.conninfo.conninfo_to_dict(conninfo).get("user")
+    except psycopg.ProgrammingError:
+        user = None
+    return str(user) if user else getpass.getuser()

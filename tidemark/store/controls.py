@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.store.base import StoreBase
-from tidemark.store.connection import _translated
 from tidemark.store.session import StepSession
 
 
@@ -14,11 +13,13 @@ class ControlsMixin(StoreBase):
 
     def set_control(self, scope: str, state: str, reason: str, set_by: str) -> None:
         """Sets the durable stop state of a task (or ``*``) and logs it as an event. A stop
-        never turns a kill into a plain stop (an unwind's stop, a halt): only a release does."""
+        never turns a kill into a plain stop (an unwind's stop, a halt): only a release does,
+        and only an operator's (the journal refuses it to any other role: NotAuthorized).
+        Every change starts a new epoch of the task: a decision made before it is void."""
         with self._conn() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO tidemark.controls (scope, state, reason, set_by) VALUES (%s,%s,%s,%s)"
-                " ON CONFLICT (scope) DO UPDATE SET state = EXCLUDED.state,"
+                " ON CONFLICT (scope) DO UPDATE SET state = EXCLUDED.state, for_unwind = false,"
                 " reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp()"
                 " WHERE NOT (tidemark.controls.state = 'killed' AND EXCLUDED.state = 'stopped')",
                 (scope, state, reason, set_by))
@@ -26,12 +27,13 @@ class ControlsMixin(StoreBase):
                                     {"reason": reason}, None, set_by)
 
     def release_kill_for_unwind(self, task_id: str, reason: str, by: str) -> bool:
-        """Turns the task's own kill into a plain stop, so that a person's unwind may act (an
-        undo grant is issued, compensations are journaled) while nothing runs it forward.
-        False if the task itself is not killed."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        """Lifts the task's own kill for an unwind only: a person's unwind may act (an undo
+        grant is issued, compensations are journaled), while the task stays killed for
+        everything else (no resume, no run forward) until `tidemark release T` by name. An
+        operator's act. False if the task itself is not killed."""
+        with self._conn() as conn, conn.transaction():
             r = conn.execute(
-                "UPDATE tidemark.controls SET state = 'stopped', reason = %s, set_by = %s,"
+                "UPDATE tidemark.controls SET for_unwind = true, reason = %s, set_by = %s,"
                 " set_at = clock_timestamp() WHERE scope = %s AND state = 'killed'"
                 " RETURNING scope", (reason, by, task_id)).fetchone()
             if r is not None:
@@ -57,10 +59,11 @@ class ControlsMixin(StoreBase):
 
     def set_killed(self, scope: str, reason: str, by: str) -> None:
         """Sets the durable stop state ``killed`` (only a release lifts it) and logs it."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO tidemark.controls (scope, state, reason, set_by)"
                 " VALUES (%s, 'killed', %s, %s) ON CONFLICT (scope) DO UPDATE SET"
-                " state = 'killed', reason = EXCLUDED.reason, set_by = EXCLUDED.set_by,"
+                " state = 'killed', for_unwind = false, reason = EXCLUDED.reason,"
+                " set_by = EXCLUDED.set_by,"
                 " set_at = clock_timestamp()", (scope, reason, by))
             StepSession(conn).event(scope, "kill", {"reason": reason}, None, by)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.store.base import StoreBase
-from tidemark.store.connection import _translated
 from tidemark.store.journal import _KILLED, _STOPPED, _UNWOUND
 from tidemark.store.session import StepSession
 
@@ -21,7 +20,7 @@ class GrantsMixin(StoreBase):
         """Records a new grant, or returns None: a ``run`` grant only while no stop state
         applies to the task; an ``undo`` grant (a person's unwind) only while the task is
         stopped, not killed, and not unwound. An undo grant is logged (a ``grant`` event)."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             row = conn.execute(
                 "INSERT INTO tidemark.grants (task_id, target, scope, kind, issuer, handle,"
                 " expires, purpose) SELECT %(task_id)s, %(target)s, %(scope)s, %(kind)s,"
@@ -42,7 +41,7 @@ class GrantsMixin(StoreBase):
 
     def grant_state(self, grant_id: int) -> dict[str, Any] | None:
         """``{live, revoked, revoked_by}`` of a grant; live: neither revoked nor expired."""
-        with self._conn() as conn, _translated():
+        with self._conn() as conn:
             return conn.execute(
                 "SELECT revoked IS NULL AND expires > clock_timestamp() AS live, revoked,"
                 " revoked_by FROM tidemark.grants WHERE id = %s", (grant_id,)).fetchone()
@@ -51,7 +50,7 @@ class GrantsMixin(StoreBase):
                       purpose: str | None = None) -> list[dict[str, Any]]:
         """Revokes every unrevoked grant of a task (None: of every task), or only those of
         one ``purpose``; returns them."""
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             rows = conn.execute(
                 "UPDATE tidemark.grants SET revoked = clock_timestamp(), revoked_by = %s"
                 " WHERE revoked IS NULL AND (%s::text IS NULL OR task_id = %s)"
@@ -67,7 +66,7 @@ class GrantsMixin(StoreBase):
 
     def grants(self, task_id: str) -> list[dict[str, Any]]:
         """Every grant of a task, without its handle."""
-        with self._conn() as conn, _translated():
+        with self._conn() as conn:
             return conn.execute(
                 "SELECT id, task_id, target, scope, kind, issuer, issued, expires, revoked,"
                 " revoked_by, purpose FROM tidemark.grants WHERE task_id = %s ORDER BY id",

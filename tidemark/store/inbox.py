@@ -92,6 +92,12 @@ class InboxMixin(StoreBase):
                 f" JOIN tidemark.events e ON {_UNWIND_UNFINISHED}"
                 " ORDER BY e.id DESC LIMIT 1", (task_id,)).fetchone()
 
+    def person_said(self, task_id: str, step: int, since: Any) -> dict[str, Any] | None:
+        """The latest decision a person journaled about the step since ``since`` (its
+        intent), as the next attempt reads it (StepSession.operator_decision); None if none."""
+        with self._conn() as conn:
+            return StepSession(conn).operator_decision(task_id, step, since)
+
     def record_run_began(self, task_id: str, run_id: str, actor: str) -> None:
         """Journals that a run of the task began (RunPlan's prepare): an earlier run's
         journaled end no longer says that nothing runs the task."""
@@ -145,12 +151,22 @@ class InboxMixin(StoreBase):
         """The latest refused start (``blocked`` event) of every task whose plan was never
         stored: ``task_id``, ``detail``, ``at``. A task started since has a plan and is not
         blocked any more."""
+        return self._starts_unstored("blocked")
+
+    def refused_starts(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The latest start refused before its plan was stored (``refused`` event) of every
+        task (``task_id``: of that one) whose plan was never stored: ``task_id``, ``detail``,
+        ``at``, ``actor``. A task started since has a plan and waits for nothing of it."""
+        return self._starts_unstored("refused", task_id)
+
+    def _starts_unstored(self, kind: str, task_id: str | None = None) -> list[dict[str, Any]]:
         with self._conn() as conn:
             return conn.execute(
-                "SELECT DISTINCT ON (e.task_id) e.task_id, e.detail, e.at"
+                "SELECT DISTINCT ON (e.task_id) e.task_id, e.detail, e.at, e.actor"
                 " FROM tidemark.events e WHERE e.kind = %s"
+                " AND (%s::text IS NULL OR e.task_id = %s)"
                 " AND NOT EXISTS (SELECT 1 FROM tidemark.plans p WHERE p.task_id = e.task_id)"
-                " ORDER BY e.task_id, e.id DESC", ("blocked",)).fetchall()
+                " ORDER BY e.task_id, e.id DESC", (kind, task_id, task_id)).fetchall()
 
     def irreversible_pending(self, task_id: str) -> list[dict[str, Any]]:
         """The irreversible steps of the task not journaled as done (``step``, ``action``,

@@ -16,12 +16,14 @@ _JOURNAL_COLUMNS = ("task_id, phase, step, idem_key, action, args, before_state,
 # that must not act once a stop is committed.
 _STOPPED = "(tidemark.stop_of(%(task_id)s) IS NOT NULL)"
 _UNWOUND = "EXISTS (SELECT 1 FROM tidemark.unwinds w WHERE w.task_id = %(task_id)s)"
-# A compensation may act only while no kill applies to the task (stop_of() puts a kill first,
-# so its state tells); a kill lifted by a person's `tidemark release T --for-unwind` becomes a
-# plain stop again. A task with any compensation (partly unwound included) never runs forward.
+# A compensation may act only while no kill holds the task (stop_of() puts an unlifted kill
+# first, so its row tells); a kill an operator lifted by `tidemark release T --for-unwind` stays a
+# kill for everything but compensations. A task with any compensation (partly unwound included)
+# never runs forward.
 _COMPENSATED = ("EXISTS (SELECT 1 FROM tidemark.journal u WHERE u.task_id = %(task_id)s"
                 " AND u.phase = 'undo')")
-_KILLED = "(tidemark.stop_of(%(task_id)s)->>'state' IS NOT DISTINCT FROM 'killed')"
+_KILLED = ("coalesce(tidemark.stop_of(%(task_id)s)"
+           " @> '{\"state\": \"killed\", \"for_unwind\": false}', false)")
 
 
 @dataclass(frozen=True)

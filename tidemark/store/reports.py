@@ -59,14 +59,15 @@ class ReportsMixin(StoreBase):
             return conn.execute("SELECT id, step, kind, detail, actor, at FROM tidemark.events"
                                 " WHERE task_id = %s ORDER BY id", (task_id,)).fetchall()
 
-    def irreversible_steps(self, task_id: str) -> list[tuple[int, str, str | None]]:
-        """(step, action, journal status) of every irreversible step of the plan; the status
-        is None when the step has no journal row or no outcome yet."""
+    def irreversible_steps(self, task_id: str
+                           ) -> list[tuple[int, str, str | None, dict[str, Any]]]:
+        """(step, action, journal status, args) of every irreversible step of the plan; the
+        status is None when the step has no journal row or no outcome yet."""
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT s.step, s.action, j.status FROM tidemark.plan_steps s"
+                "SELECT s.step, s.action, j.status, s.args FROM tidemark.plan_steps s"
                 " LEFT JOIN tidemark.journal j"
                 "   ON j.task_id = s.task_id AND j.phase = 'do' AND j.step = s.step"
                 " WHERE s.task_id = %s AND s.irreversible ORDER BY s.step",
                 (task_id,)).fetchall()
-        return [(r["step"], r["action"], r["status"]) for r in rows]
+        return [(r["step"], r["action"], r["status"], r["args"]) for r in rows]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from tidemark.store.base import StoreBase
 from tidemark.store.connection import _translated
@@ -16,26 +17,34 @@ class SeriesMixin(StoreBase):
     """Series declarations and admissions (tidemark.series)."""
 
     def declare_series(self, series: str, by: str, os_user: str, approval: str | None = None,
-                       approvers: list[str] | None = None) -> None:
-        """Declares a series. Declared again, the policy or approvers given replace the
-        earlier ones and those not given (None) are kept: a schedule created later without
-        --approval does not lower the series' policy."""
+                       approvers: list[str] | None = None, *,
+                       rules: dict[str, Any] | None = None, admits: str | None = None) -> None:
+        """Declares a series: an operator's act (NotAuthorized for any other role). Declared
+        again, the policy (``approval`` and its parsed ``rules``), approvers or admission given
+        replace the earlier ones and those not given (None) are kept: a schedule created later
+        without --approval does not lower the series' policy."""
         with self._conn() as conn:
             conn.execute(
-                "INSERT INTO tidemark.series (series, approval, approvers, declared_by, os_user)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (series) DO UPDATE SET"
+                "INSERT INTO tidemark.series (series, approval, rules, approvers, admits,"
+                " declared_by, os_user) VALUES (%s, %s, %s, %s, coalesce(%s, 'any'), %s, %s)"
+                " ON CONFLICT (series) DO UPDATE SET"
                 " approval = coalesce(EXCLUDED.approval, tidemark.series.approval),"
+                " rules = CASE WHEN EXCLUDED.approval IS NULL THEN tidemark.series.rules"
+                "         ELSE EXCLUDED.rules END,"
                 " approvers = coalesce(EXCLUDED.approvers, tidemark.series.approvers),"
+                " admits = coalesce(%s, tidemark.series.admits),"
                 " declared_by = EXCLUDED.declared_by, os_user = EXCLUDED.os_user,"
                 " declared_at = clock_timestamp()",
-                (series, approval, approvers, by, os_user))
+                (series, approval, Jsonb(rules) if rules is not None else None, approvers,
+                 admits, by, os_user, admits))
 
     def declared_series(self, series: str) -> dict[str, Any] | None:
         """The declaration of a series, or None when it was never declared."""
         with self._conn() as conn:
             return conn.execute(
-                "SELECT series, approval, approvers, declared_by, os_user, declared_at"
-                " FROM tidemark.series WHERE series = %s", (series,)).fetchone()
+                "SELECT series, approval, rules, approvers, admits, declared_by, declared_role,"
+                " os_user, declared_at FROM tidemark.series WHERE series = %s",
+                (series,)).fetchone()
 
     def series_of(self, task_id: str) -> str | None:
         """The series a run was admitted to, or None."""
@@ -91,7 +100,7 @@ class SeriesMixin(StoreBase):
         not settled; both empty means admitted (once: a run keeps its first place). A refusal
         is logged as a ``blocked`` event of the task.
         """
-        with self._conn() as conn, _translated(), conn.transaction():
+        with self._conn() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                          ("tidemark-series:" + series,))
             stop = conn.execute(

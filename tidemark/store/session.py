@@ -15,6 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from tidemark.errors import (
+    ApprovalRequired,
     InvariantViolation,
     JournalMismatch,
     NotStopped,
@@ -167,6 +168,8 @@ class StepSession:
                         AND status = 'done'))
                       AND {_ACT_GUARDS}
                       AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}
+                      AND (%(phase)s = 'undo' OR tidemark.approval_holds(
+                             %(task_id)s, %(step)s, %(action)s, %(args)s))
                     RETURNING {_JOURNAL_COLUMNS}
                     """, params)
                 r = cur.fetchone()
@@ -185,7 +188,7 @@ class StepSession:
                 f"task {task_id!r} step {step}: the journal already holds a different "
                 f"entry ({constraint})") from e
         if r is None:
-            self._refusal(task_id, phase)
+            self._refusal(task_id, phase, step)
             raise InvariantViolation(
                 f"task {task_id!r}: step {step} may not start before step {step - 1} is done")
         return JournalRow(**r)
@@ -252,11 +255,13 @@ class StepSession:
                 " WHERE idem_key = %(key)s AND outcome IS NULL AND owner = %(owner)s"
                 f"  AND {_ACT_GUARDS}"
                 f"  AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}"
+                "  AND (%(phase)s = 'undo'"
+                "       OR tidemark.approval_holds(task_id, step, action, args))"
                 " RETURNING step",
                 {"task_id": task_id, "key": key, "lease": lease_s, "phase": phase,
                  "owner": self.attempt_token()}).fetchone()
         if r is None:
-            self._refusal(task_id, phase)
+            self._refusal(task_id, phase, self._open_step(key))
             self._lost(key)
             raise InvariantViolation(f"no open intent with key {key} to act on")
 
@@ -280,16 +285,28 @@ class StepSession:
                              " WHERE task_id = %s AND outcome IS NULL", (task_id,)).fetchone()
         return f"step {r['step']} {r['action']} ({r['phase']})" if r else "settled meanwhile"
 
-    def _refusal(self, task_id: str, phase: str) -> None:
-        """Raises why the task may not act now, if it is its stop or unwound state."""
+    def _open_step(self, key: str) -> int | None:
+        """The step of the open intent ``key``, for a refusal's reason."""
+        with self._use() as conn:
+            r = conn.execute("SELECT step FROM tidemark.journal WHERE idem_key = %s",
+                             (key,)).fetchone()
+        return r["step"] if r else None
+
+    def _refusal(self, task_id: str, phase: str, step: int | None = None) -> None:
+        """Raises why the task may not act now, if it is its stop or unwound state, or (for an
+        irreversible step) that no approval of the current epoch covers it."""
         with self._use() as conn:
             r = conn.execute(
                 f"SELECT {_UNWOUND} AS unwound, {_COMPENSATED} AS compensated,"
-                " c.stop->>'state' AS state,"
+                " c.stop->>'state' AS state, c.stop->>'for_unwind' = 'true' AS for_unwind,"
                 " coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state') AS stopped,"
-                " c.stop->>'scope' AS stop_scope"
+                " c.stop->>'scope' AS stop_scope,"
+                " coalesce((SELECT s.irreversible FROM tidemark.plan_steps s"
+                "           WHERE s.task_id = %(task_id)s AND s.step = %(step)s), false)"
+                "   AND tidemark.approval_needed(%(task_id)s)"
+                "   AND NOT tidemark.approved(%(task_id)s) AS unapproved"
                 " FROM tidemark.stop_of(%(task_id)s) AS c(stop)",
-                {"task_id": task_id}).fetchone()
+                {"task_id": task_id, "step": step}).fetchone()
         assert r is not None
         if r["unwound"]:
             raise TaskUnwound(task_id)
@@ -299,8 +316,10 @@ class StepSession:
             raise PartlyUnwound(task_id)
         if phase == "undo" and r["stopped"] is None:
             raise NotStopped(task_id)
-        if phase == "undo" and r["state"] == "killed":
+        if phase == "undo" and r["state"] == "killed" and not r["for_unwind"]:
             raise TaskKilled(task_id)
+        if phase == "do" and step is not None and r["unapproved"]:
+            raise ApprovalRequired(task_id, step)
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
                  resolved_by: str, flush: bool = True, owned: bool = True) -> JournalRow:

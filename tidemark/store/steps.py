@@ -37,7 +37,8 @@ class StepsMixin(StoreBase):
                        s.irreversible AS plan_irreversible,
                        coalesce(nullif(c.stop->>'reason', ''), c.stop->>'state')
                          AS stopped,
-                       c.stop->>'state' = 'killed' AS killed,
+                       coalesce(c.stop @> '{{"state": "killed", "for_unwind": false}}', false)
+                         AS killed,
                        c.stop->>'scope' AS stop_scope,
                        {_UNWOUND} AS unwound,
                        extract(epoch FROM coalesce(j.lease_until, j.started_at

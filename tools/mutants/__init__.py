@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from tools.mutants import controls, journal, probes, wire
+from tools.mutants import controls, inputs, journal, moments, probes, wire
 from tools.mutants.base import (
     AT,
     M1,
+    M_AUTH,
     M_STOP,
     RS,
     S_APPROVALS,
@@ -25,12 +26,14 @@ from tools.mutants.base import (
     STH,
     T_AP,
     T_AT,
+    T_AU,
     T_AW,
     T_BD,
     T_CR,
     T_CT,
     T_DO,
     T_DR,
+    T_DU,
     T_EV,
     T_FP,
     T_GF,
@@ -60,7 +63,7 @@ from tools.mutants.base import (
 )
 
 MUTANTS: tuple[Mutant, ...] = (*journal.MUTANTS, *probes.MUTANTS, *controls.MUTANTS,
-                                *wire.MUTANTS)
+                                *moments.MUTANTS, *inputs.MUTANTS, *wire.MUTANTS)
 
 
 
@@ -93,13 +96,17 @@ TIERS: dict[str, tuple[str, ...]] = {
          T_DO, T_AT, T_AW, T_LR, T_GL),
     M1: (T_SC, T_RS, T_CT),
     M_STOP: (T_CT, T_SS, T_SC),
+    M_AUTH: (T_AU, T_BD, T_AP, T_KL, T_SC),
+    "tidemark/payment_limits.py": (T_AU, T_ST, T_RP),
+    "tidemark/will_do.py": (T_AU, T_AP, T_BD),
+    "tools/cli_decisions.py": (T_AU, T_KL, "tests/test_cli.py"),
     "tidemark/migrate.py": (T_SC,),
     "tidemark/plan.py": ("tests/test_plan.py", T_HZ),
     "tidemark/boundary.py": (T_BD, T_AP, T_EV),
-    "activities/boundary.py": (T_BD,),
+    "activities/boundary.py": (T_BD, inputs.T_LR),
     "tidemark/report.py": (T_RE, T_SS),
     "tidemark/unwind.py": (T_UW, T_SS, T_CT),
-    "tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP),
+    "tools/commands.py": ("tests/test_cli.py", T_CT, T_KL, T_AP, T_AU),
     "tidemark/credentials.py": (T_CR,),
     "activities/granted.py": (T_CR, "tests/test_google_http.py"),
     "activities/drive.py": (T_DR, T_PR),
@@ -112,19 +119,27 @@ TIERS: dict[str, tuple[str, ...]] = {
     "probes/graph.py": ("tests/test_graph_send_mail.py", T_GF, "tests/test_graph_async.py",
                         T_GL),
     "activities/graph.py": (T_GF, "tests/test_graph_send_mail.py", "tests/test_graph_async.py"),
-    "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ, T_EV),
+    "workflows/run_plan.py": (T_RP, T_FP, T_BD, T_HZ, T_AU, T_DU, T_EV),
     "tools/kill.py": (T_KL, T_SE, T_UC),
     "workflows/unwind_plan.py": (T_KL, T_UC, T_UW),
     "tidemark/errors.py": (T_RP, T_FP, T_BD, T_HZ),
     "tidemark/grants.py": (T_CR, T_SE, T_KL, T_AP),
-    "tidemark/series.py": (T_SE, T_AP, T_UW),
+    "tidemark/series.py": (T_SE, T_AP, T_UW, T_AU),
     "activities/planner.py": (T_SE, T_AP),
     "tidemark/approval.py": (T_AP,),
     "activities/steps.py": (T_UC, T_UW, T_WL),
-    "tools/rows.py": (T_WL, "tests/test_inbox.py"),
+    "tools/rows.py": (T_WL, "tests/test_inbox.py", inputs.T_HI),
     "tools/inbox.py": (T_WL, "tests/test_inbox.py"),
     "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
     "tidemark/wire.py": (T_WI, T_LR, T_GL),
+    "tidemark/reads.py": (moments.T_PM,),
+    "probes/google_http.py": ("tests/test_google_http.py", moments.T_PM),
+    "activities/drive_identity.py": (moments.T_BI,),
+    "tools/providers.py": (moments.T_KIT,),
+    # hostile input (tools/mutants/inputs.py)
+    "tools/cli.py": (inputs.T_HI, "tests/test_cli.py", "tests/test_limits.py"),
+    "workflows/shared.py": (inputs.T_HI, T_RP),
+    "tidemark/database.py": (inputs.T_SL, "tests/test_settings.py"),
 }

@@ -23,6 +23,8 @@ S_GRANTS = "tidemark/store/grants.py"
 AT = "tidemark/attempt.py"  # the attempt sequence shared by run_step and unwind_step
 M1 = "tidemark/migrations/0001_journal.sql"
 M_STOP = "tidemark/migrations/0007_stop_of_plpgsql.sql"  # tidemark.stop_of: every stop check
+# Who may decide, declare and release; epochs; decisions; the approval check of an intent.
+M_AUTH = "tidemark/migrations/0016_authority.sql"
 T_RS = "tests/test_run_step.py"
 T_HZ = "tests/test_hazards.py"
 T_SC = "tests/test_schema.py"
@@ -30,6 +32,8 @@ T_UW = "tests/test_unwind.py"
 T_UC = "tests/test_unwind_cli.py"
 T_RP = "tests/test_run_plan.py"
 T_AP = "tests/test_approval_policy.py"
+T_AU = "tests/test_authority.py"  # authority held by the journal
+T_DU = "tests/test_decision_updates.py"  # approve and reject as Temporal updates
 T_LS = "tests/test_lease.py"
 T_RE = "tests/test_report.py"
 T_SS = "tests/test_stop_state.py"
@@ -38,6 +42,8 @@ T_PR = "tests/test_probe_rules.py"
 T_LZ = "tests/test_leases.py"
 # The intent's statement: a 'do' intent needs the task not stopped, an 'undo' one needs it stopped.
 INTENT_STOP = ("AND (%(phase)s = 'undo') = {_STOPPED} AND NOT {_UNWOUND}\n"
+               "                      AND (%(phase)s = 'undo' OR tidemark.approval_holds(\n"
+               "                             %(task_id)s, %(step)s, %(action)s, %(args)s))\n"
                "                    RETURNING")
 T_CT = "tests/test_controls.py"
 T_FP = "tests/test_fast_path.py"

@@ -77,6 +77,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if False:\n",
            ("tests/test_stripe_payment.py::test_metadata_hidden_from_the_read_key_never_reads_"
             "absent",)),
+    Mutant("stripe: with metadata hidden, an edited keyless payment reads as absent",
+           "probes/stripe.py",
+           'return [pi for pi in keyless if pi.get("customer") == ctx.args.get("customer")]',
+           "return [pi for pi in keyless if _same_payment(pi, ctx.args)]",
+           ("tests/test_stripe_payment.py::test_an_edited_payment_with_hidden_metadata_after_a_"
+            "forgotten_key_is_not_paid_again[None-edit0]",)),
+    Mutant("stripe: metadata is taken as shown to the read key without proof",
+           "probes/stripe.py",
+           "return any(pi.get(\"metadata\") for pi in listed)",
+           "return True",
+           ("tests/test_stripe_payment.py::test_an_edited_payment_with_hidden_metadata_after_a_"
+            "forgotten_key_is_not_paid_again[cus_edit-edit1]",)),
     Mutant("gmail: a 400 closes the step as failed although the mail went out",
            "activities/gmail.py",
            "if probed.status is ProbeStatus.ABSENT:",
