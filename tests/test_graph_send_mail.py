@@ -313,7 +313,7 @@ def test_a_throttled_send_is_not_sent_so_its_mark_is_taken_back(mail: StagingSer
     sent again; a 503 may follow a send that went out, and stays in doubt as it was."""
     a = action(mail)
     failed = blocking(a._send_failed(BLOCKING, "draft-1", _api_error(429)))
-    assert type(failed) is NotSent
+    assert isinstance(failed, NotSent)  # Throttled: turned away, nothing applied
     assert type(blocking(a._send_failed(BLOCKING, "draft-1", _api_error(503)))) \
         is TargetUnavailable
 
