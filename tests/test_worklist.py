@@ -351,6 +351,15 @@ async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
         # it meets the compensation already journaled: the task needs its unwind finished
         assert (await run_result(again)).state == "partly_unwound"
         assert await open_needs(client, task) == {f"tidemark-needs-{task}": Need.UNWIND}
+        # The row reads the journal once as it opens (NeedsPerson._check): that read must be
+        # over while the task is still unwinding, or the row would close by it, not by the
+        # unwind's end, whichever way the machine's load orders the two.
+        row = client.get_workflow_handle(f"tidemark-needs-{task}")
+
+        async def row_checked() -> bool:
+            return EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED in [
+                e.event_type async for e in row.fetch_history_events()]
+        await until(row_checked)
     assert (await unwind_result(unwind)).state == "unwound"
     assert await open_needs(client, task) == {}
 
