@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -203,15 +204,19 @@ class WorkerProcesses:
         self.procs.append(proc)
         return proc
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace: float = 30.0) -> None:
+        """SIGTERM to every worker, then SIGKILL to those still running ``grace`` seconds
+        later (a worker lets a running step finish for up to worker.GRACEFUL_SHUTDOWN)."""
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
         for p in self.procs:
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
 
 
 @pytest.fixture
@@ -249,7 +254,9 @@ def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
                           # knows (the superuser of the test's database among them).
                           "TIDEMARK_APPROVAL": "none"})
     yield wp
-    wp.stop_all()
+    # The test is over: a step a worker still holds (a test's held file, a run left waiting)
+    # is nobody's business any more, and its task queue is the test's own.
+    wp.stop_all(grace=3.0)
 
 
 # -- test tiers -----------------------------------------------------------------------------
