@@ -2,9 +2,9 @@
 under the decider's login role.
 
 A worker never registers it: a worker's role decides nothing, and the journal would refuse it.
-A decider (`tidemark decider`, tools/decider.py) is a process an approver or operator runs with
-a login role the journal lets decide; Temporal's updates then decide through it, and the journal
-checks each decision as it checks `tidemark approve`'s.
+A decider (`tidemark decider`, tools/operate/decider.py) is a process an approver or
+operator runs with a login role the journal lets decide; Temporal's updates then decide
+through it, and the journal checks each decision as it checks `tidemark approve`'s.
 """
 
 from __future__ import annotations

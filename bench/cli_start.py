@@ -44,7 +44,7 @@ from tidemark.store import JournalStore  # noqa: E402
 
 # What the console script `tidemark` runs (pyproject's [project.scripts]), without depending on
 # where the script was installed.
-TIDEMARK = "from tools.cli import run; run()"
+TIDEMARK = "from tools.cli.main import run; run()"
 SDKS = "import googleapiclient.discovery, msgraph, stripe"
 # What `tidemark status` cannot start without: the journal's driver and the pool the store
 # opens (tidemark.store.base). A command's floor: what it costs beyond this is ours. It ends as

@@ -78,7 +78,7 @@ async def _main(cfg: FleetConfig) -> dict[str, Any]:
     from run_all import new_database, postgres
     from temporalio.testing import WorkflowEnvironment
 
-    from tools.devstack import dev_server_args, temporal_binary
+    from tools.stack.devstack import dev_server_args, temporal_binary
     from workflows.shared import SEARCH_ATTRIBUTES
     with postgres() as (admin_url, _):
         db_url = new_database(admin_url, f"fleet_{uuid.uuid4().hex[:8]}")

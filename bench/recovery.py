@@ -238,7 +238,7 @@ async def _two(client: Client, queue: str, procs: dict[int, subprocess.Popen[byt
 async def _main(reps: int) -> dict[str, Any]:
     from run_all import new_database, postgres
 
-    from tools.devstack import dev_server_args, temporal_binary
+    from tools.stack.devstack import dev_server_args, temporal_binary
     from workflows.shared import SEARCH_ATTRIBUTES
     with postgres() as (admin_url, _):
         db_url = new_database(admin_url, f"recovery_{uuid.uuid4().hex[:8]}")

@@ -8,7 +8,7 @@ measures, alternating variants in rounds where they are compared so that the mac
 hits them alike:
 
 * ``step_ms_bare_activity``: a workflow of no-op activities and nothing else, on a dev server
-  with the stack's dynamic configuration (tools.devstack.DEV_SERVER_DYNAMIC_CONFIG), and
+  with the stack's dynamic configuration (tools.stack.devstack.DEV_SERVER_DYNAMIC_CONFIG), and
   ``step_ms_bare_activity_default_config`` on one without it; ``wft_schedule_to_start_ms``
   from the histories' WorkflowTaskScheduled/Started timestamps says where the difference is;
   ``step_ms_bare_local_activity`` the same workflow with local activities.
@@ -87,7 +87,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.devstack import dev_server_args, temporal_binary
+from tools.stack.devstack import dev_server_args, temporal_binary
 from workflows.outcome import run_result
 from workflows.shared import SEARCH_ATTRIBUTES
 

@@ -31,7 +31,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.devstack import dev_server_args, temporal_binary
+from tools.stack.devstack import dev_server_args, temporal_binary
 from worker import MAX_CONCURRENT_STEPS, build_worker
 from workflows.shared import SEARCH_ATTRIBUTES
 

@@ -2,7 +2,7 @@
 running, and the ledger plugin installed)."""
 import asyncio
 
-from tools.client import PlanBuilder, TidemarkClient
+from tools.operate.client import PlanBuilder, TidemarkClient
 
 
 async def main(address: str = "localhost:7233", task_id: str = "agent-example",

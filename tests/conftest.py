@@ -30,8 +30,8 @@ from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
 from tidemark.words import JournalRole
-from tools.cli import main
-from tools.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
+from tools.cli.main import main
+from tools.stack.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
 
 pytest_plugins = ["helpers.staging_fixtures"]
@@ -285,7 +285,7 @@ OWN_STACK_TESTS = {
     "its_intent_is_not": "postgres",
     "test_outcome_flush.py::test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_"
     "reports": "postgres",
-    # a Postgres whose clock they step (tools/stepped_clock.py)
+    # a Postgres whose clock they step (tools/chaos/stepped_clock.py)
     "test_late_requests.py::test_a_step_of_the_databases_clock_hands_no_step_over_while_its_"
     "rename_is_at_drive": "postgres",
     "test_late_requests.py::test_a_backward_step_of_the_databases_clock_keeps_a_twin_out_until_"

@@ -1,4 +1,4 @@
-"""Every action, built-in and plugin, through the probe conformance kit (tools.testing),
+"""Every action, built-in and plugin, through the probe conformance kit (tools.kit.testing),
 against the staging servers; and a deliberately wrong probe, caught by it."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from staging import stripe as ss
 from staging.core import StagingServer
 from tidemark.actions import ProbeResult, StepContext
 from tidemark.payment_limits import PaymentLimits
-from tools.testing import (
+from tools.kit.testing import (
     ActionContract,
     ContractCase,
     check_third_party_is_never_done,
@@ -84,7 +84,7 @@ def test_the_kit_catches_a_call_that_outlives_its_declared_deadline(
             super().__init__(writer, reader)
             self.deadline_s = TIMEOUT / 5
 
-    from tools.testing import check_deadline_and_horizon
+    from tools.kit.testing import check_deadline_and_horizon
     with pytest.raises(AssertionError, match=r"past its declared deadline_s 1\.0"):
         check_deadline_and_horizon(ledger_case(server, Optimistic))
 
@@ -99,7 +99,7 @@ def test_the_kit_catches_horizon_zero_declared_without_a_fence(
         return sum(1 for e in server.staging.effects_of("ledger", "invoices.post")
                    if (e.key or "").startswith(key))
 
-    from tools.testing import check_deadline_and_horizon
+    from tools.kit.testing import check_deadline_and_horizon
     case = replace(ledger_case(server, Unfenced), effects=ours)
     with pytest.raises(AssertionError, match=r"declares horizon_s = 0 \(a fence\)"):
         check_deadline_and_horizon(case)
@@ -115,7 +115,7 @@ def test_the_kit_catches_a_probe_that_reads_through_the_write_client(
                 return ProbeResult.unknown("cannot read")
             return (ProbeResult.done({}) if found else ProbeResult.absent("none"))
 
-    from tools.testing import check_read_only_parts
+    from tools.kit.testing import check_read_only_parts
     with pytest.raises(AssertionError, match="write client 'writer' was used"):
         check_read_only_parts(ledger_case(server, ReadsWithWriter))
 
@@ -126,7 +126,7 @@ def test_the_kit_refuses_a_write_client_hidden_in_a_helper(server: StagingServer
             super().__init__(writer, reader)
             self.helpers = {"poster": writer}
 
-    from tools.testing import check_read_only_parts
+    from tools.kit.testing import check_read_only_parts
     with pytest.raises(AssertionError, match=r"helpers\['poster'\] reaches a write client"):
         check_read_only_parts(ledger_case(server, Hidden))
 

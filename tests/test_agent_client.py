@@ -1,4 +1,4 @@
-"""The agent's client (tools/client.py) against the Temporal dev server and a real worker
+"""The agent's client (tools/operate/client.py) against the Temporal dev server and a real worker
 process (tests/helpers/worker_main.py, unmodified), which runs the ledger plugin it found
 through the ``tidemark.actions`` entry point."""
 
@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.staging_fixtures import effects
 from staging.core import StagingServer
 from tidemark.errors import PlanError
-from tools.client import PlanBuilder, RunNotFound, TidemarkClient, validate, workflow_id
+from tools.operate.client import PlanBuilder, RunNotFound, TidemarkClient, validate, workflow_id
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent_example.py"
 

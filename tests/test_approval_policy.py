@@ -26,8 +26,8 @@ from tidemark.errors import UnknownTask
 from tidemark.grants import revoke_task_grants
 from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
-from tools import commands, schedules
-from tools.devstack import temporal_binary
+from tools.operate import commands, schedules
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 
 ME = OS_USER  # the person running the tests: their login role is an operator and an approver

@@ -1,7 +1,7 @@
 """The attempt sequence (tidemark.attempt) as a compensation goes through it: the lease rules
 that the forward step's tests pin (test_hazards, test_lease, test_leases) hold for the undo phase
 too, because both phases run one sequence. Each test here is the undo phase's twin of one of
-them, named with the same mutant in tools/mutation_check.py. And the sequence is the only code
+them, named with the same mutant in dev/mutation_check.py. And the sequence is the only code
 that writes or claims an intent, or holds an attempt's lease."""
 
 from __future__ import annotations

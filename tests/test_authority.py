@@ -34,7 +34,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools import commands, schedules
+from tools.operate import commands, schedules
 from workflows.outcome import run_result
 
 MAIL = {"to": ["ap@supplier.example"], "subject": "Q3 invoices paid", "body": "Paid. " * 40}

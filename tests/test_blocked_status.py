@@ -13,7 +13,7 @@ import pytest
 from tidemark import series
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from tools.cli import main
+from tools.cli.main import main
 
 
 @pytest.fixture

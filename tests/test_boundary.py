@@ -34,8 +34,8 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools import commands
-from tools.cli import main
+from tools.cli.main import main
+from tools.operate import commands
 from workflows.outcome import run_result
 
 ME = pwd.getpwuid(os.geteuid()).pw_name  # the operating-system user who decides in these tests

@@ -7,7 +7,7 @@ The wrong probes come in through chaos's own ``--action MODULE:CLASS`` (tests/he
 action is the real one, bound by the worker's wiring, with only its probe replaced. Nothing of
 chaos, run_step or the journal is touched, so what fails is chaos's judgement of a wrong probe,
 the thing it exists to catch. (The other honest way, a copy of the tree with the probe broken as
-tools/mutation_check.py makes one, shows the same and costs a tree copy per case.)"""
+dev/mutation_check.py makes one, shows the same and costs a tree copy per case.)"""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from helpers.ledger import LedgerRecord
 from staging.core import Staging, StagingServer, Switch, Target
 from staging.targets import build_staging
 from tidemark.plan import load_plan
-from tools import chaos
-from tools.cli import build_parser
+from tools.chaos import run as chaos
+from tools.cli.main import build_parser
 
 ROOT = Path(__file__).parent.parent
 LEDGER_PLAN = ROOT / "examples" / "ledger-invoices.json"
@@ -45,7 +45,7 @@ def tidemark_chaos(db_url: str, server: StagingServer, *args: str, plan: Path = 
     with contextlib.ExitStack() as stack:
         if second is None:
             second = stack.enter_context(StagingServer(build_staging()))
-        proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
+        proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "chaos", str(plan),
                                "--staging-url", server.url, "--staging-url", second.url,
                                "--json", *args],
                               env=env, capture_output=True, text=True, timeout=280)
@@ -149,7 +149,7 @@ def test_chaos_fails_a_stripe_probe_that_always_answers_absent(
 def test_too_few_runs_to_cover_every_pair_are_refused(db_url: str, server: StagingServer
                                                       ) -> None:
     env = {**os.environ, "DATABASE_URL": db_url}
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(LEDGER_PLAN),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "chaos", str(LEDGER_PLAN),
                            "--staging-url", server.url, "--runs", "3"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
@@ -158,7 +158,7 @@ def test_too_few_runs_to_cover_every_pair_are_refused(db_url: str, server: Stagi
 
 
 def test_jobs_below_one_are_refused_in_one_line(db_url: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(LEDGER_PLAN),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "chaos", str(LEDGER_PLAN),
                            "--jobs", "0"], env={**os.environ, "DATABASE_URL": db_url},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
@@ -185,7 +185,7 @@ def test_a_plan_on_the_local_filesystem_is_refused_with_a_reason(db_url: str,
     plan = tmp_path / "local.json"
     plan.write_text(json.dumps({"task_id": "local", "steps": [
         {"action": "fs.rename", "args": {"path": str(tmp_path / "a.txt"), "name": "b.txt"}}]}))
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "chaos", str(plan),
+    proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "chaos", str(plan),
                            "--staging-url", server.url, "--runs", "1"],
                           env={**os.environ, "DATABASE_URL": db_url}, capture_output=True,
                           text=True, timeout=60)

@@ -19,7 +19,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.cli import main
+from tools.cli.main import main
 from workflows.outcome import run_result
 
 

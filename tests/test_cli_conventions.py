@@ -30,8 +30,8 @@ from temporalio.testing import WorkflowEnvironment
 from activities.catalog import spec_registry
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools import schedules
-from tools.cli import EXIT_BROKEN_PIPE, main
+from tools.cli.main import EXIT_BROKEN_PIPE, main
+from tools.operate import schedules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def into_closed_pipe(args: list[str], env: dict[str, str] | None = None
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run([sys.executable, "-m", "tools.cli", *args], stdout=write,
+        return subprocess.run([sys.executable, "-m", "tools.cli.main", *args], stdout=write,
                               stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT,
                               env={**os.environ, **(env or {})})
     finally:
@@ -63,7 +63,7 @@ def test_version_prints_the_installed_version_and_exits_0(
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out == f"tidemark {version('tidemark')}\n"
-    proc = subprocess.run([sys.executable, "-m", "tools.cli", "--version"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "--version"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"tidemark {version('tidemark')}\n",
                                                            "")

@@ -33,7 +33,7 @@ from tidemark.errors import PlanError
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools import commands
+from tools.operate import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 # Top-level packages of the providers' client libraries (and the staging servers' web server).
@@ -56,7 +56,7 @@ SDK_PREFIXES = ("kiota_",)  # kiota_abstractions, kiota_http, kiota_serializatio
 # exit code and every module loaded to the file named first.
 RUNNER = """
 import json, sys
-from tools.cli import main
+from tools.cli.main import main
 out, argv = sys.argv[1], sys.argv[2:]
 try:
     code = main(argv)
@@ -114,7 +114,7 @@ def test_status_of_a_task_of_every_provider_loads_no_provider_sdk(
                                    env={"DATABASE_URL": db_url})
     assert code == 0
     assert "task imports-1" in out and "confirmed      1" in out, out
-    assert "tools.cli" in modules and "psycopg" in modules  # it did read the journal
+    assert "tools.cli.main" in modules and "psycopg" in modules  # it did read the journal
     assert sdk_modules(modules) == []
     assert loaded_of(modules, NOT_FOR_READING) == []
 
@@ -138,7 +138,7 @@ def test_status_reads_a_journal_it_may_not_write(store: JournalStore, db_url: st
     run_step(store, Registry([FsRename([tmp_path])]), "imports-6", 1)
     read_only = psycopg.conninfo.make_conninfo(db_url,
                                                options="-c default_transaction_read_only=on")
-    done = subprocess.run([sys.executable, "-m", "tools.cli", "status", "imports-6"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tools.cli.main", "status", "imports-6"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DATABASE_URL": read_only})
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
@@ -155,7 +155,7 @@ def test_status_on_a_schema_older_than_the_command_reads_it_or_names_the_migrati
     doc = every_provider_plan(tmp_path, "imports-7")
     store.persist_plan(load_plan({**doc, "steps": doc["steps"][:1]}, spec_registry()))
     run_step(store, Registry([FsRename([tmp_path])]), "imports-7", 1)
-    status = [sys.executable, "-m", "tools.cli", "status", "imports-7"]
+    status = [sys.executable, "-m", "tools.cli.main", "status", "imports-7"]
     env = {**os.environ, "DATABASE_URL": db_url}
     with psycopg.connect(db_url, autocommit=True) as conn:  # the schema as 0013 left it
         conn.execute("ALTER TABLE tidemark.journal DROP COLUMN owner")
@@ -204,7 +204,7 @@ def test_a_command_that_connects_refuses_a_bad_profile_before_it_changes_anythin
     store.persist_plan(load_plan({**doc, "steps": [doc["steps"][0], doc["steps"][4]]},
                                  spec_registry()))
     store.ask_approval("imports-5", "every", [commands.os_user()], [2], ["a payment"])
-    done = subprocess.run([sys.executable, "-m", "tools.cli", "reject", "imports-5",
+    done = subprocess.run([sys.executable, "-m", "tools.cli.main", "reject", "imports-5",
                            "--reason", "test"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "DATABASE_URL": db_url, **BAD_PROFILE})
     assert done.returncode == 1

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 
 from activities.wiring import STAGING_URL, TARGETS, credentials
 from tidemark.credentials import StaticToken
-from tools.devstack import DEV_SERVER_DYNAMIC_CONFIG, SEARCH_ATTRIBUTES, STAGING_CLIENTS
+from tools.stack.devstack import DEV_SERVER_DYNAMIC_CONFIG, SEARCH_ATTRIBUTES, STAGING_CLIENTS
 from worker import GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -370,7 +370,7 @@ def test_dockerignore_keeps_secrets_and_state_out() -> None:
     for path in (".env", "secrets/stripe_write_token", ".venv/bin/python", ".git/config",
                  "tidemark/__pycache__/cli.cpython-311.pyc"):
         assert dockerignored(path), path
-    assert not dockerignored("tools/cli.py")
+    assert not dockerignored("tools/cli/main.py")
 
 
 # -- what the images require -----------------------------------------------------------------
@@ -837,7 +837,7 @@ def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
     network's names moved to this host: the staging servers, then the worker (without staging
     or pgserver importable), whose identity checks pass against them; each health check fails
     before its service is up and passes after."""
-    from tools.devstack import free_port
+    from tools.stack.devstack import free_port
 
     services = resolved_config(secrets_dir, "staging")["services"]
     staging, worker = services["staging"], services["staging-worker"]
@@ -846,7 +846,7 @@ def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
     staging_port, here = int(command[port_at]), free_port()
     command[command.index("--host") + 1], command[port_at] = "127.0.0.1", str(here)
     assert health(staging["healthcheck"], staging_port, on=here) != 0
-    procs = [subprocess.Popen([sys.executable, "-c", "from tools.cli import run; run()",
+    procs = [subprocess.Popen([sys.executable, "-c", "from tools.cli.main import run; run()",
                                *command], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     try:

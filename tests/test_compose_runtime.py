@@ -32,7 +32,7 @@ from tidemark.database import (
     with_password_file,
 )
 from tidemark.errors import ConfigError
-from tools.devstack import free_port, temporal_binary
+from tools.stack.devstack import free_port, temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -334,7 +334,7 @@ def search_attributes(address: str, namespace: str) -> dict[str, str]:
 
 def test_setup_script_creates_namespace_and_search_attributes_idempotently(
         dev_server: str) -> None:
-    from tools.devstack import SEARCH_ATTRIBUTES
+    from tools.stack.devstack import SEARCH_ATTRIBUTES
 
     namespace = "compose-setup"
     assert "TidemarkState" not in search_attributes(dev_server, "default")

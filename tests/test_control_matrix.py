@@ -30,9 +30,9 @@ from helpers.worklist import attribute, open_needs
 from tidemark.payloads import UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools import schedules
-from tools.cli import main
-from tools.starter import start_plan
+from tools.cli.main import main
+from tools.operate import schedules
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result, unwind_result
 
 SPECS = spec_registry(LedgerRecord)

@@ -30,9 +30,9 @@ from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.unwind import undo_key, unwind_step
-from tools import commands
-from tools.cli import main
-from tools.commands import DecisionError
+from tools.cli.main import main
+from tools.operate import commands
+from tools.operate.commands import DecisionError
 
 SPECS = spec_registry(LedgerRecord)
 REGISTRY = Registry([FsRename([FS_ROOTS]), LedgerRecord()])

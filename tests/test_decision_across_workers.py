@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines
 from tidemark.store import JournalStore
-from tools.starter import start_plan
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 

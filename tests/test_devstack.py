@@ -31,8 +31,8 @@ from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.errors import ConfigError
 from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
-from tools.devstack import DevStack, DevStackError, wait_until_serving
-from tools.inbox import web_ui_url
+from tools.operate.inbox import web_ui_url
+from tools.stack.devstack import DevStack, DevStackError, wait_until_serving
 from workflows.outcome import run_result
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
@@ -202,7 +202,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                                                db_url: str) -> None:
     port, ui_port, staging_port, metrics_port = free_ports(4)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tools.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tools.cli.main", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}"})
@@ -234,7 +234,8 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         config = printed["Temporal gRPC"].split("export TEMPORAL_CONFIG_FILE=")[1].rstrip(")")
         assert config == str(home / "temporal.toml") and mode(Path(config)) == 0o600
         other_shell = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        listed = subprocess.run([sys.executable, "-m", "tools.cli", "schedule", "list", "--json"],
+        listed = subprocess.run([sys.executable, "-m", "tools.cli.main", "schedule", "list",
+                                 "--json"],
                                 env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
                                 capture_output=True, text=True, timeout=60)
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
@@ -262,7 +263,7 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
 def test_sigterm_during_start_up_leaves_no_process(home: Path) -> None:
     port, ui_port, staging_port = free_ports(3)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tools.cli", "dev", "--port", str(port), "--ui-port",
+        [sys.executable, "-m", "tools.cli.main", "dev", "--port", str(port), "--ui-port",
          str(ui_port), "--staging-port", str(staging_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

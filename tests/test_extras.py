@@ -74,7 +74,7 @@ sys.meta_path.insert(0, Absent())
 # `tidemark ARGS` as the console script runs it, reporting its exit code and every module
 # loaded to the file named first.
 CLI = ABSENT_FINDER + """
-from tools.cli import main
+from tools.cli.main import main
 out, argv = sys.argv[1], sys.argv[2:]
 try:
     code = main(argv)

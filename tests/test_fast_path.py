@@ -23,7 +23,7 @@ from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult
 from tidemark.run_step import run_steps
 from tidemark.store import JournalStore
-from tools import commands
+from tools.operate import commands
 from workflows.outcome import run_result
 from workflows.run_plan import FAST_BATCH_BUDGET, FAST_BATCH_STEPS, FAST_STEPS_PER_RUN
 

@@ -16,7 +16,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from staging.core import StagingServer
-from tools.cli import EXIT_ERROR, EXIT_USAGE, main
+from tools.cli.main import EXIT_ERROR, EXIT_USAGE, main
 from tools.fleet import FleetConfig, run_fleet
 
 PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"

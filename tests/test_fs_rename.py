@@ -39,7 +39,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import check_plan_gates, run_step
 from tidemark.store import JournalStore
-from tools.cli import main
+from tools.cli.main import main
 from workflows.outcome import run_result
 
 

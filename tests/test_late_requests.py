@@ -26,8 +26,8 @@ from tidemark.actions import Registry
 from tidemark.errors import NeedsDecision, StepBusy
 from tidemark.run_step import StepResult, run_step
 from tidemark.store import EXIT_LEASE_LAPSED, JournalStore
-from tools.commands import resolve
-from tools.stepped_clock import stepped_postgres
+from tools.chaos.stepped_clock import stepped_postgres
+from tools.operate.commands import resolve
 
 HORIZON_S = 0.5  # Drive's horizon in these tests: short, so that a lease passes quickly
 # The frozen worker's client timeout: its lease (2 x timeout + 5 s, plus the horizon) is what

@@ -22,9 +22,9 @@ from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult, UnwindResult
 from tidemark.report import build_report
 from tidemark.store import JournalStore
-from tools import commands
-from tools.cli import main
-from tools.devstack import temporal_binary
+from tools.cli.main import main
+from tools.operate import commands
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result, unwind_result
 
 RESULT_TIMEOUT = 60

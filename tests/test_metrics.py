@@ -31,7 +31,7 @@ from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.devstack import free_port
+from tools.stack.devstack import free_port
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools import mutation_check as mc
+from dev import mutation_check as mc
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from staging.core import StagingServer
 from staging.targets import all_targets
 from tidemark.errors import ActionNotConfigured, ConfigError
 from tidemark.plugins import bind_plugin, plugin_action_classes
-from tools import commands
+from tools.operate import commands
 
 
 def test_the_installed_ledger_plugin_is_known_to_plan_checks() -> None:

@@ -30,7 +30,7 @@ from tidemark.approval import unattended
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
 from tidemark.store.connection import POOLER_ENV
-from tools.devstack import free_port
+from tools.stack.devstack import free_port
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None)

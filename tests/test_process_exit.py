@@ -28,9 +28,9 @@ def test_exit_now_runs_atexit_flushes_and_keeps_the_code(tmp_path: Path) -> None
 
 
 def test_the_tidemark_command_exits_with_mains_code() -> None:
-    usage = subprocess.run([sys.executable, "-m", "tools.cli", "no-such-command"],
+    usage = subprocess.run([sys.executable, "-m", "tools.cli.main", "no-such-command"],
                            capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "invalid choice" in usage.stderr
-    helped = subprocess.run([sys.executable, "-m", "tools.cli", "--help"],
+    helped = subprocess.run([sys.executable, "-m", "tools.cli.main", "--help"],
                             capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: tidemark")

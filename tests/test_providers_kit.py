@@ -16,8 +16,8 @@ import pytest
 from helpers.staging_fixtures import post
 from staging.core import StagingServer
 from tidemark import staging_tokens
-from tools import providers
-from tools.cli import main
+from tools.cli.main import main
+from tools.kit import providers
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 DOC = Path(__file__).parent.parent / "docs" / "provider-assumptions.md"

@@ -27,7 +27,7 @@ from test_run_plan import README_START
 
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.cli import build_parser
+from tools.cli.main import build_parser
 from workflows.outcome import run_result, unwind_result
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """Replay safety: the recorded histories of RunPlan and UnwindPlan (tests/histories, written by
-tools/record_histories.py) replay against the workflow code as it is now. A change to a workflow
+dev/record_histories.py) replay against the workflow code as it is now. A change to a workflow
 that would break a run already open (a command added, removed or reordered without
 workflow.patched) fails here, before a worker with it meets such a run.
 

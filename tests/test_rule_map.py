@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools import rule_map
+from dev import rule_map
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_table_in_the_architecture_page_is_current() -> None:
-    assert rule_map.main(["--check"]) == 0, "run python tools/rule_map.py"
+    assert rule_map.main(["--check"]) == 0, "run python -m dev.rule_map"
 
 
 def test_every_covered_rule_has_a_row_naming_a_function_and_a_test() -> None:

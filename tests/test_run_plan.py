@@ -29,8 +29,8 @@ from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools import commands
-from tools.devstack import temporal_binary
+from tools.operate import commands
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
 

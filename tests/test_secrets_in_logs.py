@@ -21,7 +21,7 @@ from conftest import WORKER_MAIN
 from temporalio.testing import WorkflowEnvironment
 
 from tidemark.store import JournalStore
-from tools.cli import main
+from tools.cli.main import main
 
 PASSWORD = 'Tr0ub4d%r x@Q"zebra'
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

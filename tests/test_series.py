@@ -36,9 +36,9 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools import commands, schedules
-from tools.devstack import temporal_binary
-from tools.kill import kill
+from tools.operate import commands, schedules
+from tools.operate.kill import kill
+from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 
 
@@ -310,7 +310,7 @@ def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_
 async def test_cli_series_stop_release_status_schedule_and_kill(
         temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tools.cli import main
+    from tools.cli.main import main
 
     monkeypatch.setenv("DATABASE_URL", db_url)
     address = temporal_env.client.service_client.config.target_host

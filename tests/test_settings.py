@@ -29,9 +29,9 @@ from tidemark.errors import ConfigError
 from tidemark.plan import load_plan
 from tidemark.settings import load_settings
 from tidemark.store import JournalStore
-from tools.cli import main
-from tools.client import TidemarkClient
-from tools.devstack import DevStack, dev_server_args, temporal_binary
+from tools.cli.main import main
+from tools.operate.client import TidemarkClient
+from tools.stack.devstack import DevStack, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,7 +273,7 @@ def home() -> Iterator[Path]:
 
 
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tools.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tools.cli.main", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -24,8 +24,8 @@ from staging.core import StagingServer
 from tidemark import staging_tokens
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools import commands
-from tools.cli import main
+from tools.cli.main import main
+from tools.operate import commands
 from workflows.outcome import run_result
 
 MAIL = {"to": ["ap@supplier.example"], "subject": "Q3 invoices filed", "body": "All filed."}

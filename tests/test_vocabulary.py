@@ -23,7 +23,7 @@ from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.waiting import NEED_OF_WHY
 from tidemark.words import TaskState
-from tools.starter import start_plan
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 OPERATE = Path(__file__).parent.parent / "docs" / "operate.md"

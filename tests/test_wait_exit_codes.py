@@ -20,8 +20,8 @@ from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.cli import EXIT_NOT_DONE
-from tools.starter import start_plan
+from tools.cli.main import EXIT_NOT_DONE
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)

@@ -27,7 +27,7 @@ from tidemark.words import (
     StepStatus,
     Verdict,
 )
-from tools.cli import main
+from tools.cli.main import main
 
 # Each (table, column) whose CHECK lists the words it allows, and the enum that names them.
 CHECKED: dict[tuple[str, str], type[StrEnum]] = {

@@ -7,7 +7,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tidemark.errors import ConfigError
-from tools.devstack import temporal_binary
+from tools.stack.devstack import temporal_binary
 from worker import check_search_attributes
 from workflows.shared import NEEDS, SEARCH_ATTRIBUTES
 

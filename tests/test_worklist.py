@@ -40,7 +40,7 @@ from tidemark.payloads import RunResult, UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.waiting import entry_for
-from tools.inbox import DEFAULT_UI
+from tools.operate.inbox import DEFAULT_UI
 from workflows.outcome import run_result, unwind_result
 
 # What each run's TidemarkNeeds says.

@@ -13,7 +13,7 @@ after the fact can never be resumed safely.
 This is the public action API: docs/writing-an-action.md builds one from nothing. An installed
 package registers its Action subclass in the entry point group ``tidemark.actions`` and binds it
 with a classmethod ``from_env(env) -> Action | None`` (see tidemark/plugins.py); the write
-client lives only in the attributes ``write_attrs`` names, and tools.testing checks
+client lives only in the attributes ``write_attrs`` names, and tools.kit.testing checks
 that the read-only parts never reach it.
 """
 
@@ -163,7 +163,7 @@ class Action:
     marks_sends: ClassVar[bool] = False
     # The attributes of a bound instance that hold a client able to write. Only ``stage``,
     # ``execute`` and ``compensate`` may use them; ``probe``, ``snapshot`` and
-    # ``preconditions`` read through the read-only client, and tools.testing enforces it by
+    # ``preconditions`` read through the read-only client, and tools.kit.testing enforces it by
     # replacing these attributes with a client that raises while those run. Keep the write
     # client in these attributes only (no helper object built around it).
     write_attrs: ClassVar[tuple[str, ...]] = ("writer",)

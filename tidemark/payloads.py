@@ -26,7 +26,7 @@ UNWOUND = TaskState.UNWOUND  # terminal: the unwind completed; every later start
 BLOCKED = TaskState.BLOCKED  # a run of a series refused to start (tidemark.series); nothing acted
 # A kill applies to the task (tidemark kill): nothing acts on it. A run that took the `kill`
 # signal starts nothing more and waits for the kill to terminate it, so it ends Terminated with
-# this state (tools/kill.py); a run that meets a kill in the journal ends with it.
+# this state (tools/operate/kill.py); a run that meets a kill in the journal ends with it.
 KILLED = TaskState.KILLED
 # Some steps were compensated and others not (a refused compensation, an unwind cut short):
 # the task never runs forward again.

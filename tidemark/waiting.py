@@ -9,10 +9,10 @@ lease is a run acting now, and a task whose every step is done or that was unwou
 neither waits.
 
 Every surface that says what a task needs reads it here, so that they say the same:
-`tidemark inbox` and `status` (tools/inbox.py), and the word of the task's row of the Web UI's
-worklist (``task_need``): a run opens the row with it when it ends, an unwind when it does not
+`tidemark inbox` and `status` (tools/operate/inbox.py), and the word of the task's row of the Web
+UI's worklist (``task_need``): a run opens the row with it when it ends, an unwind when it does not
 finish, and a person's command that changes the journal brings the open row in line with it
-(tools/rows.py).
+(tools/operate/rows.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ and TIDEMARK_DB_POOL_MAX as given) poll one task queue of their own; all N runs 
 once. K times, at a random moment while a write is in flight at the target, a random live worker
 is SIGKILLed and another started in its place.
 
-Judged from the outside, as ``tidemark chaos`` judges (tools/chaos_judge.py):
+Judged from the outside, as ``tidemark chaos`` judges (tools/chaos/judge.py):
 
 * **duplicates**: a step's key applied more than once at the target (the effect log);
 * **false done**: a step the journal records ``done`` whose key the target never applied;
@@ -64,8 +64,8 @@ from tidemark.keys import key_for
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.words import Phase, StepStatus
-from tools.chaos_world import staging_http
-from tools.fleet_cli import DEFAULT_POOL, DEFAULT_STEPS_PER_WORKER
+from tools.chaos.world import staging_http
+from tools.cli.fleet import DEFAULT_POOL, DEFAULT_STEPS_PER_WORKER
 
 # The actions a fleet plan may use, and the (target, op) of the write that waits.
 WAIT_OPS = {"drive.rename": ("drive", "files.update")}
@@ -146,7 +146,7 @@ def mib(kib: int) -> float:
 
 def drive_timeout_s() -> float:
     """The workers' Drive client timeout: a write that waits longer would never be answered."""
-    from tools.devstack import STAGING_CLIENTS
+    from tools.stack.devstack import STAGING_CLIENTS
 
     name = "TIDEMARK_DRIVE_TIMEOUT_S"
     try:
@@ -388,7 +388,7 @@ def worker_env(cfg: FleetConfig, *, temporal_address: str, db_url: str, staging_
     """The workers' environment: this one's TIDEMARK_* settings, the staging clients', and the
     fleet's own. The caller's Temporal profile (a cloud namespace, an API key) is replaced by
     an empty one: the fleet's workers go to the fleet's server only."""
-    from tools.devstack import STAGING_CLIENTS
+    from tools.stack.devstack import STAGING_CLIENTS
 
     profile = log_dir / "temporal.toml"
     profile.write_text("")
@@ -405,12 +405,12 @@ def worker_env(cfg: FleetConfig, *, temporal_address: str, db_url: str, staging_
 @contextmanager
 def staging_process() -> Iterator[str]:
     """The staging servers in a process of their own (`tidemark staging`): their URL."""
-    from tools.devstack import free_port, wait_for_port
+    from tools.stack.devstack import free_port, wait_for_port
 
     port = free_port()
     log_dir = Path(tempfile.mkdtemp(prefix="tidemark-fleet-staging-"))
     with open(log_dir / "staging.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "staging", "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "tools.cli.main", "staging", "--port",
                                  str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port, proc, "staging servers", log_dir / "staging.log")

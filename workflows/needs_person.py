@@ -13,7 +13,7 @@ its unwind begins (the ``settled`` signal), then closes with TidemarkNeeds ``not
 end that needs a person again updates the open one (``need``) or starts it anew. A person's
 command that changes what the journal says the task needs without starting a run (`tidemark
 stop`, `release`, `resolve`) brings the open row in line (``refresh``, or ``settled`` once the
-task needs nobody: tools/rows.py).
+task needs nobody: tools/operate/rows.py).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class NeedsPerson:
 
     @workflow.signal
     def refresh(self, need: dict[str, Any]) -> None:
-        """A person's command changed what the journal says the task needs (tools/rows.py):
+        """A person's command changed what the journal says the task needs (tools/operate/rows.py):
         the row says it now. Unlike ``need`` it never reopens a row that a new run of the task
         has released meanwhile: that run says what the task needs from then on."""
         if self._settled is None:

@@ -285,10 +285,10 @@ class RunPlan:
 
     @workflow.signal
     def recheck(self, by: RawValue = NO_INPUT) -> None:
-        """A person stopped or released the task (`tidemark stop`, `release`: tools/rows.py):
-        a run waiting at the boundary runs its gate again and reads the stop state, so that
-        its state and TidemarkNeeds say what holds it (stopped, or approval once released).
-        A run at work meets the stop before its next step by itself."""
+        """A person stopped or released the task (`tidemark stop`, `release`:
+        tools/operate/rows.py): a run waiting at the boundary runs its gate again and reads the
+        stop state, so that its state and TidemarkNeeds say what holds it (stopped, or approval
+        once released). A run at work meets the stop before its next step by itself."""
         if self._waiting:
             self._approval_news = True
 

@@ -1,4 +1,4 @@
-"""ScheduledRun: what a series' Temporal Schedule starts (tools/schedules.py).
+"""ScheduledRun: what a series' Temporal Schedule starts (tools/operate/schedules.py).
 
 It reads the stop and series state first (activity ``series_gate``); if anything says stop it
 ends ``blocked`` without calling the planner. Otherwise it calls the planner (activity

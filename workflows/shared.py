@@ -21,7 +21,7 @@ STATE = SearchAttributeKey.for_keyword("TidemarkState")
 # What the task needs from a person (tidemark.needs.Need): the Web UI's worklist filters on it.
 NEEDS = SearchAttributeKey.for_keyword(NEEDS_ATTRIBUTE)
 # Every attribute the workflows upsert: a server must have them all registered (the tests' and
-# benches' dev servers, tools/devstack.py, docker/temporal-setup.sh), or the upsert fails the
+# benches' dev servers, tools/stack/devstack.py, docker/temporal-setup.sh), or the upsert fails the
 # workflow task.
 SEARCH_ATTRIBUTES = [TASK_ID, STATE, NEEDS]
 # The patch under which a run keeps TidemarkNeeds up to date and its task's worklist row

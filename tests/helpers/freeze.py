@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 from helpers.wait import assert_eventually
-from tools.chaos_time import stopped
+from tools.chaos.timing import stopped
 
 __all__ = ["stopped", "wait_stopped", "wake"]
 

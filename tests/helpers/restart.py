@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 from tidemark.database import EmbeddedPostgres
-from tools.stepped_clock import stop_postmaster
+from tools.chaos.stepped_clock import stop_postmaster
 
 
 @dataclass

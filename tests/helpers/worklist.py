@@ -2,7 +2,7 @@
 halted one, one awaiting approval, one that needs a decision (its irreversible step in doubt, the
 probe blind), a killed one (`tidemark kill` while it waited) and an unwound one (`tidemark
 unwind` while it waited). tests/test_worklist.py checks the Web UI's worklist query against them;
-tools/screenshots.py photographs them.
+dev/screenshots.py photographs them.
 
 Each task renames two files (reversible) and writes a ledger line (irreversible, the test action
 ``ledger.record`` of tests/helpers/ledger.py): the worker must be tests/helpers/worker_main.py.
@@ -26,8 +26,8 @@ from helpers.steps import crash_at, run_one
 from tidemark.needs import Need
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tools.cli import main
-from tools.starter import start_plan
+from tools.cli.main import main
+from tools.operate.starter import start_plan
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)

@@ -1,0 +1,2 @@
+"""The probe conformance kit: the pytest plugin a plugin's author runs (testing.py) and the
+live checks of what the providers do (providers.py)."""
