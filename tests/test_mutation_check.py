@@ -103,8 +103,8 @@ def test_the_summary_reports_the_score_and_the_rules() -> None:
 
 
 def test_the_rules_document_lists_every_mutant_by_name() -> None:
-    listed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutation_check.py"),
-                             "--rules"], capture_output=True, text=True)
+    listed = subprocess.run([sys.executable, "-m", "dev.mutation_check", "--rules"],
+                            cwd=ROOT, capture_output=True, text=True)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     text = mc.RULES_DOC.read_text(encoding="utf-8")
     assert all(f"- mutant: {m.name}\n" in text for m in mc.MUTANTS)
