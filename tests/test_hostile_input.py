@@ -27,6 +27,7 @@ from temporalio.common import RawValue
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from helpers.runs import ended_in_one_go, signal_handled
 from helpers.worklist import awaiting, plan
 from tidemark.limits import REASON_MAX
 from tidemark.store import JournalStore
@@ -152,6 +153,8 @@ async def test_case2_a_halt_with_any_payload_halts(
         tmp_path: Path, payload: Any) -> None:
     task, handle = await waiting_run(temporal_env, workers, task_queue, tmp_path)
     await handle.signal("halt", payload)
+    await signal_handled(handle, "halt")
+    assert (await handle.query("status"))["halt_requested"], "the run did not take the halt"
     result = await asyncio.wait_for(run_result(handle), 60)
     assert result.state == "halted", result
     stop = store.stop_state(task)
@@ -180,7 +183,7 @@ async def test_case3_a_run_started_with_undecodable_json_ends_at_once(
     task = f"h3-{uuid.uuid4().hex[:6]}"
     handle = await client.start_workflow("RunPlan", RawValue(Payload(metadata=JSON, data=data)),
                                          id=f"tidemark-{task}", task_queue=task_queue)
-    result = await asyncio.wait_for(run_result(handle), 60)  # ended, not Running for ever
+    result = await ended_in_one_go(handle, 60)  # ended, not Running for ever
     assert (result.state, result.error["message"]) == ("failed", said), result
     assert not store.task_known(task)
     history = await handle.fetch_history()

@@ -8,6 +8,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from tidemark.payloads import RunResult
+from workflows.outcome import run_result
 
 
 async def start(client: Client, doc: dict[str, Any],
@@ -28,3 +29,54 @@ async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"never reached {state}: {status}")
+
+
+async def stuck(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """What shows that a run cannot end by itself as it should: a failed workflow task (the
+    server retries it for ever) or an activity that is being retried."""
+    found = [f"workflow task failed: {e.workflow_task_failed_event_attributes.failure.message}"
+             async for e in handle.fetch_history_events()
+             if e.HasField("workflow_task_failed_event_attributes")]
+    described = await handle.describe()
+    found += [f"{p.activity_type.name} retried (attempt {p.attempt}): {p.last_failure.message}"
+              for p in described.raw_description.pending_activities if p.attempt > 1]
+    return found
+
+
+async def ended_in_one_go(handle: WorkflowHandle[Any, Any], timeout: float) -> RunResult:
+    """The run's result, for a run that must end without a failed workflow task or a retried
+    activity: fails as soon as it shows either (it could then only end by the timeout)."""
+    result = asyncio.ensure_future(run_result(handle))
+    try:
+        async with asyncio.timeout(timeout):
+            while not result.done():
+                seen = await stuck(handle)
+                assert not seen, "; ".join(seen)
+                await asyncio.wait([result], timeout=0.5)
+        return result.result()
+    finally:
+        result.cancel()
+
+
+async def signal_handled(handle: WorkflowHandle[Any, Any], name: str,
+                         timeout: float = 60) -> None:
+    """Waits until a workflow task that started after the run's latest ``name`` signal
+    completed: by then the run's handler has seen the signal, or the worker dropped it. A
+    workflow task that failed on it instead is an AssertionError at once."""
+    async with asyncio.timeout(timeout):
+        while True:
+            signaled, done, failed = 0, [], []
+            async for e in handle.fetch_history_events():
+                if e.HasField("workflow_execution_signaled_event_attributes") and \
+                        e.workflow_execution_signaled_event_attributes.signal_name == name:
+                    signaled = e.event_id
+                elif e.HasField("workflow_task_completed_event_attributes"):
+                    done.append(e.workflow_task_completed_event_attributes.started_event_id)
+                elif e.HasField("workflow_task_failed_event_attributes"):
+                    a = e.workflow_task_failed_event_attributes
+                    failed.append((a.started_event_id, a.failure.message))
+            why = [message for started, message in failed if signaled and started > signaled]
+            assert not why, f"a workflow task failed on the {name} signal: {why[0]}"
+            if signaled and any(started > signaled for started in done):
+                return
+            await asyncio.sleep(0.2)
