@@ -34,6 +34,7 @@ from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
 from tools.operate import schedules
+from tools.operate.kill import KillError, target_of
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)
@@ -82,6 +83,18 @@ def approval_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
 
 
 # -- bad input: one line, a non-zero exit, nothing written, no layer run ---------------------
+
+async def test_kill_takes_neither_every_task_nor_a_series_scope_as_a_task_id(
+        store: JournalStore) -> None:
+    """`*` and `series:S` are scopes, not task ids: a kill given either as its task (by a
+    caller that passed no command line, whose id check would refuse `*` first) is refused before
+    anything is written, naming --series and --all."""
+    for scope in ("*", "series:nightly"):
+        with pytest.raises(KillError, match="is not a task id; use --series S or --all"):
+            await target_of(None, store, task=scope, series=None, everything=False,
+                            force_unknown=True)
+        assert store.stop_state(scope) is None
+
 
 async def test_kill_refuses_an_unknown_or_invalid_id_an_unknown_series_and_two_targets(
         cli: Any, store: JournalStore, tmp_path: Path) -> None:

@@ -72,3 +72,21 @@ def test_unwind_never_touches_an_irreversible_step(store: JournalStore, tmp_path
         unwind_step(store, REGISTRY, task, 1)
     assert [r.phase for r in store.rows(task)] == ["do"]
     assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+def test_a_stop_or_kill_holds_the_task_it_names_and_no_task_whose_id_it_begins(
+        store: JournalStore, tmp_path: Path) -> None:
+    """A stop's scope is a task id matched whole: stopping or killing ``sync-1`` leaves
+    ``sync-10`` and ``sync-1-retry`` running, whatever the ids have in common."""
+    named = persist(store, SPECS, [ledger_step(tmp_path, "a")], task_id="sync-1")
+    others = [persist(store, SPECS, [ledger_step(tmp_path, t)], task_id=t)
+              for t in ("sync-10", "sync-1-retry")]
+    for state in ("stopped", "killed"):
+        store.set_control(named, state, "wrong folder", "ops@example")
+        assert (store.stop_state(named) or {}).get("state") == state
+        assert [store.stop_state(t) for t in others] == [None, None]
+        with pytest.raises(TaskStopped):
+            run_step(store, REGISTRY, named, 1)
+    assert [run_step(store, REGISTRY, t, 1).status for t in others] == ["done", "done"]
+    assert [line.split()[-1] for line in ledger_lines(tmp_path / "ledger")] == [
+        "sync-10", "sync-1-retry"]

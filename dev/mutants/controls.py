@@ -21,6 +21,7 @@ from dev.mutants.base import (
     T_DU,
     T_FP,
     T_IL,
+    T_KL,
     T_OF,
     T_RE,
     T_RP,
@@ -32,6 +33,16 @@ from dev.mutants.base import (
 )
 
 MUTANTS: tuple[Mutant, ...] = (
+    # -- a stop's scope and kill's target, matched whole --------------------------------------
+    Mutant("stop: a scope holds every task whose id it begins", M_AUTH,
+           "          AND (c.scope IN (task, '*')\n",
+           "          AND (task LIKE c.scope || '%' OR c.scope = '*'\n",
+           (f"{T_SS}::test_a_stop_or_kill_holds_the_task_it_names_and_no_task_whose_id_it_"
+            "begins",)),
+    Mutant("kill: '*' is taken as a task id", "tools/operate/kill.py",
+           'if task.startswith("series:") or task == "*":',
+           'if task.startswith("series:"):',
+           (f"{T_KL}::test_kill_takes_neither_every_task_nor_a_series_scope_as_a_task_id",)),
     # -- the irreversible boundary --------------------------------------------------------------
     Mutant("the verification gate passes a step that no longer holds", "tidemark/boundary.py",
            "if probed.status is not ProbeStatus.DONE:",
