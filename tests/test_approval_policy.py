@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.drive_identity import IDENTITY_FILE
 from helpers.roles import OS_USER
+from helpers.runs import start
 from helpers.staging_fixtures import effects
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
@@ -58,12 +59,6 @@ def sent(server: StagingServer) -> tuple[int, int]:
             len(effects(server, "stripe", "payment_intents.create")))
 
 
-async def start(client: Client, doc: dict[str, Any],
-                task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
-
-
 async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
                      timeout: float = 60) -> None:
     status: dict[str, Any] = {}
@@ -89,8 +84,6 @@ def policy_workers(workers, server: StagingServer):  # type: ignore[no-untyped-d
     workers.env.pop("TIDEMARK_APPROVAL", None)
     workers.env.pop("TIDEMARK_APPROVERS", None)
     return workers
-
-
 
 
 # -- item 8: approval is the operator's policy ------------------------------------------------
@@ -504,7 +497,6 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
         [(c.path, c.token[:12]) for c in listed]
     assert ("drive", "read") in {(g["target"], g["scope"]) for g in store.grants(result.task_id)}
     await schedules.delete(client, "supplier-sync")
-
 
 
 async def test_a_planner_still_reading_when_its_task_is_killed_is_refused(

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
@@ -23,6 +23,7 @@ from activities.fs import FsRename
 from helpers.fs_roots import FS_ROOTS
 from helpers.ledger import LedgerRecord, ledger_step
 from helpers.roles import WORKER_ROLE
+from helpers.runs import start
 from helpers.staging_fixtures import effects, post
 from helpers.steps import crash_at
 from staging.core import StagingServer
@@ -56,12 +57,6 @@ def fs_steps(docs: Path, n: int) -> list[dict[str, Any]]:
 def irreversible_steps() -> list[dict[str, Any]]:
     return [{"action": "gmail.send", "args": MAIL},
             {"action": "stripe.payment_intent", "args": PAY}]
-
-
-async def start(client: Client, doc: dict[str, Any], task_queue: str,
-                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task_id or doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,

@@ -6,23 +6,15 @@ saved 500 (the outcome unknown) stops it for a person. Neither retries without e
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from helpers.runs import start
 from helpers.staging_fixtures import effects, post
 from staging.core import StagingServer
 from staging.drive import DriveTarget
-from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
 from workflows.outcome import run_result
-
-
-async def start(client: Client, doc: dict[str, Any],
-                task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 async def test_a_drive_file_shared_read_only_fails_the_task_at_that_step(

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from helpers.ledger import ledger_lines, ledger_registry, persisted
+from helpers.runs import start
 from helpers.wait import assert_eventually
 from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
-from tidemark.payloads import RunResult
 from tidemark.run_step import run_steps
 from tidemark.store import JournalStore
 from tools.operate import commands
@@ -51,12 +51,6 @@ def fast_plan(tmp_path: Path, task_id: str, n: int, **extra: Any) -> dict[str, A
         {"action": "ledger.record",
          "args": {"ledger": str(tmp_path / "ledger"), "entry": f"e{i}", **extra}}
         for i in range(1, n + 1)]}
-
-
-async def start(client: Client, doc: dict[str, Any],
-                task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 def entries(tmp_path: Path) -> list[str]:

@@ -25,11 +25,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.runs import start
 from helpers.wait import assert_eventually
 from tidemark import series
 from tidemark.errors import Unauthorized
 from tidemark.grants import GrantBroker, LocalMinter
-from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.series import SeriesBlocked
 from tidemark.store import JournalStore
@@ -38,8 +38,6 @@ from tools.operate.kill import KillError, target_of
 from workflows.outcome import run_result
 
 SPECS = spec_registry(LedgerRecord)
-
-
 
 
 def ledger_steps(ledger: Path, prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
@@ -53,12 +51,6 @@ def renames(docs: Path, n: int) -> list[dict[str, Any]]:
         (docs / f"d{i}.txt").write_text(str(i))
     return [{"action": "fs.rename", "args": {"path": str(docs / f"d{i}.txt"),
                                              "name": f"f{i}.txt"}} for i in range(n)]
-
-
-async def start(client: Client, doc: dict[str, Any], task_queue: str,
-                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task_id or doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 async def tidemark_state(handle: WorkflowHandle[Any, Any]) -> tuple[str, str | None]:

@@ -15,11 +15,12 @@ import pytest
 from psycopg import sql
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord, ledger_lines
+from helpers.runs import start
 from helpers.staging_fixtures import arm, effects
 from helpers.steps import crash_at
 from helpers.wait import assert_eventually
@@ -44,13 +45,6 @@ def ledger_plan(tmp_path: Path, task_id: str, n: int, **extra: Any) -> dict[str,
         {"action": "ledger.record",
          "args": {"ledger": str(tmp_path / "ledger"), "entry": f"e{i}", **extra}}
         for i in range(1, n + 1)]}
-
-
-async def start(client: Client, doc: dict[str, Any], task_queue: str,
-                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
-    task = task_id or doc["task_id"]
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 def entries(tmp_path: Path) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from googleapiclient.errors import HttpError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from activities.drive import drive_client
@@ -24,6 +24,7 @@ from activities.granted import acting_for
 from activities.wiring import worker_registry
 from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
+from helpers.runs import start
 from helpers.staging_fixtures import arm
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
@@ -49,12 +50,6 @@ def ledger_steps(ledger: Path, prefix: str, n: int, **extra: Any) -> list[dict[s
 
 def entries(ledger: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in ledger_lines(ledger)]
-
-
-async def start(client: Client, doc: dict[str, Any], task_queue: str,
-                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{task_id or doc['task_id']}",
-                                       task_queue=task_queue, result_type=RunResult)
 
 
 def temporal_cli(address: str, *args: str) -> str:
@@ -282,7 +277,6 @@ def _effects(server: StagingServer, target: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{server.url}/_staging/effects?target={target}",
                                 timeout=5) as r:
         return json.loads(r.read())
-
 
 
 def test_the_supplier_sync_planner_lists_the_drive_inbox_and_plans_renames_then_a_mail(

@@ -11,10 +11,12 @@ from tidemark.payloads import RunResult
 from workflows.outcome import run_result
 
 
-async def start(client: Client, doc: dict[str, Any],
-                task_queue: str) -> WorkflowHandle[Any, RunResult]:
-    """RunPlan with the plan ``doc`` as input, under the workflow id of its task."""
-    return await client.start_workflow("RunPlan", doc, id=f"tidemark-{doc['task_id']}",
+async def start(client: Client, doc: dict[str, Any], task_queue: str,
+                task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
+    """RunPlan with ``doc`` as input, under the workflow id of its task (``task_id``, for an
+    input that names none or names another)."""
+    return await client.start_workflow("RunPlan", doc,
+                                       id=f"tidemark-{task_id or doc['task_id']}",
                                        task_queue=task_queue, result_type=RunResult)
 
 
