@@ -6,13 +6,11 @@ waits ten seconds, so that only our own flushes put anything on disk."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from tidemark.approval import unattended
 from tidemark.database import EmbeddedPostgres
 from tidemark.run_step import run_step, run_steps
 from tidemark.store import JournalStore
+from tools.chaos.stepped_clock import stop_postmaster
 
 AFTER_RESTART = """
 import json, pathlib, sys
@@ -54,15 +53,7 @@ def crashable() -> Iterator[tuple[str, Path]]:
 def crash_and_read(data: Path) -> list[list[object]]:
     """Kills Postgres as a crash would, starts it again (recovery replays what reached the
     disk) in a process of its own, and returns the journal's (task, step, status) rows."""
-    pid = int((data / "postmaster.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGQUIT)  # immediate shutdown: no checkpoint, no WAL write
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    stop_postmaster(data, signal.SIGQUIT)  # immediate shutdown: no checkpoint, no WAL write
     done = subprocess.run([sys.executable, "-c", AFTER_RESTART, str(data)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

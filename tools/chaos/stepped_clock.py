@@ -43,11 +43,11 @@ class SteppedClock:
         tmp.replace(self.offset_file)  # read whole or not at all
 
 
-def stop_postmaster(data: Path) -> None:
-    """Ends the postmaster of ``data`` as a restart does (a fast shutdown) and waits until it is
-    gone."""
+def stop_postmaster(data: Path, sig: signal.Signals = signal.SIGINT) -> None:
+    """Ends the postmaster of ``data`` and waits until it is gone: by default as a restart does
+    (SIGINT, a fast shutdown); SIGQUIT is an immediate shutdown, as a crash (no checkpoint)."""
     pid = int((data / "postmaster.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGINT)
+    os.kill(pid, sig)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -55,7 +55,7 @@ def stop_postmaster(data: Path) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.02)
-    raise TimeoutError(f"postmaster {pid} still runs 30 s after a fast shutdown")
+    raise TimeoutError(f"postmaster {pid} still runs 30 s after {sig.name}")
 
 
 @contextmanager
