@@ -16,7 +16,6 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.drive_identity import IDENTITY_FILE
 from helpers.roles import OS_USER
 from helpers.runs import start
 from helpers.staging_fixtures import effects
@@ -481,8 +480,14 @@ async def test_a_scheduled_planner_reads_the_targets_through_its_tasks_grant(
     root = str(Path(__file__).resolve().parent.parent)  # the worker imports examples.*
     workers.start(TIDEMARK_STAGING_URL=server.url, PYTHONPATH=root)
     # The worker's start checks its Drive credentials with its own (a scratch file's stamp,
-    # activities/drive_identity.py); the task's reads are the ones after it.
-    assert_eventually(lambda: any(f.name == IDENTITY_FILE for f in drive.files.values()))
+    # written, then listed back with the read token: activities/drive_identity.py); the task's
+    # reads are the ones after that listing.
+    def listed_back() -> bool:
+        calls = server.staging.calls_of("drive")
+        made = [i for i, c in enumerate(calls) if c.method == "POST"]
+        return bool(made) and any(c.method == "GET" and c.path.rstrip("/").endswith("/files")
+                                  for c in calls[made[0] + 1:])
+    assert_eventually(listed_back)
     started = len(server.staging.calls_of("drive"))
     store.declare_series("supplier-sync", "ops", ME)
     await schedules.create(client, "supplier-sync", "0 3 * * *",
