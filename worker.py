@@ -37,6 +37,7 @@ from tidemark.approval import ApprovalPolicy
 from tidemark.database import database_url
 from tidemark.errors import ConfigError
 from tidemark.grants import GrantBroker
+from tidemark.import_names import check_import_names
 from tidemark.payloads import TASK_QUEUE
 from tidemark.process_exit import exit_now
 from tidemark.settings import (
@@ -193,6 +194,7 @@ def main(registry: Registry | None = None) -> None:
         await serve(settings, stop, registry)
 
     try:
+        check_import_names()
         settings = load_settings()
         logging.getLogger().setLevel(settings.log_level)
         asyncio.run(run(settings))

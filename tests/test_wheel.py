@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tidemark.import_names import OURS
+
 ROOT = Path(__file__).parent.parent
 PRODUCT = {"tidemark", "workflows", "activities", "probes", "staging", "tools", "worker.py"}
 DEV_HARNESSES = {"mutation_check", "mutants", "rule_map", "record_histories", "screenshots",
@@ -42,6 +44,8 @@ def test_the_wheel_holds_the_product_and_no_developer_harness(tmp_path: Path) ->
         entry_points.read_string(wheel.read(info).decode())
     top = {n.split("/")[0] for n in names if ".dist-info/" not in n}
     assert top == PRODUCT, top
+    # The names the start-up check holds to be ours (tidemark.import_names) are these.
+    assert {n.removesuffix(".py") for n in PRODUCT} == {"tidemark", *OURS}
     assert not [n for n in names if set(re.split(r"[/.]", n)) & DEV_HARNESSES]
     assert not [n for n in names if n.startswith(("dev/", "tests/", "bench/", "examples/"))]
     # The command, the operator's controls and the harnesses a user runs are installed.

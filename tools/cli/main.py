@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from tidemark.errors import InputError, TidemarkError, UnknownTask, one_line
+from tidemark.import_names import check_import_names
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
 from tools.cli.common import (
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_import_names()
         check_arguments(args)  # before anything is read or written
         args.settings = command_settings(args)
         if getattr(args, "task_queue", "") is None:
