@@ -89,12 +89,13 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
                  approval: ApprovalPolicy | None = None, *,
                  max_steps: int = MAX_CONCURRENT_STEPS,
                  step_threads: int = DEFAULT_STEP_THREADS) -> Worker:
-    """The worker with every workflow and activity; tests build it the same way. ``approval``
-    is the operator's policy (default: every irreversible step waits for a person);
-    ``max_steps`` the steps it runs at once (``executor``, for the synchronous activities, must
-    have as many threads); ``step_threads`` the threads for the blocking parts of run_step,
-    a coroutine (tidemark.step_threads), started as they are needed and kept for the
-    process's life."""
+    """The worker with every workflow and activity.
+
+    Tests build it the same way. ``approval`` is the operator's policy (default: every irreversible
+    step waits for a person); ``max_steps`` the steps it runs at once (``executor``, for the
+    synchronous activities, must have as many threads); ``step_threads`` the threads for the
+    blocking parts of run_step, a coroutine (tidemark.step_threads), started as they are needed and
+    kept for the process's life."""
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
     parts = ThreadPoolExecutor(step_threads, thread_name_prefix="step-part")
     activities = StepActivities(store, registry, grants, executor=parts)
@@ -114,8 +115,9 @@ def journal_store(settings: Settings) -> JournalStore:
 
 
 def step_executor(settings: Settings) -> ThreadPoolExecutor:
-    """One thread per step the worker may run at once, for its synchronous activities (all but
-    run_step, whose blocking parts have threads of their own: build_worker's
+    """One thread per step the worker may run at once, for its synchronous activities.
+
+    That is all but run_step, whose blocking parts have threads of their own (build_worker's
     ``step_threads``). Threads are started as they are needed."""
     return ThreadPoolExecutor(settings.max_concurrent_steps, thread_name_prefix="step")
 
@@ -126,7 +128,9 @@ def temporal_connect_config(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 async def check_search_attributes(client: Client) -> None:
-    """Refuses to start, in one line, on a namespace that lacks a search attribute the workflows
+    """Refuses to start on a namespace that lacks a search attribute we upsert.
+
+    Refuses to start, in one line, on a namespace that lacks a search attribute the workflows
     upsert: Temporal would fail every workflow task that upserts it, and every run would hang,
     retried, with nothing said but the worker's warnings. A server that does not let us read the
     list (an API key without operator rights) is not a reason to refuse: it is logged."""
@@ -149,8 +153,10 @@ async def check_search_attributes(client: Client) -> None:
 
 async def serve(settings: Settings | Mapping[str, str], stop: asyncio.Event,
                 registry: Registry | None = None) -> None:
-    """Runs the worker until ``stop`` is set. ``settings`` may be given as an environment
-    mapping; ``registry`` defaults to the one its target variables configure."""
+    """Runs the worker until ``stop`` is set.
+
+    ``settings`` may be given as an environment mapping; ``registry`` defaults to the one its
+    target variables configure."""
     if not isinstance(settings, Settings):
         settings = load_settings(settings)
     connect = settings.temporal_connect()

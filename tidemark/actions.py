@@ -39,8 +39,10 @@ class ProbeStatus(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """A probe's answer. ``observed`` is what the target showed; it becomes the step's outcome
-    when the status is ``done``. ``reason`` says in words why (shown to the operator)."""
+    """A probe's answer about one step's target.
+
+    ``observed`` is what the target showed; it becomes the step's outcome when the status is
+    ``done``. ``reason`` says in words why (shown to the operator)."""
 
     status: ProbeStatus
     observed: dict[str, Any] = field(default_factory=dict)
@@ -92,8 +94,10 @@ class StepContext:
 
 @dataclass(frozen=True)
 class Arg:
-    """One argument of an action: its JSON type, whether it is required, and an optional
-    ``check`` that returns the normalised value or raises ValueError with a clear message."""
+    """One argument of an action.
+
+    Its JSON type, whether it is required, and an optional ``check`` that returns the normalised
+    value or raises ValueError with a clear message."""
 
     type: type | tuple[type, ...]
     required: bool = True
@@ -133,8 +137,10 @@ class GateRefused(Exception):
 # -- actions --------------------------------------------------------------------------------
 
 class Action:
-    """Base class of every action. Subclasses set ``name``, ``irreversible``, ``args`` and
-    implement ``execute`` and ``probe``; reversible actions also implement ``compensate``.
+    """Base class of every action.
+
+    Subclasses set ``name``, ``irreversible``, ``args`` and implement ``execute`` and ``probe``;
+    reversible actions also implement ``compensate``.
 
     Instances are handed their clients by whoever builds the worker; the class-level parts
     (name, args, ``describe``) are enough to validate a plan without any client.
@@ -206,7 +212,9 @@ class Action:
 
     @classmethod
     def target(cls, args: dict[str, Any]) -> str | None:
-        """The one thing outside that a step with ``args`` sets to its end state (a Drive
+        """The one outside thing a step sets to its end state, or None.
+
+        The one thing outside that a step with ``args`` sets to its end state (a Drive
         file's id), or None when the action cannot say. Two steps of one plan with the same
         target set it in turn: the later one's state is what must show at the end, and the
         earlier one's probe no longer answers done (tidemark.boundary)."""
@@ -235,24 +243,29 @@ class Action:
         raise NotImplementedError
 
     def check_identity(self) -> dict[str, Any]:
-        """Called when a worker binds the action: proves that the read-only credential reads
-        the account (mailbox, Drive user, Stripe account and mode) the write credential writes,
-        and returns what it saw. Raises ConfigError on a mismatch: a probe reading a foreign
-        account would answer *absent* for every step. Default: nothing to check."""
+        """Proves that the read-only credential reads the account the write one writes.
+
+        Called when a worker binds the action. Checks the account (mailbox, Drive user, Stripe
+        account and mode) and returns what it saw. Raises ConfigError on a mismatch: a probe
+        reading a foreign account would answer *absent* for every step. Default: nothing to
+        check."""
         return {}
 
     # Side-effecting parts.
     @property
     def stages(self) -> bool:
-        """Whether the action has a ``stage`` of its own: only such an action's call may begin
-        with a statement of the journal (its staged handle)."""
+        """Whether the action has a ``stage`` of its own.
+
+        Only such an action's call may begin with a statement of the journal (its staged
+        handle)."""
         return type(self).stage is not Action.stage
 
     def stage(self, ctx: StepContext) -> dict[str, Any] | None:
-        """Optional first half of ``execute`` for targets that can fence at the provider: it
-        creates a handle that can be consumed once (a mail draft) and returns it; run_step
-        journals it before calling ``execute``, which then consumes exactly that handle (sends
-        the draft by id). Called after the intent, only while the step has no journaled handle.
+        """Optional first half of ``execute``: creates a handle that can be consumed once.
+
+        For targets that can fence at the provider: returns a handle such as a mail draft. run_step
+        journals it before calling ``execute``, which then consumes exactly that handle (sends the
+        draft by id). Called after the intent, only while the step has no journaled handle.
         Default: no staging (returns None)."""
         return None
 
@@ -267,11 +280,12 @@ class Action:
     awaits: ClassVar[bool] = False
 
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
-        """``execute`` as a coroutine, for an action that ``awaits``: the same request, stamped
-        with the same key, answering or raising as ``execute`` would (Refused, Unauthorized,
-        TargetUnavailable). It must never block the event loop (a blocking part, such as reading
-        a task's grant, runs in ``asyncio.to_thread``), and it is cancelled like any coroutine:
-        a request cancelled after it left is in doubt, as a lost answer is."""
+        """``execute`` as a coroutine, for an action that ``awaits``.
+
+        The same request, stamped with the same key, answering or raising as ``execute`` would
+        (Refused, Unauthorized, TargetUnavailable). It must never block the event loop (a blocking
+        part, such as reading a task's grant, runs in ``asyncio.to_thread``), and it is cancelled
+        like any coroutine: a request cancelled after it left is in doubt, as a lost answer is."""
         raise NotImplementedError(f"{self.name} does not await its call")
 
     def compensate(self, ctx: StepContext) -> dict[str, Any]:
@@ -286,9 +300,11 @@ DELTA_VERBS = frozenset({
 
 @dataclass(frozen=True)
 class ClientLibrary:
-    """A provider's client library that an action's module is built on, and the extra of the
-    ``tidemark`` distribution that installs it (``pip install 'tidemark[stripe]'``): a base
-    install carries none, so an action's module may be impossible to import."""
+    """A provider's client library that an action's module is built on.
+
+    The extra of the ``tidemark`` distribution that installs it (``pip install
+    'tidemark[stripe]'``): a base install carries none, so an action's module may be impossible to
+    import."""
 
     what: str  # for people: "the Stripe client"
     extra: str
@@ -297,8 +313,9 @@ class ClientLibrary:
     modules: tuple[str, ...]
 
     def installed(self) -> bool:
-        """Whether every module can be found, without importing any of them (a second of
-        start-up for Microsoft Graph's alone)."""
+        """Whether every module can be found, without importing any of them.
+
+        Importing costs a second of start-up for Microsoft Graph's alone."""
         for module in self.modules:
             try:
                 if importlib.util.find_spec(module) is None:
@@ -308,8 +325,9 @@ class ClientLibrary:
         return True
 
     def lacks(self, missing: str | None) -> bool:
-        """Whether a ModuleNotFoundError for ``missing`` is this library's absence (and not a
-        bug of ours, which must surface as it is)."""
+        """Whether a ModuleNotFoundError for ``missing`` is this library's absence.
+
+        A bug of ours must surface as it is."""
         return missing is not None and any(
             m == missing or m.startswith(missing + ".") or missing.startswith(m + ".")
             for m in self.modules)
@@ -317,11 +335,13 @@ class ClientLibrary:
 
 @dataclass(frozen=True)
 class ActionRef:
-    """An action known by its name alone: ``load`` imports and returns its class when a
-    registry first needs it (``Registry.spec``). A command that only reads the journal never
-    imports an action's module, and with it the provider's client library it is built on (a
-    second or more of start-up for Google's, Microsoft Graph's and Stripe's together).
-    ``needs``: that library, so that its absence is told as the extra to install."""
+    """An action known by its name alone, imported on first use.
+
+    ``load`` imports and returns its class when a registry first needs it (``Registry.spec``). A
+    command that only reads the journal never imports an action's module, and with it the
+    provider's client library it is built on (a second or more of start-up for Google's, Microsoft
+    Graph's and Stripe's together). ``needs``: that library, so that its absence is told as the
+    extra to install."""
 
     name: str
     load: Callable[[], type[Action]] = field(compare=False)
@@ -340,8 +360,9 @@ class ActionRef:
 
 
 class Registry:
-    """The actions a process knows, by name: classes, bound instances, and references whose
-    class is imported on first use."""
+    """The actions a process knows, by name.
+
+    Classes, bound instances, and references whose class is imported on first use."""
 
     def __init__(self, actions: Iterable[Action | type[Action] | ActionRef] = ()) -> None:
         self._classes: dict[str, type[Action]] = {}
@@ -351,10 +372,11 @@ class Registry:
             self.register(a)
 
     def register(self, action: Action | type[Action] | ActionRef) -> None:
-        """Registers an action class (enough to validate plans), a bound instance (enough to
-        run them), or a reference whose class is checked when it is loaded. Refuses an action
-        without a probe, or a reversible one without compensate. The last registration of a
-        name stands for its class."""
+        """Registers an action class, a bound instance, or a reference.
+
+        A class is enough to validate plans, a bound instance to run them; a reference's class is
+        checked when it is loaded. Refuses an action without a probe, or a reversible one without
+        compensate. The last registration of a name stands for its class."""
         if isinstance(action, ActionRef):
             self._classes.pop(action.name, None)
             self._refs[action.name] = action
@@ -381,6 +403,7 @@ class Registry:
 
     def _load(self, ref: ActionRef) -> type[Action]:
         """Imports a referenced class and registers it, with the checks of ``register``.
+
         Raises ActionUnavailable when the client library it needs is not installed."""
         try:
             cls = ref.load()

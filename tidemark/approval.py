@@ -51,8 +51,10 @@ _NAME = re.compile(r"[a-z_][a-z0-9_$]{0,62}")
 
 @dataclass(frozen=True)
 class ApprovalPolicy:
-    """A parsed policy: ``text`` as written, normalised; ``limits`` (per task) and ``daily``
-    (per series and day) in minor units; ``approvers`` login roles (empty: no narrowing)."""
+    """A parsed approval policy.
+
+    ``text`` as written, normalised; ``limits`` (per task) and ``daily`` (per series and day) in
+    minor units; ``approvers`` login roles (empty: no narrowing)."""
 
     text: str = DEFAULT_POLICY
     all_steps: bool = True
@@ -63,10 +65,11 @@ class ApprovalPolicy:
     approvers: tuple[str, ...] = ()
 
     def asks(self, irreversible: Iterable[Mapping[str, Any]]) -> str | None:
-        """Why this policy asks a person before a task's irreversible steps (their args), or
-        None. Amounts are summed per currency over the task, so splitting one payment into many
-        does not pass under a limit. A daily limit needs the series' other runs: the journal
-        judges it (tidemark.policy_asks)."""
+        """Why this policy asks a person before a task's irreversible steps, or None.
+
+        The steps are given by their args. Amounts are summed per currency over the task, so
+        splitting one payment into many does not pass under a limit. A daily limit needs the
+        series' other runs: the journal judges it (tidemark.policy_asks)."""
         steps = list(irreversible)
         if self.nobody or not steps:
             return None
@@ -145,17 +148,21 @@ def split_names(raw: str | None) -> list[str]:
 
 
 def policy_from_env(env: Mapping[str, str]) -> ApprovalPolicy:
-    """The worker's policy: ``TIDEMARK_APPROVAL`` (default ``all``: every irreversible step
-    waits for a person) and ``TIDEMARK_APPROVERS`` (login roles that narrow who may decide).
-    It adds to the journal's policy; it never removes."""
+    """The worker's approval policy, from the environment.
+
+    ``TIDEMARK_APPROVAL`` (default ``all``: every irreversible step waits for a person) and
+    ``TIDEMARK_APPROVERS`` (login roles that narrow who may decide). It adds to the journal's
+    policy; it never removes."""
     approvers = split_names(env.get(ENV_APPROVERS))
     parse_approvers(approvers, ENV_APPROVERS)
     return parse_policy(env.get(ENV_APPROVAL, DEFAULT_POLICY), approvers)
 
 
 def series_policy(declared: Mapping[str, Any] | None) -> ApprovalPolicy | None:
-    """The policy a series' declaration gives, or None when it gives none. A declaration that
-    no longer parses asks a person for every irreversible step: the strictest reading."""
+    """The policy a series' declaration gives, or None when it gives none.
+
+    A declaration that no longer parses asks a person for every irreversible step: the strictest
+    reading."""
     if declared is None or not declared.get("approval"):
         return None
     try:
@@ -167,7 +174,9 @@ def series_policy(declared: Mapping[str, Any] | None) -> ApprovalPolicy | None:
 
 def why_asked(policies: Iterable[ApprovalPolicy | None], plan_asks: bool,
               irreversible: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why a person must approve a task's irreversible steps (their args) under every policy
+    """Why a person must approve a task's irreversible steps, or None.
+
+    Why a person must approve a task's irreversible steps (their args) under every policy
     that applies, the strictest winning, or None."""
     if plan_asks and irreversible:
         return "the plan asks a person to approve its irreversible steps"
@@ -188,7 +197,8 @@ def narrowed(lists: Iterable[Iterable[str] | None]) -> list[str] | None:
 
 
 def unattended(store: JournalStore, by: str) -> None:
-    """Sets the journal's policy to ``none``: irreversible steps run with no person's approval.
+    """Sets the journal's policy to ``none``: no person approves irreversible steps.
+
     For a harness on a scratch journal (the tests, chaos, fleets, benchmarks, recordings); an
     operator says it with `tidemark policy set none`."""
     policy = parse_policy("none")

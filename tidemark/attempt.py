@@ -1,4 +1,6 @@
-"""One attempt at a step, forward (phase ``do``: the action's execute) or backward (phase
+"""One attempt at a step, forward or backward, written once.
+
+One attempt at a step, forward (phase ``do``: the action's execute) or backward (phase
 ``undo``: its compensation): the sequence every attempt follows, written once.
 
 ::
@@ -126,7 +128,9 @@ class Side(Protocol):
         ...
 
     def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
-        """For an open intent whose lease has passed: the row settled without acting, or None
+        """For an open intent whose lease has passed: the settled row, or None.
+
+        For an open intent whose lease has passed: the row settled without acting, or None
         when the attempt acts on the intent again."""
         ...
 
@@ -142,7 +146,9 @@ class Side(Protocol):
 @contextmanager
 def locked(store: JournalStore, task_id: str, step: int, way: Direction = DO, *,
            acting: Direction) -> Iterator[StepSession]:
-    """Begins an attempt on the step's row of ``way`` and checks the stop state read with it
+    """Begins an attempt on the step's row and checks its stop state.
+
+    Begins an attempt on the step's row of ``way`` and checks the stop state read with it
     for an attempt of ``acting`` (check_stop). This early check only saves work: the statement
     that writes (or claims) the intent checks the same state again, so a stop committed after
     the read still prevents the action."""
@@ -152,7 +158,9 @@ def locked(store: JournalStore, task_id: str, step: int, way: Direction = DO, *,
 
 
 def check_stop(s: StepSession, task_id: str, acting: Direction) -> None:
-    """A forward step acts only on a task neither stopped nor unwound; a compensation only on a
+    """Whether the task's stop state lets an attempt of this kind act.
+
+    A forward step acts only on a task neither stopped nor unwound; a compensation only on a
     stopped task no kill applies to (a person lifts a kill for unwinding with ``tidemark release
     T --for-unwind``)."""
     if acting is UNDO:
@@ -169,9 +177,10 @@ def check_stop(s: StepSession, task_id: str, acting: Direction) -> None:
 
 def attempt(store: JournalStore, s: StepSession, side: Side, *,
             flush_outcome: bool = True) -> JournalRow:
-    """Lease, intent, act and settle, for the attempt ``s`` began (its row of
-    ``side.direction``, as read then, is ``s.row``; a recorded outcome the side does not act on
-    again is the caller's to return before). Returns the settled row: done by the call, or as
+    """Lease, intent, act and settle, for the attempt ``s`` began.
+
+    Its row of ``side.direction``, as read then, is ``s.row``. A recorded outcome the side does not
+    act on again is the caller's to return before. Returns the settled row: done by the call, or as
     the side's resume found it.
 
     ``flush_outcome=False`` commits the outcome without waiting for the disk
@@ -193,8 +202,10 @@ class Call:
 
 
 def open_attempt(s: StepSession, side: Side) -> JournalRow | Call:
-    """The part of ``attempt`` before the call: the row settled without acting (the side's
-    resume found it done), or the owned intent the call is to act on."""
+    """The part of ``attempt`` before the call.
+
+    The row settled without acting (the side's resume found it done), or the owned intent the call
+    is to act on."""
     row = s.row
     if row is not None and row.outcome is None:
         # In doubt: an earlier attempt wrote the intent and ended, or may still be acting.
@@ -217,8 +228,10 @@ def open_attempt(s: StepSession, side: Side) -> JournalRow | Call:
 
 
 def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, JournalRow]:
-    """Commits a new intent with the lease of the call it precedes; returns this machine's
-    monotonic time just before the statement (guarded_call's ``lease_from``) and the row."""
+    """Commits a new intent with the lease of the call it precedes.
+
+    Returns this machine's monotonic time just before the statement (guarded_call's ``lease_from``)
+    and the row."""
     ctx = side.ctx
     before = side.before_state(s)
     crash_point(side.direction.crash_prefix + "before_intent", ctx.step)
@@ -231,7 +244,9 @@ def _intent(s: StepSession, side: Side, key: str, number: int) -> tuple[float, J
 
 def act(store: JournalStore, s: StepSession, side: Side, call: Call,
         flush_outcome: bool) -> JournalRow:
-    """Runs the side's call under its lease and settles the intent with what came of it: an
+    """Runs the side's call under its lease and settles the intent with the result.
+
+    Runs the side's call under its lease and settles the intent with what came of it: an
     outcome is done, a refusal is failed (StepFailed), anything else leaves it in doubt."""
     try:
         with guarded_call(store, s, call.key, side.action, call.lease_from), \
@@ -246,7 +261,9 @@ def act(store: JournalStore, s: StepSession, side: Side, call: Call,
 
 
 def wire_of(store: JournalStore, s: StepSession, side: Side, call: Call) -> Wire:
-    """What the transports of the call's requests check just before each leaves
+    """What the transports of the call's requests check just before each leaves.
+
+    What the transports of the call's requests check just before each leaves
     (tidemark.wire): the call's lease covers it, on this machine's monotonic clock; and for a
     forward step of an action whose target's fence may not stop a late request, the mark,
     journaled first by a statement that fails once this attempt no longer owns its intent."""
@@ -262,18 +279,21 @@ class AwaitingSide(Side, Protocol):
 
     async def call_async(self, store: JournalStore, s: StepSession, ctx: StepContext,
                          threads: StepThreads) -> dict[str, Any]:
-        """``call``, with the wait on the target awaited on the event loop and every blocking
-        part on ``threads``."""
+        """``call``, with the blocking parts on ``threads``.
+
+        ``call`` with the wait on the target awaited on the event loop and every blocking part on
+        ``threads``."""
         ...
 
 
 async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, call: Call,
                     threads: StepThreads) -> JournalRow:
-    """``act`` for a call awaited on the event loop: the same lease, the same settling, with
-    each journal statement on a step thread. A caller cancelled meanwhile must let this run to
-    its end (tidemark.step_threads.to_its_end): cancelling the call would not stop a request
-    that has left, and would leave the step in doubt, to be probed before the target applied
-    it."""
+    """``act`` for a call awaited on the event loop.
+
+    The same lease, the same settling, with each journal statement on a step thread. A caller
+    cancelled meanwhile must let this run to its end (tidemark.step_threads.to_its_end): cancelling
+    the call would not stop a request that has left, and would leave the step in doubt, to be
+    probed before the target applied it."""
     lease = guarded_call(store, s, call.key, side.action, call.lease_from)
     lease.__enter__()  # only registers the key with the lease keeper
     outcome: dict[str, Any] = {}
@@ -293,10 +313,11 @@ async def act_async(store: JournalStore, s: StepSession, side: AwaitingSide, cal
 def _after_call(lease: contextlib.AbstractContextManager[None], s: StepSession, side: Side,
                 call: Call, outcome: dict[str, Any], failed: BaseException | None
                 ) -> JournalRow | None:
-    """What follows an awaited call, in one hand-over to a step thread: the end of the lease's
-    renewal (it may wait for a renewal in flight), then the call settled as ``act`` settles
-    it. Returns the done row; None when the call failed and the step is left in doubt (the
-    caller raises the call's error); a refusal raises StepFailed."""
+    """What follows an awaited call, in one hand-over to a step thread.
+
+    The end of the lease's renewal (it may wait for a renewal in flight), then the call settled as
+    ``act`` settles it. Returns the done row; None when the call failed and the step is left in
+    doubt (the caller raises the call's error); a refusal raises StepFailed."""
     lease.__exit__(None, None, None)
     if failed is None:
         return settle(s, side, call, outcome, True)
@@ -320,7 +341,9 @@ def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],
 
 
 def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
-    """After a call that ended without an outcome or a refusal (Unauthorized, TargetUnavailable,
+    """Leaves the intent open after a call that ended in doubt.
+
+    After a call that ended without an outcome or a refusal (Unauthorized, TargetUnavailable,
     anything unforeseen, a cancelled wait): the action may or may not have applied, so the
     intent stays open and the next attempt probes it (or, for a compensation, applies it
     again), once the target's horizon has passed. NotSent (held at the wire, or Throttled:
@@ -337,7 +360,9 @@ def in_doubt(s: StepSession, side: Side, call: Call, e: BaseException) -> None:
 
 
 def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) -> NoReturn:
-    """The target refused for good: the refusal is the attempt's outcome (failed), and the
+    """The target refused for good: the attempt fails as StepFailed.
+
+    The target refused for good: the refusal is the attempt's outcome (failed), and the
     attempt fails as StepFailed. A compensation refused is tried again only by a later unwind,
     under a new attempt."""
     s.complete(key=key, outcome={"error": str(e), "type": type(e).__name__},
@@ -358,7 +383,9 @@ INLINE_WAIT_S = 2 * LEASE_S
 
 @contextmanager
 def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
-    """This attempt takes over the open intent ``s.row`` before it probes or acts on it, in the
+    """This attempt takes over the open intent ``s.row`` before it probes or acts.
+
+    This attempt takes over the open intent ``s.row`` before it probes or acts on it, in the
     one statement that checks the lease and the row (StepSession.take_over): StepBusy while
     the last attempt's lease runs, and StepBusy if another attempt took it over first.
 
@@ -398,7 +425,9 @@ def taken_over(s: StepSession, ctx: StepContext) -> Iterator[None]:
 
 
 def covered_call_s(action: Action) -> float:
-    """Seconds of an action's call that the lease written before it covers with no renewal:
+    """Seconds of an action's call that its first lease covers with no renewal.
+
+    Seconds of an action's call that the lease written before it covers with no renewal:
     its declared deadline, but never less than what one renewal adds (LEASE_S). Past it, only
     committed renewals cover the call, and the deadline watch ends the process rather than let
     the lease lapse under a call still running; the floor leaves a short-deadline action time
@@ -407,8 +436,10 @@ def covered_call_s(action: Action) -> float:
 
 
 def call_lease(action: Action) -> float:
-    """Seconds the lease written before an action's call must cover: the call itself (its
-    deadline) and then the time the target may still apply the request (its horizon)."""
+    """Seconds the lease written before an action's call must cover.
+
+    The call itself (its deadline) and then the time the target may still apply the request (its
+    horizon)."""
     return covered_call_s(action) + float(action.horizon_s)
 
 
@@ -419,8 +450,10 @@ def renewal_lease(action: Action) -> float:
 
 def guarded_call(store: JournalStore, s: StepSession, key: str, action: Action,
                  lease_from: float) -> contextlib.AbstractContextManager[None]:
-    """The block in which an action's call runs: its lease is renewed, and the process ends
-    before the lease could lapse while the call still runs (tidemark.store.LeaseKeeper).
+    """The block in which an action's call runs under a renewed lease.
+
+    Its lease is renewed, and the process ends before the lease could lapse while the call still
+    runs (tidemark.store.LeaseKeeper).
 
     ``lease_from`` is this machine's monotonic time just before the statement that wrote the
     call's lease (call_lease seconds from then, on the database's clock): a request that leaves
@@ -433,7 +466,9 @@ def guarded_call(store: JournalStore, s: StepSession, key: str, action: Action,
 
 
 def end_attempt(s: StepSession, key: str, action: Action) -> None:
-    """After an ambiguous failure: the attempt is over, but its request may still be applied
+    """Ends an attempt after an ambiguous failure, holding the lease for the horizon.
+
+    After an ambiguous failure: the attempt is over, but its request may still be applied
     for the target's horizon, so the lease is held that long (not cut to zero). If this write
     fails, the lease written before the call still covers it."""
     with contextlib.suppress(TidemarkError):
@@ -478,7 +513,9 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
 
 
 def _unanswered_mark(action: Action, ctx: StepContext, probed: ProbeResult) -> ProbeResult:
-    """A probe's *absent* is no verdict while an earlier attempt's effect request was marked
+    """A probe's *absent* is no verdict while an earlier effect is unanswered.
+
+    A probe's *absent* is no verdict while an earlier attempt's effect request was marked
     as leaving and that attempt never reported back (tidemark.wire): it may be a process that
     stands still with its request still to leave, after anything done now. Only *done*, or
     *unknown* with what was seen (the lease, written to cover that request and the target's

@@ -65,8 +65,10 @@ FIELD_CHARS = 300
 
 @dataclass
 class Verification:
-    """What the gate found: ``failures`` lists the steps that no longer hold, with the probe's
-    status, reason and observation."""
+    """What the gate found.
+
+    ``failures`` lists the steps that no longer hold, with the probe's status, reason and
+    observation."""
 
     boundary: int
     verified: int = 0
@@ -91,9 +93,11 @@ class Verification:
         return "at the end of the plan" if self.at_end else f"before step {self.boundary}"
 
     def brief(self) -> list[dict[str, Any]]:
-        """The first BRIEF_FAILURES failures, each cut to what a person reads first (step,
-        action, what it does, status, reason): what crosses to the workflow, whatever the
-        plan's length. The verification event holds every failure in full."""
+        """The first BRIEF_FAILURES failures, each cut to what a person reads first.
+
+        Each holds step, action, what it does, status and reason. This is what crosses to the
+        workflow, whatever the plan's length. The verification event holds every failure in
+        full."""
         return [{"step": f["step"], "action": f["action"],
                  "describe": cut(str(f["describe"]), FIELD_CHARS), "status": f["status"],
                  "reason": cut(str(f["reason"]), FIELD_CHARS),
@@ -120,8 +124,10 @@ def _small(value: Any) -> Any:
 
 
 def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
-    """The action's probe of a done row, with the context its run journaled. A probe that
-    fails to run cannot confirm, so it answers unknown; a rejected credential stops the task."""
+    """The action's probe of a done row, with the context its run journaled.
+
+    A probe that fails to run cannot confirm, so it answers unknown; a rejected credential stops
+    the task."""
     action = registry.bound(row.action)
     ctx = StepContext(task_id=row.task_id, step=row.step, action=row.action, args=row.args,
                       key=row.idem_key, started_at=row.started_at,
@@ -138,8 +144,10 @@ def probe_row(registry: Registry, row: JournalRow) -> ProbeResult:
 
 def verify_reversible(store: JournalStore, registry: Registry, task_id: str, boundary: int,
                       *, tick: Any = None, at_end: bool = False) -> Verification:
-    """Re-probes every done reversible step before ``boundary`` and logs the result as one
-    ``verification`` event. Never executes anything and never changes the journal's rows.
+    """Re-probes every done reversible step before ``boundary`` and logs one event.
+
+    The result is one ``verification`` event. Never executes anything and never changes the
+    journal's rows.
 
     With ``at_end`` (the end of the plan: ``boundary`` is past its last step) only the last
     step of each target set more than once is probed. ``tick`` (optional, no arguments) is
@@ -175,7 +183,9 @@ def verify_reversible(store: JournalStore, registry: Registry, task_id: str, bou
 
 
 def _last_of_each_target(registry: Registry, rows: list[JournalRow]) -> dict[int, int]:
-    """For each step (of ``rows``, in step order) whose target another step of ``rows`` also
+    """For each step whose target a later step also sets: that last step.
+
+    For each step (of ``rows``, in step order) whose target another step of ``rows`` also
     set: the last step that set it."""
     steps_of: dict[tuple[str, str], list[int]] = {}
     for row in rows:
@@ -192,12 +202,13 @@ def irreversible_lines(plan: Plan) -> list[str]:
 
 def approval_needed(store: JournalStore, worker: ApprovalPolicy,
                     plan: Plan) -> dict[str, Any] | None:
-    """What a person must approve before the plan's irreversible steps, or None when nothing
-    waits: the strictest of the operator's policy in the journal, the series' declared policy,
-    the plan's own ask and this worker's policy. The journal is asked too (its word is the one
-    the intent's statement enforces: a series' daily limit, say). Recorded as the run's ask
-    (``approval_requests``), which the journal also counts as a need: a worker asks for more,
-    never less."""
+    """What a person must approve before the plan's irreversible steps, or None.
+
+    None when nothing waits. The answer is the strictest of the operator's policy in the journal,
+    the series' declared policy, the plan's own ask and this worker's policy. The journal is asked
+    too (its word is the one the intent's statement enforces: a series' daily limit, say). Recorded
+    as the run's ask (``approval_requests``), which the journal also counts as a need: a worker
+    asks for more, never less."""
     irreversible = [s for s in plan.steps if s.irreversible]
     if not irreversible:
         return None
@@ -222,5 +233,6 @@ def approval_needed(store: JournalStore, worker: ApprovalPolicy,
 
 
 class ApprovalError(TidemarkError):
-    """An approve or reject that the command refuses before asking the journal (a word that is
-    no decision, a task with nothing irreversible)."""
+    """An approve or reject that the command refuses before asking the journal.
+
+    For example a word that is no decision, or a task with nothing irreversible."""

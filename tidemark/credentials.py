@@ -44,8 +44,9 @@ class CredentialSource(Protocol):
         """A token that is valid now (refreshed first if it is close to expiry)."""
 
     def renew(self, stale: str) -> str:
-        """After the provider refused ``stale``: a fresh token, or ``stale`` itself when this
-        source cannot renew (a static token)."""
+        """A fresh token after the provider refused ``stale``.
+
+        Returns ``stale`` itself when this source cannot renew (a static token)."""
 
     def describe(self) -> str:
         """What the credential is, without any secret."""
@@ -75,8 +76,10 @@ class RefreshingSource:
         self.refreshes = 0  # how many tokens were fetched (for operators and tests)
 
     def _fetch(self, forced: bool) -> tuple[str, float]:
-        """A new token and its expiry (seconds since the epoch); ``forced`` after the provider
-        refused the current one, which a library's own cache must not hand out again."""
+        """A new token and its expiry (seconds since the epoch).
+
+        ``forced``: after the provider refused the current one, which a library's own cache must
+        not hand out again."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -184,8 +187,10 @@ class AzureSource(RefreshingSource):
 
 
 class MsalRefreshSource(RefreshingSource):
-    """A delegated Microsoft refresh token redeemed with msal; the newest refresh token the
-    endpoint returns replaces the old one in memory (the file is never rewritten)."""
+    """A delegated Microsoft refresh token redeemed with msal.
+
+    The newest refresh token the endpoint returns replaces the old one in memory (the file is never
+    rewritten)."""
 
     def __init__(self, app: Any, refresh_token: str, scopes: Sequence[str], what: str) -> None:
         super().__init__()
@@ -245,10 +250,11 @@ def _need(info: dict[str, Any], fields: Sequence[str], variable: str, what: str)
 
 def google_source(path: str, scopes: Sequence[str], subject: str | None,
                   variable: str) -> GoogleSource:
-    """A source from a Google key file: ``type`` ``service_account`` (with ``subject``, the user
-    whose mailbox or Drive it acts on, for domain-wide delegation) or ``authorized_user`` (a
-    refresh token; an optional ``token_uri`` field points its refresh elsewhere than Google's
-    endpoint, e.g. at the staging servers)."""
+    """A token source from a Google key file.
+
+    ``type`` is ``service_account`` (with ``subject``, the user whose mailbox or Drive it acts on,
+    for domain-wide delegation) or ``authorized_user`` (a refresh token; an optional ``token_uri``
+    field points its refresh elsewhere than Google's endpoint, e.g. at the staging servers)."""
     info = read_json(path, variable)
     kind = info.get("type")
     try:
@@ -280,12 +286,13 @@ GRAPH_AUTHORITY = "https://login.microsoftonline.com"
 
 def graph_source(path: str, delegated_scopes: Sequence[str], variable: str,
                  ) -> tuple[RefreshingSource, bool]:
-    """A source from a small JSON file describing a Microsoft Entra app: ``tenant_id``,
-    ``client_id`` and one of ``client_secret``, ``certificate_path`` (a PEM with the private
-    key and certificate; ``certificate_password`` if it is encrypted) — app-only, Graph calls
-    go to ``/users/{TIDEMARK_GRAPH_USER}`` — or ``refresh_token`` (delegated, calls go to
-    ``/me``; ``client_secret`` too for a confidential client). Optional: ``authority`` (the
-    login host, default ``https://login.microsoftonline.com``) and ``ca_bundle`` (a CA file to
+    """A token source from a JSON file describing a Microsoft Entra app.
+
+    The file holds ``tenant_id``, ``client_id`` and one of ``client_secret``, ``certificate_path``
+    (a PEM with the private key and certificate; ``certificate_password`` if it is encrypted) —
+    app-only, Graph calls go to ``/users/{TIDEMARK_GRAPH_USER}`` — or ``refresh_token`` (delegated,
+    calls go to ``/me``; ``client_secret`` too for a confidential client). Optional: ``authority``
+    (the login host, default ``https://login.microsoftonline.com``) and ``ca_bundle`` (a CA file to
     trust for it). Returns the source and whether it is app-only."""
     info = read_json(path, variable)
     _need(info, ("tenant_id", "client_id"), variable, "Microsoft credential file")

@@ -39,7 +39,9 @@ __all__ = ["ENV_HOME", "ENV_PASSWORD_FILE", "ENV_URL", "EmbeddedPostgres", "data
 
 
 def tidemark_home(path: Path) -> Path:
-    """``path`` (``Settings.home``: ``$TIDEMARK_HOME``, default ``~/.local/share/tidemark``),
+    """The home directory, created and made private on every call.
+
+    ``path`` (``Settings.home``: ``$TIDEMARK_HOME``, default ``~/.local/share/tidemark``),
     created and made private on every call.
 
     It holds the journal's database, Temporal's history (plans, recipients, amounts) and the
@@ -100,8 +102,10 @@ def import_pgserver() -> Any:
 
 
 class EmbeddedPostgres:
-    """A pgserver instance. It stops when the last process holding a handle exits (or on
-    ``close``); with ``delete=True`` its data directory goes too (for tests)."""
+    """A pgserver instance, stopped when its last holder exits.
+
+    It stops when the last process holding a handle exits (or on ``close``); with ``delete=True``
+    its data directory goes too (for tests)."""
 
     def __init__(self, pgdata: Path, *, delete: bool = False) -> None:
         try:
@@ -146,7 +150,9 @@ _NO_AT = ("host", "hostaddr", "port", "user", "dbname")
 
 
 def checked_url(url: str) -> str:
-    """``url`` when Postgres reads it as a connection string whose password stays in its
+    """``url`` when it is a connection string whose password stays in place.
+
+    ``url`` when Postgres reads it as a connection string whose password stays in its
     password; otherwise ConfigError naming ``DATABASE_URL`` and how to write it, with no part
     of its value: a URL that does not read may hold a password anywhere, and every error of the
     driver about it (and of the pool that retries it, once per attempt, at every log level)
@@ -183,7 +189,9 @@ def with_password_file(url: str, password_file: str | None) -> str:
 
 
 def database_url(settings: Settings) -> str:
-    """The URL to connect to: ``DATABASE_URL`` (with the password of ``DATABASE_PASSWORD_FILE``),
+    """The URL to connect to: ``DATABASE_URL`` or the embedded server.
+
+    The URL to connect to: ``DATABASE_URL`` (with the password of ``DATABASE_PASSWORD_FILE``),
     or, only where ``settings.embedded_db`` allows it, the embedded server (started on first
     use). Neither is a ConfigError that says how to fix it."""
     if settings.database_url:

@@ -29,8 +29,10 @@ class TidemarkError(Exception):
     stop_reason: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuses a contradiction at definition: a run cannot both end on an error and retry
-        it, and only an error that ends a run can stop it for a person."""
+        """Refuses a contradiction at definition.
+
+        A run cannot both end on an error and retry it, and only an error that ends a run can stop
+        it for a person."""
         super().__init_subclass__(**kwargs)
         if cls.end_state is not None and cls.retryable:
             raise TypeError(f"{cls.__name__}: an error that ends a run ({cls.end_state}) "
@@ -44,17 +46,20 @@ class TidemarkError(Exception):
 
 
 def one_line(text: str) -> str:
-    """``text`` as one printable line: each character that would break it or is not printable
-    (a control character, a line separator, a lone surrogate) written as its escape, as
-    Python's repr writes it."""
+    """``text`` as one printable line.
+
+    Each character that would break it or is not printable (a control character, a line separator,
+    a lone surrogate) written as its escape, as Python's repr writes it."""
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 class PlanError(TidemarkError):
-    """A plan is malformed. ``field`` names the offending place, e.g. ``steps[3].args.name``
-    (escaped to one line: a plan's keys are the plan writer's)."""
+    """A plan is malformed.
+
+    ``field`` names the offending place, e.g. ``steps[3].args.name`` (escaped to one line: a plan's
+    keys are the plan writer's)."""
 
     end_state = TaskState.FAILED
 
@@ -69,7 +74,9 @@ class PlanError(TidemarkError):
 
 
 class InputError(PlanError):
-    """An input over one of the journal's limits, holding a character it cannot hold, or JSON
+    """An input over the journal's limits or otherwise unfit to enter.
+
+    An input over one of the journal's limits, holding a character it cannot hold, or JSON
     that cannot be decoded (tidemark.limits): refused where it enters, before anything is
     written. ``field`` names the input (``--reason``, ``task_id``, ``plan``)."""
 
@@ -116,8 +123,9 @@ class ActionNotConfigured(TidemarkError):
 
 
 class ActionUnavailable(TidemarkError):
-    """The plan names an action whose provider's client library is not installed here: the
-    action's module cannot even be imported. The message names the extra that installs it."""
+    """The plan names an action whose client library is not installed here.
+
+    The action's module cannot even be imported. The message names the extra that installs it."""
 
     end_state = TaskState.FAILED
 
@@ -149,7 +157,9 @@ class StoreUnavailable(TidemarkError):
 
 
 class StepBusy(TidemarkError):
-    """Another attempt owns this step (its intent's lease runs, or it wrote or took over the
+    """Another attempt owns this step; retry later.
+
+    Another attempt owns this step (its intent's lease runs, or it wrote or took over the
     intent first). Retry later."""
 
     retryable = True
@@ -192,7 +202,9 @@ class NeedsDecision(TidemarkError):
 
 
 def release_command(task_id: str, scope: str | None) -> str:
-    """The command that lifts the stop ``scope`` (its controls row) holds on a task: the task's
+    """The command that lifts the stop ``scope`` holds on a task.
+
+    The command that lifts the stop ``scope`` (its controls row) holds on a task: the task's
     own, its series' (``series:S``) or every task's (``*``). Releasing the task by name does not
     lift a stop of its series or of every task."""
     if scope == "*":
@@ -233,8 +245,10 @@ class TaskUnwound(TidemarkError):
 
 
 class TaskKilled(TidemarkError):
-    """A kill applies to the task: no compensation acts (an unwind under way stops before its
-    next one) until a person lifts the kill for unwinding."""
+    """A kill applies to the task: no compensation acts.
+
+    None acts until a person lifts the kill for unwinding; an unwind under way stops before its
+    next one."""
 
     end_state = TaskState.KILLED
 
@@ -249,8 +263,9 @@ class TaskKilled(TidemarkError):
 
 
 class PartlyUnwound(TidemarkError):
-    """Some of the task's steps were compensated: it never runs forward again, since a run to
-    the end would report done while steps it did are put back."""
+    """Some of the task's steps were compensated: it never runs forward again.
+
+    A run to the end would report done while steps it did are put back."""
 
     end_state = TaskState.PARTLY_UNWOUND
 
@@ -289,22 +304,27 @@ class Unauthorized(ActionError):
 
 
 class TargetUnavailable(ActionError):
-    """The target timed out, dropped the connection or answered 5xx. The write may or may not
-    have been applied; the step stays in doubt and the next attempt probes it."""
+    """The target timed out, dropped the connection or answered 5xx.
+
+    The write may or may not have been applied; the step stays in doubt and the next attempt probes
+    it."""
 
     retryable = True
 
 
 class NotSent(TargetUnavailable):
-    """Nothing of this attempt's effect reached the target: the request was held back at the
-    wire (the attempt no longer owns its intent, or its lease no longer covers the request:
-    tidemark.wire), or the target answered that it did not process it. The step stays in
-    doubt with no request of this attempt in flight, so the next attempt's probe may trust
-    *absent*."""
+    """Nothing of this attempt's effect reached the target.
+
+    The request was held back at the wire (the attempt no longer owns its intent, or its lease no
+    longer covers the request: tidemark.wire), or the target answered that it did not process it.
+    The step stays in doubt with no request of this attempt in flight, so the next attempt's probe
+    may trust *absent*."""
 
 
 class Throttled(NotSent):
-    """The target turned the request away for now, as its documentation says a throttled
+    """The target turned the request away for now (throttled).
+
+    The target turned the request away for now, as its documentation says a throttled
     request is (Graph: a 429 and "the requests fail"; Drive and Gmail: 403 rate limit
     exceeded or 429, try again later): nothing was applied, and nothing of it can land later,
     so it is NotSent: a send mark is taken back and no horizon is waited out; the next attempt
@@ -346,7 +366,9 @@ class NotStopped(TidemarkError):
 
 
 class ApprovalRequired(TidemarkError):
-    """The journal refused an irreversible step's intent: a person must approve the task's
+    """The journal refused an irreversible step's intent; nothing acted.
+
+    The journal refused an irreversible step's intent: a person must approve the task's
     irreversible steps in its current epoch (every stop, kill, release or reject starts a new
     one), or the intent's action and arguments are not the stored plan's. Nothing acted; the
     run asks for the approval again."""
@@ -365,16 +387,20 @@ class ApprovalRequired(TidemarkError):
 
 
 class NotAuthorized(TidemarkError):
-    """The journal refused an act to the login role of the connection: releasing, lifting a
-    kill, declaring a series, setting the policy or deciding needs a role an operator
-    grants (tidemark_operator, tidemark_approver). The message is the database's, one line."""
+    """The journal refused an act to the login role of the connection.
+
+    Releasing, lifting a kill, declaring a series, setting the policy or deciding needs a role an
+    operator grants (tidemark_operator, tidemark_approver). The message is the database's, one
+    line."""
 
 
 class DecisionRefused(TidemarkError):
-    """The journal did not record an approve or reject; ``why`` says which rule refused it:
-    ``decided`` (another decision of this epoch came first), ``approvers`` (the role is not
-    among the task's approvers), ``stopped`` (a stop or kill holds the task), ``nothing`` (the
-    task waits for no decision), ``plan`` (the plan shown is not the stored plan)."""
+    """The journal did not record an approve or reject.
+
+    ``why`` says which rule refused it: ``decided`` (another decision of this epoch came first),
+    ``approvers`` (the role is not among the task's approvers), ``stopped`` (a stop or kill holds
+    the task), ``nothing`` (the task waits for no decision), ``plan`` (the plan shown is not the
+    stored plan)."""
 
     def __init__(self, message: str, why: str) -> None:
         super().__init__(message)
@@ -382,14 +408,17 @@ class DecisionRefused(TidemarkError):
 
 
 class ConfigError(TidemarkError):
-    """The worker's configuration is incomplete, unreadable or inconsistent (e.g. a target's
-    read credential reads another account than its write credential writes)."""
+    """The worker's configuration is incomplete, unreadable or inconsistent.
+
+    For example, a target's read credential reads another account than its write credential
+    writes."""
 
 
 class SeriesBlocked(TidemarkError):
-    """A run of a series may not start: the series is stopped, or an earlier run is not
-    settled. Nothing acted. ``blockers`` are the unsettled runs, ``{"task_id", "state"}`` each
-    (tidemark.series.run_state)."""
+    """A run of a series may not start.
+
+    The series is stopped, or an earlier run is not settled. Nothing acted. ``blockers`` are the
+    unsettled runs, ``{"task_id", "state"}`` each (tidemark.series.run_state)."""
 
     end_state = TaskState.BLOCKED
 
@@ -419,10 +448,11 @@ def _family(cls: type[TidemarkError]) -> Iterator[type[TidemarkError]]:
 
 
 def _end_states() -> dict[str, TaskState]:
-    """Class name -> declared end state, of the classes above that declare one. Built once,
-    when this module is imported, from this module's classes only: the workflow's lookup (and
-    its retry policy, part of every activity it schedules) must not depend on which other
-    modules a worker happened to import."""
+    """Class name -> declared end state, of the classes that declare one.
+
+    The classes are those above. Built once, when this module is imported, from this module's
+    classes only: the workflow's lookup (and its retry policy, part of every activity it schedules)
+    must not depend on which other modules a worker happened to import."""
     return {cls.__name__: cls.end_state for cls in _family(TidemarkError)
             if cls.__module__ == __name__ and cls.end_state is not None}
 

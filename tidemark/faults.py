@@ -45,7 +45,9 @@ def _names(spec: str | None, point: str, step: int) -> bool:
 
 
 def crash_point(point: str, step: int) -> None:
-    """Kills this process if ``TIDEMARK_CRASH_AT`` names this point (and step); stops it if
+    """Kills or stops this process at a named crash point.
+
+    Kills this process if ``TIDEMARK_CRASH_AT`` names this point (and step); stops it if
     ``TIDEMARK_FREEZE_AT`` does (the first time it is reached)."""
     if _names(os.environ.get(CRASH_ENV), point, step):
         os.kill(os.getpid(), signal.SIGKILL)

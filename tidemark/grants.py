@@ -158,7 +158,9 @@ class GrantBroker:
         return self._issue(key, base, minter)
 
     def _refused(self, task_id: str, target: str, scope: str, why: str) -> NoReturn:
-        """Logs the refused call (a killed task's worker that still tries to act is worth
+        """Logs the refused call and raises Unauthorized.
+
+        Logs the refused call (a killed task's worker that still tries to act is worth
         knowing about) and raises Unauthorized."""
         with contextlib.suppress(TidemarkError):
             self.store.record_event(task_id, EventKind.GRANT, {"refused": target, "scope": scope,
@@ -192,8 +194,9 @@ UNDO_REFUSED = ("no undo grant is issued: the task is killed (`tidemark release 
 
 def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,
                        purpose: str | None = None) -> list[dict[str, object]]:
-    """Revokes a task's grants (None: every task's; ``purpose``: only those) in the table, then
-    at each provider.
+    """Revokes a task's grants in the table, then at each provider.
+
+    None: every task's; ``purpose``: only those.
 
     Returns the revoked grants (without handles), each with ``at_provider``: what the provider
     said (``revoked``, ``nothing to revoke`` for local grants, or the error)."""

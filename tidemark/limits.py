@@ -1,5 +1,7 @@
-"""The journal's limits on what enters it, each spelled once, and the checks made where an input
-enters (the `tidemark` command, a workflow's input, a signal's payload).
+"""The journal's limits on what enters it, and the checks where an input enters.
+
+Each limit is spelled once, and checked where an input enters: the `tidemark` command, a workflow's
+input, a signal's payload.
 
 Each length limit is the one a CHECK constraint of the schema holds a column to
 (tidemark/migrations/), so that an input is refused with one line naming the field and the limit
@@ -65,7 +67,9 @@ _KINDS = {"Cc": "a control character", "Cs": "a byte that is not UTF-8",
 
 
 def bad_character(text: str) -> tuple[int, str] | None:
-    """The position (from 0) and the description (``U+0000 (a control character)``) of the
+    """The position and description of the first character ``text`` may not hold.
+
+    The position (from 0) and the description (``U+0000 (a control character)``) of the
     first character ``text`` may not hold; None when it holds none."""
     for i, ch in enumerate(text):
         kind = _KINDS.get(unicodedata.category(ch))
@@ -75,7 +79,9 @@ def bad_character(text: str) -> tuple[int, str] | None:
 
 
 def check_text(field: str, value: str, max_chars: int, *, min_chars: int = 0) -> str:
-    """``value`` when it fits ``field``'s limit and holds only characters the journal and one
+    """``value`` when it fits ``field``'s limit; InputError otherwise.
+
+    ``value`` when it fits ``field``'s limit and holds only characters the journal and one
     line can hold; InputError naming the field and the limit otherwise."""
     bad = bad_character(value)
     if bad is not None:
@@ -97,9 +103,11 @@ def check_id(field: str, value: str) -> str:
 
 
 def cut(text: str, max_chars: int) -> str:
-    """``text`` made fit: each character a line cannot hold becomes a space, and what is over
-    ``max_chars`` is cut, ending in an ellipsis. For what cannot be refused (a signal's
-    reason: the run must halt whatever the payload)."""
+    """``text`` made fit, for what cannot be refused.
+
+    Each character a line cannot hold becomes a space, and what is over ``max_chars`` is cut,
+    ending in an ellipsis. For what cannot be refused (a signal's reason: the run must halt
+    whatever the payload)."""
     over = len(text) > max_chars
     kept = text[:max_chars - 1] if over else text
     if bad_character(kept) is not None:
@@ -151,7 +159,9 @@ def depth(value: Any) -> int:
 
 
 def check_size(field: str, value: Any, max_bytes: int = PLAN_BYTES_MAX) -> Any:
-    """``value`` when its JSON fits ``max_bytes`` (a document that crosses Temporal as one
+    """``value`` when its JSON fits ``max_bytes``; InputError otherwise.
+
+    ``value`` when its JSON fits ``max_bytes`` (a document that crosses Temporal as one
     payload); InputError otherwise."""
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8",
                                                                                     "replace"))
@@ -161,8 +171,10 @@ def check_size(field: str, value: Any, max_bytes: int = PLAN_BYTES_MAX) -> Any:
 
 
 def decode_json(data: str | bytes, field: str, *, max_bytes: int = PLAN_BYTES_MAX) -> Any:
-    """The JSON document ``data``, or InputError naming ``field`` and the limit it passes: its
-    size, UTF-8, nesting, the digits of a number, NaN and Infinity, and JSON's own grammar."""
+    """The JSON document ``data``, or InputError naming ``field`` and the limit.
+
+    The limits: size, UTF-8, nesting, the digits of a number, NaN and Infinity, and JSON's own
+    grammar."""
     size = len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
     if size > max_bytes:
         raise InputError(field, f"{size:,} bytes; at most {max_bytes:,}")

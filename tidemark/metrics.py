@@ -93,8 +93,9 @@ class Metrics:
 
 
 class MeterMetrics(Metrics):
-    """Counts on a meter's counters and records on its histograms, created once here. The
-    meter's durations are whole milliseconds, exported as the runtime exports its own (ms, or
+    """Counts on a meter's counters and records on its histograms, made once here.
+
+    The meter's durations are whole milliseconds, exported as the runtime exports its own (ms, or
     seconds with ``durations_as_seconds``)."""
 
     def __init__(self, meter: Meter) -> None:
@@ -159,8 +160,10 @@ def lease_wait(action: str) -> None:
 
 
 def dev_address(env: Mapping[str, str]) -> str:
-    """Where `tidemark dev`'s worker serves metrics: ``TIDEMARK_METRICS_ADDRESS`` if set, else
-    127.0.0.1:9464, or any free port of 127.0.0.1 when that one is taken."""
+    """Where `tidemark dev`'s worker serves metrics.
+
+    ``TIDEMARK_METRICS_ADDRESS`` if set, else 127.0.0.1:9464, or any free port of 127.0.0.1 when
+    that one is taken."""
     if env.get(METRICS_ENV):
         return env[METRICS_ENV]
     for port in (DEV_PORT, 0):

@@ -37,8 +37,10 @@ def migration_files() -> list[tuple[int, str, str]]:
 
 
 def pending(conn: psycopg.Connection[Any]) -> list[str]:
-    """The names of the bundled migrations this database lacks, read without DDL or lock: a
-    worker's or a person's role, which may not change the schema, asks this first."""
+    """The names of the bundled migrations this database lacks, read without DDL.
+
+    Read without lock too: a worker's or a person's role, which may not change the schema, asks
+    this first."""
     found = conn.execute("SELECT to_regclass('tidemark.schema_migrations') IS NOT NULL AS there"
                          ).fetchone()
     there = found["there"] if isinstance(found, dict) else found[0]  # type: ignore[index]
@@ -50,9 +52,10 @@ def pending(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def migrate(conn: psycopg.Connection[Any]) -> list[str]:
-    """Applies the migrations this database lacks. Returns the names applied. A schema that is
-    up to date is left alone without a lock or DDL; one that is not, on a connection whose role
-    may not change it, is a ConfigError naming what to run."""
+    """Applies the migrations this database lacks and returns their names.
+
+    A schema that is up to date is left alone without a lock or DDL; one that is not, on a
+    connection whose role may not change it, is a ConfigError naming what to run."""
     if not pending(conn):
         return []
     applied: list[str] = []

@@ -33,8 +33,10 @@ def shown(amount: int, currency: str) -> str:
 
 
 def to_minor(figure: str, currency: str) -> int:
-    """``"400"`` or ``"400.50"`` USD as minor units (40050). Raises ValueError for a figure
-    that is not a non-negative number with at most the currency's decimals."""
+    """A money figure such as ``"400.50"`` USD as minor units (40050).
+
+    ``"400"`` works too. Raises ValueError for a figure that is not a non-negative number with at
+    most the currency's decimals."""
     try:
         value = Decimal(figure)
     except InvalidOperation:

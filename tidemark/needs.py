@@ -68,11 +68,12 @@ def need_of(state: str, error: dict[str, Any] | None = None) -> Need:
 
 
 def worklist_query() -> str:
-    """The visibility query that selects the runs waiting for a person (Web UI, CLI, SDK):
-    the open executions that need one. Open only: a closed run's attributes cannot change,
-    so a run that ended needing a person keeps saying so after a later run settled its task;
-    while its task needs a person, its open NeedsPerson row (workflows/needs_person.py) says
-    it instead."""
+    """The visibility query that selects the runs waiting for a person.
+
+    For the Web UI, CLI and SDK: the open executions that need one. Open only: a closed run's
+    attributes cannot change, so a run that ended needing a person keeps saying so after a later
+    run settled its task; while its task needs a person, its open NeedsPerson row
+    (workflows/needs_person.py) says it instead."""
     return (f'ExecutionStatus = "Running" AND '
             f"{ATTRIBUTE} IN ({', '.join(repr_q(n) for n in WAITING)})")
 
@@ -83,8 +84,10 @@ def repr_q(value: str) -> str:
 
 def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
              confirmed: str = "") -> str:
-    """One plain sentence: what happened to the task's run and what to do next (the command).
-    ``confirmed`` (e.g. "3/7 steps confirmed") is said in passing when given."""
+    """One plain sentence: what happened to the task's run and what to do next.
+
+    What to do next is a command. ``confirmed`` (e.g. "3/7 steps confirmed") is said in passing
+    when given."""
     err = error or {}
     step, msg, t = err.get("step"), _clean(err.get("message")), task_id
     at = f" at step {step}" if step else ""

@@ -1,5 +1,7 @@
-"""Inputs and outputs shared by workflows and activities: plain dataclasses, so fields can be
-added later without breaking histories that are already running (new fields get defaults).
+"""Inputs and outputs shared by workflows and activities.
+
+Plain dataclasses, so fields can be added later without breaking histories that are already running
+(new fields get defaults).
 
 The annotations here are evaluated (no ``from __future__ import annotations``): the SDK's
 converter reads a dataclass's field types with ``typing.get_type_hints`` on every payload it
@@ -85,7 +87,9 @@ class StepOutput:
 
 @dataclass
 class StepBatchInput:
-    """Steps ``first``..``last`` of a task, run one after another in one local activity (the
+    """Steps ``first``..``last`` of a task, run in one local activity (the fast path).
+
+    Steps ``first``..``last`` of a task, run one after another in one local activity (the
     fast path) until one does not complete, ``max_steps`` have run or ``budget_s`` is spent."""
 
     task_id: str
@@ -97,7 +101,9 @@ class StepBatchInput:
 
 @dataclass
 class StepError:
-    """The error of the step that ended a batch after other steps of it had completed: what
+    """The error of the step that ended a batch after others completed.
+
+    The error of the step that ended a batch after other steps of it had completed: what
     the workflow would have received had that step run on its own."""
 
     step: int
@@ -109,8 +115,10 @@ class StepError:
 
 @dataclass
 class StepBatchOutput:
-    """What a batch settled, counted as the workflow counts single steps: ``ran`` steps from
-    the batch's first, of which ``failed`` (the last one, if any) ended ``failed``."""
+    """What a batch settled, counted as the workflow counts single steps.
+
+    ``ran`` steps from the batch's first, of which ``failed`` (the last one, if any) ended
+    ``failed``."""
 
     ran: int
     executed: int = 0
@@ -136,8 +144,10 @@ class HaltInput:
 
 @dataclass
 class RunEndInput:
-    """A run's end, journaled when it ends other than completed (RunPlan): until a run of the
-    task begins again, nothing runs it, whatever the journal's rows say otherwise."""
+    """A run's end, journaled when it ends other than completed.
+
+    Written by RunPlan. Until a run of the task begins again, nothing runs it, whatever the
+    journal's rows say otherwise."""
 
     task_id: str
     state: str
@@ -148,10 +158,12 @@ class RunEndInput:
 
 @dataclass
 class TaskNeed:
-    """What the journal says a task needs from a person now (tidemark.waiting.task_need): the
-    word its worklist row shows (a tidemark.needs.Need; ``nothing`` when nobody is needed),
-    the task's state and the first line `tidemark status` prints. ``settled``: the task is
-    completed or unwound, so nobody is needed and no run goes on with it."""
+    """What the journal says a task needs from a person now.
+
+    From tidemark.waiting.task_need: the word its worklist row shows (a tidemark.needs.Need;
+    ``nothing`` when nobody is needed), the task's state and the first line `tidemark status`
+    prints. ``settled``: the task is completed or unwound, so nobody is needed and no run goes on
+    with it."""
 
     need: str
     state: str = ""
@@ -174,8 +186,10 @@ class RunResult:
 
 @dataclass
 class UnwindPlanned:
-    """What an unwind will visit: reversible steps last first, and the irreversible steps
-    that already happened (reported, never touched)."""
+    """What an unwind will visit.
+
+    Reversible steps last first, and the irreversible steps that already happened (reported, never
+    touched)."""
 
     task_id: str
     steps: list[int]
@@ -227,9 +241,11 @@ class BoundaryInput:
 
 @dataclass
 class BoundaryOutcome:
-    """What the boundary activity found: the gate's result, and whether a person must (still)
-    approve. ``decision`` is the approve/reject of the task's current epoch, if any (a stop,
-    kill or release since voids an older one)."""
+    """What the boundary activity found.
+
+    The gate's result, and whether a person must (still) approve. ``decision`` is the
+    approve/reject of the task's current epoch, if any (a stop, kill or release since voids an
+    older one)."""
 
     passed: bool
     summary: str
@@ -254,8 +270,10 @@ class BoundaryOutcome:
 
 @dataclass
 class DecisionInput:
-    """A decision sent to a run as an update (``approve`` or ``reject``), for a decider to record
-    under its login role. ``by`` and ``note`` are what the sender typed: labels."""
+    """A decision sent to a run as an update (``approve`` or ``reject``).
+
+    For a decider to record under its login role. ``by`` and ``note`` are what the sender typed:
+    labels."""
 
     task_id: str
     decision: str  # tidemark.words.Decision

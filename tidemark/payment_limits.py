@@ -1,5 +1,7 @@
-"""How much a task may pay: the limits the operator sets on a worker, checked on a plan as a
-whole before anything of it runs (`tidemark plan check`, and the plan gate of every start).
+"""How much a task may pay: the operator's limits, checked on a whole plan.
+
+The limits the operator sets on a worker are checked on a plan as a whole before anything of it
+runs (`tidemark plan check`, and the plan gate of every start).
 
 Pure (tidemark.money and the gate's error only): the plan check reads it without Stripe's
 client library. The per-step limit is checked again by the step's own gate before the call.
@@ -40,7 +42,9 @@ class PaymentLimits:
         return None
 
     def check(self, task_id: str, steps: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
-        """Refuses (GateRefused) a plan with a payment over the per-step limit, or whose
+        """Refuses a plan whose payments pass the per-step or per-task limit.
+
+        Refuses (GateRefused) a plan with a payment over the per-step limit, or whose
         payments in a currency add up to more than the per-task limit: an agent that splits one
         large payment into many small ones stays within the first, not within the second."""
         totals: dict[str, int] = {}

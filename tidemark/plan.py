@@ -85,9 +85,11 @@ class Plan:
 
 def plan_hash(steps: list[dict[str, Any]], approval: dict[str, Any] | None = None,
               series: str | None = None) -> str:
-    """sha256 over the canonical JSON of the steps (sorted keys, no spaces); with an approval
-    requirement or a series, over ``{"approval"?: ..., "series"?: ..., "steps": ...}`` (a plan
-    with neither keeps the hash it always had)."""
+    """sha256 over the canonical JSON of the plan's steps.
+
+    The JSON has sorted keys and no spaces. With an approval requirement or a series, over
+    ``{"approval"?: ..., "series"?: ..., "steps": ...}`` (a plan with neither keeps the hash it
+    always had)."""
     body: Any = steps
     if approval is not None or series is not None:
         body = {"steps": steps}
@@ -158,8 +160,9 @@ def load_plan(data: Any, registry: Registry, *, sort: bool = False) -> Plan:
 
 
 def load_approval(raw: Any) -> dict[str, Any] | None:
-    """The normalised approval ask: None, or ``{"required": True}``. Names of approvers are
-    refused: they are the operator's."""
+    """The normalised approval ask: None, or ``{"required": True}``.
+
+    Names of approvers are refused: they are the operator's."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -178,8 +181,10 @@ def load_approval(raw: Any) -> dict[str, Any] | None:
 
 
 def _check_text(value: Any, where: str) -> None:
-    """Refuses strings that cannot be stored or hashed: NUL (Postgres text and jsonb refuse
-    it) and lone surrogates (not encodable as UTF-8), anywhere in the step."""
+    """Refuses strings that cannot be stored or hashed.
+
+    That is NUL (Postgres text and jsonb refuse it) and lone surrogates (not encodable as UTF-8),
+    anywhere in the step."""
     if isinstance(value, str):
         if "\x00" in value:
             raise InputError(where, "contains a NUL character, which the journal cannot hold")

@@ -1,4 +1,6 @@
-"""Actions (and their staging targets) that installed packages bring, found through Python
+"""Actions that installed packages bring, found through Python entry points.
+
+Actions (and their staging targets) that installed packages bring, found through Python
 entry points.
 
 A package registers an action class in the group ``tidemark.actions``::
@@ -51,8 +53,9 @@ def _load(group: str) -> list[tuple[str, Any]]:
 
 
 def _checked(name: str, obj: Any) -> type[Action]:
-    """``obj`` as the action class of the entry point ``name``: an Action subclass whose
-    ``name`` is the entry point's name."""
+    """``obj`` as the action class of the entry point ``name``.
+
+    It must be an Action subclass whose ``name`` is the entry point's name."""
     if not (isinstance(obj, type) and issubclass(obj, Action)):
         raise ConfigError(f"the {ACTIONS_GROUP} entry point {name!r} must name an Action "
                           f"subclass, got {obj!r}")
@@ -64,15 +67,17 @@ def _checked(name: str, obj: Any) -> type[Action]:
 
 
 def plugin_action_classes() -> list[type[Action]]:
-    """Every action class installed packages register, checked to be an Action subclass whose
-    ``name`` is the entry point's name."""
+    """Every action class installed packages register, checked.
+
+    Each is checked to be an Action subclass whose ``name`` is the entry point's name."""
     return [_checked(name, obj) for name, obj in _load(ACTIONS_GROUP)]
 
 
 def plugin_action_refs() -> list[ActionRef]:
-    """Every action installed packages register, by entry point name, none of them imported:
-    a reference's class is loaded, and checked as plugin_action_classes checks it, when a
-    registry first needs it (a plan names the action)."""
+    """Every action installed packages register, by entry point name, none imported.
+
+    A reference's class is loaded, and checked as plugin_action_classes checks it, when a registry
+    first needs it (a plan names the action)."""
 
     def ref(ep: Any) -> ActionRef:
         return ActionRef(ep.name, lambda: _checked(ep.name, _load_one(ACTIONS_GROUP, ep)))

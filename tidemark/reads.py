@@ -59,16 +59,19 @@ _budget: contextvars.ContextVar[float] = contextvars.ContextVar("tidemark_read_b
 
 @dataclass(frozen=True)
 class Transient:
-    """A read's error that is a moment of the provider's: throttled, unavailable, timed out.
-    ``retry_after``: the seconds the provider asked us to wait, when it said."""
+    """A read's error that is a moment of the provider's.
+
+    Throttled, unavailable, timed out. ``retry_after``: the seconds the provider asked us to wait,
+    when it said."""
 
     retry_after: float | None = None
 
 
 def read_budget_s(env: Mapping[str, str] | None = None) -> float:
-    """The seconds one probe or gate read may keep asking: ``TIDEMARK_READ_RETRY_S``, else
-    READ_RETRY_BUDGET_S. A value that is not a number from 0 to MAX_READ_RETRY_S is a
-    ConfigError (0 turns the waiting off)."""
+    """The seconds one probe or gate read may keep asking.
+
+    ``TIDEMARK_READ_RETRY_S``, else READ_RETRY_BUDGET_S. A value that is not a number from 0 to
+    MAX_READ_RETRY_S is a ConfigError (0 turns the waiting off)."""
     raw = (os.environ if env is None else env).get(ENV_READ_RETRY, "").strip()
     if not raw:
         return READ_RETRY_BUDGET_S
@@ -84,7 +87,9 @@ def read_budget_s(env: Mapping[str, str] | None = None) -> float:
 
 @contextlib.contextmanager
 def patient_reads(budget_s: float | None = None) -> Iterator[None]:
-    """Within the block, reads made through ``retried`` wait out transient errors for up to
+    """Within the block, reads through ``retried`` wait out transient errors.
+
+    Within the block, reads made through ``retried`` wait out transient errors for up to
     ``budget_s`` seconds each (default: ``read_budget_s()``)."""
     token = _budget.set(read_budget_s() if budget_s is None else budget_s)
     try:
@@ -94,7 +99,9 @@ def patient_reads(budget_s: float | None = None) -> Iterator[None]:
 
 
 def retry_after_s(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header given in seconds (RFC 9110 section 10.2.3);
+    """Seconds from a ``Retry-After`` header given in seconds, or None.
+
+    Seconds from a ``Retry-After`` header given in seconds (RFC 9110 section 10.2.3);
     None when absent, or given as a date (our clocks may disagree with the provider's)."""
     if value is None:
         return None
@@ -106,8 +113,10 @@ def retry_after_s(value: str | None) -> float | None:
 
 
 class Backoff:
-    """The waits between the tries of one read: at least the provider's Retry-After, else an
-    exponential backoff with jitter, and none once the next wait would end past the budget."""
+    """The waits between the tries of one read.
+
+    At least the provider's Retry-After, else an exponential backoff with jitter, and none once the
+    next wait would end past the budget."""
 
     def __init__(self, budget_s: float) -> None:
         self.deadline = time.monotonic() + budget_s
@@ -128,7 +137,9 @@ class Backoff:
 async def retried_with(call: Callable[[], Awaitable[T]],
                        classify: Callable[[BaseException], Transient | None],
                        sleep: Callable[[float], Awaitable[None]]) -> T:
-    """``call()``'s answer, tried again after each transient error (``classify``) while the
+    """``call()``'s answer, tried again after each transient error.
+
+    ``call()``'s answer, tried again after each transient error (``classify``) while the
     budget of the block (``patient_reads``) allows; the last error is raised as it is."""
     backoff = Backoff(_budget.get())
     while True:
@@ -156,7 +167,9 @@ def retried(call: Callable[[], T], classify: Callable[[BaseException], Transient
 
 
 def blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine that never suspends (its waits block the thread), run in the
+    """The result of a coroutine that never suspends, run in the calling thread.
+
+    The result of a coroutine that never suspends (its waits block the thread), run in the
     calling thread, whether or not that thread runs an event loop."""
     try:
         coro.send(None)

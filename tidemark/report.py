@@ -52,8 +52,9 @@ class Report:
         return self._rows_state()
 
     def _rows_state(self) -> TaskState:
-        """The state the rows, the boundary and the latest run's end say, for a task nothing
-        stops."""
+        """The state the rows, the boundary and the latest run's end say.
+
+        For a task nothing stops."""
         p = self.progress
         if p.finished:
             return TaskState.VERIFICATION_FAILED if self.end_unverified else TaskState.COMPLETED
@@ -73,14 +74,18 @@ class Report:
 
     @property
     def end_unverified(self) -> bool:
-        """Every step is done, but the latest verification, the one at the end of the plan,
+        """Every step is done, but the end verification found an earlier state: not completed.
+
+        Every step is done, but the latest verification, the one at the end of the plan,
         found a target showing an earlier step's state (tidemark.boundary): not completed."""
         end = self.boundary.get("end_verification")
         return self.progress.finished and end is not None and not end["passed"]
 
     @property
     def _at_boundary(self) -> bool:
-        """Every step before the first irreversible one is done, and the boundary's gate ran
+        """Every step before the first irreversible one is done, and the gate ran.
+
+        Every step before the first irreversible one is done, and the boundary's gate ran
         there (a verification is journaled for it)."""
         p, verification = self.progress, self.boundary.get("verification")
         return (p.first_irreversible is not None and p.last_step == p.first_irreversible - 1
@@ -89,7 +94,9 @@ class Report:
 
     @property
     def asks_approval(self) -> bool:
-        """The task is at its boundary, its approval asked and no decision holds (none was
+        """The task is at its boundary, its approval asked and no decision holds.
+
+        The task is at its boundary, its approval asked and no decision holds (none was
         made, or a stop, kill or release since voided it): a run of it waits there (whatever
         else holds it, a stop say), or the next run will."""
         return self._at_boundary and bool(self.approval) and \
@@ -97,9 +104,11 @@ class Report:
 
     @property
     def approval(self) -> dict[str, Any] | None:
-        """What a run asked a person to approve and the latest decision: ``decision`` and
-        ``by`` (the login role the journal recorded), ``label`` (the name given), ``holds``
-        (False once a stop, kill, release or the reject's own stop started a later epoch)."""
+        """What a run asked a person to approve and the latest decision.
+
+        ``decision`` and ``by`` (the login role the journal recorded), ``label`` (the name given),
+        ``holds`` (False once a stop, kill, release or the reject's own stop started a later
+        epoch)."""
         # What a run asked under the operator's policy; before any run reached the boundary,
         # only the plan's own ask is known (its approvers are the operator's, not yet read).
         asked = self.boundary.get("asked") or self.boundary.get("approval")
@@ -112,8 +121,10 @@ class Report:
 
     @property
     def will_do(self) -> list[str]:
-        """What each irreversible step not yet done will do: every recipient, subject, body
-        excerpt and amount in the currency's own units (tidemark.boundary.what_it_will_do)."""
+        """What each irreversible step not yet done will do.
+
+        Every recipient, subject, body excerpt and amount in the currency's own units
+        (tidemark.boundary.what_it_will_do)."""
         return [what_it_will_do(n, action, args) for n, action, status, args in self.irreversible
                 if status != StepStatus.DONE]
 

@@ -102,12 +102,13 @@ def run_step(store: JournalStore, registry: Registry, task_id: str, step: int, *
 
 async def run_step_async(store: JournalStore, registry: Registry, task_id: str, step: int,
                          threads: StepThreads) -> StepResult:
-    """``run_step`` for a worker's event loop. When the step's action awaits its call
-    (Action.awaits), the call is awaited on the loop and holds no thread while it waits; every
-    other part of the attempt runs on ``threads``, in the same order and under the same lease.
-    Any other action's attempt runs as ``run_step`` on one step thread. Raises as run_step; if
-    the caller is cancelled meanwhile, the attempt still runs to its end (to_its_end) and
-    CancelledError is raised after it."""
+    """``run_step`` for a worker's event loop.
+
+    When the step's action awaits its call (Action.awaits), the call is awaited on the loop and
+    holds no thread while it waits; every other part of the attempt runs on ``threads``, in the
+    same order and under the same lease. Any other action's attempt runs as ``run_step`` on one
+    step thread. Raises as run_step; if the caller is cancelled meanwhile, the attempt still runs
+    to its end (to_its_end) and CancelledError is raised after it."""
 
     def begin() -> StepResult | tuple[StepSession, Forward, Call]:
         with locked(store, task_id, step, acting=DO) as s:
@@ -131,8 +132,10 @@ async def run_step_async(store: JournalStore, registry: Registry, task_id: str, 
 
 def _begin(store: JournalStore, registry: Registry, s: StepSession, task_id: str,
            step: int) -> StepResult | tuple[Forward, Call]:
-    """The attempt ``s`` began, up to its call: the result when nothing is left to act on
-    (recorded before, or settled by the probe), or the side and the owned intent to act on."""
+    """The attempt ``s`` began, up to its call.
+
+    The result when nothing is left to act on (recorded before, or settled by the probe), or the
+    side and the owned intent to act on."""
     spec, row = s.spec, s.row
     action = registry.bound(spec.action)
     key = key_for(task_id, step, spec.action, spec.args)
@@ -179,7 +182,9 @@ class Forward:
                        sent_at=intent.sent_at, answered=intent.returned_at is not None)
 
     def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
-        """Asks the target (read-only) whether the step in doubt happened: done is recorded
+        """Asks the target whether the step in doubt happened.
+
+        Asks the target (read-only) whether the step in doubt happened: done is recorded
         and returned; absent runs the gates again before the step acts again."""
         done = resolve_in_doubt(self.action, ctx, s)
         if done is not None:
@@ -198,14 +203,18 @@ class Forward:
 
     async def call_async(self, store: JournalStore, s: StepSession, ctx: StepContext,
                          threads: StepThreads) -> dict[str, Any]:
-        """``call`` with the execute awaited (staging, a blocking call, on a step thread; an
-        action without a stage of its own goes to the execute at once)."""
+        """``call`` with the execute awaited.
+
+        Staging, a blocking call, runs on a step thread; an action without a stage of its own goes
+        to the execute at once."""
         if ctx.staged is None and self.action.stages:
             ctx = await threads.run(self.staged, store, s, ctx)
         return await self.action.execute_async(ctx)
 
     def staged(self, store: JournalStore, s: StepSession, ctx: StepContext) -> StepContext:
-        """The context to execute with: staged once if the action stages (a staged handle found
+        """The context to execute with, staged once if the action stages.
+
+        The context to execute with: staged once if the action stages (a staged handle found
         in the intent is consumed as is), journaled before anything consumes it."""
         action = self.action
         if ctx.staged is None:
@@ -223,8 +232,10 @@ class Forward:
 
 @dataclass(frozen=True)
 class Batch:
-    """What one call of run_steps settled: the steps it ran in order, and the error of the step
-    after them when that step did not complete (None when the batch ended on its bounds)."""
+    """What one call of run_steps settled.
+
+    The steps it ran in order, and the error of the step after them when that step did not complete
+    (None when the batch ended on its bounds)."""
 
     results: list[StepResult]
     error: Exception | None = None
@@ -233,10 +244,11 @@ class Batch:
 def run_steps(store: JournalStore, registry: Registry, task_id: str, first: int, last: int,
               *, max_steps: int, budget_s: float,
               clock: Callable[[], float] = time.monotonic) -> Batch:
-    """Runs steps ``first``..``last`` one after another, each through run_step (its own lock,
-    lease, stop check, intent and outcome), until one does not complete with ``done``, or
-    ``max_steps`` have run, or ``budget_s`` seconds have passed (checked after each step: the
-    first step always runs, and a step that started is never cut short).
+    """Runs steps ``first``..``last`` one after another, each through run_step.
+
+    Each has its own lock, lease, stop check, intent and outcome. The batch runs until one does not
+    complete with ``done``, or ``max_steps`` have run, or ``budget_s`` seconds have passed (checked
+    after each step: the first step always runs, and a step that started is never cut short).
 
     A step that fails as run_step fails ends the batch: the first step's error is raised as is,
     so the caller's retries see exactly what they would for that step alone; a later step's error
@@ -282,9 +294,11 @@ def check_plan_gates(store: JournalStore, registry: Registry, plan: Plan) -> Non
 
 
 def check_stored_plan_gates(store: JournalStore, registry: Registry, task_id: str) -> None:
-    """check_plan_gates over the stored plan of ``task_id``, reading only the steps of actions
-    that have a plan-level gate: starting again a long plan whose actions have none (a resume)
-    transfers no step, so it costs the same for ten steps as for ten thousand."""
+    """check_plan_gates over the stored plan of ``task_id``.
+
+    It reads only the steps of actions that have a plan-level gate: starting again a long plan
+    whose actions have none (a resume) transfers no step, so it costs the same for ten steps as for
+    ten thousand."""
     gated = [name for name in store.plan_actions(task_id)
              if type(registry.bound(name)).plan_gate is not Action.plan_gate]
     _run_plan_gates(store, registry, task_id, store.load_steps_of(task_id, gated))

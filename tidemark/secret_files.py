@@ -34,8 +34,9 @@ def unreadable(variable: str, path: str, error: OSError) -> str:
 
 
 def read_secret_file(variable: str, path: str) -> str:
-    """The stripped contents of ``path``; ConfigError saying what to fix if it cannot be read
-    or is empty."""
+    """The stripped contents of ``path``.
+
+    ConfigError saying what to fix if it cannot be read or is empty."""
     try:
         value = Path(path).read_text(encoding="utf-8").strip()
     except OSError as e:

@@ -28,7 +28,9 @@ SETTLED = (TaskState.COMPLETED, TaskState.UNWOUND)
 
 
 def check_declared(store: JournalStore, series: str | None) -> None:
-    """Refuses a plan that names a series nobody declared (PlanError, before anything is
+    """Refuses a plan that names a series nobody declared.
+
+    Refuses a plan that names a series nobody declared (PlanError, before anything is
     stored): a series belongs to the operator, not to whoever writes a plan."""
     if series is not None and store.declared_series(series) is None:
         raise PlanError("series", f"series {series!r} is not declared; `tidemark series "
@@ -37,7 +39,9 @@ def check_declared(store: JournalStore, series: str | None) -> None:
 
 
 def check_admitted_by_hand(store: JournalStore, task_id: str, series: str | None) -> None:
-    """Refuses a plan started by hand that names a series declared to take its schedule's runs
+    """Refuses a hand-started plan in a series that takes only its schedule's runs.
+
+    Refuses a plan started by hand that names a series declared to take its schedule's runs
     only (``--admit scheduled``, the default of ``tidemark schedule create``): a run under its
     name would hold up every later run of it until settled. The scheduled task ids are its
     schedule's alone (check_scheduled_id), so they tell its own runs."""
@@ -51,7 +55,9 @@ def check_admitted_by_hand(store: JournalStore, task_id: str, series: str | None
 
 
 def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str | None) -> None:
-    """Refuses a task id of the scheduled namespace unless the plan comes from its series'
+    """Refuses a task id of the scheduled namespace unless its series' ScheduledRun asks.
+
+    Refuses a task id of the scheduled namespace unless the plan comes from its series'
     ScheduledRun (the run's parent workflow)."""
     if not task_id.startswith(SCHEDULED_PREFIX):
         return
@@ -64,7 +70,9 @@ def check_scheduled_id(task_id: str, series: str | None, parent_workflow_id: str
 
 def check_started_by_schedule(series: str, scheduled_by: str | None, scheduled: datetime,
                               now: datetime) -> None:
-    """Refuses a ScheduledRun that its series' Temporal Schedule did not start (one started by
+    """Refuses a ScheduledRun that its series' Temporal Schedule did not start.
+
+    Refuses a ScheduledRun that its series' Temporal Schedule did not start (one started by
     hand, whose planner and time are whatever its starter wrote), and one whose scheduled time
     lies ahead: a schedule fires at or after its time, so a run claiming tomorrow's time (the
     search attributes can be written by whoever starts a workflow) would take tomorrow's task
@@ -104,9 +112,11 @@ def run_state(row: dict[str, Any]) -> str:
 
 
 def said(store: JournalStore, row: dict[str, Any]) -> str:
-    """run_state in the word `tidemark status` says it in: a run that reads as going on by
-    its rows, but whose end is journaled with nothing running it since, is ``ended`` (or the
-    state its gate or failure ended it in), as tidemark.report names it."""
+    """run_state in the word `tidemark status` says it in.
+
+    A run that reads as going on by its rows, but whose end is journaled with nothing running it
+    since, is ``ended`` (or the state its gate or failure ended it in), as tidemark.report names
+    it."""
     state = run_state(row)
     if state not in (TaskState.PARTIAL, TaskState.NOT_STARTED):
         return state
@@ -133,7 +143,9 @@ def admit(store: JournalStore, task_id: str, series: str) -> None:
 
 
 def check(store: JournalStore, series: str, task_id: str) -> None:
-    """Raises SeriesBlocked (logged as a ``blocked`` event of ``task_id``) unless a new run of
+    """Raises SeriesBlocked unless a new run of the series could start now.
+
+    Raises SeriesBlocked (logged as a ``blocked`` event of ``task_id``) unless a new run of
     the series could start now; nothing is admitted (RunPlan's prepare admits)."""
     rows = store.series_runs(series)
     stop = store.stop_state("series:" + series)  # the scope itself, as stop_of reads it

@@ -1,4 +1,6 @@
-"""The names of a series' scheduled runs, apart from the series' rules (tidemark/series.py):
+"""The names of a series' scheduled runs, apart from the series' rules.
+
+The names of a series' scheduled runs, apart from the series' rules (tidemark/series.py):
 workflow code (workflows/scheduled_run.py) derives its task id from them, and must import
 nothing that reaches the journal store.
 

@@ -101,8 +101,9 @@ class Settings:
 
     @property
     def temporal(self) -> ClientConfigProfile:
-        """The Temporal profile, loaded on first use where it was left for later (a bad one is
-        a ConfigError then, before any connection)."""
+        """The Temporal profile, loaded on first use where it was left for later.
+
+        A bad one is a ConfigError then, before any connection."""
         profile = self.loaded_temporal
         if profile is None:
             profile = load_temporal_profile(self.env)
@@ -124,9 +125,10 @@ class Settings:
 
     def with_temporal(self, *, address: str | None = None, namespace: str | None = None
                       ) -> Settings:
-        """These settings with the Temporal address or namespace replaced (command-line
-        flags); the profile's TLS and API key stay. Without either, the profile is left as it
-        is (loaded or not)."""
+        """These settings with the Temporal address or namespace replaced.
+
+        The values come from command-line flags; the profile's TLS and API key stay. Without
+        either, the profile is left as it is (loaded or not)."""
         if address is None and namespace is None:
             return self
         profile = dataclasses.replace(
@@ -135,9 +137,11 @@ class Settings:
         return dataclasses.replace(self, loaded_temporal=profile)
 
     def temporal_connect(self) -> dict[str, Any]:
-        """``temporalio.client.Client.connect`` keyword arguments: target_host, namespace and,
-        where configured, tls (certificate files read here), api_key and rpc_metadata. A file
-        that cannot be read is a ConfigError naming the variable and what to fix."""
+        """``temporalio.client.Client.connect`` keyword arguments.
+
+        They are target_host, namespace and, where configured, tls (certificate files read here),
+        api_key and rpc_metadata. A file that cannot be read is a ConfigError naming the variable
+        and what to fix."""
         try:
             config: dict[str, Any] = dict(self.temporal.to_client_connect_config())
         except OSError as e:
@@ -168,7 +172,9 @@ def flag(env: Mapping[str, str], name: str) -> bool:
 
 
 def whole_number(env: Mapping[str, str], name: str, default: int, least: int) -> int:
-    """``env[name]`` as a whole number of at least ``least`` (``default`` when unset or
+    """``env[name]`` as a whole number of at least ``least``.
+
+    ``env[name]`` as a whole number of at least ``least`` (``default`` when unset or
     empty); anything else is a ConfigError naming the variable."""
     raw = env.get(name, "").strip()
     if not raw:
@@ -183,7 +189,9 @@ def default_home() -> Path:
 
 
 def load_temporal_profile(env: Mapping[str, str]) -> ClientConfigProfile:
-    """The Temporal client profile, as the ``temporal`` CLI reads it from the same variables
+    """The Temporal client profile, as the ``temporal`` CLI reads it.
+
+    The Temporal client profile, as the ``temporal`` CLI reads it from the same variables
     and file. A config file named but missing, a profile not in it or a file that does not
     parse is a ConfigError (the SDK would silently fall back to localhost for the first)."""
     config_file = env.get(ENV_TEMPORAL_CONFIG_FILE)
@@ -206,12 +214,13 @@ def load_temporal_profile(env: Mapping[str, str]) -> ClientConfigProfile:
 
 def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = False,
                   lazy_temporal: bool = False) -> Settings:
-    """The settings of ``env`` (default: this process's environment). ``embedded_db`` allows
-    the embedded Postgres whatever TIDEMARK_EMBEDDED_DB says (a command that is the dev stack).
-    Bad values are a ConfigError saying which variable and what it must be. ``lazy_temporal``
-    leaves the Temporal profile (and temporalio's import) until first use: for a command that
-    only reads the journal; one that connects loads it here, so a bad profile stops it before
-    it changes anything."""
+    """The settings of ``env`` (default: this process's environment).
+
+    ``embedded_db`` allows the embedded Postgres whatever TIDEMARK_EMBEDDED_DB says (a command that
+    is the dev stack). Bad values are a ConfigError saying which variable and what it must be.
+    ``lazy_temporal`` leaves the Temporal profile (and temporalio's import) until first use: for a
+    command that only reads the journal; one that connects loads it here, so a bad profile stops it
+    before it changes anything."""
     source = dict(os.environ if env is None else env)
     level = source.get(ENV_LOG_LEVEL, "INFO").upper()
     if level not in LOG_LEVELS:

@@ -1,4 +1,6 @@
-"""When this process first saw each open intent as it is now, on its own monotonic clock: what
+"""When this process first saw each open intent as it is now.
+
+When this process first saw each open intent as it is now, on its own monotonic clock: what
 a twin waits out before it takes an intent over (tidemark.attempt.taken_over).
 
 The attempt lease is written as a moment on the database's clock, and a step of that clock (NTP
@@ -37,8 +39,9 @@ class Sightings:
         self._lock = threading.Lock()
 
     def left(self, key: str, state: Hashable, length_s: float) -> float:
-        """Seconds until this process will have seen ``key`` in ``state`` for ``length_s``
-        (0.0: it has). A state not seen before starts the count now."""
+        """Seconds until this process will have seen ``key`` in ``state`` for ``length_s``.
+
+        0.0: it has. A state not seen before starts the count now."""
         now = self._clock()
         with self._lock:
             seen = self._seen.get(key)

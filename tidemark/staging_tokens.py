@@ -1,7 +1,9 @@
-"""The documented default credentials of the staging servers (staging/), shared by the servers,
-which accept them, and by worker configuration (activities/wiring.py), which presents them when
-``TIDEMARK_STAGING_URL`` points a target at staging. Kept here so that worker code never imports
-the staging servers themselves. None of these is a secret: staging accepts them from anyone.
+"""The documented default credentials of the staging servers.
+
+They are in staging/, shared by the servers, which accept them, and by worker configuration
+(activities/wiring.py), which presents them when ``TIDEMARK_STAGING_URL`` points a target at
+staging. Kept here so that worker code never imports the staging servers themselves. None of these
+is a secret: staging accepts them from anyone.
 """
 
 DRIVE_WRITE = "staging-drive-write"  # auth/drive

@@ -27,8 +27,9 @@ class StepThreads:
         self.executor = executor
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` on a step thread, in a copy of the caller's context (the
-        activity's, and the task a call acts for: activities.acting.acting_for).
+        """``fn(*args, **kwargs)`` on a step thread, in a copy of the caller's context.
+
+        The context is the activity's, and the task a call acts for (activities.acting.acting_for).
 
         A thread cannot be stopped: if the awaiting coroutine is cancelled, ``fn`` still runs
         to its end. Every part handed here is written to be left that way (a statement of the
@@ -40,7 +41,9 @@ class StepThreads:
 
 
 async def to_its_end(work: Awaitable[T]) -> T:
-    """Awaits ``work`` to its end even if the awaiting task is cancelled meanwhile, and only
+    """Awaits ``work`` to its end even if the awaiting task is cancelled meanwhile.
+
+    Awaits ``work`` to its end even if the awaiting task is cancelled meanwhile, and only
     then passes the cancellation on (``work``'s result is dropped; an error it raised is
     raised instead).
 

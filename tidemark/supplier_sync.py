@@ -62,9 +62,10 @@ def supplier_sync_plan(task_id: str = DEFAULT_TASK_ID) -> dict[str, Any]:
 
 
 def effects_summary(effects: Iterable[dict[str, Any]], keys: set[str]) -> dict[str, Any]:
-    """Counts the staging effects that carry one of ``keys`` (one task's steps): ``total``,
-    ``duplicates`` (records beyond the first of the same target, operation and key: an effect
-    that happened twice) and ``by_target`` {target: {operation: count}}."""
+    """Counts the staging effects that carry one of ``keys`` (one task's steps).
+
+    The counts: ``total``, ``duplicates`` (records beyond the first of the same target, operation
+    and key: an effect that happened twice) and ``by_target`` {target: {operation: count}}."""
     ours = [(e["target"], e["op"], e["key"]) for e in effects if e.get("key") in keys]
     seen = Counter(ours)
     by_target: dict[str, dict[str, int]] = {}

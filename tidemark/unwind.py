@@ -106,8 +106,10 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
 
 @dataclass(frozen=True)
 class Compensation:
-    """The backward side of an attempt (tidemark.attempt.Side): the action's compensation,
-    given the forward step as it was journaled (its before_state and its outcome)."""
+    """The backward side of an attempt: the action's compensation.
+
+    A tidemark.attempt.Side. The action's compensation is given the forward step as it was
+    journaled (its before_state and its outcome)."""
 
     action: Action
     ctx: StepContext  # the forward step's, with its outcome
@@ -129,7 +131,9 @@ class Compensation:
         return self.ctx
 
     def resume(self, s: StepSession, ctx: StepContext) -> JournalRow | None:
-        """A compensation states an end state, so one found in doubt is simply applied again:
+        """A compensation found in doubt is simply applied again.
+
+        A compensation states an end state, so one found in doubt is simply applied again:
         the action checks the world first."""
         return None
 

@@ -1,5 +1,6 @@
-"""What a task waits for from a person, read from the journal alone: one entry (why, since
-when, what is at stake, the one command that decides it) or none.
+"""What a task waits for from a person, read from the journal alone.
+
+One entry (why, since when, what is at stake, the one command that decides it) or none.
 
 A task's newest run writes to the journal what it waits for (an approval asked, a stop or
 kill, a row in doubt, a refused step, a compensation, a failed verification gate) and when it
@@ -51,8 +52,9 @@ class Entry:
 
     @property
     def need(self) -> Need:
-        """The TidemarkNeeds word of the Web UI's worklist for this entry: the why's, but
-        ``unwind`` whenever the one command is an unwind (a rejected task, say)."""
+        """The TidemarkNeeds word of the Web UI's worklist for this entry.
+
+        The why's, but ``unwind`` whenever the one command is an unwind (a rejected task, say)."""
         if self.command.startswith("tidemark unwind "):
             return Need.UNWIND
         if self.command.startswith("tidemark resume ") and self.why == TaskState.IN_DOUBT:
@@ -124,9 +126,10 @@ def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
 
 def _unwind_unfinished(t: str, report: Report, event: dict[str, Any],
                        stake: list[str]) -> Entry:
-    """A stopped task whose unwind ended before it was unwound (an unwind_unfinished event
-    since the stop): it waits for its unwind, also when every step is done. A refused
-    compensation is refused again until a person clears its way."""
+    """A stopped task whose unwind ended before it was unwound.
+
+    That is an unwind_unfinished event since the stop: it waits for its unwind, also when every
+    step is done. A refused compensation is refused again until a person clears its way."""
     d = event["detail"]
     err = d.get("error") or {}
     why = err.get("type") or d.get("state")
@@ -141,9 +144,11 @@ def _unwind_unfinished(t: str, report: Report, event: dict[str, Any],
 
 
 def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Entry:
-    """A task whose latest run ended and that nothing runs since, with no other fact that
-    holds it (its stop was released, say): it waits for a person to resume it. A gate that
-    refused the run refuses a resumed one too, until a person put right what it names."""
+    """A task whose latest run ended and that nothing runs since.
+
+    With no other fact that holds it (its stop was released, say): it waits for a person to resume
+    it. A gate that refused the run refuses a resumed one too, until a person put right what it
+    names."""
     d = run["detail"]
     err = d.get("error") or {}
     at = f" at step {err['step']}" if err.get("step") else ""
@@ -158,8 +163,9 @@ def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Ent
 
 
 def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> Entry:
-    """A step in doubt waits for a person's word; once a person said it did not happen
-    (absent), it waits for the run that takes that word."""
+    """A step in doubt waits for a person's word.
+
+    Once a person said it did not happen (absent), it waits for the run that takes that word."""
     said = store.person_said(t, d.step, d.started_at)
     if said is not None and said["detail"].get("as") == Verdict.ABSENT:
         return Entry(t, "in_doubt", _when(said["at"]),
@@ -173,8 +179,10 @@ def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> E
 
 
 def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
-    """The gate found reversible steps that no longer hold: they are put back (or unwound)
-    before a resume, whose gate refuses again until they hold. The first SHOWN are named."""
+    """The gate found reversible steps that no longer hold.
+
+    They are put back (or unwound) before a resume, whose gate refuses again until they hold. The
+    first SHOWN are named."""
     failures = v["failures"]
     named = "; ".join(f"step {f['step']} {f['action']}: {f['reason']}" for f in failures[:SHOWN])
     more = f"; and {len(failures) - SHOWN} more" if len(failures) > SHOWN else ""
@@ -189,8 +197,9 @@ def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
 
 def entry_of(store: JournalStore, candidate: dict[str, Any],
            report: Report | None = None) -> Entry | None:
-    """The task's entry, or None when it does not wait for a person. ``report``: the task's
-    interruption report when the caller has read it already."""
+    """The task's entry, or None when it does not wait for a person.
+
+    ``report``: the task's interruption report when the caller has read it already."""
     t = candidate["task_id"]
     report = report or _report(store, t)
     p, state = report.progress, report.state
@@ -249,9 +258,10 @@ def entry_for(store: JournalStore, task_id: str,
 
 
 def first_line(store: JournalStore, report: Report) -> str:
-    """The sentence `tidemark status T` opens with, in the words a run's failure opens with in
-    the Web UI (tidemark.needs.sentence): what holds the task ``report`` is of, and the one
-    command next."""
+    """The sentence `tidemark status T` opens with.
+
+    It is in the words a run's failure opens with in the Web UI (tidemark.needs.sentence): what
+    holds the task ``report`` is of, and the one command next."""
     task_id = report.progress.task_id
     e = entry_for(store, task_id, report)
     if e is None and report.state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
@@ -296,10 +306,11 @@ def _line(report: Report, e: Entry | None) -> str:
 
 
 def task_need(store: JournalStore, task_id: str) -> TaskNeed:
-    """What the task's worklist row says now: the word, state and first line of its entry;
-    ``nothing`` and ``settled`` once it is completed or unwound (nobody is needed, and no run
-    goes on); ``nothing`` alone when the journal says a run goes on with it (that run's end
-    says what it needs)."""
+    """What the task's worklist row says now.
+
+    The word, state and first line of its entry; ``nothing`` and ``settled`` once it is completed
+    or unwound (nobody is needed, and no run goes on); ``nothing`` alone when the journal says a
+    run goes on with it (that run's end says what it needs)."""
     report = _report(store, task_id)
     entry = entry_for(store, task_id, report)
     if entry is not None:

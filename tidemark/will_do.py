@@ -1,5 +1,6 @@
-"""What a task's irreversible steps will do, in words a person approves: every recipient,
-subject, the start of each body, and every amount in its currency's own units.
+"""What a task's irreversible steps will do, in words a person approves.
+
+Every recipient, subject, the start of each body, and every amount in its currency's own units.
 
 Pure (the standard library and tidemark.money): `tidemark status`, the inbox, the gate and the
 workflow's details all read it, none of them with more imports than they had.
@@ -16,7 +17,9 @@ BODY_EXCERPT = 120
 
 
 def _money(amount: Any, currency: Any) -> str:
-    """In the currency's own units (50,000 JPY, 42.00 EUR), with the minor units the target is
+    """An amount in the currency's own units, with the minor units sent.
+
+    In the currency's own units (50,000 JPY, 42.00 EUR), with the minor units the target is
     sent."""
     cur = str(currency or "")
     if isinstance(amount, int) and not isinstance(amount, bool) and cur:
@@ -31,9 +34,10 @@ def excerpt(text: Any, limit: int = BODY_EXCERPT) -> str:
 
 
 def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
-    """One line per irreversible step for the person who approves: every recipient, subject,
-    the start of the body, amount and currency, and every other argument, whatever the
-    action."""
+    """One line per irreversible step for the person who approves.
+
+    Every recipient, subject, the start of the body, amount and currency, and every other argument,
+    whatever the action."""
     parts = []
     for k in ("to", "cc", "bcc"):
         if args.get(k):
@@ -55,9 +59,10 @@ def what_it_will_do(number: int, action: str, args: dict[str, Any]) -> str:
 
 
 def at_a_glance(irreversible: list[tuple[str, dict[str, Any]]]) -> str:
-    """One line that names everything the irreversible steps (action, args) will do, whatever
-    is cut from a longer listing: the total per currency, every recipient, and how many steps
-    of each action."""
+    """One line that names everything the irreversible steps will do.
+
+    The steps are given as (action, args). The line holds whatever is cut from a longer listing:
+    the total per currency, every recipient, and how many steps of each action."""
     totals: dict[str, int] = {}
     recipients: set[str] = set()
     actions: dict[str, int] = {}

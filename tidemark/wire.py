@@ -1,4 +1,6 @@
-"""The moment a request leaves for a target: what the client transports do just before a
+"""The moment a request leaves for a target: the checks made just before.
+
+The moment a request leaves for a target: what the client transports do just before a
 request's bytes go out on its open connection (``at_wire``), for the attempt whose call is
 under way.
 
@@ -83,7 +85,9 @@ _EFFECT: contextvars.ContextVar[bool] = contextvars.ContextVar("tidemark_effect"
 
 @contextmanager
 def calling(wire: Wire) -> Iterator[None]:
-    """Every request made in this block (this context, and the threads and event loops it is
+    """Makes every request in this block the call of ``wire``'s attempt.
+
+    Every request made in this block (this context, and the threads and event loops it is
     copied to) is the call of ``wire``'s attempt."""
     token = _WIRE.set(wire)
     try:
@@ -117,7 +121,9 @@ def _passed(wire: Wire) -> None:
 
 
 def at_wire(method: str) -> None:
-    """Called by a transport on the sending thread, just before the request of ``method``
+    """Marks and checks a request just before it leaves; NotSent if it must not.
+
+    Called by a transport on the sending thread, just before the request of ``method``
     leaves: marks it if it is the effect of a marking action, then checks the cover. Raises
     NotSent if it must not leave."""
     wire = _leaving(method)
@@ -131,8 +137,10 @@ def at_wire(method: str) -> None:
 
 
 async def at_wire_async(method: str) -> None:
-    """``at_wire`` for a transport on an event loop: the mark's statement runs on a worker
-    thread, the check of the cover on the loop itself, just before the request is written."""
+    """``at_wire`` for a transport on an event loop.
+
+    The mark's statement runs on a worker thread, the check of the cover on the loop itself, just
+    before the request is written."""
     wire = _leaving(method)
     if wire is None:
         return
@@ -146,7 +154,9 @@ async def at_wire_async(method: str) -> None:
 def httpcore_trace(method: str,
                    inner: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
                    ) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    """An httpcore ``trace`` extension that calls ``at_wire_async`` on the open connection,
+    """An httpcore ``trace`` extension that calls ``at_wire_async`` before sending.
+
+    An httpcore ``trace`` extension that calls ``at_wire_async`` on the open connection,
     just before the request's headers are written to it (and passes every event on to
     ``inner``). Raising there, httpcore closes the connection with nothing sent."""
 

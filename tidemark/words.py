@@ -89,8 +89,9 @@ def kill_holds(stop: dict[str, object] | None) -> bool:
 
 
 def lifted_for_unwind(stop: dict[str, object] | None) -> bool:
-    """Whether ``stop`` is a kill an operator lifted for an unwind only: compensations may act,
-    nothing runs the task forward until `tidemark release T`."""
+    """Whether ``stop`` is a kill an operator lifted for an unwind only.
+
+    Compensations may act, nothing runs the task forward until `tidemark release T`."""
     return stop is not None and stop.get("state") == ControlState.KILLED \
         and bool(stop.get("for_unwind"))
 
@@ -117,7 +118,9 @@ class GrantPurpose(StrEnum):
 
 
 class TaskState(StrEnum):
-    """The state a RunPlan or UnwindPlan run is in or ended in (its result's ``state`` and the
+    """The state of a RunPlan or UnwindPlan run, or of a task by its rows.
+
+    The state a RunPlan or UnwindPlan run is in or ended in (its result's ``state`` and the
     TidemarkState search attribute), and the state a task's journal rows say it is in
     (tidemark.report, tidemark.series). Not a column: it is read from the rows or the run."""
 
@@ -142,8 +145,9 @@ class TaskState(StrEnum):
 
 
 class Decision(StrEnum):
-    """``decisions.decision``: a person's decision on a task's irreversible steps (``tidemark
-    approve|reject``, or RunPlan's updates of the same names)."""
+    """``decisions.decision``: a person's decision on a task's irreversible steps.
+
+    Made with ``tidemark approve|reject``, or RunPlan's updates of the same names."""
 
     APPROVE = "approve"
     REJECT = "reject"
@@ -172,8 +176,9 @@ class SeriesAdmits(StrEnum):
 
 
 class Verdict(StrEnum):
-    """A person's verdict on the step in doubt (``tidemark resolve --as``), journaled as a
-    ``decision`` event."""
+    """A person's verdict on the step in doubt.
+
+    Given with ``tidemark resolve --as``, journaled as a ``decision`` event."""
 
     DONE = "done"  # it happened: recorded done, resolved_by operator
     ABSENT = "absent"  # it did not happen: a resumed run probes, then executes

@@ -1,4 +1,6 @@
-"""The irreversible boundary: what the verification gate re-probes, what a run asks a
+"""The irreversible boundary: gate, approval asks and decisions.
+
+The irreversible boundary: what the verification gate re-probes, what a run asks a
 person to approve, and the decisions recorded."""
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ class ApprovalsMixin(StoreBase):
     """The irreversible boundary's reads and writes."""
 
     def verifiable_rows(self, task_id: str, before_step: int) -> list[JournalRow]:
-        """The 'do' rows of reversible steps before ``before_step`` whose outcome is done:
+        """The 'do' rows of reversible steps that the verification gate re-probes.
+
+        The 'do' rows of reversible steps before ``before_step`` whose outcome is done:
         what the verification gate re-probes, in step order."""
         with self._conn() as conn:
             cur = conn.execute(
@@ -29,8 +33,10 @@ class ApprovalsMixin(StoreBase):
             return [JournalRow(**r) for r in cur.fetchall()]
 
     def current_decision(self, task_id: str) -> dict[str, Any] | None:
-        """The decision of the task's current epoch, or None: a decision of an earlier epoch
-        (a stop, kill, release or reject came since) counts for nothing."""
+        """The decision of the task's current epoch, or None.
+
+        A decision of an earlier epoch (a stop, kill, release or reject came since) counts for
+        nothing."""
         with self._conn() as conn:
             return conn.execute(
                 "SELECT d.decision, d.decided_by, d.label, d.note, d.epoch, d.at, d.via"
@@ -38,7 +44,9 @@ class ApprovalsMixin(StoreBase):
                 " AND d.epoch = tidemark.epoch_of(d.task_id)", (task_id,)).fetchone()
 
     def boundary_state(self, task_id: str) -> dict[str, Any]:
-        """The plan's approval ask, what a run asked a person to approve under the operator's
+        """A task's boundary, approval and verification state, for the report.
+
+        The plan's approval ask, what a run asked a person to approve under the operator's
         policy, the latest decision (with whether it still holds: a stop, kill or release since
         voids it), whether the journal says a person must approve, the latest verification of
         the boundary's gate and the latest verification at the end of the plan
@@ -72,7 +80,9 @@ class ApprovalsMixin(StoreBase):
     def decide(self, task_id: str, decision: str, plan_hash: str, *, os_user: str | None,
                label: str | None, note: str = "",
                via: DecisionVia = DecisionVia.CLI) -> dict[str, Any]:
-        """Records a person's approve or reject of the task's irreversible steps under the
+        """Records a person's approve or reject of the task's irreversible steps.
+
+        Records a person's approve or reject of the task's irreversible steps under the
         login role of this store's connection, in one statement the journal checks
         (tidemark.check_decision): the role an approver every list names, ``plan_hash`` the
         stored plan's, the task waiting for a decision, no stop holding it (no kill, for a
@@ -93,10 +103,12 @@ class ApprovalsMixin(StoreBase):
 
     def ask_approval(self, task_id: str, policy: str, approvers: list[str], steps: list[int],
                      lines: list[str]) -> None:
-        """Records what the run waits for a person to approve (the latest ask replaces the
-        one before: the boundary asks again on every pass). ``approvers`` narrows who may
-        decide (the worker's TIDEMARK_APPROVERS; empty: no narrowing). The journal counts an
-        ask as a need of approval: a worker can ask for more, never for less."""
+        """Records what the run waits for a person to approve.
+
+        The latest ask replaces the one before: the boundary asks again on every pass.
+        ``approvers`` narrows who may decide (the worker's TIDEMARK_APPROVERS; empty: no
+        narrowing). The journal counts an ask as a need of approval: a worker can ask for more,
+        never for less."""
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO tidemark.approval_requests (task_id, policy, approvers, steps, lines)"
@@ -113,16 +125,19 @@ class ApprovalsMixin(StoreBase):
                 " WHERE task_id = %s", (task_id,)).fetchone()
 
     def approval_needed(self, task_id: str) -> bool:
-        """Whether the journal says a person must approve the task's irreversible steps (the
-        strictest of the operator's policy, the series', the plan's ask and a worker's ask)."""
+        """Whether the journal says a person must approve the task's irreversible steps.
+
+        The strictest of the operator's policy, the series', the plan's ask and a worker's ask
+        decides."""
         with self._conn() as conn:
             r = conn.execute("SELECT tidemark.approval_needed(%s) AS needed",
                              (task_id,)).fetchone()
         return bool(r and r["needed"])
 
     def policy(self) -> dict[str, Any] | None:
-        """The operator's approval policy as the journal holds it, or None (none set: every
-        irreversible step waits for a person)."""
+        """The operator's approval policy as the journal holds it, or None.
+
+        None: none is set, and every irreversible step waits for a person."""
         with self._conn() as conn:
             return conn.execute(
                 "SELECT approval, rules, approvers, set_role, set_by, set_at"
@@ -130,8 +145,10 @@ class ApprovalsMixin(StoreBase):
 
     def set_policy(self, approval: str, rules: dict[str, Any], approvers: list[str] | None,
                    by: str) -> dict[str, Any]:
-        """Sets the operator's approval policy (an operator's act: NotAuthorized for any other
-        role). ``approvers`` None: every member of tidemark_approver may decide."""
+        """Sets the operator's approval policy.
+
+        An operator's act: NotAuthorized for any other role. ``approvers`` None: every member of
+        tidemark_approver may decide."""
         with self._conn() as conn:
             r = conn.execute(
                 "INSERT INTO tidemark.approval_policy (approval, rules, approvers, set_by)"

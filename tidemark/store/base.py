@@ -1,6 +1,7 @@
-"""StoreBase: the connection pool every part of the store runs its statements on, with its
-health check, and the schema's migrations. JournalStore (tidemark.store) adds one set of
-statements per concern."""
+"""StoreBase: the connection pool the store runs on, and the migrations.
+
+Every part of the store runs its statements on the pool, which has a health check. JournalStore
+(tidemark.store) adds one set of statements per concern."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ QUIET_S = 1.0
 
 
 def _nothing_to_read(conn: psycopg.Connection[Any]) -> bool:
-    """True when the idle connection's socket has no byte waiting: the server has not ended the
-    session (it would have sent a FATAL error and closed it)."""
+    """True when the idle connection's socket has no byte waiting.
+
+    Then the server has not ended the session (it would have sent a FATAL error and closed it)."""
     if conn.closed or conn.broken:
         return False
     try:

@@ -1,5 +1,7 @@
-"""How the store reaches Postgres: its timeouts and sizes, and what a lost connection means to
-the caller (StoreUnavailable, retryable)."""
+"""How the store reaches Postgres, and what a lost connection means.
+
+Its timeouts and sizes, and what a lost connection means to the caller (StoreUnavailable,
+retryable)."""
 
 from __future__ import annotations
 
@@ -33,8 +35,10 @@ POOLERS = ("none", "transaction")
 
 
 def pooler(env: Mapping[str, str] = os.environ) -> str:
-    """The pooler TIDEMARK_DB_POOLER names (ConfigError for any other value: a session-mode
-    pooler pins a server connection to every client connection, which bounds nothing)."""
+    """The pooler TIDEMARK_DB_POOLER names.
+
+    Any other value is a ConfigError: a session-mode pooler pins a server connection to every
+    client connection, which bounds nothing."""
     value = env.get(POOLER_ENV, "none").strip() or "none"
     if value == "session":
         raise ConfigError(f"{POOLER_ENV}=session: Tidemark needs no session, and a pooler in "
@@ -47,8 +51,9 @@ def pooler(env: Mapping[str, str] = os.environ) -> str:
 
 
 def connect_options(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """psycopg.connect arguments for the pooler in use: no server-side prepared statements
-    through a transaction-mode pooler."""
+    """psycopg.connect arguments for the pooler in use.
+
+    No server-side prepared statements through a transaction-mode pooler."""
     return {"prepare_threshold": None} if pooler(env) == "transaction" else {}
 
 
@@ -62,7 +67,9 @@ DECISION_REFUSALS = {"TD002": "approvers", "TD003": "decided", "TD004": "stopped
 
 @contextmanager
 def _translated(role: str = "of this connection") -> Iterator[None]:
-    """Turns connection-level failures into the retryable StoreUnavailable, and the journal's
+    """Turns connection failures and the journal's refusals into typed errors.
+
+    Turns connection-level failures into the retryable StoreUnavailable, and the journal's
     refusals of an act (who may do it, whether a decision holds) into their typed errors, each
     with the database's one line. ``role`` names the login role in a refusal."""
     try:
@@ -89,8 +96,9 @@ def _translated(role: str = "of this connection") -> Iterator[None]:
 
 
 def login_role(conninfo: str) -> str:
-    """The login role a connection string connects as: its user, else libpq's default, the
-    operating-system user."""
+    """The login role a connection string connects as.
+
+    Its user, else libpq's default, the operating-system user."""
     import getpass
 
     try:

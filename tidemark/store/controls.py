@@ -12,9 +12,10 @@ class ControlsMixin(StoreBase):
     """The durable stop state of tasks, series and everything (``*``)."""
 
     def set_control(self, scope: str, state: str, reason: str, set_by: str) -> None:
-        """Sets the durable stop state of a task (or ``*``) and logs it as an event. A stop
-        never turns a kill into a plain stop (an unwind's stop, a halt): only a release does,
-        and only an operator's (the journal refuses it to any other role: NotAuthorized).
+        """Sets a task's (or ``*``) durable stop state and logs it as an event.
+
+        A stop never turns a kill into a plain stop (an unwind's stop, a halt): only a release
+        does, and only an operator's (the journal refuses it to any other role: NotAuthorized).
         Every change starts a new epoch of the task: a decision made before it is void."""
         with self._conn() as conn, conn.transaction():
             conn.execute(
@@ -27,10 +28,11 @@ class ControlsMixin(StoreBase):
                                     {"reason": reason}, None, set_by)
 
     def release_kill_for_unwind(self, task_id: str, reason: str, by: str) -> bool:
-        """Lifts the task's own kill for an unwind only: a person's unwind may act (an undo
-        grant is issued, compensations are journaled), while the task stays killed for
-        everything else (no resume, no run forward) until `tidemark release T` by name. An
-        operator's act. False if the task itself is not killed."""
+        """Lifts the task's own kill for an unwind only.
+
+        A person's unwind may act (an undo grant is issued, compensations are journaled), while the
+        task stays killed for everything else (no resume, no run forward) until `tidemark release
+        T` by name. An operator's act. False if the task itself is not killed."""
         with self._conn() as conn, conn.transaction():
             r = conn.execute(
                 "UPDATE tidemark.controls SET for_unwind = true, reason = %s, set_by = %s,"
@@ -42,8 +44,9 @@ class ControlsMixin(StoreBase):
             return r is not None
 
     def task_known(self, task_id: str) -> bool:
-        """Whether a plan is stored under ``task_id`` or a control row names it (a task
-        stopped before its plan arrived)."""
+        """Whether a plan is stored under ``task_id`` or a control row names it.
+
+        A control row may name a task stopped before its plan arrived."""
         with self._conn() as conn:
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM tidemark.plans WHERE task_id = %s)"

@@ -17,9 +17,11 @@ class GrantsMixin(StoreBase):
 
     def issue_grant(self, task_id: str, target: str, scope: str, kind: str, issuer: str,
                     handle: str, ttl_s: float, purpose: str = "run") -> dict[str, Any] | None:
-        """Records a new grant, or returns None: a ``run`` grant only while no stop state
-        applies to the task; an ``undo`` grant (a person's unwind) only while the task is
-        stopped, not killed, and not unwound. An undo grant is logged (a ``grant`` event)."""
+        """Records a new grant, or returns None.
+
+        A ``run`` grant only while no stop state applies to the task; an ``undo`` grant (a person's
+        unwind) only while the task is stopped, not killed, and not unwound. An undo grant is
+        logged (a ``grant`` event)."""
         with self._conn() as conn, conn.transaction():
             row = conn.execute(
                 "INSERT INTO tidemark.grants (task_id, target, scope, kind, issuer, handle,"
@@ -48,7 +50,9 @@ class GrantsMixin(StoreBase):
 
     def revoke_grants(self, task_id: str | None, by: str,
                       purpose: str | None = None) -> list[dict[str, Any]]:
-        """Revokes every unrevoked grant of a task (None: of every task), or only those of
+        """Revokes a task's unrevoked grants and returns them.
+
+        Revokes every unrevoked grant of a task (None: of every task), or only those of
         one ``purpose``; returns them."""
         with self._conn() as conn, conn.transaction():
             rows = conn.execute(

@@ -1,4 +1,6 @@
-"""Reads for the inbox: which tasks may wait for a person, and what their irreversible steps
+"""Reads for the inbox: tasks that may wait for a person, and their stakes.
+
+Reads for the inbox: which tasks may wait for a person, and what their irreversible steps
 still put at stake; and the run events (a run's beginning, its end) that tell a task nothing
 runs from one whose run goes on.
 
@@ -36,7 +38,9 @@ class InboxMixin(StoreBase):
     """The inbox's reads over every task."""
 
     def inbox_candidates(self, task_id: str | None = None) -> list[dict[str, Any]]:
-        """Every task neither unwound nor completed (a completed task with a compensation is
+        """Every task with a fact a person may have to act on, oldest plan first.
+
+        Every task neither unwound nor completed (a completed task with a compensation is
         partly unwound, one stopped after an unwind that did not finish waits for its unwind)
         with a fact a person may have to act on (among them: its latest run ended and no run
         began since), oldest plan first:
@@ -82,7 +86,9 @@ class InboxMixin(StoreBase):
                       "verification": "verification", "task": task_id}).fetchall()
 
     def unwind_unfinished(self, task_id: str) -> dict[str, Any] | None:
-        """The latest unwind of the task that ended before the task was unwound (its
+        """The latest unfinished unwind of the task since its current stop, or None.
+
+        The latest unwind of the task that ended before the task was unwound (its
         unwind_unfinished event: ``detail``, ``actor``, ``at``), if journaled since the stop
         that applies to the task now was set; None otherwise (no such unwind, or the task was
         released since, or stopped anew for another)."""
@@ -93,44 +99,54 @@ class InboxMixin(StoreBase):
                 " ORDER BY e.id DESC LIMIT 1", (task_id,)).fetchone()
 
     def person_said(self, task_id: str, step: int, since: Any) -> dict[str, Any] | None:
-        """The latest decision a person journaled about the step since ``since`` (its
+        """The latest decision a person journaled about the step since ``since``.
+
+        The latest decision a person journaled about the step since ``since`` (its
         intent), as the next attempt reads it (StepSession.operator_decision); None if none."""
         with self._conn() as conn:
             return StepSession(conn).operator_decision(task_id, step, since)
 
     def record_run_began(self, task_id: str, run_id: str, actor: str) -> None:
-        """Journals that a run of the task began (RunPlan's prepare): an earlier run's
-        journaled end no longer says that nothing runs the task."""
+        """Journals that a run of the task began (RunPlan's prepare).
+
+        An earlier run's journaled end no longer says that nothing runs the task."""
         with self._conn() as conn:
             StepSession(conn).event(task_id, "run", {"began": run_id}, None, actor)
 
     def record_run_ended(self, task_id: str, state: str, error: dict[str, Any], actor: str,
                          **detail: Any) -> None:
-        """Journals that the task's run ended in ``state`` other than completed (RunPlan at
-        its end, or the kill that terminated it): until a run begins again, nothing runs it."""
+        """Journals that the task's run ended in ``state`` other than completed.
+
+        Written by RunPlan at its end, or by the kill that terminated it. Until a run begins again,
+        nothing runs it."""
         with self._conn() as conn:
             StepSession(conn).event(task_id, "run", {"ended": state, "error": error, **detail},
                                     None, actor)
 
     def latest_run(self, task_id: str) -> dict[str, Any] | None:
-        """The task's latest ``run`` event (``detail``, ``actor``, ``at``): its beginning
-        (``began``, the run id) while the run goes on, its end (``ended``, the end state, and
-        ``error``) once it ended other than completed; None when no run journaled either."""
+        """The task's latest ``run`` event, or None.
+
+        It holds ``detail``, ``actor``, ``at``: its beginning (``began``, the run id) while the run
+        goes on, its end (``ended``, the end state, and ``error``) once it ended other than
+        completed; None when no run journaled either."""
         with self._conn() as conn:
             return conn.execute(f"SELECT r.* FROM (SELECT %s::text AS task_id) p,"
                                 f" LATERAL ({_LATEST_RUN}) r", (task_id,)).fetchone()
 
     def run_ended(self, task_id: str) -> dict[str, Any] | None:
-        """How the task's latest run ended, when it ended other than completed and no run of
+        """How the task's latest run ended, if no run of it began since; else None.
+
+        How the task's latest run ended, when it ended other than completed and no run of
         it began since (latest_run); None otherwise."""
         run = self.latest_run(task_id)
         return run if run is not None and "ended" in run["detail"] else None
 
     def runs_going_on(self) -> list[dict[str, Any]]:
-        """The tasks the journal reads a run going on for: the latest run journaled its
-        beginning and no end, and the task is neither finished, stopped nor unwound (nor partly
-        unwound): ``task_id`` and ``began_at``. Whether the run is in fact open is Temporal's
-        to say (a run terminated outside tidemark journals no end)."""
+        """The tasks the journal reads a run going on for.
+
+        The latest run journaled its beginning and no end, and the task is neither finished,
+        stopped nor unwound (nor partly unwound): ``task_id`` and ``began_at``. Whether the run is
+        in fact open is Temporal's to say (a run terminated outside tidemark journals no end)."""
         with self._conn() as conn:
             return conn.execute(
                 f"""
@@ -148,13 +164,17 @@ class InboxMixin(StoreBase):
                 """).fetchall()
 
     def blocked_starts(self) -> list[dict[str, Any]]:
-        """The latest refused start (``blocked`` event) of every task whose plan was never
+        """The latest refused start of every task whose plan was never stored.
+
+        The latest refused start (``blocked`` event) of every task whose plan was never
         stored: ``task_id``, ``detail``, ``at``. A task started since has a plan and is not
         blocked any more."""
         return self._starts_unstored("blocked")
 
     def refused_starts(self, task_id: str | None = None) -> list[dict[str, Any]]:
-        """The latest start refused before its plan was stored (``refused`` event) of every
+        """The latest start refused before its plan was stored, for every such task.
+
+        The latest start refused before its plan was stored (``refused`` event) of every
         task (``task_id``: of that one) whose plan was never stored: ``task_id``, ``detail``,
         ``at``, ``actor``. A task started since has a plan and waits for nothing of it."""
         return self._starts_unstored("refused", task_id)
@@ -169,7 +189,9 @@ class InboxMixin(StoreBase):
                 " ORDER BY e.task_id, e.id DESC", (kind, task_id, task_id)).fetchall()
 
     def irreversible_pending(self, task_id: str) -> list[dict[str, Any]]:
-        """The irreversible steps of the task not journaled as done (``step``, ``action``,
+        """The irreversible steps of the task not journaled as done: what is at stake.
+
+        The irreversible steps of the task not journaled as done (``step``, ``action``,
         ``args``, ``status``: None when not attempted or in doubt), in step order: what is
         still at stake."""
         with self._conn() as conn:

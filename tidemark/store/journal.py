@@ -1,4 +1,6 @@
-"""The journal's rows as Python reads them, and the conditions on a task's state that several
+"""The journal's rows as Python reads them, and shared conditions on a task's state.
+
+The journal's rows as Python reads them, and the conditions on a task's state that several
 of the store's statements share (each is a constant piece of SQL, never a value)."""
 
 from __future__ import annotations

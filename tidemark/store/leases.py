@@ -1,4 +1,6 @@
-"""The attempt lease: its rules, the lease keeper that renews it while an action's call runs,
+"""The attempt lease: its rules, its keeper, and the watch against a lapse.
+
+The attempt lease: its rules, the lease keeper that renews it while an action's call runs,
 and the watch that ends the process rather than let a lease lapse under a call still running."""
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ RENEW_MIN_GAP_S = 0.1
 
 
 def end_process(keys: list[str]) -> None:
-    """The default response to a lapsing lease: the process ends now (os._exit: no cleanup that
-    could block, no thread that goes on).
+    """The default response to a lapsing lease: the process ends now.
+
+    It calls os._exit: no cleanup that could block, no thread that goes on.
 
     A thread cannot be stopped from outside in Python, and giving up on a call without stopping
     it (a timeout around ``execute``) would leave the call free to send its request later, when
@@ -101,7 +104,9 @@ class _Held:
 
 
 class LeaseKeeper:
-    """Extends the attempt leases of the actions running in this process, and ends the process
+    """Extends the attempt leases of this process's actions, and ends it before one lapses.
+
+    Extends the attempt leases of the actions running in this process, and ends the process
     rather than let one lapse while its call runs.
 
     Renewals go out every LEASE_RENEW_S (sooner when a call's cover would run out), all in one
@@ -180,7 +185,9 @@ class LeaseKeeper:
             self._wake.set()
 
     def cover(self, key: str, until: float, deadline_s: float) -> None:
-        """A lease committed for a new call on ``key`` (stage, then execute) covers requests
+        """Notes the cover of a new call on ``key``: requests leaving before ``until``.
+
+        A lease committed for a new call on ``key`` (stage, then execute) covers requests
         that leave before ``until`` (monotonic); its deadline runs from now."""
         with self._mutex:
             h = self._held.get(key)
@@ -190,7 +197,9 @@ class LeaseKeeper:
                 h.deadline_at = time.monotonic() + deadline_s
 
     def covers(self, key: str) -> bool:
-        """Whether a request of the call on ``key`` that leaves now is covered by the lease
+        """Whether a request of the call on ``key`` that leaves now is covered.
+
+        Whether a request of the call on ``key`` that leaves now is covered by the lease
         committed for it, on this machine's monotonic clock: the cover (the moments a request
         may leave at and still land, horizon included, before the lease can lapse) runs past
         now by LAPSE_MARGIN_S, the margin the deadline watch keeps too. False for a key not
@@ -200,8 +209,10 @@ class LeaseKeeper:
             return h is not None and time.monotonic() + LAPSE_MARGIN_S < h.cover_until
 
     def drop(self, key: str) -> None:
-        """Stops renewing ``key``; when this returns, no renewal of it is still to come (unless
-        a renewal in flight hangs past RENEW_TIMEOUT_MS, which can only lengthen the lease)."""
+        """Stops renewing ``key``.
+
+        When this returns, no renewal of it is still to come (unless a renewal in flight hangs past
+        RENEW_TIMEOUT_MS, which can only lengthen the lease)."""
         with self._mutex:
             self._held.pop(key, None)
         if self._renewing.acquire(timeout=RENEW_TIMEOUT_MS / 1000 + 1):

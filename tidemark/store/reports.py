@@ -61,8 +61,9 @@ class ReportsMixin(StoreBase):
 
     def irreversible_steps(self, task_id: str
                            ) -> list[tuple[int, str, str | None, dict[str, Any]]]:
-        """(step, action, journal status, args) of every irreversible step of the plan; the
-        status is None when the step has no journal row or no outcome yet."""
+        """(step, action, journal status, args) of every irreversible step of the plan.
+
+        The status is None when the step has no journal row or no outcome yet."""
         with self._conn() as conn:
             rows = conn.execute(
                 "SELECT s.step, s.action, j.status, s.args FROM tidemark.plan_steps s"

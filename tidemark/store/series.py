@@ -19,10 +19,12 @@ class SeriesMixin(StoreBase):
     def declare_series(self, series: str, by: str, os_user: str, approval: str | None = None,
                        approvers: list[str] | None = None, *,
                        rules: dict[str, Any] | None = None, admits: str | None = None) -> None:
-        """Declares a series: an operator's act (NotAuthorized for any other role). Declared
-        again, the policy (``approval`` and its parsed ``rules``), approvers or admission given
-        replace the earlier ones and those not given (None) are kept: a schedule created later
-        without --approval does not lower the series' policy."""
+        """Declares a series: an operator's act.
+
+        Any other role gets NotAuthorized. Declared again, the policy (``approval`` and its parsed
+        ``rules``), approvers or admission given replace the earlier ones and those not given
+        (None) are kept: a schedule created later without --approval does not lower the series'
+        policy."""
         with self._conn() as conn:
             conn.execute(
                 "INSERT INTO tidemark.series (series, approval, rules, approvers, admits,"
@@ -54,7 +56,9 @@ class SeriesMixin(StoreBase):
         return r["series"] if r else None
 
     def series_runs(self, series: str, before: str | None = None) -> list[dict[str, Any]]:
-        """The admitted runs of a series in order, each with the journal counts and the stop
+        """The admitted runs of a series in order, with what tells if each is settled.
+
+        The admitted runs of a series in order, each with the journal counts and the stop
         state that tell whether it is settled (tidemark.series.run_state); with ``before``,
         only the runs admitted before that one."""
         with self._conn() as conn:

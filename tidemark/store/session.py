@@ -1,4 +1,6 @@
-"""StepSession: the journal operations of one attempt (intent, take-over, claim, stage,
+"""StepSession: the journal operations of one attempt, each owner-conditional.
+
+StepSession: the journal operations of one attempt (intent, take-over, claim, stage,
 outcome, lease), each conditional on the attempt's owner token, on a connection borrowed for
 the attempt's bookkeeping and given back before the action's call."""
 
@@ -99,8 +101,9 @@ class StepSession:
 
     @contextmanager
     def _use(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """The connection for one statement (or one transaction): the session's own, or one
-        borrowed from the pool for it alone."""
+        """The connection for one statement (or one transaction).
+
+        The session's own, or one borrowed from the pool for it alone."""
         with _translated():
             if self._conn is not None:
                 yield self._conn
@@ -121,9 +124,10 @@ class StepSession:
     def begin(self, *, task_id: str, step: int, key: str, action: str, args: dict[str, Any],
               before_state: dict[str, Any], lease_s: float, phase: str = "do",
               attempt: int = 1) -> JournalRow:
-        """Commits the intent, owned by this attempt's token, with an attempt lease of
-        ``lease_s`` seconds from now (the action's deadline plus its horizon). Only when this
-        returns may the action run.
+        """Commits the intent, owned by this attempt's token, with an attempt lease.
+
+        The lease runs ``lease_s`` seconds from now (the action's deadline plus its horizon). Only
+        when this returns may the action run.
 
         The statement itself refuses a 'do' step whose predecessor has no 'done' outcome, a
         'do' step of a stopped task (TaskStopped: a stop committed before this statement began
@@ -202,7 +206,9 @@ class StepSession:
             ).fetchone() is not None
 
     def take_over(self, key: str, lease_s: float, legacy_lease_s: float) -> float | None:
-        """This attempt takes over the open intent ``key`` whose last attempt has ended or lost
+        """This attempt takes over the open intent ``key`` whose last attempt ended.
+
+        This attempt takes over the open intent ``key`` whose last attempt has ended or lost
         its lease, for ``lease_s`` seconds (its probe), in the statement that checks both: the
         lease has passed on the database's clock, and the row is still the one read with it
         (the same owner, ``seen_owner``, and the same version of the row, ``seen_version``: no
@@ -235,7 +241,9 @@ class StepSession:
         return max(0.0, left["left"]) if left is not None else 0.0
 
     def give_back(self, key: str) -> None:
-        """Ends the lease of the open intent ``key`` this attempt took over and did not act on
+        """Gives back the lease of an intent this attempt took over and left alone.
+
+        Ends the lease of the open intent ``key`` this attempt took over and did not act on
         (its probe or gates ended the attempt; no request left it): the next attempt need not
         wait for it."""
         with self._use() as conn:
@@ -244,10 +252,11 @@ class StepSession:
                          (key, self.attempt_token()))
 
     def claim(self, task_id: str, key: str, lease_s: float, phase: str = "do") -> None:
-        """This attempt acts now on the open intent ``key`` it took over (probed absent): sets
-        its lease to ``lease_s`` from now, in the statement that checks once more that the task
-        may act (TaskStopped / NotStopped / TaskUnwound otherwise) and that this attempt still
-        owns the intent (StepBusy otherwise)."""
+        """This attempt acts now on the open intent ``key`` it took over.
+
+        It was probed absent. Sets its lease to ``lease_s`` from now, in the statement that checks
+        once more that the task may act (TaskStopped / NotStopped / TaskUnwound otherwise) and that
+        this attempt still owns the intent (StepBusy otherwise)."""
         with self._use() as conn:
             r = conn.execute(
                 "UPDATE tidemark.journal SET lease_s = %(lease)s,"
@@ -293,7 +302,9 @@ class StepSession:
         return r["step"] if r else None
 
     def _refusal(self, task_id: str, phase: str, step: int | None = None) -> None:
-        """Raises why the task may not act now, if it is its stop or unwound state, or (for an
+        """Raises why the task may not act now, if anything stops it.
+
+        Raises why the task may not act now, if it is its stop or unwound state, or (for an
         irreversible step) that no approval of the current epoch covers it."""
         with self._use() as conn:
             r = conn.execute(
@@ -323,8 +334,9 @@ class StepSession:
 
     def complete(self, *, key: str, outcome: dict[str, Any], status: str,
                  resolved_by: str, flush: bool = True, owned: bool = True) -> JournalRow:
-        """Commits the outcome of the open intent ``key``, if this attempt still owns it
-        (StepBusy otherwise: another attempt took it over, and its probe settles the step).
+        """Commits the outcome of the open intent ``key``, if this attempt still owns it.
+
+        StepBusy otherwise: another attempt took it over, and its probe settles the step.
         ``owned=False`` is a person's decision (`tidemark resolve`), which owns no attempt.
 
         ``flush=False`` commits without waiting for the write-ahead log to reach the disk
@@ -354,7 +366,9 @@ class StepSession:
         return JournalRow(**r)
 
     def renew_lease(self, key: str, seconds: float) -> None:
-        """Sets the attempt lease of the open intent ``key`` this attempt owns to end
+        """Sets the lease of the open intent ``key`` to end ``seconds`` from now.
+
+        Sets the attempt lease of the open intent ``key`` this attempt owns to end
         ``seconds`` from now: after an ambiguous failure, the target's horizon (its request may
         still land until then). The attempt's call has returned, so a request it marked as
         leaving can no longer leave later: the mark is answered (returned_at)."""
@@ -367,10 +381,11 @@ class StepSession:
                 (seconds, seconds, key, self.attempt_token()))
 
     def mark_sent(self, key: str) -> bool:
-        """The mark (tidemark.wire): this attempt's effect request on the open intent ``key``
-        may leave from now on. Written on the sending thread just before the request leaves,
-        and only while this attempt still owns the intent: False when it does not (a twin took
-        it over, or settled it), and then the request must not leave.
+        """The mark: this attempt's effect request on ``key`` may leave from now on.
+
+        See tidemark.wire. Written on the sending thread just before the request leaves, and only
+        while this attempt still owns the intent: False when it does not (a twin took it over, or
+        settled it), and then the request must not leave.
 
         It commits without waiting for the disk (synchronous_commit off for this transaction
         only, as StepSession.complete(flush=False)): visible to every twin at once, lost only if
@@ -386,7 +401,9 @@ class StepSession:
         return r is not None
 
     def not_sent(self, key: str) -> None:
-        """After NotSent: nothing of this attempt's effect reached the target, so its mark is
+        """After NotSent: takes the mark back and gives the lease back.
+
+        After NotSent: nothing of this attempt's effect reached the target, so its mark is
         taken back and its lease given back (the next attempt need not wait, and its probe's
         *absent* is a verdict again)."""
         with self._use() as conn:
@@ -397,8 +414,10 @@ class StepSession:
                 (key, self.attempt_token()))
 
     def stage(self, key: str, staged: dict[str, Any], lease_s: float) -> None:
-        """Journals the handle an action staged for the open intent ``key`` (once), and extends
-        its lease to cover the call that consumes it (``lease_s`` from now, never shorter)."""
+        """Journals the handle an action staged for the open intent ``key`` (once).
+
+        It extends its lease to cover the call that consumes it (``lease_s`` from now, never
+        shorter)."""
         with self._use() as conn:
             r = conn.execute(
                 "UPDATE tidemark.journal SET staged = %s, lease_until = greatest(lease_until,"

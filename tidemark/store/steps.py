@@ -1,5 +1,7 @@
-"""A step's attempt as the store serves it: what an attempt reads when it begins, the lease
-keeper's hold, the fast path's batches, the events an attempt journals."""
+"""A step's attempt as the store serves it.
+
+What an attempt reads when it begins, the lease keeper's hold, the fast path's batches, the events
+an attempt journals."""
 
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ class StepsMixin(StoreBase):
 
     @contextmanager
     def execution(self, task_id: str, step: int, phase: str = "do") -> Iterator[StepSession]:
-        """One attempt at the step's row of ``phase``: reads the plan step, its latest journal
-        row (with its owner and what is left of its lease) and the task's stop state, in one
-        statement. Raises UnknownTask or JournalMismatch if the plan has no such step.
+        """One attempt at the step's row of ``phase``: the reads it begins with.
+
+        It reads the plan step, its latest journal row (with its owner and what is left of its
+        lease) and the task's stop state, in one statement. Raises UnknownTask or JournalMismatch
+        if the plan has no such step.
 
         Nothing is locked here: the attempt owns the step only once its intent is written (or
         an open intent taken over), by statements conditional on its owner token
@@ -84,7 +88,9 @@ class StepsMixin(StoreBase):
     @contextmanager
     def keep_lease(self, key: str, owner: uuid.UUID, seconds: float, *, horizon_s: float,
                    covered_until: float, deadline_s: float) -> Iterator[None]:
-        """While the block runs, the lease keeper extends the attempt lease of the open intent
+        """While the block runs, the lease keeper extends the lease of the intent ``key``.
+
+        While the block runs, the lease keeper extends the attempt lease of the open intent
         ``key`` (while ``owner`` owns it) to at least ``seconds`` from each renewal (on its own
         connection), and ends the
         process before the lease could lapse while the block still runs (LeaseKeeper); it
@@ -99,17 +105,23 @@ class StepsMixin(StoreBase):
             self.leases.drop(key)
 
     def cover_lease(self, key: str, until: float, deadline_s: float) -> None:
-        """A lease committed for a new call on ``key`` (its staged send) covers requests that
+        """Notes the cover of a new call on ``key``: requests leaving before ``until``.
+
+        A lease committed for a new call on ``key`` (its staged send) covers requests that
         leave before ``until`` (monotonic); the call's declared deadline runs from now."""
         self.leases.cover(key, until, deadline_s)
 
     def covers(self, key: str) -> bool:
-        """Whether the lease committed for the call on ``key`` covers a request that leaves now
+        """Whether the lease committed for the call on ``key`` covers a request now.
+
+        Whether the lease committed for the call on ``key`` covers a request that leaves now
         (LeaseKeeper.covers, on this machine's monotonic clock)."""
         return self.leases.covers(key)
 
     def end_batch(self, task_id: str, steps: int) -> None:
-        """Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits
+        """Counts a fast-path batch of ``steps`` steps, in a commit that waits for the disk.
+
+        Counts a batch of the fast path that settled ``steps`` steps, in a commit that waits
         for the disk: it returns once every commit before it is durable, such as the outcomes
         the batch committed with ``complete(flush=False)`` (Postgres writes its log in order)."""
         with self._conn() as conn:

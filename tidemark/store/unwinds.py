@@ -23,8 +23,10 @@ class UnwindsMixin(StoreBase):
     """What an unwind reads and the mark it ends with."""
 
     def undo_candidates(self, task_id: str) -> list[int]:
-        """Steps an unwind must visit, last first: reversible 'do' steps that are done or in
-        doubt, whose compensation has no 'done' outcome yet.
+        """Steps an unwind must visit, last first.
+
+        Reversible 'do' steps that are done or in doubt, whose compensation has no 'done' outcome
+        yet.
 
         Complete once the task is stopped: the only step that could still get an intent is the
         one after the last journaled step (an intent needs its predecessor done), and an
@@ -48,7 +50,9 @@ class UnwindsMixin(StoreBase):
         return [r["step"] for r in rows]
 
     def record_unwound(self, task_id: str, by: str, detail: dict[str, Any]) -> list[int]:
-        """Marks a stopped task unwound (terminal), in the statement that checks that nothing
+        """Marks a stopped task unwound (terminal), once nothing is left to do.
+
+        Marks a stopped task unwound (terminal), in the statement that checks that nothing
         is left to compensate or in doubt. Returns the steps still to visit: empty when the
         mark was written (or already there).
 
@@ -93,9 +97,10 @@ class UnwindsMixin(StoreBase):
 
 @contextmanager
 def _plan_row_taken(conn: psycopg.Connection[dict[str, Any]], task_id: str) -> Iterator[None]:
-    """A transaction on ``conn`` that first takes the task's plan row FOR UPDATE, waiting at
-    most LOCK_WAIT_MS for an intent being written (StepSession.begin holds the row FOR SHARE
-    while it writes one); StepBusy after that, retryable."""
+    """A transaction on ``conn`` that first takes the task's plan row FOR UPDATE.
+
+    It waits at most LOCK_WAIT_MS for an intent being written (StepSession.begin holds the row FOR
+    SHARE while it writes one); StepBusy after that, retryable."""
     try:
         with conn.transaction():
             conn.execute("SELECT set_config('lock_timeout', %s, true)", (str(LOCK_WAIT_MS),))
