@@ -1,5 +1,7 @@
-"""``fs.rename`` {path, name}: the file now at ``path`` should be named ``name`` in the same
-directory. Reversible; an end state, so applying it twice is harmless.
+"""``fs.rename`` {path, name}: the file at ``path`` gets the name ``name``.
+
+The file now at ``path`` should be named ``name`` in the same directory. Reversible; an end
+state, so applying it twice is harmless.
 
 Confined to the directories a worker is given (``TIDEMARK_FS_ROOTS``): without them the action
 is not bound and a plan using it is refused before its first step. The rename never replaces a
@@ -108,7 +110,8 @@ class FsRename(Action):
     horizon_s = 0.0
 
     def __init__(self, roots: Roots | Iterable[str | os.PathLike[str]]) -> None:
-        """
+        """Confines the action to ``roots``.
+
         Args:
             roots: The directories it may touch (``Roots``, or paths to resolve into one).
         """
