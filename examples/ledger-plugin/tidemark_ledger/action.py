@@ -1,5 +1,6 @@
-"""``ledger.post_invoice`` {customer, amount, currency, reference}: post one invoice to the
-ledger, under the step's key.
+"""The ``ledger.post_invoice`` action: post one invoice to the ledger, under the step's key.
+
+Its arguments: {customer, amount, currency, reference}.
 
 Reversible: a posted invoice is voided by compensation. The void stays on the ledger's record
 (a ledger never forgets), but the invoice no longer counts, and nothing has left the company
@@ -45,8 +46,10 @@ class LedgerError(Exception):
 
 
 class LedgerClient:
-    """The ledger's HTTP API with one bearer token. Sends each request once; a lost answer or a
-    timeout raises TargetUnavailable (the journal, not the client, decides what comes next)."""
+    """The ledger's HTTP API with one bearer token.
+
+    Sends each request once; a lost answer or a timeout raises TargetUnavailable (the journal,
+    not the client, decides what comes next)."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
