@@ -1,5 +1,6 @@
-"""Throttling as each provider documents it: the answer a throttled request gets, and the
-switches that make the emulators give it.
+"""Throttling as each provider documents it.
+
+The answer a throttled request gets, and the switches that make the emulators give it.
 
 What the providers document is the *shape* of the answer, and that any request may get it:
 
