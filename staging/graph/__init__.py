@@ -1,5 +1,7 @@
-"""Microsoft Graph v1.0 mail emulation: drafts and their sending, ``sendMail``, folders, moves,
-the mailbox-wide message listing a probe reads, and ``/me``.
+"""Microsoft Graph v1.0 mail emulation.
+
+It covers drafts and their sending, ``sendMail``, folders, moves, the mailbox-wide message
+listing a probe reads, and ``/me``.
 
 Several mailboxes can exist; a token reaches the mailbox of its ``account`` (``Token.account``
 in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
