@@ -3,8 +3,8 @@
 It holds the built-in actions and those installed packages register (entry point group
 ``tidemark.actions``, see tidemark/plugins.py).
 
-The catalog names each action and where its class lives, and imports none of them: an action's
-module brings its provider's client library (googleapiclient, msgraph and kiota, stripe), and a
+The catalog names each action and where its class lives, and imports none of them. An action's
+module brings its provider's client library (googleapiclient, msgraph and kiota, stripe). A
 command that reads the journal, or checks a plan of renames, must not pay their second of
 import. A registry (tidemark.actions.Registry) imports a class the first time a plan names it.
 """

@@ -4,11 +4,11 @@ The file now at ``path`` should be named ``name`` in the same directory. Reversi
 state, so applying it twice is harmless.
 
 Confined to the directories a worker is given (``TIDEMARK_FS_ROOTS``): without them the action
-is not bound and a plan using it is refused before its first step. The rename never replaces a
-file: ``renameat2(RENAME_NOREPLACE)`` on Linux is one atomic call that fails with EEXIST when
+is not bound, and a plan using it is refused before its first step. The rename never replaces a
+file. ``renameat2(RENAME_NOREPLACE)`` on Linux is one atomic call that fails with EEXIST when
 the target name is taken, so a file that appears after the gate looked is never overwritten.
 Where the kernel or filesystem lacks the flag, ``link`` + ``unlink`` gives the same refusal (the
-link fails on a taken name); a crash between its two calls leaves the file under both names,
+link fails on a taken name). A crash between its two calls leaves the file under both names,
 which the probe reads as done.
 """
 

@@ -5,14 +5,14 @@ that task's grant from the broker (tidemark.grants) instead of the worker's own 
 
 Outside ``acting_for`` (binding a worker, identity checks) a client presents its base
 credential. The base credential comes from a credential source (tidemark.credentials) that
-refreshes it before it expires; after a 401 each client renews it once and resends (see
-``GrantedCredentials`` and probes.graph.RenewOnUnauthorized for why that is safe for writes).
-An awaited request (``RenewingHttp.request_async``, probes.google_async) does the same with the
-wait on the event loop and the grant's reads and renewal on worker threads.
-Wired here for the Google clients (Drive, Gmail: their credentials object is asked on every
-request), on google-auth's classes: this module needs the ``google`` extra. ``acting_for`` and
-the Stripe and Graph clients' side live in activities/acting.py, which a worker imports whatever
-is installed (docs/install.md).
+refreshes it before it expires. After a 401 each client renews it once and resends (see
+``GrantedCredentials`` and probes.graph.RenewOnUnauthorized for why that is safe for writes). An
+awaited request (``RenewingHttp.request_async``, probes.google_async) does the same with the
+wait on the event loop and the grant's reads and renewal on worker threads. Wired here for the
+Google clients (Drive, Gmail: their credentials object is asked on every request), on
+google-auth's classes: this module needs the ``google`` extra. ``acting_for`` and the Stripe and
+Graph clients' side live in activities/acting.py, which a worker imports whatever is installed
+(docs/install.md).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ class GrantedCredentials(Credentials):
     ``acting_for`` they present that base token.
 
     After a 401, ``RenewingHttp`` asks ``renew``, which renews the base token (unless another
-    request did) and asks the broker again, and resends once with what is fresh. A revoked
-    grant makes the broker raise ``Unauthorized`` there (the task stops); with nothing fresh to
-    offer (a static token, a grant the provider refused for its own reasons) the 401 stands,
-    and the client maps it as before, without a second request. Resending is safe for writes
-    too: Google checks the bearer token before it processes a request, and a 401 says the
-    request was not processed (Google API errors: 401 ``authError``, "Invalid Credentials …
-    refresh the access token"; RFC 6750 section 3.1); google-auth's own transports resend any
-    request after a 401 by default (``DEFAULT_REFRESH_STATUS_CODES``)."""
+    request did) and asks the broker again; it then resends once with what is fresh. A revoked
+    grant makes the broker raise ``Unauthorized`` there (the task stops). With nothing fresh to
+    offer (a static token, a grant the provider refused for its own reasons) the 401 stands, and
+    the client maps it as before, without a second request. Resending is safe for writes too:
+    Google checks the bearer token before it processes a request, and a 401 says the request was
+    not processed (Google API errors: 401 ``authError``, "Invalid Credentials … refresh the
+    access token"; RFC 6750 section 3.1). google-auth's own transports resend any request after
+    a 401 by default (``DEFAULT_REFRESH_STATUS_CODES``)."""
 
     def __init__(self, source: CredentialSource, target: str, scope: str,
                  minter: Minter) -> None:

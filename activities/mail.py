@@ -4,9 +4,9 @@ They share its arguments and its summary line. Each provider's module adds its c
 probe and its execute.
 
 Headers and addresses are checked when the plan is checked (``tidemark plan check`` and the
-workflow's ``prepare``), before anything is stored: a value the mail library would refuse,
-fold or rewrite after the intent is written would fail the task for good, or send something
-other than what the plan says.
+workflow's ``prepare``), before anything is stored. A value the mail library would refuse, fold
+or rewrite after the intent is written would fail the task for good, or send something other
+than what the plan says.
 """
 
 from __future__ import annotations

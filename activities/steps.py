@@ -433,10 +433,10 @@ class Heartbeats:
     It beats every ``every`` seconds from the activity's start.
 
     A thread per activity did the same, but starting it and joining it cost each step two
-    hand-overs of the interpreter lock between threads (0.5-1 ms a step on a loaded 2-core
-    machine, docs/benchmarks.md), for steps that mostly end before their first beat. The
-    shared thread is started once and never ends (between two steps of the activity path no
-    activity runs, and a thread that ended then would be started again for the next step)."""
+    hand-overs of the interpreter lock between threads. That is 0.5-1 ms a step on a loaded
+    2-core machine (docs/benchmarks.md), for steps that mostly end before their first beat. The
+    shared thread is started once and never ends. Between two steps of the activity path no
+    activity runs, and a thread that ended then would be started again for the next step."""
 
     def __init__(self, every: float) -> None:
         self.every = every

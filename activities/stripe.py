@@ -308,11 +308,11 @@ class StripePaymentIntent(Action):
         """Settles a step whose Idempotency-Key got a saved 5xx, or leaves it to a person.
 
         Stripe saves the first answer under a key once the endpoint began executing, 500s
-        included, and replays it for every later request with that key until it prunes the key
-        (at least 24 hours): retrying with this key cannot succeed meanwhile, and retrying with
-        a new key may be a second payment. A 5xx says the outcome is unknown, not that nothing
-        happened: a PaymentIntent made before the error counts. So the listing decides only
-        *done*; anything else is for a person, with the facts, never closed as failed.
+        included. It replays it for every later request with that key until it prunes the key
+        (at least 24 hours). So retrying with this key cannot succeed meanwhile, and retrying
+        with a new key may be a second payment. A 5xx says the outcome is unknown, not that
+        nothing happened: a PaymentIntent made before the error counts. So the listing decides
+        only *done*; anything else is for a person, with the facts, never closed as failed.
 
         Raises:
             NeedsDecision: the listing does not show our payment, or cannot tell.

@@ -104,8 +104,8 @@ class DriveRenameProbe:
 
         ``done`` only for the target name with our stamp, outside the trash. ``absent`` only
         when both the name and the stamp are still those before_state recorded. ``unknown``
-        (with what was seen) otherwise, a trashed file and one we can no longer read included:
-        the old name under another writer's stamp may be a rename back made after ours landed,
+        (with what was seen) otherwise, a trashed file and one we can no longer read included.
+        The old name under another writer's stamp may be a rename back made after ours landed,
         and acting again would overwrite it.
 
         Raises:

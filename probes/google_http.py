@@ -173,10 +173,10 @@ def files_of(service: Resource) -> Resource:
     (milliseconds of CPU a call). A built resource only builds requests, so one serves every
     call and thread.
 
-    A built resource keeps the HTTP object it was built with, and per-task grants are put in
-    the service's HTTP object after it was built (activities.granted): a resource built before
-    that would send the worker's own token. So it is built again whenever the service's HTTP
-    object is not the one it was built with."""
+    A built resource keeps the HTTP object it was built with. Per-task grants are put in the
+    service's HTTP object after it was built (activities.granted): a resource built before that
+    would send the worker's own token. So it is built again whenever the service's HTTP object
+    is not the one it was built with."""
     http = service._http  # where googleapiclient keeps it (granted.py replaces it there)
     cached = _FILES.get(service)
     if cached is None or cached[0] is not http:

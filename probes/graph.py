@@ -110,9 +110,9 @@ class SourceTokenProvider(AccessTokenProvider):
     It does so only for the hosts of ``base_url``; ``renew`` is asked after the provider refused
     a token.
 
-    The token comes from our own source rather than azure-identity's kiota provider because
-    the grant broker stands between the source and every request (activities/granted.py), and
-    because a static token (staging, tests) must work too."""
+    The token comes from our own source rather than azure-identity's kiota provider, for two
+    reasons. The grant broker stands between the source and every request
+    (activities/granted.py), and a static token (staging, tests) must work too."""
 
     def __init__(self, source: CredentialSource, hosts: list[str]) -> None:
         self._source = source
@@ -144,16 +144,16 @@ class StaticTokenProvider(SourceTokenProvider):
 class RenewOnUnauthorized(httpx.AsyncBaseTransport):
     """Sends a request once more after a 401, given a fresh token.
 
-    That is when Graph answered 401 and the token provider has a fresh token for it (an access
-    token that expired or was revoked early, or a per-task grant that was re-issued for a
-    refreshed base). A provider that has nothing fresh leaves the 401 as it is, and the step's
-    error handling takes it as ``Unauthorized``.
+    That is when Graph answered 401 and the token provider has a fresh token for it. The token
+    may be an access token that expired or was revoked early, or a per-task grant that was
+    re-issued for a refreshed base. A provider that has nothing fresh leaves the 401 as it is,
+    and the step's error handling takes it as ``Unauthorized``.
 
-    Resending is safe for every method, writes included: Graph authenticates the bearer token
+    Resending is safe for every method, writes included. Graph authenticates the bearer token
     before it routes the request, and a 401 means the request was not processed ("Required
-    authentication information is either missing or not valid for the resource", Microsoft
-    Graph error responses; RFC 6750 section 3.1, ``invalid_token``). kiota itself resends any
-    request after a 401 carrying a claims challenge, and Google's transports after any 401."""
+    authentication information is either missing or not valid for the resource", Microsoft Graph
+    error responses; RFC 6750 section 3.1, ``invalid_token``). kiota itself resends any request
+    after a 401 carrying a claims challenge, and Google's transports after any 401."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport,
                  auth: BaseBearerTokenAuthenticationProvider) -> None:

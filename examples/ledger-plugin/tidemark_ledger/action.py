@@ -2,15 +2,15 @@
 
 Its arguments: {customer, amount, currency, reference}.
 
-Reversible: a posted invoice is voided by compensation. The void stays on the ledger's record
-(a ledger never forgets), but the invoice no longer counts, and nothing has left the company
-yet: sending the invoice to the customer would be a separate, irreversible step.
+Reversible: a posted invoice is voided by compensation. The void stays on the ledger's record (a
+ledger never forgets), but the invoice no longer counts. Nothing has left the company yet:
+sending the invoice to the customer would be a separate, irreversible step.
 
 How the key reaches the target: the step's key is the request's ``Idempotency-Key``. The ledger
-remembers it, replays the first answer to a retry (so a second execute under one key posts
-nothing) and stores it on the invoice, where the probe looks for it. The probe never matches on
-customer or reference alone: another invoice with the same customer and reference (a second
-instalment, a clerk's manual entry) is not ours.
+remembers it and replays the first answer to a retry (so a second execute under one key posts
+nothing). It also stores it on the invoice, where the probe looks for it. The probe never
+matches on customer or reference alone: another invoice with the same customer and reference (a
+second instalment, a clerk's manual entry) is not ours.
 
 Configuration (``from_env``): ``TIDEMARK_LEDGER_URL`` (or ``TIDEMARK_STAGING_URL``, with the
 staging ledger's default tokens), ``TIDEMARK_LEDGER_WRITE_TOKEN`` and
