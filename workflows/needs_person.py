@@ -4,18 +4,18 @@ The row is in the Web UI's worklist. The run ended halted, needing a decision, s
 failed, blocked, rejected, or in a failed unwind.
 
 A closed run's search attributes cannot change any more (Temporal writes them only from the
-running workflow), and each resume of a task is a new run under the same workflow id: a run
-that ended ``halted`` would keep saying so after a later run completed the task. So the
-worklist counts open executions only (tidemark.needs.worklist_query): a run waiting for
-approval is itself open, and a run that ends needing a person starts this workflow, id
+running workflow). Each resume of a task is a new run under the same workflow id: a run that
+ended ``halted`` would keep saying so after a later run completed the task. So the worklist
+counts open executions only (tidemark.needs.worklist_query). A run waiting for approval is
+itself open, and a run that ends needing a person starts this workflow, id
 ``tidemark-needs-<task>``, as an abandoned child that outlives it. It holds the task's
 TidemarkTaskId, TidemarkState and TidemarkNeeds and, as its summary, the sentence of what
-happened and what to do next; it waits, acting on nothing, until the task's next run starts or
+happened and what to do next. It waits, acting on nothing, until the task's next run starts or
 its unwind begins (the ``settled`` signal), then closes with TidemarkNeeds ``nothing``. A later
 end that needs a person again updates the open one (``need``) or starts it anew. A person's
 command that changes what the journal says the task needs without starting a run (`tidemark
-stop`, `release`, `resolve`) brings the open row in line (``refresh``, or ``settled`` once the
-task needs nobody: tools/operate/rows.py).
+stop`, `release`, `resolve`) brings the open row in line. It does so with ``refresh``, or
+``settled`` once the task needs nobody (tools/operate/rows.py).
 """
 
 from __future__ import annotations

@@ -381,8 +381,8 @@ class RunPlan:
     async def _run(self, document: Any) -> RunResult:
         """The run's phases, in the order their commands enter the history.
 
-        Read the input; prepare (persist the plan, read the journal and the stop state, describe
-        the window of steps this run takes); run them (in batches on the fast path); then
+        Read the input. Prepare: persist the plan, read the journal and the stop state, describe
+        the window of steps this run takes. Run them (in batches on the fast path). Then
         continue as new or complete. Each phase returns the run's end when it ends the run."""
         try:
             read: Any = decoded(document, "input")
