@@ -1,7 +1,8 @@
-"""Per-task credentials on the wire, without a provider's library: ``acting_for`` marks the
-task a thread acts for, and the Stripe and Microsoft Graph clients are made to present that
-task's grant from the broker (tidemark.grants) on every request. The Google clients' side,
-built on google-auth's classes, is activities/granted.py.
+"""Per-task credentials on the wire, without a provider's library.
+
+``acting_for`` marks the task a thread acts for. The Stripe and Microsoft Graph clients are made
+to present that task's grant from the broker (tidemark.grants) on every request. The Google
+clients' side, built on google-auth's classes, is activities/granted.py.
 
 The worker's activities import this module whatever is installed: a worker of a base install
 (no provider's extra, docs/install.md) runs fs.rename with it. The clients are handed in, never
@@ -27,8 +28,10 @@ _ACTING: contextvars.ContextVar[tuple[GrantBroker, str, str] | None] = contextva
 @contextlib.contextmanager
 def acting_for(broker: GrantBroker | None, task_id: str,
                purpose: str = GrantPurpose.RUN) -> Iterator[None]:
-    """Every granted call made in this block (this thread) presents ``task_id``'s grant for
-    ``purpose`` (``run``: its steps; ``undo``: the compensations of a person's unwind)."""
+    """Makes every granted call in this block present ``task_id``'s grant.
+
+    The block is this thread's. The grant is for ``purpose`` (``run``: its steps; ``undo``: the
+    compensations of a person's unwind)."""
     if broker is None:
         yield
         return
@@ -40,10 +43,12 @@ def acting_for(broker: GrantBroker | None, task_id: str,
 
 
 def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
-    """Makes a stripe.StripeClient present per-task grants: every request's bearer key is the
-    acting task's grant (the key the client was built with stays the worker's base), in its
-    blocking calls (``request``) and in its ``*_async`` ones (``request_async``, which reads
-    the grant in a thread: the broker reads Postgres)."""
+    """Makes a stripe.StripeClient present per-task grants.
+
+    Every request's bearer key is the acting task's grant (the key the client was built with
+    stays the worker's base). This holds in its blocking calls (``request``) and in its
+    ``*_async`` ones (``request_async``, which reads the grant in a thread: the broker reads
+    Postgres)."""
     http = client._requestor._client  # the stripe.RequestsClient every request goes through
     send, send_async = http.request, http.request_async
 
@@ -71,9 +76,11 @@ def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
 
 
 class GrantedTokenProvider:
-    """A kiota AccessTokenProvider that hands out the acting task's grant, for the hosts the
-    wrapped provider would serve; ``renew`` (asked by probes.graph.RenewOnUnauthorized after a
-    401) renews the base token the refused grant was issued for and asks the broker again."""
+    """A kiota AccessTokenProvider that hands out the acting task's grant.
+
+    It does so for the hosts the wrapped provider would serve. ``renew`` (asked by
+    probes.graph.RenewOnUnauthorized after a 401) renews the base token the refused grant was
+    issued for and asks the broker again."""
 
     def __init__(self, inner: Any, target: str, scope: str, minter: Minter) -> None:
         self._inner, self._target, self._scope, self._minter = inner, target, scope, minter

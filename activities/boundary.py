@@ -1,5 +1,6 @@
-"""The activity of the irreversible boundary (tidemark/boundary.py): the verification gate,
-the plan gates, and a person's decision as the journal holds it."""
+"""The activity of the irreversible boundary (tidemark/boundary.py).
+
+It holds the verification gate, the plan gates, and a person's decision as the journal holds it."""
 
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ class BoundaryActivities:
 
     @activity.defn(name="reach_boundary")
     def reach_boundary(self, inp: BoundaryInput) -> BoundaryOutcome:
-        """Verifies the done reversible steps before ``inp.step``, runs the plan gates, and
-        reads whether a person must still approve (the operator's policy, and the latest
-        decision in the journal: a signal only wakes the run) and the stop state. Every call
-        to a target presents the task's grant. Logs one verification event, and what the run
-        asks a person to approve."""
+        """Checks the boundary before ``inp.step`` and reads whether a person must approve.
+
+        Verifies the done reversible steps before ``inp.step`` and runs the plan gates. Reads
+        whether a person must still approve (the operator's policy, and the latest decision in
+        the journal: a signal only wakes the run) and the stop state. Every call to a target
+        presents the task's grant. Logs one verification event, and what the run asks a person
+        to approve."""
         with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 plan = self.store.load_plan(inp.task_id)
@@ -68,10 +71,11 @@ class BoundaryActivities:
 
     @activity.defn(name="verify_end")
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:
-        """The verification at the end of a plan, before its run says completed (``inp.step``
-        is one past the last step): the last step of each target the plan set more than once
-        must still show done (tidemark.boundary). Reads only, as the task (its grant); logs one
-        verification event."""
+        """The verification at the end of a plan, before its run says completed.
+
+        ``inp.step`` is one past the last step. The last step of each target the plan set more
+        than once must still show done (tidemark.boundary). Reads only, as the task (its grant);
+        logs one verification event."""
         with acting_for(self.grants, inp.task_id), _heartbeating():
             try:
                 checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step,

@@ -1,9 +1,10 @@
-"""Every action Tidemark knows, for validating plans where no clients exist (the CLI): the
-built-in ones and those installed packages register (entry point group ``tidemark.actions``,
-see tidemark/plugins.py).
+"""Every action Tidemark knows, for validating plans where no clients exist (the CLI).
 
-The catalog names each action and where its class lives, and imports none of them: an action's
-module brings its provider's client library (googleapiclient, msgraph and kiota, stripe), and a
+It holds the built-in actions and those installed packages register (entry point group
+``tidemark.actions``, see tidemark/plugins.py).
+
+The catalog names each action and where its class lives, and imports none of them. An action's
+module brings its provider's client library (googleapiclient, msgraph and kiota, stripe). A
 command that reads the journal, or checks a plan of renames, must not pay their second of
 import. A registry (tidemark.actions.Registry) imports a class the first time a plan names it.
 """
@@ -49,8 +50,9 @@ def builtin_refs() -> list[ActionRef]:
 
 
 def missing_libraries() -> dict[ClientLibrary, list[str]]:
-    """The client libraries not installed here, each with the built-in actions it leaves
-    out; nothing is imported to find out."""
+    """The client libraries not installed here, each with the actions it leaves out.
+
+    The actions named are built-in ones; nothing is imported to find out."""
     missing: dict[ClientLibrary, list[str]] = {}
     for name, library in BUILTIN_LIBRARIES.items():
         if not library.installed():
@@ -64,8 +66,9 @@ def action_refs() -> list[ActionRef]:
 
 
 def spec_registry(*extra: type[Action]) -> Registry:
-    """A registry of every action (plus ``extra``): enough to validate plans, not to run
-    them. An action's class is imported when a plan first names it."""
+    """A registry of every action (plus ``extra``), to validate plans but not run them.
+
+    An action's class is imported when a plan first names it."""
     return Registry([*action_refs(), *extra])
 
 
@@ -78,8 +81,10 @@ def _classes(which: str) -> list[type[Action]]:
 
 
 def __getattr__(name: str) -> list[type[Action]]:
-    """``BUILTIN_ACTION_CLASSES`` and ``ACTION_CLASSES`` (built-in ones, then plugins): every
-    class imported, for the code that needs them all; computed on first access only."""
+    """Gives ``BUILTIN_ACTION_CLASSES`` and ``ACTION_CLASSES``, every class imported.
+
+    ``ACTION_CLASSES`` holds the built-in ones, then plugins. They are for the code that needs
+    them all, and computed on first access only."""
     if name in ("BUILTIN_ACTION_CLASSES", "ACTION_CLASSES"):
         return _classes(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,6 @@
-"""The decider's one activity: a decision sent to a run as an update, recorded in the journal
-under the decider's login role.
+"""The decider's one activity: a decision sent to a run as an update.
+
+The decision is recorded in the journal under the decider's login role.
 
 A worker never registers it: a worker's role decides nothing, and the journal would refuse it.
 A decider (`tidemark decider`, tools/operate/decider.py) is a process an approver or
@@ -29,8 +30,10 @@ class DecisionActivities:
 
     @activity.defn(name="record_decision")
     def record_decision(self, inp: DecisionInput) -> dict[str, Any]:
-        """Records ``inp`` as the journal allows (tidemark.check_decision), or raises a
-        non-retryable ApplicationError with the journal's one line, having recorded nothing."""
+        """Records ``inp`` as the journal allows (tidemark.check_decision).
+
+        Otherwise raises a non-retryable ApplicationError with the journal's one line, having
+        recorded nothing."""
         try:
             stored = self.store.progress(inp.task_id).plan_hash
             row = self.store.decide(inp.task_id, inp.decision, stored, os_user=None,

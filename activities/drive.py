@@ -48,8 +48,10 @@ DEFAULT_HORIZON_S = 60.0
 
 
 def drive_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> Resource:
-    """A Drive v3 service for ``base_url`` (``https://www.googleapis.com`` or a staging
-    server's URL) authorised with the bearer ``token``; see ``probes.google_http``."""
+    """A Drive v3 service for ``base_url``, authorised with the bearer ``token``.
+
+    ``base_url`` is ``https://www.googleapis.com`` or a staging server's URL; see
+    ``probes.google_http``."""
     return google_service("drive", "v3", base_url, token, endpoint="/drive/v3/",
                           timeout=timeout)
 
@@ -75,7 +77,8 @@ class DriveRename(Action):
 
     def __init__(self, writer: Any, reader: Any, *, timeout: float = DEFAULT_TIMEOUT_S,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
-        """
+        """Sets the clients' timeout and Drive's horizon.
+
         Args:
             timeout: the clients' timeout per request, in seconds; the step's deadline (the
                 lease written before the call) is derived from it.
@@ -90,10 +93,12 @@ class DriveRename(Action):
         self.horizon_s = horizon_s
 
     def check_identity(self) -> dict[str, Any]:
-        """Proves that both tokens act as the same Drive user (``about.get``: the user's
-        ``permissionId``, and its ``emailAddress``), so that the probe reads the Drive the
-        action writes, and that the read token sees the appProperties the write token stamps
-        (activities/drive_identity.py: they are private to the OAuth client that wrote them).
+        """Proves that both tokens act as the same Drive user.
+
+        It reads ``about.get``: the user's ``permissionId``, and its ``emailAddress``. So the
+        probe reads the Drive the action writes. It also proves that the read token sees the
+        appProperties the write token stamps (activities/drive_identity.py: they are private to
+        the OAuth client that wrote them).
 
         Returns:
             ``{"user": <email>, "permission_id": <id>}``.

@@ -1,5 +1,6 @@
-"""Listing Drive files with the real Drive client (``files.list``, every page): what a planner
-reads to turn tonight's request into a plan."""
+"""Listing Drive files with the real Drive client (``files.list``, every page).
+
+It is what a planner reads to turn tonight's request into a plan."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ PAGE_SIZE = 100
 
 
 def list_files(client: Any, q: str) -> list[dict[str, Any]]:
-    """``{id, name}`` of every file matching the Drive query ``q``, all pages, in Drive's
-    order."""
+    """``{id, name}`` of every file matching the Drive query ``q``.
+
+    All pages, in Drive's order."""
     out: list[dict[str, Any]] = []
     token: str | None = None
     files = files_of(client)  # one resource for every page

@@ -1,12 +1,14 @@
-"""``fs.rename`` {path, name}: the file now at ``path`` should be named ``name`` in the same
-directory. Reversible; an end state, so applying it twice is harmless.
+"""``fs.rename`` {path, name}: the file at ``path`` gets the name ``name``.
+
+The file now at ``path`` should be named ``name`` in the same directory. Reversible; an end
+state, so applying it twice is harmless.
 
 Confined to the directories a worker is given (``TIDEMARK_FS_ROOTS``): without them the action
-is not bound and a plan using it is refused before its first step. The rename never replaces a
-file: ``renameat2(RENAME_NOREPLACE)`` on Linux is one atomic call that fails with EEXIST when
+is not bound, and a plan using it is refused before its first step. The rename never replaces a
+file. ``renameat2(RENAME_NOREPLACE)`` on Linux is one atomic call that fails with EEXIST when
 the target name is taken, so a file that appears after the gate looked is never overwritten.
 Where the kernel or filesystem lacks the flag, ``link`` + ``unlink`` gives the same refusal (the
-link fails on a taken name); a crash between its two calls leaves the file under both names,
+link fails on a taken name). A crash between its two calls leaves the file under both names,
 which the probe reads as done.
 """
 
@@ -108,7 +110,8 @@ class FsRename(Action):
     horizon_s = 0.0
 
     def __init__(self, roots: Roots | Iterable[str | os.PathLike[str]]) -> None:
-        """
+        """Confines the action to ``roots``.
+
         Args:
             roots: The directories it may touch (``Roots``, or paths to resolve into one).
         """

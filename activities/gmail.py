@@ -81,7 +81,8 @@ class GmailSend(MailAction):
     def __init__(self, writer: Resource, reader: Resource, user_id: str = "me", *,
                  timeout: float = DEFAULT_TIMEOUT_S,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
-        """
+        """Sets the Gmail clients, the mailbox, the timeout and Gmail's horizon.
+
         Args:
             writer: Gmail client whose token has ``gmail.compose``; used by ``stage`` and
                 ``execute``, and to read the profile it writes to.
@@ -100,9 +101,11 @@ class GmailSend(MailAction):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], url: str, write: str, read: str) -> GmailSend:
-        """The action as a worker configures it: ``TIDEMARK_GMAIL_TIMEOUT_S`` (default 30),
+        """The action as a worker configures it, from the environment.
+
+        Besides the URL and the two tokens, it reads ``TIDEMARK_GMAIL_TIMEOUT_S`` (default 30),
         ``TIDEMARK_GMAIL_HORIZON_S`` (default 60, from 0 to 600) and ``TIDEMARK_GMAIL_USER``
-        (default ``me``) besides the URL and the two tokens."""
+        (default ``me``)."""
         timeout = _seconds(env, TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
         if not timeout > 0:
             raise ConfigError(f"{TIMEOUT_ENV} must be positive, got {env.get(TIMEOUT_ENV)!r}")
@@ -115,7 +118,9 @@ class GmailSend(MailAction):
                    env.get(USER_ENV) or "me", timeout=timeout, horizon_s=horizon)
 
     def check_identity(self) -> dict[str, Any]:
-        """Both tokens' ``users.getProfile`` must name one mailbox (and the configured one, if
+        """Checks that both tokens reach one mailbox, and the configured one.
+
+        Both tokens' ``users.getProfile`` must name one mailbox (and the configured one, if
         any): a probe reading another mailbox would find nothing and say *absent*. The write
         token can read the profile because ``gmail.compose`` may call getProfile."""
         seen: dict[str, str] = {}

@@ -128,8 +128,10 @@ def build_message(args: dict[str, Any], key: str) -> Message:
 
 
 def build_request(args: dict[str, Any], key: str) -> SendMailPostRequestBody:
-    """A ``sendMail`` body for the same message (not used by the step, which sends a draft;
-    kept for tools and tests that exercise sendMail itself)."""
+    """A ``sendMail`` body for the same message.
+
+    The step does not use it: it sends a draft. It is kept for tools and tests that exercise
+    sendMail itself."""
     return SendMailPostRequestBody(message=build_message(args, key), save_to_sent_items=True)
 
 
@@ -179,8 +181,10 @@ def _env_seconds(env: Mapping[str, str] | None, name: str, default: float) -> fl
 
 
 def unanswered(e: BaseException) -> bool:
-    """Whether a failed send may still be applied by Graph: our client gave up waiting, or
-    Graph's gateway did (504) while the mailbox may still be working on it."""
+    """Whether a failed send may still be applied by Graph.
+
+    That is so when our client gave up waiting, or Graph's gateway did (504) while the mailbox
+    may still be working on it."""
     if isinstance(e, APIError):
         return e.response_status_code == 504
     return isinstance(e, TimeoutError | httpx.TimeoutException)
@@ -199,7 +203,8 @@ class GraphSendMail(MailAction):
 
     def __init__(self, writer: GraphClient, reader: GraphClient, *,
                  confirm_s: float | None = None, late_s: float | None = None) -> None:
-        """
+        """Sets the Graph clients and how long ``execute`` waits and watches.
+
         Args:
             writer: Graph client whose token has ``Mail.ReadWrite``, ``Mail.Send`` and
                 ``User.Read``; used by ``stage``, ``execute`` and ``check_identity``.
@@ -207,7 +212,7 @@ class GraphSendMail(MailAction):
                 probe and to confirm that a sent draft left Drafts.
             confirm_s: How long ``execute`` waits for the sent draft to leave Drafts
                 (default: ``confirm_timeout()``).
-        late_s: How long ``execute`` keeps watching the draft after a send it got no
+            late_s: How long ``execute`` keeps watching the draft after a send it got no
                 answer to, before it leaves the step in doubt (default: ``late_timeout()``).
         """
         self.writer = writer
@@ -235,8 +240,10 @@ class GraphSendMail(MailAction):
         return self.reader.probe(ctx)
 
     def check_identity(self) -> dict[str, Any]:
-        """``GET /me`` with both tokens must name the same user: a probe reading another
-        mailbox than the one the writer sends from would answer *absent* for every step."""
+        """Checks that both tokens name the same user in ``GET /me``.
+
+        A probe reading another mailbox than the one the writer sends from would answer *absent*
+        for every step."""
         seen = {}
         for role, client in (("read", self.read_client), ("write", self.writer)):
             try:
@@ -277,8 +284,10 @@ class GraphSendMail(MailAction):
         return blocking(self._execute(BLOCKING, ctx))
 
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
-        """``execute`` with every read, the send and every wait between reads awaited: a step
-        waiting on Graph (the send, the watch for a late send, the confirm) holds no thread."""
+        """``execute`` with every read, the send and every wait between reads awaited.
+
+        A step waiting on Graph (the send, the watch for a late send, the confirm) holds no
+        thread."""
         return await self._execute(AWAITING, ctx)
 
     async def _execute(self, io: Calls, ctx: StepContext) -> dict[str, Any]:
@@ -300,10 +309,11 @@ class GraphSendMail(MailAction):
         return await self._confirm(io, ctx)
 
     async def _await_late_send(self, io: Calls, draft_id: str, failure: ActionError) -> None:
-        """Watches the draft for ``late_s`` after a send that went unanswered: returns once it
-        is no longer a plain draft (the send landed, or something else happened to it: the
-        confirm and the probe tell); raises ``failure`` if it still is by then, when a late
-        send of it can no longer land."""
+        """Watches the draft for ``late_s`` after a send that went unanswered.
+
+        Returns once it is no longer a plain draft (the send landed, or something else happened
+        to it: the confirm and the probe tell). Raises ``failure`` if it still is by then, when
+        a late send of it can no longer land."""
         deadline = time.monotonic() + self.late_s
         while True:
             try:
@@ -320,10 +330,11 @@ class GraphSendMail(MailAction):
             await io.sleep(min(LATE_POLL_S, left))
 
     async def _check_unsent(self, io: Calls, draft_id: str) -> None:
-        """Sends nothing unless the draft is still a plain draft: one flagged submitted (Graph
-        keeps a sent draft in Drafts until transport takes it) would be sent a second time,
-        and what Exchange does then is undocumented. Raises TargetUnavailable otherwise: the
-        step stays in doubt and the probe decides."""
+        """Sends nothing unless the draft is still a plain draft.
+
+        A draft flagged submitted (Graph keeps a sent draft in Drafts until transport takes it)
+        would be sent a second time, and what Exchange does then is undocumented. Raises
+        TargetUnavailable otherwise: the step stays in doubt and the probe decides."""
         try:
             why = await self.reader.unsent_draft(io, draft_id)
         except READ_ERRORS as e:
@@ -333,10 +344,12 @@ class GraphSendMail(MailAction):
                                     f"doubt")
 
     async def _send_failed(self, io: Calls, draft_id: str, e: BaseException) -> ActionError:
-        """What a failed send means. A refusal counts as one only while the draft is still a
-        plain draft: a 404 (no longer a draft) or any refusal of a draft that was submitted
-        meanwhile (a send of ours that landed late, an earlier attempt's) leaves the step in
-        doubt for the probe, never ``failed`` for a mail that may have gone."""
+        """What a failed send means.
+
+        A refusal counts as one only while the draft is still a plain draft. A 404 (no longer a
+        draft) leaves the step in doubt for the probe. So does any refusal of a draft that was
+        submitted meanwhile (a send of ours that landed late, an earlier attempt's). It is never
+        ``failed`` for a mail that may have gone."""
         if isinstance(e, APIError) and e.response_status_code == 404:
             return TargetUnavailable(f"graph.send_mail: draft {draft_id} is no longer a draft "
                                      f"({describe_error(e)})")
@@ -351,8 +364,10 @@ class GraphSendMail(MailAction):
         return error
 
     async def _confirm(self, io: Calls, ctx: StepContext) -> dict[str, Any]:
-        """Waits until the probe sees our message submitted; raises TargetUnavailable if it
-        does not (or cannot read the mailbox) when confirm_s is over."""
+        """Waits until the probe sees our message submitted.
+
+        Raises TargetUnavailable if it does not (or cannot read the mailbox) when confirm_s is
+        over."""
         deadline = time.monotonic() + self.confirm_s
         while True:
             try:

@@ -1,10 +1,12 @@
-"""What ``gmail.send`` and ``graph.send_mail`` share: one plain-text mail, its arguments and
-its summary line. Each provider's module adds its clients, its probe and its execute.
+"""What ``gmail.send`` and ``graph.send_mail`` share: one plain-text mail.
+
+They share its arguments and its summary line. Each provider's module adds its clients, its
+probe and its execute.
 
 Headers and addresses are checked when the plan is checked (``tidemark plan check`` and the
-workflow's ``prepare``), before anything is stored: a value the mail library would refuse,
-fold or rewrite after the intent is written would fail the task for good, or send something
-other than what the plan says.
+workflow's ``prepare``), before anything is stored. A value the mail library would refuse, fold
+or rewrite after the intent is written would fail the task for good, or send something other
+than what the plan says.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def _char_name(ch: str) -> str:
 
 
 def one_line(value: str) -> str:
-    """A header value: a line break would end the header (or forge another), so it is refused
-    when the plan is checked rather than when the mail is built, after its intent."""
+    """A header value, refused if it holds a line break.
+
+    A line break would end the header (or forge another). So it is refused when the plan is
+    checked rather than when the mail is built, after its intent."""
     for ch in value:
         if ch in LINE_BREAKS:
             raise ValueError(f"must be one line: it contains a line break ({_char_name(ch)})")

@@ -1,5 +1,7 @@
-"""The activities of a scheduled run: read the stop and series state first, then ask the
-planner for tonight's plan and validate it like any plan.
+"""The activities of a scheduled run: the stop and series state, then the plan.
+
+They read the stop and series state first, then ask the planner for tonight's plan and validate
+it like any plan.
 
 A planner is ``module:function``, importable by the worker, called as
 ``function(args, scheduled)`` with the schedule's ``--args`` (a dict) and the scheduled time
@@ -53,8 +55,10 @@ class PlannerActivities:
 
     @activity.defn(name="series_gate")
     def series_gate(self, inp: PlannerInput) -> None:
-        """Raises SeriesBlocked while anything says stop: the series' or the global stop
-        state, or an earlier run of the series that is not settled."""
+        """Raises SeriesBlocked while anything says stop.
+
+        That is the series' or the global stop state, or an earlier run of the series that is
+        not settled."""
         try:
             series_rules.check_started_by_schedule(inp.series, inp.scheduled_by,
                                                    datetime.fromisoformat(inp.scheduled),

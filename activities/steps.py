@@ -1,7 +1,9 @@
-"""The Temporal activities around the journal: prepare a run, describe steps, run one step, and
-record a halt. Synchronous (see tidemark.store), on the worker's thread pool, except run_step: a
-coroutine whose blocking parts run on the worker's step threads (tidemark.step_threads). A step
-borrows a pooled connection only for each journal statement, never across its action's call.
+"""The Temporal activities around the journal.
+
+They prepare a run, describe steps, run one step, and record a halt. They are synchronous (see
+tidemark.store), on the worker's thread pool, except run_step: a coroutine whose blocking parts
+run on the worker's step threads (tidemark.step_threads). A step borrows a pooled connection
+only for each journal statement, never across its action's call.
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def _plan_error(message: str) -> ApplicationError:
 
 
 def _check_workflow_id(workflow_id: str | None, task_id: str) -> None:
-    """The run that acts on a task is ``tidemark-<task_id>``, so that halt, resume and the
-    runbook always address it; any other id is refused before anything is persisted."""
+    """Refuses any workflow id but ``tidemark-<task_id>``.
+
+    The run that acts on a task is ``tidemark-<task_id>``, so that halt, resume and the runbook
+    always address it. Any other id is refused before anything is persisted."""
     if workflow_id is not None and workflow_id != f"tidemark-{task_id}":
         raise _plan_error(f"workflow id {workflow_id!r} does not match the task: start task "
                           f"{task_id!r} as workflow id 'tidemark-{task_id}'")
@@ -136,9 +140,10 @@ class StepActivities:
 
     @activity.defn(name="prepare")
     def prepare(self, inp: PrepareInput) -> Prepared:
-        """Persists the plan (or finds the stored one) and reads where the task stands. A
-        start refused before its plan was stored is journaled (``refused``) for the task id it
-        names, when the journal can hold that id and knows no plan of it."""
+        """Persists the plan (or finds the stored one) and reads where the task stands.
+
+        A start refused before its plan was stored is journaled (``refused``) for the task id it
+        names. That happens when the journal can hold that id and knows no plan of it."""
         try:
             return self._prepare(inp)
         except ApplicationError as e:
@@ -147,8 +152,10 @@ class StepActivities:
             raise
 
     def _refused(self, inp: PrepareInput, e: ApplicationError) -> None:
-        """Journals a start refused before its plan was stored, so that `tidemark inbox` and
-        `status` say what the run's worklist row says (the row opens under the same id)."""
+        """Journals a start refused before its plan was stored.
+
+        So `tidemark inbox` and `status` say what the run's worklist row says (the row opens
+        under the same id)."""
         doc = inp.document if isinstance(inp.document, dict) else {}
         named = doc.get("task_id")
         task_id = named if isinstance(named, str) and ID_RE.fullmatch(named) else None
@@ -214,10 +221,11 @@ class StepActivities:
                         unwound=progress.unwound is not None, lines=lines)
 
     def _gates(self, task_id: str) -> None:
-        """The plan's gates, on a start. One that refuses ends the run before its first step,
-        with the plan stored: that end is journaled here (the run never learnt it began), so
-        that `tidemark inbox` and `status` say the task waits for its gate, as its worklist row
-        does."""
+        """The plan's gates, on a start.
+
+        One that refuses ends the run before its first step, with the plan stored. That end is
+        journaled here (the run never learnt it began). So `tidemark inbox` and `status` say the
+        task waits for its gate, as its worklist row does."""
         try:
             check_stored_plan_gates(self.store, self.registry, task_id)
         except PreconditionFailed as e:
@@ -230,16 +238,19 @@ class StepActivities:
 
     @activity.defn(name="describe_steps")
     def describe_steps(self, inp: WindowInput) -> list[str]:
-        """One readable line per step in [first, last], for activity summaries. Runs whose
-        prepare gave no lines ask for them here (those recorded before it gave them)."""
+        """One readable line per step in [first, last], for activity summaries.
+
+        Runs whose prepare gave no lines ask for them here (those recorded before it gave them)."""
         return self._lines(inp.task_id, inp.first, inp.last)
 
     def _lines(self, task_id: str, first: int, last: int) -> list[str]:
         return [self._describe(s) for s in self.store.load_window(task_id, first, last)]
 
     def _describe(self, step: Step) -> str:
-        """One line of a step, cut to LINE_CHARS: a window of them crosses to the workflow in
-        one payload, whatever the plan's arguments hold."""
+        """One line of a step, cut to LINE_CHARS.
+
+        A window of them crosses to the workflow in one payload, whatever the plan's arguments
+        hold."""
         spec = self.registry.spec(step.action)
         return cut(f"{step.action} {spec.describe(step.args) if spec else ''}".strip(),
                    LINE_CHARS)
@@ -264,8 +275,10 @@ class StepActivities:
 
     @activity.defn(name="run_steps")
     def run_steps(self, inp: StepBatchInput) -> StepBatchOutput:
-        """Consecutive steps in one call (RunPlan's fast path), each through the two-phase
-        journal as run_step runs it; see tidemark.run_step.run_steps for where a batch ends."""
+        """Consecutive steps in one call (RunPlan's fast path).
+
+        Each goes through the two-phase journal as run_step runs it; see
+        tidemark.run_step.run_steps for where a batch ends."""
         with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
                 batch = run_steps(self.store, self.registry, inp.task_id, inp.first, inp.last,
@@ -297,8 +310,9 @@ class StepActivities:
 
     @activity.defn(name="record_halt")
     def record_halt(self, inp: HaltInput) -> None:
-        """Writes the durable stop state: nothing restarts the task until it is released. The
-        reason and the label are cut to the journal's limits: a halt must hold whatever its
+        """Writes the durable stop state: nothing restarts the task until it is released.
+
+        The reason and the label are cut to the journal's limits. A halt must hold whatever its
         signal carried (a run that recorded one before its workflow cut it retries this)."""
         try:
             self.store.set_control(inp.task_id, ControlState.STOPPED, cut(inp.reason, REASON_MAX),
@@ -309,10 +323,12 @@ class StepActivities:
 
     @activity.defn(name="record_run_end")
     def record_run_end(self, inp: RunEndInput) -> TaskNeed:
-        """Journals that the run ended other than completed: until a run of the task begins
-        again (prepare journals each beginning), nothing runs it, and `tidemark inbox` says
-        so once no other fact of the journal holds it (a released stop, a worker's error).
-        Returns what the journal then says the task needs: the word of the row the run opens."""
+        """Journals that the run ended other than completed.
+
+        Until a run of the task begins again (prepare journals each beginning), nothing runs it.
+        `tidemark inbox` says so once no other fact of the journal holds it (a released stop, a
+        worker's error). Returns what the journal then says the task needs: the word of the row
+        the run opens."""
         info = activity.info()
         try:
             self.store.record_run_ended(inp.task_id, inp.state, inp.error,
@@ -324,8 +340,9 @@ class StepActivities:
 
     @activity.defn(name="task_need")
     def task_need(self, task_id: str) -> TaskNeed:
-        """What the journal says the task needs from a person now (tidemark.waiting): the
-        word of the worklist row an unwind that did not finish opens."""
+        """What the journal says the task needs from a person now (tidemark.waiting).
+
+        It is the word of the worklist row an unwind that did not finish opens."""
         try:
             return waiting.task_need(self.store, task_id)
         except TidemarkError as e:
@@ -350,9 +367,10 @@ class StepActivities:
 
     @activity.defn(name="unwind_step")
     def unwind_step(self, inp: StepInput) -> UndoOutput:
-        """One compensation through the journal (phase undo), heartbeating while it runs. A
-        refusal by the target is journaled as that attempt's outcome and reported as
-        ``refused``: the unwind goes on with the other steps and counts it apart."""
+        """One compensation through the journal (phase undo), heartbeating while it runs.
+
+        A refusal by the target is journaled as that attempt's outcome and reported as
+        ``refused``. The unwind goes on with the other steps and counts it apart."""
         with _heartbeating(), acting_for(self.grants, inp.task_id, GrantPurpose.UNDO):
             try:
                 result = unwind_step(self.store, self.registry, inp.task_id, inp.step)
@@ -364,8 +382,9 @@ class StepActivities:
 
     @activity.defn(name="record_unwound")
     def record_unwound(self, inp: UnwoundInput) -> list[int]:
-        """Marks the task unwound (terminal) if nothing is left to compensate; returns the
-        steps still to visit otherwise."""
+        """Marks the task unwound (terminal) if nothing is left to compensate.
+
+        Returns the steps still to visit otherwise."""
         try:
             return self.store.record_unwound(inp.task_id, inp.by, inp.detail)
         except TidemarkError as e:
@@ -373,10 +392,11 @@ class StepActivities:
 
     @activity.defn(name="end_unwind")
     def end_unwind(self, inp: UnwoundInput) -> int:
-        """Revokes the task's undo grants when its unwind ends, however it ends (they would
-        expire on their own; an unwind's credential should not outlive it), and journals an
-        unwind that leaves its task to be unwound again (``detail["unfinished"]``). Returns
-        how many grants were revoked."""
+        """Revokes the task's undo grants when its unwind ends, however it ends.
+
+        They would expire on their own, but an unwind's credential should not outlive it. Also
+        journals an unwind that leaves its task to be unwound again (``detail["unfinished"]``).
+        Returns how many grants were revoked."""
         try:
             if inp.detail.get("unfinished"):
                 self.store.record_event(inp.task_id, EventKind.UNWIND_UNFINISHED,
@@ -408,14 +428,15 @@ class _Beat:
 
 
 class Heartbeats:
-    """One thread of this process heartbeats for every activity running in ``beating``, every
-    ``every`` seconds from the activity's start.
+    """One thread of this process that heartbeats for every activity in ``beating``.
+
+    It beats every ``every`` seconds from the activity's start.
 
     A thread per activity did the same, but starting it and joining it cost each step two
-    hand-overs of the interpreter lock between threads (0.5-1 ms a step on a loaded 2-core
-    machine, docs/benchmarks.md), for steps that mostly end before their first beat. The
-    shared thread is started once and never ends (between two steps of the activity path no
-    activity runs, and a thread that ended then would be started again for the next step)."""
+    hand-overs of the interpreter lock between threads. That is 0.5-1 ms a step on a loaded
+    2-core machine (docs/benchmarks.md), for steps that mostly end before their first beat. The
+    shared thread is started once and never ends. Between two steps of the activity path no
+    activity runs, and a thread that ended then would be started again for the next step."""
 
     def __init__(self, every: float) -> None:
         self.every = every
@@ -425,8 +446,10 @@ class Heartbeats:
 
     @contextlib.contextmanager
     def beating(self, beat: Callable[[], None]) -> Iterator[None]:
-        """Calls ``beat`` every ``every`` seconds while the block runs; none is called after
-        the block ends (a beat in flight is waited for, as joining a thread would)."""
+        """Calls ``beat`` every ``every`` seconds while the block runs.
+
+        None is called after the block ends (a beat in flight is waited for, as joining a thread
+        would)."""
         b = _Beat(beat, time.monotonic() + self.every)
         with self._mutex:
             self._beats[id(b)] = b
@@ -471,9 +494,10 @@ _HEARTBEATS = Heartbeats(HEARTBEAT_EVERY_S)
 
 @contextlib.contextmanager
 def _heartbeating() -> Iterator[None]:
-    """Heartbeats while the block runs (from this process's shared heartbeat thread), so that a
-    worker that dies mid-step is noticed within the heartbeat timeout while a slow but live
-    step is not.
+    """Heartbeats while the block runs, from this process's shared heartbeat thread.
+
+    So a worker that dies mid-step is noticed within the heartbeat timeout, while a slow but
+    live step is not.
 
     A local activity (RunPlan's fast path) has no heartbeat: the worker keeps its workflow task
     alive instead, and a dead worker is noticed when that task times out."""
@@ -487,9 +511,10 @@ def _heartbeating() -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def _heartbeating_async() -> AsyncIterator[None]:
-    """``_heartbeating`` for a coroutine activity: a task on the event loop beats every
-    HEARTBEAT_EVERY_S while the block runs, whether the attempt is waiting on its target, on a
-    step thread, or for one to be free."""
+    """``_heartbeating`` for a coroutine activity.
+
+    A task on the event loop beats every HEARTBEAT_EVERY_S while the block runs. It does so
+    whether the attempt is waiting on its target, on a step thread, or for one to be free."""
     if activity.info().is_local:
         yield
         return

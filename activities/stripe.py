@@ -49,11 +49,12 @@ DEFAULT_TIMEOUT = 30.0  # seconds; a create answers in well under a second, so 3
 
 
 class PerLoopHTTPX(stripe.HTTPClient):
-    """stripe-python's asynchronous requests, through one ``stripe.HTTPXClient`` per event
-    loop: httpx keeps a pooled connection for the loop that opened it, and a client awaited
-    from a later loop (a loop that ended, a test's) would otherwise fail that connection's
-    request before it leaves, in doubt for nothing. Only the ``*_async`` methods are used (it
-    is a ``RequestsClient``'s ``async_fallback_client``)."""
+    """stripe-python's asynchronous requests, through one ``stripe.HTTPXClient`` per loop.
+
+    httpx keeps a pooled connection for the loop that opened it. A client awaited from a later
+    loop (a loop that ended, a test's) would otherwise fail that connection's request before it
+    leaves, in doubt for nothing. Only the ``*_async`` methods are used (it is a
+    ``RequestsClient``'s ``async_fallback_client``)."""
 
     name = "httpx"
 
@@ -92,8 +93,10 @@ class PerLoopHTTPX(stripe.HTTPClient):
 
 
 class WiredRequests(stripe.RequestsClient):
-    """stripe-python's blocking requests, each checked at the wire (tidemark.wire) just before
-    the client hands it to requests: the lowest point the Stripe client offers a hook at."""
+    """stripe-python's blocking requests, each checked at the wire (tidemark.wire).
+
+    The check runs just before the client hands the request to requests: the lowest point the
+    Stripe client offers a hook at."""
 
     def __init__(self, timeout: float, async_fallback_client: stripe.HTTPClient) -> None:
         super().__init__(timeout=timeout, async_fallback_client=async_fallback_client)
@@ -108,10 +111,11 @@ class WiredRequests(stripe.RequestsClient):
 
 def stripe_client(base_url: str, api_key: str, *,
                   timeout: float = DEFAULT_TIMEOUT) -> stripe.StripeClient:
-    """A Stripe client for ``base_url`` (a staging server's URL, or
-    ``https://api.stripe.com``) that never retries on its own, in its blocking calls (requests)
-    nor in its ``*_async`` ones (httpx, the same timeout: ``max_network_retries`` is the
-    client's, whichever HTTP client sends)."""
+    """A Stripe client for ``base_url`` that never retries on its own.
+
+    ``base_url`` is a staging server's URL, or ``https://api.stripe.com``. No retries in its
+    blocking calls (requests) nor in its ``*_async`` ones (httpx, the same timeout):
+    ``max_network_retries`` is the client's, whichever HTTP client sends."""
     return stripe.StripeClient(
         api_key, base_addresses={"api": base_url.rstrip("/")}, max_network_retries=0,
         http_client=WiredRequests(timeout, PerLoopHTTPX(timeout)))
@@ -121,8 +125,9 @@ CREATE = "stripe payment_intents.create"
 
 
 def create_request(ctx: StepContext) -> tuple[PaymentIntentCreateParams, stripe.RequestOptions]:
-    """The create of a step: its arguments, stamped with its key in the metadata, and the key as
-    the Idempotency-Key."""
+    """The create of a step, with its key as the Idempotency-Key.
+
+    Its arguments are stamped with its key in the metadata."""
     params: PaymentIntentCreateParams = {
         "amount": ctx.args["amount"], "currency": ctx.args["currency"],
         "metadata": {STAMP: ctx.key}}
@@ -147,8 +152,9 @@ def created(pi: stripe.PaymentIntent) -> dict[str, Any]:
 
 
 def key_mode(key: str) -> str | None:
-    """``live`` or ``test`` for a secret (``sk_``) or restricted (``rk_``) key, as its prefix
-    says; None for a key of another shape."""
+    """``live`` or ``test`` for a secret or restricted key, as its prefix says.
+
+    Secret keys start ``sk_``, restricted ones ``rk_``. None for a key of another shape."""
     m = re.match(r"(?:sk|rk)_(live|test)_", key)
     return m.group(1) if m else None
 
@@ -203,10 +209,12 @@ class StripePaymentIntent(Action):
         self.modes = modes
 
     def check_identity(self) -> dict[str, Any]:
-        """Proves that both keys reach the same Stripe account (``GET /v1/account``) in the
-        same mode (the key prefixes: ``sk_test_``/``rk_test_`` against ``sk_live_``/
-        ``rk_live_``), so that the probe lists the PaymentIntents the action creates. Test and
-        live data are apart on Stripe: a test read key never sees a live payment.
+        """Proves that both keys reach the same Stripe account in the same mode.
+
+        The account is read with ``GET /v1/account``, the mode from the key prefixes
+        (``sk_test_``/``rk_test_`` against ``sk_live_``/``rk_live_``). So the probe lists the
+        PaymentIntents the action creates. Test and live data are apart on Stripe: a test read
+        key never sees a live payment.
 
         The restricted read key needs read access to the account for this (Stripe's 403 names
         the permission, ``rak_accounts_kyc_basic_read``), besides PaymentIntents read.
@@ -256,8 +264,10 @@ class StripePaymentIntent(Action):
         self.reads.preconditions(ctx)
 
     def plan_gate(self, task_id: str, steps: list[tuple[int, dict[str, Any]]]) -> None:
-        """Refuses a plan with a payment over the per-step limit, or whose payments add up to
-        more than the per-task limit in a currency, before anything of it runs."""
+        """Refuses a plan whose payments pass the limits, before anything of it runs.
+
+        That is a payment over the per-step limit, or payments that add up to more than the
+        per-task limit in a currency."""
         self.limits.check(task_id, steps)
 
     def snapshot(self, ctx: StepContext) -> dict[str, Any]:
@@ -280,8 +290,9 @@ class StripePaymentIntent(Action):
         return created(pi)
 
     async def execute_async(self, ctx: StepContext) -> dict[str, Any]:
-        """``execute`` awaiting stripe-python's asynchronous create; the listing after a saved
-        5xx is a blocking read, so it runs in a thread."""
+        """``execute`` awaiting stripe-python's asynchronous create.
+
+        The listing after a saved 5xx is a blocking read, so it runs in a thread."""
         params, options = create_request(ctx)
         try:
             with effect():
@@ -294,15 +305,14 @@ class StripePaymentIntent(Action):
         return created(pi)
 
     def _after_saved_failure(self, ctx: StepContext, e: stripe.StripeError) -> dict[str, Any]:
-        """Settles a step whose Idempotency-Key Stripe answers with a saved 5xx, or leaves it to
-        a person.
+        """Settles a step whose Idempotency-Key got a saved 5xx, or leaves it to a person.
 
         Stripe saves the first answer under a key once the endpoint began executing, 500s
-        included, and replays it for every later request with that key until it prunes the key
-        (at least 24 hours): retrying with this key cannot succeed meanwhile, and retrying with
-        a new key may be a second payment. A 5xx says the outcome is unknown, not that nothing
-        happened: a PaymentIntent made before the error counts. So the listing decides only
-        *done*; anything else is for a person, with the facts, never closed as failed.
+        included. It replays it for every later request with that key until it prunes the key
+        (at least 24 hours). So retrying with this key cannot succeed meanwhile, and retrying
+        with a new key may be a second payment. A 5xx says the outcome is unknown, not that
+        nothing happened: a PaymentIntent made before the error counts. So the listing decides
+        only *done*; anything else is for a person, with the facts, never closed as failed.
 
         Raises:
             NeedsDecision: the listing does not show our payment, or cannot tell.

@@ -36,8 +36,9 @@ SERVICE_NAME = "tidemark-worker"
 
 @dataclass
 class Telemetry:
-    """What Client.connect needs: the runtime (None: the SDK's default, no metrics endpoint)
-    and the interceptors."""
+    """What Client.connect needs: the runtime and the interceptors.
+
+    A runtime of None is the SDK's default, with no metrics endpoint."""
 
     runtime: Runtime | None = None
     interceptors: list[Interceptor] = field(default_factory=list)
@@ -66,8 +67,9 @@ def metrics_address(env: Mapping[str, str]) -> str | None:
 
 @contextlib.contextmanager
 def telemetry(env: Mapping[str, str]) -> Iterator[Telemetry]:
-    """Sets up what ``env`` switches on for the block; spans still buffered are flushed and our
-    counters are uninstalled at its end."""
+    """Sets up what ``env`` switches on for the block.
+
+    At its end, spans still buffered are flushed and our counters are uninstalled."""
     out = Telemetry(metrics_address=metrics_address(env), tracing=tracing_wanted(env))
     if out.metrics_address:
         try:

@@ -47,8 +47,10 @@ DRIVE_HORIZON = "TIDEMARK_DRIVE_HORIZON_S"
 
 @dataclass(frozen=True)
 class Target:
-    """How one target is configured: variable names, real default URL, staging defaults, and
-    the OAuth scopes a credential file is asked for (None: tokens only)."""
+    """How one target is configured.
+
+    Its variable names, real default URL, staging defaults, and the OAuth scopes a credential
+    file is asked for (None: tokens only)."""
 
     prefix: str  # TIDEMARK_<PREFIX>_URL, _WRITE_TOKEN, _READ_TOKEN, _WRITE_CREDENTIALS_FILE ...
     default_url: str
@@ -109,8 +111,10 @@ def secret(env: Mapping[str, str], name: str) -> str | None:
 
 def _source(env: Mapping[str, str], target: str, scope: str,
             app_only: list[bool]) -> CredentialSource | None:
-    """The ``scope`` (write or read) credential of ``target``: a static token
-    (``..._TOKEN[_FILE]``) or a credential file (``..._CREDENTIALS_FILE``), never both."""
+    """The ``scope`` (write or read) credential of ``target``.
+
+    It is a static token (``..._TOKEN[_FILE]``) or a credential file (``..._CREDENTIALS_FILE``),
+    never both."""
     t = TARGETS[target]
     name = f"TIDEMARK_{t.prefix}_{scope.upper()}"
     token = secret(env, f"{name}_TOKEN")
@@ -175,8 +179,9 @@ def credentials(env: Mapping[str, str], target: str) -> Credentials | None:
 
 
 def timeout_s(env: Mapping[str, str], target: str) -> float:
-    """The client timeout of ``target`` in seconds: ``TIDEMARK_<T>_TIMEOUT_S``, else the
-    client modules' default (30 s)."""
+    """The client timeout of ``target`` in seconds.
+
+    ``TIDEMARK_<T>_TIMEOUT_S``, else the client modules' default (30 s)."""
     value = seconds(env, f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S", DEFAULT_TIMEOUT_S)
     if value == 0:
         raise ConfigError(f"TIDEMARK_{TARGETS[target].prefix}_TIMEOUT_S must be more than 0")
@@ -198,16 +203,20 @@ def seconds(env: Mapping[str, str], name: str, default: float) -> float:
 
 
 def _minter(env: Mapping[str, str], url: str) -> Minter:
-    """Per-task grants: minted and revoked per token at the staging servers; the worker's own
-    credential, refused by the broker once revoked, at a real provider (tidemark.grants)."""
+    """Per-task grants: minted at staging servers, the worker's credential at real ones.
+
+    At the staging servers they are minted and revoked per token. At a real provider
+    (tidemark.grants) the grant is the worker's own credential, refused by the broker once
+    revoked."""
     staging = env.get(STAGING_URL)
     return StagingMinter(url) if staging and url.rstrip("/") == staging.rstrip("/") \
         else LocalMinter(url)
 
 
 def grant_minter(env: Mapping[str, str], url: str) -> Minter:
-    """How per-task grants for the target at ``url`` are minted (for clients built outside
-    this module, such as a planner's reader)."""
+    """How per-task grants for the target at ``url`` are minted.
+
+    For clients built outside this module, such as a planner's reader."""
     return _minter(env, url)
 
 
@@ -280,9 +289,11 @@ TARGET_ACTIONS = {"drive": "drive.rename", "gmail": "gmail.send", "graph": "grap
 
 
 def installed_targets() -> list[str]:
-    """The targets whose client library is installed, each missing one told in one log line
-    naming the extra to install: the worker binds what is installed, and a plan that names a
-    left-out action is refused by its validation (ActionUnavailable)."""
+    """The targets whose client library is installed.
+
+    Each missing one is told in one log line naming the extra to install. The worker binds what
+    is installed, and a plan that names a left-out action is refused by its validation
+    (ActionUnavailable)."""
     left_out: set[str] = set()
     for library, names in missing_libraries().items():
         left_out.update(names)
@@ -293,9 +304,9 @@ def installed_targets() -> list[str]:
 
 def bound_actions(env: Mapping[str, str],
                   plugins: list[type[Action]] | None = None) -> list[Action]:
-    """Instances of every action whose configuration is present in ``env`` and whose client
-    library is installed; ``plugins``: the installed plugin classes, when the caller has loaded
-    them already."""
+    """Instances of every action configured in ``env`` whose client library is installed.
+
+    ``plugins``: the installed plugin classes, when the caller has loaded them already."""
     actions: list[Action] = []
     roots = parse_roots(env.get(ROOTS_ENV))
     if roots:  # without roots fs.rename is not bound: it would reach the whole disk
@@ -320,9 +331,11 @@ def bound_actions(env: Mapping[str, str],
 
 
 def worker_registry(env: Mapping[str, str]) -> Registry:
-    """Every action known (plans validate), the configured ones bound. A built-in action whose
-    target is not configured stays a reference: its module and client library are imported
-    only if a plan names it. Plugins are loaded, and checked, at start: they are bound there."""
+    """Every action known (plans validate), the configured ones bound.
+
+    A built-in action whose target is not configured stays a reference: its module and client
+    library are imported only if a plan names it. Plugins are loaded, and checked, at start:
+    they are bound there."""
     read_budget_s(env)  # a bad TIDEMARK_READ_RETRY_S refuses the start, not the first probe
     plugins = plugin_action_classes()
     registry = Registry([*builtin_refs(), *plugins])

@@ -1,5 +1,7 @@
-"""An agent submits a plan and waits for it: `python examples/agent_example.py` (with `tidemark dev`
-running, and the ledger plugin installed)."""
+"""An agent submits a plan and waits for it.
+
+Run it as `python examples/agent_example.py`, with `tidemark dev` running and the ledger plugin
+installed."""
 import asyncio
 
 from tools.operate.client import PlanBuilder, TidemarkClient

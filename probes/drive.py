@@ -31,10 +31,11 @@ FILE_REFUSALS = frozenset({"insufficientFilePermissions", "appNotAuthorizedToFil
 
 
 def drive_error(e: BaseException, what: str) -> ActionError:
-    """``google_error``, except that a 403 whose every reason is in ``FILE_REFUSALS`` is
-    ``Refused``: Drive changed nothing, and another attempt with this credential cannot pass.
-    A 401, and a 403 naming anything else (a missing scope, a revoked grant), stay
-    ``Unauthorized``."""
+    """``google_error``, except that some 403s are ``Refused``.
+
+    A 403 whose every reason is in ``FILE_REFUSALS`` is ``Refused``: Drive changed nothing, and
+    another attempt with this credential cannot pass. A 401, and a 403 naming anything else (a
+    missing scope, a revoked grant), stay ``Unauthorized``."""
     if isinstance(e, HttpError) and e.status_code == 403:
         reasons = error_reasons(e)
         if reasons and reasons <= FILE_REFUSALS:
@@ -99,10 +100,12 @@ class DriveRenameProbe:
                 "app_properties": dict(f.get("appProperties") or {})}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` only for the target name with our stamp, outside the trash; ``absent`` only
-        when both the name and the stamp are still those before_state recorded; ``unknown``
-        (with what was seen) otherwise, a trashed file and one we can no longer read included:
-        the old name under another writer's stamp may be a rename back made after ours landed,
+        """Tells whether the rename is done, absent or unknown on Drive.
+
+        ``done`` only for the target name with our stamp, outside the trash. ``absent`` only
+        when both the name and the stamp are still those before_state recorded. ``unknown``
+        (with what was seen) otherwise, a trashed file and one we can no longer read included.
+        The old name under another writer's stamp may be a rename back made after ours landed,
         and acting again would overwrite it.
 
         Raises:

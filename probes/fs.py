@@ -1,5 +1,7 @@
-"""Read-only side of ``fs.rename``: the roots it is confined to, snapshot, gate and probe on
-the local filesystem, and what an operating-system error means for a step.
+"""Read-only side of ``fs.rename`` on the local filesystem.
+
+It holds the roots the action is confined to, snapshot, gate and probe, and what an
+operating-system error means for a step.
 
 A file's identity is its (device, inode) pair recorded in before_state, never its name: a file
 that merely has the target name may be somebody else's. Names are looked at with ``lstat``: a
@@ -52,16 +54,19 @@ def gate_error(e: OSError, what: str) -> Exception:
 
 
 def action_error(e: OSError, what: str) -> Exception:
-    """An OSError from the rename itself. A failed rename(2) changed nothing, so a permanent
-    error is a refusal (the step fails for good); a transient one leaves it in doubt."""
+    """An OSError from the rename itself.
+
+    A failed rename(2) changed nothing, so a permanent error is a refusal (the step fails for
+    good); a transient one leaves it in doubt."""
     if is_transient(e):
         return TargetUnavailable(f"{what}: {os_reason(e)}")
     return Refused(f"{what}: {os_reason(e)}")
 
 
 def parse_roots(value: str | None) -> list[str]:
-    """The entries of ``TIDEMARK_FS_ROOTS`` (an ``os.pathsep``-separated list); empty ones are
-    ignored, so an empty or unset variable means no roots."""
+    """The entries of ``TIDEMARK_FS_ROOTS`` (an ``os.pathsep``-separated list).
+
+    Empty ones are ignored, so an empty or unset variable means no roots."""
     return [p for p in (value or "").split(os.pathsep) if p]
 
 

@@ -64,8 +64,10 @@ def message_id_for(key: str) -> str:
 
 
 def gmail_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> Resource:
-    """A Gmail v1 client for ``base_url`` (``https://gmail.googleapis.com`` or a staging URL)
-    authorised with the bearer ``token``; see ``probes.google_http``."""
+    """A Gmail v1 client for ``base_url``, authorised with the bearer ``token``.
+
+    ``base_url`` is ``https://gmail.googleapis.com`` or a staging URL; see
+    ``probes.google_http``."""
     # Gmail's discovery paths already contain "gmail/v1/", so its endpoint is the bare root.
     return google_service("gmail", "v1", base_url, token, endpoint="/", timeout=timeout)
 
@@ -84,8 +86,10 @@ def _header(message: dict[str, Any], name: str) -> str | None:
 
 @dataclass
 class _Search:
-    """What the sent-copy search found: our copy, or nothing; ``doubt`` says why "nothing"
-    does not prove the mail unsent (too many candidates, a copy deleted for good …)."""
+    """What the sent-copy search found: our copy, or nothing.
+
+    ``doubt`` says why "nothing" does not prove the mail unsent (too many candidates, a copy
+    deleted for good …)."""
 
     hit: dict[str, Any] | None = None
     found_by: str = ""
@@ -102,13 +106,16 @@ class GmailSendProbe:
 
     def snapshot(self) -> dict[str, Any]:
         """The before_state: the mailbox and its ``historyId`` now, before anything is sent.
+
         The probe reads the mailbox's history from there on."""
         p = profile(self.reader, self.user_id)
         return {"mailbox": p["emailAddress"], "history_id": str(p["historyId"])}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` with the sent copy's id, threadId and labelIds; ``absent`` when no copy was
-        sent (and, for a staged step, our draft is still unsent); ``unknown`` when Gmail could
+        """Tells whether the mail was sent: done, absent or unknown.
+
+        ``done`` with the sent copy's id, threadId and labelIds. ``absent`` when no copy was
+        sent (and, for a staged step, our draft is still unsent). ``unknown`` when Gmail could
         not be read or cannot tell (the step is then never re-sent blindly)."""
         draft_id = (ctx.staged or {}).get("draft_id")
         try:
@@ -195,10 +202,11 @@ class GmailSendProbe:
         return _Search(doubt=doubt, checked=len(checked))
 
     def _sent_since(self, start: str) -> tuple[list[str] | None, str | None]:
-        """Ids of the messages that got the SENT label (added with it, labelled with it, or
-        deleted while they had it) after history id ``start``, oldest first; and why that list
-        is not the whole story, if so. None for the ids when Gmail no longer keeps that
-        history."""
+        """Ids of the messages that got the SENT label after history id ``start``.
+
+        A message counts if it was added with the label, labelled with it, or deleted while it
+        had it; oldest first. Also returns why that list is not the whole story, if so. None for
+        the ids when Gmail no longer keeps that history."""
         ids: list[str] = []
         token: str | None = None
         while True:
@@ -229,10 +237,12 @@ class GmailSendProbe:
                 return ids, None
 
     def _sent_by_search(self, ctx: StepContext, start: str) -> tuple[list[str], str]:
-        """Ids of SENT messages that may be our copy, found by search once the history since
-        ``start`` is gone: those with our Message-ID, then every one sent since a day before
-        the intent (Gmail's clock may differ from ours; a day covers any a person would run),
-        up to MAX_CANDIDATES; and why finding none of ours would still prove nothing."""
+        """Ids of SENT messages that may be our copy, found by search.
+
+        The search runs once the history since ``start`` is gone. It finds those with our
+        Message-ID, then every one sent since a day before the intent (Gmail's clock may differ
+        from ours; a day covers any a person would run), up to MAX_CANDIDATES. Also returns why
+        finding none of ours would still prove nothing."""
         doubt = (f"the mailbox's history since historyId {start} is no longer kept (Gmail "
                  "keeps a historyId at least a week, in rare cases a few hours); SENT was "
                  "searched instead, and search trails the mailbox")

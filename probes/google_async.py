@@ -40,9 +40,10 @@ Answer = tuple[httplib2.Response, bytes]
 
 @runtime_checkable
 class AwaitsRequests(Protocol):
-    """An ``AuthorizedHttp`` that authorizes and sends a request itself when awaited (for
-    example one that renews its credential after a 401 and sends again:
-    activities.granted.RenewingHttp)."""
+    """An ``AuthorizedHttp`` that authorizes and sends a request itself when awaited.
+
+    An example is one that renews its credential after a 401 and sends again:
+    activities.granted.RenewingHttp."""
 
     async def request_async(self, uri: str, method: str, body: bytes | str | None,
                             headers: dict[str, str]) -> Answer: ...
@@ -58,8 +59,10 @@ class _Prepared(Exception):  # not an error: the library's hand-off, caught belo
 
 
 class _Capture:
-    """A transport that sends nothing: it raises what it was asked to send as ``_Prepared``
-    (no exception class ``_retry_request`` would catch)."""
+    """A transport that sends nothing.
+
+    It raises what it was asked to send as ``_Prepared`` (no exception class ``_retry_request``
+    would catch)."""
 
     def request(self, uri: str, method: str = "GET", body: bytes | str | None = None,
                 headers: dict[str, str] | None = None, **_: Any) -> Answer:
@@ -67,8 +70,9 @@ class _Capture:
 
 
 def prepared(request: HttpRequest) -> _Prepared:
-    """What ``request.execute(num_retries=0)`` would hand to its transport, prepared by the
-    library itself, without sending anything."""
+    """What ``request.execute(num_retries=0)`` would hand to its transport.
+
+    It is prepared by the library itself, without sending anything."""
     if request.resumable:
         raise TypeError("a resumable upload is sent in chunks; it is not awaited")
     try:
@@ -104,9 +108,10 @@ async def execute_async(request: HttpRequest) -> Any:
 
 async def authorized_send(authed: google_auth_httplib2.AuthorizedHttp, uri: str, method: str,
                           body: bytes | str | None, headers: dict[str, str]) -> Answer:
-    """``AuthorizedHttp.request`` as ``google_service`` builds it (no refresh after a 401: the
-    token is handed in), awaited. The credentials run on a worker thread: in general they may
-    refresh over the network."""
+    """``AuthorizedHttp.request`` as ``google_service`` builds it, awaited.
+
+    There is no refresh after a 401: the token is handed in. The credentials run on a worker
+    thread: in general they may refresh over the network."""
     request_headers = dict(headers)
     await asyncio.to_thread(authed.credentials.before_request, authed._request, method, uri,
                             request_headers)
@@ -115,8 +120,10 @@ async def authorized_send(authed: google_auth_httplib2.AuthorizedHttp, uri: str,
 
 async def send(transport: OneShotHttp, uri: str, method: str = "GET",
                body: bytes | str | None = None, headers: dict[str, str] | None = None) -> Answer:
-    """``transport.request`` (OneShotHttp), awaited: one request on a connection of its own,
-    with the transport's timeout, no redirect followed, and httplib2's ``(response, content)``.
+    """``transport.request`` (OneShotHttp), awaited.
+
+    One request on a connection of its own, with the transport's timeout, no redirect followed,
+    and httplib2's ``(response, content)``.
 
     Raises:
         TimeoutError: No connection, or no answer, within the timeout.
@@ -157,8 +164,9 @@ async def send(transport: OneShotHttp, uri: str, method: str = "GET",
 
 
 def _response(answer: httpx.Response) -> httplib2.Response:
-    """httplib2's Response for an httpx answer, as httplib2 builds it from http.client's:
-    lower-case names, a repeated header's values joined with ", ", status, reason, version."""
+    """httplib2's Response for an httpx answer, as httplib2 builds it from http.client's.
+
+    Lower-case names, a repeated header's values joined with ", ", status, reason, version."""
     info: dict[str, str] = {}
     for name, value in answer.headers.multi_items():
         name = name.lower()
@@ -172,6 +180,8 @@ def _response(answer: httpx.Response) -> httplib2.Response:
 
 @functools.cache
 def _tls() -> ssl.SSLContext:
-    """The TLS settings OneShotHttp uses (the system's trust store, hostname checked). One
-    context for every request: it holds settings only, and building it reads the trust store."""
+    """The TLS settings OneShotHttp uses (the system's trust store, hostname checked).
+
+    One context serves every request: it holds settings only, and building it reads the trust
+    store."""
     return ssl.create_default_context()

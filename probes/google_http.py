@@ -106,13 +106,16 @@ class OneShotHttp:
         return response, _decompress(response, content)
 
     def close(self) -> None:
-        """Nothing to close: no connection outlives its request (``Resource.close`` calls
-        this)."""
+        """Nothing to close: no connection outlives its request.
+
+        ``Resource.close`` calls this."""
 
 
 def _decompress(response: httplib2.Response, content: bytes) -> bytes:
-    """Undoes a gzip or deflate content-encoding as httplib2 does (the client asks for both),
-    and moves the header to ``-content-encoding`` as httplib2 does, so nothing decodes twice."""
+    """Undoes a gzip or deflate content-encoding as httplib2 does.
+
+    The client asks for both. As httplib2 does, it moves the header to ``-content-encoding``, so
+    nothing decodes twice."""
     encoding = response.get("content-encoding")
     if encoding not in ("gzip", "deflate"):
         return content
@@ -164,14 +167,16 @@ _FILES: weakref.WeakKeyDictionary[Resource, tuple[Any, Resource]] = weakref.Weak
 
 
 def files_of(service: Resource) -> Resource:
-    """``service.files()``, built once per service. Building it makes every method of the
-    resource anew from the discovery document (milliseconds of CPU a call); a built resource
-    only builds requests, so one serves every call and thread.
+    """``service.files()``, built once per service.
 
-    A built resource keeps the HTTP object it was built with, and per-task grants are put in
-    the service's HTTP object after it was built (activities.granted): a resource built before
-    that would send the worker's own token. So it is built again whenever the service's HTTP
-    object is not the one it was built with."""
+    Building it makes every method of the resource anew from the discovery document
+    (milliseconds of CPU a call). A built resource only builds requests, so one serves every
+    call and thread.
+
+    A built resource keeps the HTTP object it was built with. Per-task grants are put in the
+    service's HTTP object after it was built (activities.granted): a resource built before that
+    would send the worker's own token. So it is built again whenever the service's HTTP object
+    is not the one it was built with."""
     http = service._http  # where googleapiclient keeps it (granted.py replaces it there)
     cached = _FILES.get(service)
     if cached is None or cached[0] is not http:
@@ -222,9 +227,11 @@ def google_error(e: BaseException, what: str) -> ActionError:
 
 
 def google_transient(e: BaseException) -> Transient | None:
-    """Whether a failed Google read is a moment to wait out (tidemark.reads): every failure
-    ``google_error`` calls ``TargetUnavailable`` (a rate-limited 403, 408, 429, 5xx, a
-    timeout, a dropped connection), with the ``Retry-After`` Google sent, if any."""
+    """Whether a failed Google read is a moment to wait out (tidemark.reads).
+
+    Every failure ``google_error`` calls ``TargetUnavailable`` is one (a rate-limited 403, 408,
+    429, 5xx, a timeout, a dropped connection). Returns it with the ``Retry-After`` Google sent,
+    if any."""
     if not isinstance(e, CLIENT_ERRORS) or not isinstance(google_error(e, "read"),
                                                          TargetUnavailable):
         return None
@@ -233,9 +240,10 @@ def google_transient(e: BaseException) -> Transient | None:
 
 
 def read(request: Any) -> Any:
-    """Executes a read request (an ``HttpRequest`` of a read method) once, and again after a
-    transient failure while the probe's or gate's budget allows (tidemark.reads). Raises what
-    ``execute`` raises once the read stands."""
+    """Executes a read request (an ``HttpRequest`` of a read method) once.
+
+    It runs again after a transient failure while the probe's or gate's budget allows
+    (tidemark.reads). Raises what ``execute`` raises once the read stands."""
     return retried(lambda: request.execute(num_retries=0), google_transient)
 
 

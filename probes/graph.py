@@ -105,12 +105,14 @@ T = TypeVar("T")
 
 
 class SourceTokenProvider(AccessTokenProvider):
-    """Hands kiota the current token of a credential source (tidemark.credentials), and only
-    for the hosts of ``base_url``; ``renew`` is asked after the provider refused a token.
+    """Hands kiota the current token of a credential source (tidemark.credentials).
 
-    The token comes from our own source rather than azure-identity's kiota provider because
-    the grant broker stands between the source and every request (activities/granted.py), and
-    because a static token (staging, tests) must work too."""
+    It does so only for the hosts of ``base_url``; ``renew`` is asked after the provider refused
+    a token.
+
+    The token comes from our own source rather than azure-identity's kiota provider, for two
+    reasons. The grant broker stands between the source and every request
+    (activities/granted.py), and a static token (staging, tests) must work too."""
 
     def __init__(self, source: CredentialSource, hosts: list[str]) -> None:
         self._source = source
@@ -140,16 +142,18 @@ class StaticTokenProvider(SourceTokenProvider):
 
 
 class RenewOnUnauthorized(httpx.AsyncBaseTransport):
-    """Sends a request once more when Graph answered 401 and the token provider has a fresh
-    token for it (an access token that expired or was revoked early, or a per-task grant that
-    was re-issued for a refreshed base). A provider that has nothing fresh leaves the 401 as it
-    is, and the step's error handling takes it as ``Unauthorized``.
+    """Sends a request once more after a 401, given a fresh token.
 
-    Resending is safe for every method, writes included: Graph authenticates the bearer token
+    That is when Graph answered 401 and the token provider has a fresh token for it. The token
+    may be an access token that expired or was revoked early, or a per-task grant that was
+    re-issued for a refreshed base. A provider that has nothing fresh leaves the 401 as it is,
+    and the step's error handling takes it as ``Unauthorized``.
+
+    Resending is safe for every method, writes included. Graph authenticates the bearer token
     before it routes the request, and a 401 means the request was not processed ("Required
-    authentication information is either missing or not valid for the resource", Microsoft
-    Graph error responses; RFC 6750 section 3.1, ``invalid_token``). kiota itself resends any
-    request after a 401 carrying a claims challenge, and Google's transports after any 401."""
+    authentication information is either missing or not valid for the resource", Microsoft Graph
+    error responses; RFC 6750 section 3.1, ``invalid_token``). kiota itself resends any request
+    after a 401 carrying a claims challenge, and Google's transports after any 401."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport,
                  auth: BaseBearerTokenAuthenticationProvider) -> None:
@@ -204,9 +208,11 @@ class EventLoopThread:
         return self._submit(coro, timeout).result(timeout + LOOP_MARGIN_S)
 
     async def run_async(self, coro: Awaitable[T], timeout: float) -> T:
-        """``run`` for a caller on an event loop of its own: that loop awaits the answer, with
-        no thread waiting for it. Cancelling the caller (or the margin running out) cancels the
-        coroutine on this loop too, so a call given up on is not left running."""
+        """``run`` for a caller on an event loop of its own.
+
+        That loop awaits the answer, with no thread waiting for it. Cancelling the caller (or
+        the margin running out) cancels the coroutine on this loop too, so a call given up on is
+        not left running."""
         future = asyncio.wrap_future(self._submit(coro, timeout))
         return await asyncio.wait_for(future, timeout + LOOP_MARGIN_S)
 
@@ -242,8 +248,10 @@ class GraphClient:
         return self.loop.run(request(self.service), self.timeout)
 
     async def call_async(self, request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
-        """``call`` awaited from another event loop: the SDK call still runs on the client's
-        loop (its httpx client belongs there), and the caller's loop waits without a thread."""
+        """``call`` awaited from another event loop.
+
+        The SDK call still runs on the client's loop (its httpx client belongs there), and the
+        caller's loop waits without a thread."""
         return await self.loop.run_async(request(self.service), self.timeout)
 
     def close(self) -> None:
@@ -261,8 +269,9 @@ class Calls(Protocol):
 
 
 class Blocking:
-    """The calling thread blocks on every call and sleep (a worker's step thread). Nothing
-    here suspends a coroutine, so ``blocking`` runs one to its end in that thread."""
+    """The calling thread blocks on every call and sleep (a worker's step thread).
+
+    Nothing here suspends a coroutine, so ``blocking`` runs one to its end in that thread."""
 
     async def call(self, client: GraphClient,
                    request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
@@ -351,9 +360,10 @@ READ_ERRORS = (APIError, httpx.HTTPError, TimeoutError, OSError)
 
 
 def graph_transient(e: BaseException) -> Transient | None:
-    """Whether a failed Graph read is a moment to wait out (tidemark.reads): 429 (throttled,
-    the mailbox's four concurrent requests included), 408, 5xx, a timeout or a dropped
-    connection, with the ``Retry-After`` Graph sent."""
+    """Whether a failed Graph read is a moment to wait out (tidemark.reads).
+
+    It is for a 429 (throttled, the mailbox's four concurrent requests included), 408, 5xx, a
+    timeout or a dropped connection. Returns it with the ``Retry-After`` Graph sent."""
     if isinstance(e, APIError):
         status = e.response_status_code or 0
         if status not in (408, 429) and status < 500:
@@ -365,8 +375,10 @@ def graph_transient(e: BaseException) -> Transient | None:
 
 async def read(io: Calls, client: GraphClient,
                request: Callable[[GraphServiceClient], Awaitable[T]]) -> T:
-    """``io.call`` of a read, asked again after a transient failure while the probe's budget
-    allows (tidemark.reads); what it raises once the read stands."""
+    """``io.call`` of a read, asked again after a transient failure.
+
+    It is asked again while the probe's budget allows (tidemark.reads). Raises what the read
+    raises once it stands."""
     return await retried_with(lambda: io.call(client, request), graph_transient, io.sleep)
 
 
@@ -387,17 +399,20 @@ class Copy:
         return self.flags is not None and bool(self.flags & MSGFLAG_SUBMIT)
 
     def submitted(self, drafts_id: str | None, outbox_id: str | None) -> bool:
-        """Sent: flagged submitted (still in Drafts, waiting for transport), waiting in the
-        Outbox, or anywhere but Drafts and no longer a draft (a draft a person merely moved
-        elsewhere is still a draft)."""
+        """Whether this copy was sent.
+
+        Sent means flagged submitted (still in Drafts, waiting for transport), waiting in the
+        Outbox, or anywhere but Drafts and no longer a draft. A draft a person merely moved
+        elsewhere is still a draft."""
         if self.flagged_submitted or self.folder_id == outbox_id:
             return True
         return self.folder_id != drafts_id and not self.is_draft
 
 
 def me(client: GraphClient) -> dict[str, Any]:
-    """``GET /me`` of a client's token: ``{"id", "userPrincipalName", "mail"}``. Raises what the
-    SDK raises (a 403 when the token lacks ``User.Read``)."""
+    """``GET /me`` of a client's token: ``{"id", "userPrincipalName", "mail"}``.
+
+    Raises what the SDK raises (a 403 when the token lacks ``User.Read``)."""
     return blocking(me_with(BLOCKING, client))
 
 
@@ -426,11 +441,13 @@ class GraphSendMailProbe:
         return await self.probe_with(AWAITING, ctx)
 
     async def probe_with(self, io: Calls, ctx: StepContext) -> ProbeResult:
-        """``done`` when our submitted copy exists anywhere in the mailbox (``state``
-        ``submitted`` while it waits in Drafts or the Outbox, else ``sent``, with its folder
-        and id); ``absent`` when nothing was submitted and sending is safe; ``unknown`` when the
-        mailbox cannot be read, or the journaled draft is gone with no submitted copy to show
-        for it, or its flags cannot be read."""
+        """Tells whether the mail was submitted: done, absent or unknown.
+
+        ``done`` when our submitted copy exists anywhere in the mailbox (``state`` ``submitted``
+        while it waits in Drafts or the Outbox, else ``sent``, with its folder and id).
+        ``absent`` when nothing was submitted and sending is safe. ``unknown`` when the mailbox
+        cannot be read, or the journaled draft is gone with no submitted copy to show for it, or
+        its flags cannot be read."""
         try:
             names = await self.folder_ids_with(io)
             copies = await self.copies(io, ctx.key)
@@ -451,10 +468,12 @@ class GraphSendMailProbe:
 
     async def _probe_draft(self, io: Calls, ctx: StepContext, copies: list[Copy],
                            submitted: list[Copy], names: dict[str, str]) -> ProbeResult:
-        """A step fenced by its journaled draft: our copy is the one with its
-        internetMessageId. A draft whose send was requested (the journal's mark) is never
-        *absent*: Graph documents no submit bit readable through it after the 202, so a draft
-        that shows none may still be on its way out, and a second send of it is undocumented."""
+        """Probes a step fenced by its journaled draft.
+
+        Our copy is the one with its internetMessageId. A draft whose send was requested (the
+        journal's mark) is never *absent*. Graph documents no submit bit readable through it
+        after the 202, so a draft that shows none may still be on its way out, and a second send
+        of it is undocumented."""
         staged = ctx.staged or {}
         imid, draft_id = staged.get("internetMessageId"), staged.get("id")
         ours = [c for c in submitted if imid and c.internet_message_id == imid]
@@ -489,8 +508,10 @@ class GraphSendMailProbe:
 
     async def _probe_by_sender(self, io: Calls, key: str, submitted: list[Copy],
                                names: dict[str, str]) -> ProbeResult:
-        """An intent written before steps were fenced by a draft (sent with sendMail): the best
-        we can tell is a submitted copy sent from this mailbox."""
+        """Probes an intent written before steps were fenced by a draft.
+
+        Such a step was sent with sendMail: the best we can tell is a submitted copy sent from
+        this mailbox."""
         try:
             address = await self.address(io)
         except READ_ERRORS as e:
@@ -503,9 +524,10 @@ class GraphSendMailProbe:
             + _ignored(len(submitted)), {"ignored": len(submitted)})
 
     async def unsent_draft(self, io: Calls, draft_id: str) -> str | None:
-        """None when ``draft_id`` is a draft in Drafts that was never submitted (mfSubmitted
-        clear), so that sending it cannot make a second mail; otherwise why it may not be sent.
-        Raises what the SDK raises when the message cannot be read (404 when it is gone)."""
+        """None when ``draft_id`` is a never-submitted draft in Drafts, else why not to send it.
+
+        A draft in Drafts with mfSubmitted clear cannot make a second mail when sent. Raises
+        what the SDK raises when the message cannot be read (404 when it is gone)."""
         query = MessageItemRequestBuilder.MessageItemRequestBuilderGetQueryParameters(
             select=["id", "isDraft", "parentFolderId"],
             expand=[f"singleValueExtendedProperties($filter=id eq '{MESSAGE_FLAGS_ID}')"])
@@ -642,8 +664,9 @@ def _copy(m: Message) -> Copy:
 
 
 def message_flags(m: Message) -> int | None:
-    """PR_MESSAGE_FLAGS of ``m`` when Graph returned it (ids compared as numbers: Graph may
-    spell ``Integer 0x0E07`` as ``Integer 0xe07``), else None."""
+    """PR_MESSAGE_FLAGS of ``m`` when Graph returned it, else None.
+
+    Ids are compared as numbers: Graph may spell ``Integer 0x0E07`` as ``Integer 0xe07``."""
     for p in m.single_value_extended_properties or []:
         kind, _, tag = (p.id or "").strip().partition(" ")
         if kind.lower() != "integer" or not tag.lower().startswith("0x"):

@@ -87,9 +87,10 @@ def stripe_failure(e: stripe.StripeError, what: str) -> ActionError:
 
 
 def stripe_transient(e: BaseException) -> Transient | None:
-    """Whether a failed Stripe read is a moment to wait out (tidemark.reads): what
-    ``stripe_failure`` calls ``TargetUnavailable`` (no connection, 409, 429, 5xx), with the
-    ``Retry-After`` Stripe sent, if any."""
+    """Whether a failed Stripe read is a moment to wait out (tidemark.reads).
+
+    It is what ``stripe_failure`` calls ``TargetUnavailable`` (no connection, 409, 429, 5xx).
+    Returns it with the ``Retry-After`` Stripe sent, if any."""
     if not isinstance(e, stripe.StripeError) or not isinstance(stripe_failure(e, "read"),
                                                                 TargetUnavailable):
         return None
@@ -123,8 +124,10 @@ class PaymentIntentProbe:
             raise GateRefused(refused)
 
     def snapshot(self) -> dict[str, Any]:
-        """The before_state: Stripe's time now (``stripe_clock``, Unix seconds), read from the
-        ``Date`` header of a one-item listing, so that the probe's window is on Stripe's clock.
+        """The before_state: Stripe's time now (``stripe_clock``, Unix seconds).
+
+        It is read from the ``Date`` header of a one-item listing, so that the probe's window is
+        on Stripe's clock.
 
         Raises:
             ActionError: the listing failed (nothing is written yet; the step can be retried).
@@ -139,9 +142,11 @@ class PaymentIntentProbe:
         return {} if at is None else {"stripe_clock": at}
 
     def probe(self, ctx: StepContext) -> ProbeResult:
-        """``done`` when exactly one PaymentIntent in the window carries our key with our amount,
-        currency and customer; ``absent`` when none carries it and none could be ours with its
-        metadata hidden; ``unknown`` otherwise, or when the listing fails.
+        """Tells whether the payment was made: done, absent or unknown.
+
+        ``done`` when exactly one PaymentIntent in the window carries our key with our amount,
+        currency and customer. ``absent`` when none carries it and none could be ours with its
+        metadata hidden. ``unknown`` otherwise, or when the listing fails.
 
         Raises:
             Unauthorized: the read key was rejected; a person must restore it.
@@ -162,8 +167,9 @@ class PaymentIntentProbe:
         return _judge(ctx, since, listed)
 
     def _list_since(self, since: int, customer: str | None) -> list[dict[str, Any]] | None:
-        """Every PaymentIntent created at or after ``since`` (Stripe's clock), of ``customer``
-        when given; None past MAX_PAGES."""
+        """Every PaymentIntent created at or after ``since`` (Stripe's clock).
+
+        Only those of ``customer`` when given; None past MAX_PAGES."""
         params: PaymentIntentListParams = {"created": {"gte": since}, "limit": PAGE_SIZE}
         if customer:
             params["customer"] = customer
@@ -206,9 +212,10 @@ def _same_payment(pi: dict[str, Any], args: dict[str, Any]) -> bool:
 
 
 def _metadata_shown(listed: list[dict[str, Any]]) -> bool:
-    """Whether the read key is seen to get metadata: some PaymentIntent listed shows any. Stripe
-    withholds metadata per key, not per object, so one that shows it proves the key sees it;
-    when none does, the key may see none."""
+    """Whether the read key is seen to get metadata.
+
+    It is, if some PaymentIntent listed shows any. Stripe withholds metadata per key, not per
+    object, so one that shows it proves the key sees it; when none does, the key may see none."""
     return any(pi.get("metadata") for pi in listed)
 
 

@@ -150,8 +150,10 @@ class ResponseDropped(Exception):
 
 
 class Target:
-    """One emulated provider. Subclasses set ``name``, ``default_tokens`` and implement
-    ``routes``, ``reset`` and ``error`` (the provider's own error body).
+    """One emulated provider.
+
+    Subclasses set ``name``, ``default_tokens`` and implement ``routes``, ``reset`` and
+    ``error`` (the provider's own error body).
 
     Handlers may ``raise Reply(self.error(...))`` to answer early with a provider error."""
 
@@ -185,13 +187,15 @@ class Target:
     # Helpers for handlers ------------------------------------------------------------------
 
     def authorize(self, request: web.Request, *scopes: str) -> Token:
-        """Returns the caller's token if it is live and has one of ``scopes``; otherwise raises
-        the provider's 401/403 as an HTTP exception."""
+        """Returns the caller's token if it is live and has one of ``scopes``.
+
+        Otherwise raises the provider's 401/403 as an HTTP exception."""
         return self.staging.authorize(self, request, scopes)
 
     async def before_write(self, request: web.Request, op: str) -> Fault | None:
-        """Applies an armed delay or fail-before-commit fault for ``op``; returns the fault so
-        that ``after_commit`` can drop the response."""
+        """Applies an armed delay or fail-before-commit fault for ``op``.
+
+        Returns the fault so that ``after_commit`` can drop the response."""
         return await self.staging.before_write(self, op)
 
     def after_commit(self, request: web.Request, fault: Fault | None) -> None:
@@ -205,8 +209,9 @@ class Target:
         self.staging.record(Effect(self.name, op, key, detail))
 
     def throttled(self, op: str) -> web.Response:
-        """The provider's answer to a throttled request (a target overrides it with what its
-        provider documents: staging/throttle.py)."""
+        """The provider's answer to a throttled request.
+
+        A target overrides it with what its provider documents: staging/throttle.py."""
         return self.error(429, "throttled", "Too many requests")
 
     def throttles_now(self) -> bool:
@@ -216,8 +221,9 @@ class Target:
 
 
 class Staging:
-    """Shared state of all targets in one server. Handlers run on the server's event loop; the
-    lock makes direct reads from test threads safe."""
+    """Shared state of all targets in one server.
+
+    Handlers run on the server's event loop; the lock makes direct reads from test threads safe."""
 
     def __init__(self, targets: Iterable[Target], worst_case: bool = False) -> None:
         # reset() puts every switch back here: the defaults, or the documented worst cases.
@@ -290,8 +296,9 @@ class Staging:
             return [r for r in self.requests if target is None or r.target == target]
 
     def in_flight(self) -> list[WriteRequest]:
-        """The write requests received and not yet answered (held by a delay, or being
-        worked on)."""
+        """The write requests received and not yet answered.
+
+        They are held by a delay, or being worked on."""
         with self.lock:
             return [r for r in self.requests if r.status is None]
 

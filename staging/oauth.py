@@ -1,5 +1,7 @@
-"""OAuth token endpoints in the shape of Google's and Microsoft's, issuing staging bearer tokens
-(staging/core ``Token``) that expire, so that refreshing credentials are exercised for real.
+"""OAuth token endpoints in the shape of Google's and Microsoft's.
+
+They issue staging bearer tokens (staging/core ``Token``) that expire, so that refreshing
+credentials are exercised for real.
 
 Google (``https://oauth2.googleapis.com/token``):
 

@@ -20,6 +20,8 @@ def all_targets() -> list[Target]:
 
 
 def build_staging(worst_case: bool = False) -> Staging:
-    """Every target; with ``worst_case`` each switch starts (and resets) at the provider's
-    documented worst case instead of the emulator's default."""
+    """Every target.
+
+    With ``worst_case`` each switch starts (and resets) at the provider's documented worst case
+    instead of the emulator's default."""
     return Staging(all_targets(), worst_case=worst_case)

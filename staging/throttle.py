@@ -1,5 +1,6 @@
-"""Throttling as each provider documents it: the answer a throttled request gets, and the
-switches that make the emulators give it.
+"""Throttling as each provider documents it.
+
+The answer a throttled request gets, and the switches that make the emulators give it.
 
 What the providers document is the *shape* of the answer, and that any request may get it:
 
@@ -20,13 +21,13 @@ What the providers document is the *shape* of the answer, and that any request m
 * Stripe ("Rate limits", docs.stripe.com/rate-limits): rate and concurrency limiters answer
   429; 25 reads and 25 writes a second in test mode.
 
-How often a request is throttled is load, not behaviour: the emulators throttle none by
-default, and their worst case is the same (like Stripe's 24 h key memory, a number the
-provider's documents do not give a worst value of). A test or ``tidemark fleet --throttle``
-sets the rate (``throttle_rate``: the fraction of requests, reads and writes alike, that get
-the provider's throttled answer), and a ``throttle`` fault throttles the next requests of one
-operation. Where the provider documents a choice of answers, its switch's worst case is the
-answer a client is likeliest to misread (Google's 403, which reads like a refused credential).
+How often a request is throttled is load, not behaviour. The emulators throttle none by default,
+and their worst case is the same (like Stripe's 24 h key memory, a number the provider's
+documents do not give a worst value of). A test or ``tidemark fleet --throttle`` sets the rate
+(``throttle_rate``: the fraction of requests, reads and writes alike, that get the provider's
+throttled answer). A ``throttle`` fault throttles the next requests of one operation. Where the
+provider documents a choice of answers, its switch's worst case is the answer a client is
+likeliest to misread (Google's 403, which reads like a refused credential).
 """
 
 from __future__ import annotations

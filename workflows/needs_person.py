@@ -1,19 +1,21 @@
-"""NeedsPerson: the open row of the Web UI's worklist for a task whose run ended waiting for a
-person (halted, needs a decision, stopped, killed, failed, blocked, rejected, a failed unwind).
+"""NeedsPerson: the open worklist row of a task whose run ended waiting for a person.
+
+The row is in the Web UI's worklist. The run ended halted, needing a decision, stopped, killed,
+failed, blocked, rejected, or in a failed unwind.
 
 A closed run's search attributes cannot change any more (Temporal writes them only from the
-running workflow), and each resume of a task is a new run under the same workflow id: a run
-that ended ``halted`` would keep saying so after a later run completed the task. So the
-worklist counts open executions only (tidemark.needs.worklist_query): a run waiting for
-approval is itself open, and a run that ends needing a person starts this workflow, id
+running workflow). Each resume of a task is a new run under the same workflow id: a run that
+ended ``halted`` would keep saying so after a later run completed the task. So the worklist
+counts open executions only (tidemark.needs.worklist_query). A run waiting for approval is
+itself open, and a run that ends needing a person starts this workflow, id
 ``tidemark-needs-<task>``, as an abandoned child that outlives it. It holds the task's
 TidemarkTaskId, TidemarkState and TidemarkNeeds and, as its summary, the sentence of what
-happened and what to do next; it waits, acting on nothing, until the task's next run starts or
+happened and what to do next. It waits, acting on nothing, until the task's next run starts or
 its unwind begins (the ``settled`` signal), then closes with TidemarkNeeds ``nothing``. A later
 end that needs a person again updates the open one (``need``) or starts it anew. A person's
 command that changes what the journal says the task needs without starting a run (`tidemark
-stop`, `release`, `resolve`) brings the open row in line (``refresh``, or ``settled`` once the
-task needs nobody: tools/operate/rows.py).
+stop`, `release`, `resolve`) brings the open row in line. It does so with ``refresh``, or
+``settled`` once the task needs nobody (tools/operate/rows.py).
 """
 
 from __future__ import annotations
@@ -62,9 +64,11 @@ class NeedsPerson:
 
     @workflow.signal
     def refresh(self, need: dict[str, Any]) -> None:
-        """A person's command changed what the journal says the task needs (tools/operate/rows.py):
-        the row says it now. Unlike ``need`` it never reopens a row that a new run of the task
-        has released meanwhile: that run says what the task needs from then on."""
+        """Makes the row say what the journal says the task needs now.
+
+        A person's command changed it (tools/operate/rows.py). Unlike ``need`` it never reopens
+        a row that a new run of the task has released meanwhile: that run says what the task
+        needs from then on."""
         if self._settled is None:
             self._show(need)
 
@@ -82,11 +86,12 @@ class NeedsPerson:
         return f"settled: {self._settled}"
 
     async def _check(self, task_id: str) -> None:
-        """Reads the journal once the row is open: a task settled meanwhile (its unwind ended
-        ``unwound`` in the moment between the run's reading and this row's start, its release
-        sent before the row existed) needs nobody, and the row closes. A release sent once the
-        row is open reaches it as a signal; one sent before it found the task's end journaled
-        already, which this reads."""
+        """Reads the journal once the row is open, and closes a row nobody needs.
+
+        A task settled meanwhile needs nobody, and the row closes: its unwind ended ``unwound``
+        in the moment between the run's reading and this row's start, or its release was sent
+        before the row existed. A release sent once the row is open reaches it as a signal. One
+        sent before it found the task's end journaled already, which this reads."""
         if not task_id:
             return
         with contextlib.suppress(ActivityError):  # the journal unreachable: the row stands
@@ -139,8 +144,9 @@ async def hold(task_id: str, state: str, need: Need, sentence: str) -> None:
 
 
 async def release(task_id: str, by: str) -> None:
-    """Closes the task's worklist row, if one is open: a new run of the task started, or its
-    unwind began. Workflow code."""
+    """Closes the task's worklist row, if one is open.
+
+    A new run of the task started, or its unwind began. Workflow code."""
     with contextlib.suppress(FailureError):
         await workflow.get_external_workflow_handle(holder_id(task_id)).signal(
             NeedsPerson.settled, by)

@@ -33,8 +33,9 @@ def failure_type(state: str) -> str:
 
 
 def ended(result: RunResult) -> RunResult:
-    """Returns a completed result; raises the typed failure for every other state (workflow
-    code: call it as the run's last statement)."""
+    """Returns a completed result; raises the typed failure for every other state.
+
+    Workflow code: call it as the run's last statement."""
     if result.state == COMPLETED:
         return result
     raise ApplicationError(failure_message(result), dataclasses.asdict(result),
@@ -42,10 +43,12 @@ def ended(result: RunResult) -> RunResult:
 
 
 def failure_message(result: RunResult) -> str:
-    """The message of a run's failure: first the one plain sentence a person reads (what
-    happened, what to do next; tidemark.needs.sentence), then, below it, the state, the error's
-    type and its own message as the code raised it. The Web UI shows the message above the
-    stack trace; the RunResult is in the failure's details."""
+    """The message of a run's failure.
+
+    First comes the one plain sentence a person reads (what happened, what to do next;
+    tidemark.needs.sentence). Below it come the state, the error's type and its own message as
+    the code raised it. The Web UI shows the message above the stack trace; the RunResult is in
+    the failure's details."""
     err = result.error or {}
     confirmed = f"{result.confirmed}/{result.steps} steps confirmed"
     technical = (f"{result.state}: {err.get('type', '')} {err.get('message', '')}".strip()
@@ -54,8 +57,9 @@ def failure_message(result: RunResult) -> str:
 
 
 def result_of(e: BaseException) -> RunResult | None:
-    """The RunResult a failed run carries (from the client's WorkflowFailureError or a
-    parent's ChildWorkflowError), or None when the failure is not one of ours."""
+    """The RunResult a failed run carries; None when the failure is not ours.
+
+    It comes from the client's WorkflowFailureError or a parent's ChildWorkflowError."""
     cause: BaseException | None = e
     while isinstance(cause, (WorkflowFailureError, ChildWorkflowError)):
         cause = cause.cause
@@ -71,8 +75,10 @@ def _known(d: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_result(handle: WorkflowHandle[Any, Any]) -> RunResult:
-    """The RunResult of a RunPlan (or ScheduledRun), whether it completed or ended Failed in
-    a named state. Any other failure is raised."""
+    """The RunResult of a RunPlan (or ScheduledRun), completed or failed.
+
+    It is returned whether the run completed or ended Failed in a named state. Any other failure
+    is raised."""
     try:
         result = await handle.result()
     except WorkflowFailureError as e:
@@ -90,9 +96,10 @@ async def run_result(handle: WorkflowHandle[Any, Any]) -> RunResult:
 
 
 async def unwind_result(handle: WorkflowHandle[Any, Any]) -> UnwindResult:
-    """The UnwindResult of an UnwindPlan, whether it ended ``unwound`` (Completed) or in any
-    other state (Failed, the result in the typed error's details). Any other failure is
-    raised."""
+    """The UnwindResult of an UnwindPlan, whatever state it ended in.
+
+    It is returned whether the unwind ended ``unwound`` (Completed) or in any other state
+    (Failed, the result in the typed error's details). Any other failure is raised."""
     try:
         result = await handle.result()
     except WorkflowFailureError as e:
@@ -116,8 +123,10 @@ def _unwind_result(d: dict[str, Any]) -> UnwindResult:
 
 
 def _terminated(cause: TerminatedError) -> tuple[str, dict[str, Any]]:
-    """The state and error of a terminated run: ``tidemark kill`` terminates with a reason
-    that begins "killed by"; anything else (``temporal workflow terminate``) is terminated."""
+    """The state and error of a terminated run.
+
+    ``tidemark kill`` terminates with a reason that begins "killed by"; anything else
+    (``temporal workflow terminate``) is terminated."""
     reason = cause.message or ""
     state = KILLED if reason.startswith("killed by ") else "terminated"
     return state, {"type": "Terminated", "message": reason}

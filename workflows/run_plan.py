@@ -170,36 +170,42 @@ class RunPlan:
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
 
     def _holds(self) -> bool:
-        """Whether this run keeps its task's worklist row (workflows/needs_person.py): every
-        run under NEEDS_PATCH; a history from before it issues neither command."""
+        """Whether this run keeps its task's worklist row (workflows/needs_person.py).
+
+        Every run under NEEDS_PATCH does; a history from before it issues neither command."""
         if self._needs_patched is None:
             self._needs_patched = workflow.patched(NEEDS_PATCH)
         return self._needs_patched
 
     async def _released(self) -> None:
-        """Waits for the answer to the worklist release this run sent at its start without
-        waiting (RELEASE_UNAWAITED), before the run opens a row or closes: a row it opens
-        (hold) must reach the holder after the release, not cross it on the way, and Temporal
-        drops a signal whose run closed before it was sent. Runs that awaited the release at
-        once, and continue-as-new hops, which send none, have nothing to wait for."""
+        """Waits for the answer to the worklist release this run sent at its start.
+
+        The release was sent without waiting (RELEASE_UNAWAITED). The wait comes before the run
+        opens a row or closes. A row it opens (hold) must reach the holder after the release,
+        not cross it on the way, and Temporal drops a signal whose run closed before it was
+        sent. Runs that awaited the release at once, and continue-as-new hops, which send none,
+        have nothing to wait for."""
         if self._releasing is not None:
             await self._releasing
 
     def _needs(self, need: Need) -> list[Any]:
-        """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
-        history from before it upserts the state alone). Decided once per run, at its first
-        upsert, so that a run never mixes the two."""
+        """The TidemarkNeeds update to upsert with the state, under NEEDS_PATCH.
+
+        A history from before NEEDS_PATCH upserts the state alone. Decided once per run, at its
+        first upsert, so that a run never mixes the two."""
         if self._needs_patched is None:
             self._needs_patched = workflow.patched(NEEDS_PATCH)
         return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
     def kill(self, note: RawValue = NO_INPUT) -> None:
-        """``tidemark kill`` announces itself before it terminates the run. The search
-        attribute says ``killed`` at once (a terminated run cannot change it afterwards); the
-        attempt under way may finish, so that its step is settled rather than left in doubt,
-        and nothing after it starts. The run then waits for its termination. Any payload is
-        taken (``{"by", "reason"}``, cut to the journal's limits; anything else: none)."""
+        """``tidemark kill`` announces itself before it terminates the run.
+
+        The search attribute says ``killed`` at once (a terminated run cannot change it
+        afterwards). The attempt under way may finish, so that its step is settled rather than
+        left in doubt, and nothing after it starts. The run then waits for its termination. Any
+        payload is taken (``{"by", "reason"}``, cut to the journal's limits; anything else:
+        none)."""
         if self._killed is not None:
             return
         self._killed = dict(signal_note(note, "kill signal"))
@@ -213,17 +219,20 @@ class RunPlan:
 
     @workflow.signal
     def approval(self, decision: RawValue = NO_INPUT) -> None:
-        """A person approved or rejected (``tidemark approve`` / ``reject`` journal it first):
-        the run wakes and reads the decision from the journal, which is what counts."""
+        """A person approved or rejected, and the run wakes to read the journal.
+
+        ``tidemark approve`` / ``reject`` journal it first. The run reads the decision from the
+        journal, which is what counts."""
         self._approval_news = True
 
     @workflow.update(name="approve", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def approve_update(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Approves the run's irreversible steps, as ``tidemark approve`` does, from Temporal's
-        side (``temporal workflow update execute --name approve --workflow-id tidemark-T
-        --input '{"by": "ana", "note": "checked"}'``, or the Web UI's update form). A decider
-        records it under its login role in the journal, which may refuse it; the answer is
-        what the journal committed, or why it refused."""
+        """Approves the run's irreversible steps from Temporal's side.
+
+        It does what ``tidemark approve`` does (``temporal workflow update execute --name
+        approve --workflow-id tidemark-T --input '{"by": "ana", "note": "checked"}'``, or the
+        Web UI's update form). A decider records it under its login role in the journal, which
+        may refuse it. The answer is what the journal committed, or why it refused."""
         return await self._decided(Decision.APPROVE, request)
 
     @approve_update.validator
@@ -240,8 +249,10 @@ class RunPlan:
         self._check_decision(request)
 
     def _check_decision(self, request: Any) -> None:
-        """Refuses at once an update this run cannot take: it waits for no approval now, or
-        its input is not ``{"by"?, "note"?}`` of strings within the journal's lengths."""
+        """Refuses at once an update this run cannot take.
+
+        That is when it waits for no approval now, or its input is not ``{"by"?, "note"?}`` of
+        strings within the journal's lengths."""
         if not (self._waiting and self._result.state == AWAITING_APPROVAL):
             raise ApplicationError(
                 f"tidemark-{self._result.task_id} is {self._result.state}, not waiting for "
@@ -276,28 +287,33 @@ class RunPlan:
 
     @workflow.signal
     def unwinding(self, unwind_workflow_id: RawValue = NO_INPUT) -> None:
-        """An unwind of this task began (UnwindPlan sends it once the task is stopped): a run
-        that waits for a person at the boundary ends ``stopped`` instead of waiting for ever
-        for a decision that can no longer come. A run between steps needs no word: its next
+        """An unwind of this task began (UnwindPlan sends it once the task is stopped).
+
+        A run that waits for a person at the boundary ends ``stopped`` instead of waiting for
+        ever for a decision that can no longer come. A run between steps needs no word: its next
         step meets the stop state."""
         self._unwinding = signal_text(unwind_workflow_id, "unwinding signal", LABEL_MAX) \
             or "an unwind"
 
     @workflow.signal
     def recheck(self, by: RawValue = NO_INPUT) -> None:
-        """A person stopped or released the task (`tidemark stop`, `release`:
-        tools/operate/rows.py): a run waiting at the boundary runs its gate again and reads the
-        stop state, so that its state and TidemarkNeeds say what holds it (stopped, or approval
-        once released). A run at work meets the stop before its next step by itself."""
+        """A person stopped or released the task; a waiting run checks again.
+
+        The commands are `tidemark stop` and `release` (tools/operate/rows.py). A run waiting at
+        the boundary runs its gate again and reads the stop state, so that its state and
+        TidemarkNeeds say what holds it (stopped, or approval once released). A run at work
+        meets the stop before its next step by itself."""
         if self._waiting:
             self._approval_news = True
 
     @workflow.signal
     def halt(self, reason: RawValue = NO_INPUT) -> None:
-        """Stop the task durably: the attempt under way finishes, nothing after it starts, and
-        a step that keeps failing stops at its next attempt. Whatever the payload: a reason
-        that is not a string, too long or not decodable halts all the same, with the reason
-        made one line the journal holds (workflows.shared.signal_text)."""
+        """Stop the task durably.
+
+        The attempt under way finishes, nothing after it starts, and a step that keeps failing
+        stops at its next attempt. Whatever the payload: a reason that is not a string, too long
+        or not decodable halts all the same. The reason is made one line the journal holds
+        (workflows.shared.signal_text)."""
         self._halt_reason = signal_text(reason, "halt signal") or "halt signal"
 
     @workflow.query
@@ -311,10 +327,11 @@ class RunPlan:
 
     @workflow.run
     async def run(self, document: RawValue = NO_INPUT) -> RunResult:
-        """Completes only when every step is done; every other end state fails the workflow
-        with the typed error that carries the RunResult (workflows/outcome.py), so the Web UI
-        tells the runs that need a person from the finished ones. The input is decoded here
-        (workflows.shared.decoded): an input that cannot be ends the run at once."""
+        """Completes only when every step is done; every other end fails the workflow.
+
+        It fails with the typed error that carries the RunResult (workflows/outcome.py), so the
+        Web UI tells the runs that need a person from the finished ones. The input is decoded
+        here (workflows.shared.decoded): an input that cannot be ends the run at once."""
         result = await self._run(document)
         await self._released()
         state, need = result.state, need_of(result.state, result.error)
@@ -351,8 +368,9 @@ class RunPlan:
         return ended(result)
 
     async def _journal_end(self, result: RunResult) -> TaskNeed:
-        """Journals the run's end (record_run_end); returns what the journal then says the
-        task needs."""
+        """Journals the run's end (record_run_end).
+
+        Returns what the journal then says the task needs."""
         word: TaskNeed = await workflow.execute_activity(
             "record_run_end", RunEndInput(result.task_id, result.state, result.error,
                                           result.confirmed, result.steps),
@@ -361,10 +379,11 @@ class RunPlan:
         return word
 
     async def _run(self, document: Any) -> RunResult:
-        """The run's phases, in the order their commands enter the history: read the input,
-        prepare (persist the plan, read the journal and the stop state, describe the window
-        of steps this run takes), run them (in batches on the fast path), then continue as new
-        or complete. Each phase returns the run's end when it ends the run."""
+        """The run's phases, in the order their commands enter the history.
+
+        Read the input. Prepare: persist the plan, read the journal and the stop state, describe
+        the window of steps this run takes. Run them (in batches on the fast path). Then
+        continue as new or complete. Each phase returns the run's end when it ends the run."""
         try:
             read: Any = decoded(document, "input")
         except InputError as e:
@@ -392,11 +411,13 @@ class RunPlan:
         return FAST_STEPS_PER_RUN if self._fast else STEPS_PER_RUN
 
     def _read_input(self, document: Any) -> str | RunResult:
-        """The execution mode the input asks for, or the run's end (``failed``, a PlanError,
-        nothing persisted) for an input that is not a plan object, could not be decoded (an
-        InputError) or names no known mode. The run's task id (its worklist row's) is the one
-        the input names, or for an input that is not an object the one its workflow id names,
-        and only when the journal could hold it: else the run opens no row."""
+        """The execution mode the input asks for, or the run's end.
+
+        The end is ``failed``, a PlanError, with nothing persisted. It comes for an input that
+        is not a plan object, could not be decoded (an InputError) or names no known mode. The
+        run's task id (its worklist row's) is the one the input names. For an input that is not
+        an object it is the one its workflow id names, and only when the journal could hold it:
+        else the run opens no row."""
         wid = workflow.info().workflow_id
         named = document.get("task_id") if isinstance(document, dict) else \
             wid.removeprefix("tidemark-") if wid.startswith("tidemark-") else None
@@ -420,9 +441,11 @@ class RunPlan:
         return str(execution)
 
     async def _prepare(self, document: dict[str, Any]) -> Prepared | RunResult:
-        """Persists the plan (its gates checked on a new start, not on a continue-as-new hop)
-        and reads the journal and the stop state: the prepared task, or the run's end when the
-        task was unwound, is stopped, or has no step left."""
+        """Persists the plan and reads the journal and the stop state.
+
+        The plan's gates are checked on a new start, not on a continue-as-new hop. Returns the
+        prepared task, or the run's end when the task was unwound, is stopped, or has no step
+        left."""
         # Only a continue-as-new hop carries counts and skips the plan gates; an input that
         # merely says "continued" is a new start like any other.
         hop = workflow.info().continued_run_id is not None
@@ -477,9 +500,11 @@ class RunPlan:
 
     async def _run_window(self, prep: Prepared, first: int, last: int,
                           lines: list[str]) -> RunResult | int:
-        """Runs steps ``first``..``last``: in batches on the fast path (runs from before
-        batches, one local activity per step, replay as they ran), else one activity per
-        step. Returns the run's end, or the last step it completed."""
+        """Runs steps ``first``..``last``.
+
+        On the fast path they run in batches (runs from before batches: one local activity per
+        step, replay as they ran), else one activity per step. Returns the run's end, or the
+        last step it completed."""
         if self._fast:
             self._batched = workflow.patched(BATCHED_FAST_PATH)
         if self._batched:
@@ -491,8 +516,10 @@ class RunPlan:
         return last
 
     async def _run_one(self, prep: Prepared, step: int, line: str) -> RunResult | None:
-        """One step as its own activity: the kill, a halt and the irreversible boundary are
-        checked before it starts. Returns the run's end, or None to go on."""
+        """One step as its own activity.
+
+        The kill, a halt and the irreversible boundary are checked before it starts. Returns the
+        run's end, or None to go on."""
         if self._killed is not None:
             return self._end(KILLED)
         if self._halt_reason is not None:
@@ -536,8 +563,10 @@ class RunPlan:
         return None
 
     async def _after_window(self, prep: Prepared, last: int, execution: str) -> RunResult:
-        """After the window's last step: continue as new while steps are left (unless a kill
-        or a halt came meanwhile), else the run completed."""
+        """After the window's last step: continue as new, or complete.
+
+        The run continues as new while steps are left (unless a kill or a halt came meanwhile),
+        else it completed."""
         self._current = None
         if last < prep.step_count:
             if self._killed is not None:
@@ -553,9 +582,10 @@ class RunPlan:
         return await self._complete(prep.task_id, prep.step_count)
 
     async def _complete(self, task_id: str, count: int) -> RunResult:
-        """Every step is done: the run completes once the verification at the end holds
-        (VERIFIED_END), and ends verification_failed, never completed, when a target shows an
-        earlier step's state."""
+        """Every step is done: the run completes once the end verification holds.
+
+        That is VERIFIED_END. The run ends verification_failed, never completed, when a target
+        shows an earlier step's state."""
         if not workflow.patched(VERIFIED_END):
             return self._end(COMPLETED)
         workflow.set_current_details(f"**verifying** the targets steps 1-{count} set more "
@@ -586,10 +616,12 @@ class RunPlan:
 
     async def _run_batches(self, prep: Prepared, first: int, last: int,
                            lines: list[str]) -> RunResult | int:
-        """The fast path: steps ``first``..``last`` in batches. Returns the run's end, or the
-        last step it completed (``last``, or fewer when the history grew long first). Each batch
-        is one activity: a halt that arrives meanwhile is recorded at once, and the batch meets
-        the stop state at its next step; the run goes on where the batch ended."""
+        """The fast path: steps ``first``..``last`` in batches.
+
+        Returns the run's end, or the last step it completed (``last``, or fewer when the
+        history grew long first). Each batch is one activity. A halt that arrives meanwhile is
+        recorded at once, and the batch meets the stop state at its next step; the run goes on
+        where the batch ended."""
         count, step = prep.step_count, first
         while step <= last:
             if self._killed is not None:
@@ -657,9 +689,11 @@ class RunPlan:
         return last
 
     async def _reask(self, prep: Prepared, step: int) -> RunResult | None:
-        """After the journal refused step ``step``'s irreversible intent for want of an
-        approval: the boundary again (the next batch passes it anyway when ``step`` is the
-        first irreversible one). Returns the run's end, or None to go on."""
+        """Meets the boundary again after the journal asked for an approval.
+
+        The journal refused step ``step``'s irreversible intent for want of an approval. The
+        next batch passes the boundary anyway when ``step`` is the first irreversible one.
+        Returns the run's end, or None to go on."""
         if step == prep.first_irreversible:
             return None
         return await self._boundary(prep.task_id, step, prep.step_count)
@@ -678,8 +712,10 @@ class RunPlan:
         return self._end(state, error)
 
     def _start_step(self, inp: StepInput, summary: str) -> workflow.ActivityHandle[StepOutput]:
-        """One attempt series of a step: an activity task, or for a fast run from before
-        batches a local activity (kept so that such a run replays as it ran)."""
+        """One attempt series of a step.
+
+        An activity task, or for a fast run from before batches a local activity (kept so that
+        such a run replays as it ran)."""
         if self._fast:
             return workflow.start_local_activity(
                 "run_step", inp, result_type=StepOutput,
@@ -696,9 +732,11 @@ class RunPlan:
         return parent.workflow_id if parent is not None else None
 
     async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
-        """The irreversible boundary (tidemark/boundary.py): the verification gate and the plan
-        gates, then a person's approval if the plan asks for one. Not a numbered step: keys
-        and step numbers do not move. Returns the run's end, or None to go on.
+        """The irreversible boundary (tidemark/boundary.py).
+
+        The verification gate and the plan gates, then a person's approval if the plan asks for
+        one. Not a numbered step: keys and step numbers do not move. Returns the run's end, or
+        None to go on.
 
         After a decision arrives the gate runs once more: the world may have changed while
         the run waited, and a gate is never trusted from earlier."""
@@ -785,8 +823,10 @@ class RunPlan:
                                            *self._needs(Need.APPROVAL)])
 
     async def _wait_for_person(self, task_id: str, step: int) -> RunResult | None:
-        """Waits at the boundary for news: a decision or a stop's change to read (then None:
-        the gate runs again), or a kill, a halt or the task's unwind (the run's end)."""
+        """Waits at the boundary for news.
+
+        A decision or a stop's change to read returns None: the gate runs again. A kill, a halt
+        or the task's unwind returns the run's end."""
         self._waiting = True
         await workflow.wait_condition(
             lambda: self._approval_news or self._halt_reason is not None
@@ -802,9 +842,10 @@ class RunPlan:
         return None
 
     def _end_unwinding(self, task_id: str, step: int) -> RunResult:
-        """The end of a run that waited at the boundary when its task's unwind began: the
-        task is stopped (the unwind requires it) and its reversible steps are being put back,
-        so the irreversible ones never run."""
+        """The end of a run that waited at the boundary when its task's unwind began.
+
+        The task is stopped (the unwind requires it) and its reversible steps are being put
+        back, so the irreversible ones never run."""
         self._result.stopped_at = step
         return self._end(STOPPED, {
             "type": "Unwinding", "step": step, "message":
@@ -854,8 +895,9 @@ class RunPlan:
 
 
 def _decider_refusal(e: ActivityError, task_id: str) -> str:
-    """Why a decision sent as an update was not recorded: the journal's line, or that no
-    decider took it."""
+    """Why a decision sent as an update was not recorded.
+
+    The journal's line, or that no decider took it."""
     cause = e.cause
     if isinstance(cause, ApplicationError):
         return cause.message
@@ -867,8 +909,10 @@ def _decider_refusal(e: ActivityError, task_id: str) -> str:
 
 
 def _approval_required(e: ActivityError | ApplicationError) -> bool:
-    """Whether a step failed because the journal refused its irreversible intent for want of
-    an approval in the task's current epoch (tidemark.errors.ApprovalRequired)."""
+    """Whether a step failed because the journal wanted an approval.
+
+    That is, the journal refused its irreversible intent for want of an approval in the task's
+    current epoch (tidemark.errors.ApprovalRequired)."""
     cause = e.cause if isinstance(e, ActivityError) else e
     return isinstance(cause, ApplicationError) and cause.type == "ApprovalRequired"
 

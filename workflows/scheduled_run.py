@@ -53,8 +53,9 @@ class ScheduledRun:
 
     @workflow.signal
     def kill(self, note: RawValue = NO_INPUT) -> None:
-        """``tidemark kill`` announces itself before it terminates this run (and its child):
-        the list shows ``killed`` from now on, also after the termination."""
+        """``tidemark kill`` announces itself before it terminates this run and its child.
+
+        The list shows ``killed`` from now on, also after the termination."""
         self._killed = True
         workflow.upsert_search_attributes([STATE.value_set(KILLED)])
 
@@ -64,8 +65,9 @@ class ScheduledRun:
 
     @workflow.run
     async def run(self, inp: RawValue = NO_INPUT) -> RunResult:
-        """Decodes its input itself (workflows.shared.decoded): one that cannot be, or is not
-        an object, ends the run at once, failed."""
+        """Decodes its input itself (workflows.shared.decoded).
+
+        An input that cannot be, or is not an object, ends the run at once, failed."""
         try:
             read: Any = decoded(inp, "input")
         except InputError as e:

@@ -1,5 +1,7 @@
-"""What the workflows share: their search attributes, the timeouts and retry policies of their
-activities, and how a typed failure of an activity ends a run."""
+"""What the workflows share.
+
+Their search attributes, the timeouts and retry policies of their activities, and how a typed
+failure of an activity ends a run."""
 
 from __future__ import annotations
 
@@ -88,8 +90,9 @@ def decisions_queue(task_queue: str) -> str:
 
 def end_state_of(e: ActivityError | ApplicationError,
                  step: int | None) -> tuple[TaskState, dict[str, Any]]:
-    """The named end state and error of a typed, non-retryable failure. Any other failure (a
-    bug) is re-raised, which fails the workflow task visibly in the Web UI.
+    """The named end state and error of a typed, non-retryable failure.
+
+    Any other failure (a bug) is re-raised, which fails the workflow task visibly in the Web UI.
 
     An activity's failure arrives as an ActivityError around our ApplicationError; a local
     activity's (the fast path) as the ApplicationError itself."""
@@ -112,9 +115,11 @@ JSON_ENCODING = b"json/plain"
 
 
 def decoded(raw: RawValue, field: str) -> Any:
-    """The JSON value a payload holds (None for no payload, or a null), or InputError naming
-    ``field`` and the limit it passes (tidemark.limits.decode_json): not JSON, too large, too
-    deep, a number Python cannot convert."""
+    """The JSON value a payload holds, or InputError.
+
+    None for no payload, or a null. The InputError names ``field`` and the limit it passes
+    (tidemark.limits.decode_json): not JSON, too large, too deep, a number Python cannot
+    convert."""
     payload = raw.payload
     encoding = payload.metadata.get("encoding", b"")
     if (not payload.metadata and not payload.data) or encoding == b"binary/null":
@@ -126,10 +131,11 @@ def decoded(raw: RawValue, field: str) -> Any:
 
 
 def signal_text(raw: RawValue, what: str, max_chars: int = REASON_MAX) -> str:
-    """A signal's payload as one line of text that the journal can hold: a string as it is,
-    any other value as its JSON, an undecodable payload as the line that refuses it; each cut to
-    ``max_chars`` (tidemark.limits.cut). Empty for no payload. Never raises: the signal acts
-    whatever it carries."""
+    """A signal's payload as one line of text that the journal can hold.
+
+    A string as it is, any other value as its JSON, an undecodable payload as the line that
+    refuses it. Each is cut to ``max_chars`` (tidemark.limits.cut). Empty for no payload. Never
+    raises: the signal acts whatever it carries."""
     try:
         value = decoded(raw, what)
     except InputError as e:
@@ -141,8 +147,10 @@ def signal_text(raw: RawValue, what: str, max_chars: int = REASON_MAX) -> str:
 
 
 def signal_note(raw: RawValue, what: str) -> dict[str, str]:
-    """A signal's object payload (``{"by", "reason"}`` of a kill) with each value as a line the
-    journal can hold (a ``by`` as a label, the rest as a reason); ``{}`` for anything else."""
+    """A signal's object payload with each value as a line the journal can hold.
+
+    The payload is ``{"by", "reason"}`` of a kill: a ``by`` as a label, the rest as a reason.
+    ``{}`` for anything else."""
     try:
         value = decoded(raw, what)
     except InputError:

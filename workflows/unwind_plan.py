@@ -109,8 +109,9 @@ class UnwindPlan:
         return self._needs_patched
 
     def _needs(self, need: Need) -> list[Any]:
-        """The TidemarkNeeds update to upsert with the state, for a run under NEEDS_PATCH (a
-        history from before it upserts the state alone). An unwind that does not end
+        """The TidemarkNeeds update to upsert with the state, under NEEDS_PATCH.
+
+        A history from before NEEDS_PATCH upserts the state alone. An unwind that does not end
         ``unwound`` needs a person to finish it (or, killed, to release the task)."""
         if self._needs_patched is None:
             self._needs_patched = workflow.patched(NEEDS_PATCH)
@@ -118,9 +119,10 @@ class UnwindPlan:
 
     @workflow.signal
     def kill(self, note: RawValue = NO_INPUT) -> None:
-        """``tidemark kill`` announces itself before it terminates the unwind: the state says
-        ``killed`` at once, the compensation under way may finish, no other one starts. Any
-        payload is taken (workflows.shared.signal_note)."""
+        """``tidemark kill`` announces itself before it terminates the unwind.
+
+        The state says ``killed`` at once, the compensation under way may finish, no other one
+        starts. Any payload is taken (workflows.shared.signal_note)."""
         if self._killed is not None:
             return
         self._killed = signal_note(note, "kill signal")
@@ -136,8 +138,10 @@ class UnwindPlan:
 
     @workflow.run
     async def run(self, document: RawValue = NO_INPUT) -> UnwindResult:
-        """Decodes its input itself (workflows.shared.decoded): an input that cannot be, or
-        names no task id the journal could hold, ends the unwind at once, failed."""
+        """Decodes its input itself (workflows.shared.decoded).
+
+        An input that cannot be, or names no task id the journal could hold, ends the unwind at
+        once, failed."""
         try:
             read: Any = decoded(document, "input")
         except InputError as e:
@@ -160,11 +164,12 @@ class UnwindPlan:
             dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
 
     async def _hold(self, result: UnwindResult, need: Need) -> None:
-        """Opens the task's worklist row for an unwind that did not finish. The row says what
-        the journal says the task needs, as `tidemark inbox` does (a step in doubt asks for
-        its resolution before any unwind can go on); where the journal reads nothing to ask
-        for, the unwind's own word stands. Histories from before ROW_FROM_JOURNAL say the
-        unwind's own word."""
+        """Opens the task's worklist row for an unwind that did not finish.
+
+        The row says what the journal says the task needs, as `tidemark inbox` does (a step in
+        doubt asks for its resolution before any unwind can go on). Where the journal reads
+        nothing to ask for, the unwind's own word stands. Histories from before ROW_FROM_JOURNAL
+        say the unwind's own word."""
         state, said = result.state, unwind_sentence(result)
         if workflow.patched(ROW_FROM_JOURNAL):
             with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
@@ -206,9 +211,10 @@ class UnwindPlan:
         return result
 
     def _unfinished(self) -> dict[str, Any]:
-        """What end_unwind journals of an unwind that leaves its task waiting for its unwind
-        (``unfinished``: its end state, error, the steps it put back and those refused); an
-        empty detail for any other end, and for histories from before UNFINISHED_JOURNALED."""
+        """What end_unwind journals of an unwind that leaves its task waiting for its unwind.
+
+        That is ``unfinished``: its end state, error, the steps it put back and those refused.
+        An empty detail for any other end, and for histories from before UNFINISHED_JOURNALED."""
         r = self._result
         if not r.task_id or self._need() != Need.UNWIND or \
                 not workflow.patched(UNFINISHED_JOURNALED):
@@ -271,9 +277,10 @@ class UnwindPlan:
                                   "run the unwind again"})
 
     async def _close_waiting_run(self, task_id: str) -> None:
-        """Tells the task's run ``tidemark-<task>`` that its unwind began, so that a run
-        waiting for a person at the boundary ends rather than stays open for a decision that
-        can no longer come. No run open (it ended, or never ran here): nothing to tell."""
+        """Tells the task's run ``tidemark-<task>`` that its unwind began.
+
+        So a run waiting for a person at the boundary ends rather than stays open for a decision
+        that can no longer come. No run open (it ended, or never ran here): nothing to tell."""
         if not workflow.patched(CLOSE_WAITING_RUN):
             return
         run = workflow.get_external_workflow_handle(f"tidemark-{task_id}")
@@ -282,8 +289,10 @@ class UnwindPlan:
 
     async def _compensate(self, task_id: str,
                           todo: list[tuple[int, str]]) -> UnwindResult | None:
-        """One pass: compensates each listed step, last first as listed, and counts how each
-        went. Returns the unwind's end (killed, or a typed failure), or None to go on."""
+        """One pass: compensates each listed step, last first as listed.
+
+        It counts how each went. Returns the unwind's end (killed, or a typed failure), or None
+        to go on."""
         r = self._result
         for step, summary in todo:
             if self._killed is not None:
@@ -311,10 +320,11 @@ class UnwindPlan:
         return self._end(*end_state_of(e, step))
 
     def _need(self) -> Need:
-        """What the task needs from a person once this unwind ended: nothing when unwound; its
-        release when killed; else its unwind finished. An unwind that found the task not
-        stopped before it began (a release came first) released no row and undid nothing: it
-        leaves the task as it found it, needing what it needed before."""
+        """What the task needs from a person once this unwind ended.
+
+        Nothing when unwound; its release when killed; else its unwind finished. An unwind that
+        found the task not stopped before it began (a release came first) released no row and
+        undid nothing. It leaves the task as it found it, needing what it needed before."""
         r = self._result
         if r.state == UNWOUND:
             return Need.NOTHING
@@ -340,8 +350,9 @@ class UnwindPlan:
 
 
 def unwind_sentence(result: UnwindResult) -> str:
-    """The one plain sentence that opens an unwind's failure and its Web UI details: what
-    happened and what to do next (the errors' messages name the command)."""
+    """The one plain sentence that opens an unwind's failure and its Web UI details.
+
+    It says what happened and what to do next (the errors' messages name the command)."""
     t, err = result.task_id, result.error or {}
     if result.state == UNWOUND:
         return (f"Task {t} is unwound: {len(result.undone)} step(s) put back, "

@@ -1,5 +1,7 @@
-"""The files of the emulated Drive: who owns each and with whom it is shared by role, the
-appProperties each OAuth client keeps on it, and the ``File`` resource a client sees."""
+"""The files of the emulated Drive.
+
+It holds who owns each and with whom it is shared by role, the appProperties each OAuth client
+keeps on it, and the ``File`` resource a client sees."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Drive's ``q`` language, the subset Tidemark uses: terms joined with ``and`` on ``name``,
-``mimeType``, ``trashed`` and ``appProperties has``; anything else is a ValueError (the route
-answers Drive's 400), never a silent non-match."""
+"""Drive's ``q`` language, the subset Tidemark uses.
+
+Terms are joined with ``and`` on ``name``, ``mimeType``, ``trashed`` and ``appProperties has``.
+Anything else is a ValueError (the route answers Drive's 400), never a silent non-match."""
 
 from __future__ import annotations
 
@@ -68,8 +69,10 @@ class _Cursor:
 
 
 def parse_query(q: str, client: str = DEFAULT_CLIENT) -> Predicate:
-    """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate, for a caller of
-    OAuth client ``client`` (``appProperties has`` matches only that client's properties).
+    """Compiles a Drive ``q`` of terms joined with ``and`` into a predicate.
+
+    The predicate is for a caller of OAuth client ``client`` (``appProperties has`` matches only
+    that client's properties).
 
     Raises:
         ValueError: the query uses something outside the supported subset.

@@ -1,5 +1,6 @@
-"""Google's answers as Drive gives them: the JSON error body, partial responses (``fields``) and
-the page tokens of ``files.list``."""
+"""Google's answers as Drive gives them.
+
+The JSON error body, partial responses (``fields``) and the page tokens of ``files.list``."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ def google_error(http_status: int, message: str, *, reason: str, detail: str | N
                   status: str | None = None, location: tuple[str, str] | None = None,
                   extra: dict[str, Any] | None = None,
                   headers: dict[str, str] | None = None) -> web.Response:
-    """Google's JSON error body. ``detail`` is the per-error message when it differs from the
-    top-level one; ``status`` the RPC status name that newer Google front ends add."""
+    """Google's JSON error body.
+
+    ``detail`` is the per-error message when it differs from the top-level one; ``status`` the
+    RPC status name that newer Google front ends add."""
     item: dict[str, Any] = {"message": detail or message, "domain": "global", "reason": reason}
     if location is not None:
         item["locationType"], item["location"] = location
@@ -46,8 +49,10 @@ def split_top(fields: str) -> list[str]:
 
 def select_fields(resource: dict[str, Any], fields: str | None,
             default: tuple[str, ...]) -> dict[str, Any]:
-    """Applies a partial-response ``fields`` selection loosely: top-level names, ``*``,
-    ``name(sub,fields)`` and ``name/sub`` on lists of objects; unknown names are ignored."""
+    """Applies a partial-response ``fields`` selection loosely.
+
+    It takes top-level names, ``*``, ``name(sub,fields)`` and ``name/sub`` on lists of objects;
+    unknown names are ignored."""
     if fields is None:
         return {k: v for k, v in resource.items() if k in default}
     out: dict[str, Any] = {}

@@ -1,5 +1,7 @@
-"""DriveTarget: the emulated Drive v3 ``files`` and ``about`` routes, its default tokens, Google's
-error answers and the control endpoints that seed files, users and shares."""
+"""DriveTarget: the emulated Drive v3 ``files`` and ``about`` routes.
+
+Also its default tokens, Google's error answers and the control endpoints that seed files, users
+and shares."""
 
 from __future__ import annotations
 
@@ -74,8 +76,9 @@ class DriveTarget(Target):
         self.users = {}
 
     def user(self, account: str) -> dict[str, Any]:
-        """The Drive ``User`` of ``account``, as ``about.get`` shows it to that user: set over
-        ``/_staging/drive/users``, or derived from the account's name."""
+        """The Drive ``User`` of ``account``, as ``about.get`` shows it to that user.
+
+        It is set over ``/_staging/drive/users``, or derived from the account's name."""
         digest = hashlib.sha256(account.encode()).hexdigest()
         derived = {"kind": "drive#user", "displayName": account, "me": True,
                    "permissionId": str(int(digest, 16))[:20],
@@ -139,10 +142,11 @@ class DriveTarget(Target):
                                    location=("parameter", "fileId")))
 
     def _visible(self, file_id: str, tok: Token) -> DriveFile:
-        """The file, if the token's user can see it; Drive's 404 otherwise (Drive does not
-        tell a file you may not see from one that does not exist). A trashed file is visible
-        to its owner only: "other users can't view files in the owner's trash" (Drive API
-        guide, "Trash or delete files and folders")."""
+        """The file, if the token's user can see it; Drive's 404 otherwise.
+
+        Drive does not tell a file you may not see from one that does not exist. A trashed file
+        is visible to its owner only: "other users can't view files in the owner's trash" (Drive
+        API guide, "Trash or delete files and folders")."""
         f = self.files.get(file_id)
         role = f.role_of(tok.account) if f is not None else None
         if f is None or role is None or (f.trashed and role != "owner"):
@@ -150,9 +154,11 @@ class DriveTarget(Target):
         return f
 
     def _may_edit(self, f: DriveFile, tok: Token) -> None:
-        """Drive's 403 answers about one file: the user's role on it does not allow editing
-        (``insufficientFilePermissions``), or a ``drive.file`` token's app was never granted
-        this file (``appNotAuthorizedToFile``). The credential itself is fine."""
+        """Drive's 403 answers about one file; the credential itself is fine.
+
+        Either the user's role on it does not allow editing (``insufficientFilePermissions``),
+        or a ``drive.file`` token's app was never granted this file
+        (``appNotAuthorizedToFile``)."""
         if f.role_of(tok.account) not in EDIT_ROLES:
             message = f"The user does not have sufficient permissions for file {f.id}."
             raise Reply(google_error(403, message, reason="insufficientFilePermissions"))
@@ -263,8 +269,9 @@ class DriveTarget(Target):
                                                request.query.get("fields"), DEFAULT_FIELDS))
 
     async def _h_create(self, request: web.Request) -> web.Response:
-        """``files.create`` of a file without content (metadata only): it is the token's
-        user's, and the creating app may open it (``drive.file``)."""
+        """``files.create`` of a file without content (metadata only).
+
+        The file is the token's user's, and the creating app may open it (``drive.file``)."""
         tok = self.authorize(request, *WRITE_SCOPES)
         try:
             body = await request.json() if request.can_read_body else {}
@@ -339,8 +346,10 @@ class DriveTarget(Target):
              app_properties: dict[str, str] | None = None,
              mime_type: str = "application/octet-stream", owner: str = DEFAULT_ACCOUNT,
              shared: dict[str, str] | None = None) -> DriveFile:
-        """Adds a file (replacing one with the same id) and returns it. ``owner`` is the
-        account whose Drive it is in; ``shared`` gives other accounts a role on it."""
+        """Adds a file (replacing one with the same id) and returns it.
+
+        ``owner`` is the account whose Drive it is in; ``shared`` gives other accounts a role on
+        it."""
         f = DriveFile(id=file_id or new_file_id(), name=name, mime_type=mime_type,
                       trashed=trashed, owner=owner, shared=dict(shared or {}))
         f.app_properties = {k: prop_str(v) for k, v in (app_properties or {}).items()}

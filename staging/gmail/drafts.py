@@ -1,6 +1,7 @@
-"""Gmail's drafts routes: create, list, get, delete, and drafts.send, which consumes the draft
-and stores the sent message in one step (the switches decide what overlapping and late sends
-of one draft do)."""
+"""Gmail's drafts routes: create, list, get, delete, and drafts.send.
+
+drafts.send consumes the draft and stores the sent message in one step (the switches decide what
+overlapping and late sends of one draft do)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The emulated Gmail's mailboxes and settings: which mailbox a token reaches, Google's clock,
-the inspection and settings API of tests and the CLI, filing a message with its history record,
-and Google's error body."""
+"""The emulated Gmail's mailboxes and settings.
+
+It holds which mailbox a token reaches, Google's clock, the inspection and settings API of tests
+and the CLI, filing a message with its history record, and Google's error body."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ _NOT_FOUND = "Requested entity was not found."
 
 
 class GmailMailboxes(Target):
-    """The state of the emulated Gmail (mailboxes, settings) and the mechanics every route
-    shares; the routes themselves are mixed in by GmailTarget."""
+    """The state of the emulated Gmail and the mechanics every route shares.
+
+    The state is its mailboxes and settings. The routes themselves are mixed in by GmailTarget."""
 
     def __init__(self, address: str = MAILBOX) -> None:
         super().__init__()
@@ -101,9 +103,11 @@ class GmailMailboxes(Target):
     def configure(self, search_lag: float | None = None, list_order: str | None = None,
                   clock_offset: float | None = None, expire_history: bool = False,
                   draft_send: str | None = None) -> None:
-        """Sets the search index's lag (seconds), the list order, Google's clock offset
-        (seconds), what ``drafts.send`` does with the draft's message, and forgets the history
-        so far when ``expire_history``."""
+        """Sets the search lag, the list order, the clock and how drafts are sent.
+
+        Sets the search index's lag (seconds), the list order, Google's clock offset (seconds),
+        and what ``drafts.send`` does with the draft's message. Forgets the history so far when
+        ``expire_history``."""
         if draft_send is not None and draft_send not in DRAFT_SEND_MODES:
             raise ValueError(f"draft_send must be one of {', '.join(DRAFT_SEND_MODES)}")
         if search_lag is not None and (not isinstance(search_lag, int | float) or search_lag < 0):
@@ -129,8 +133,10 @@ class GmailMailboxes(Target):
     # -- errors ---------------------------------------------------------------------------------
 
     def error(self, status: int, code: str, message: str) -> web.Response:
-        """Google's error body. ``code`` is Google's ``reason`` (``notFound``,
-        ``invalidArgument`` …) or one of the core's generic codes, translated here."""
+        """Google's error body.
+
+        ``code`` is Google's ``reason`` (``notFound``, ``invalidArgument`` …) or one of the
+        core's generic codes, translated here."""
         headers: dict[str, str] = {}
         reason = code
         if code in ("unauthenticated", "revoked"):

@@ -1,5 +1,7 @@
-"""Gmail's message routes: the profile and history, messages.send (JSON or upload),
-messages.insert, list (with search), get, delete and trash."""
+"""Gmail's message routes.
+
+The profile and history, messages.send (JSON or upload), messages.insert, list (with search),
+get, delete and trash."""
 
 from __future__ import annotations
 

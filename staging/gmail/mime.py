@@ -1,6 +1,8 @@
-"""RFC 822 / MIME handling: what Gmail does to an outgoing message (its own Message-ID, a From
-and a Date), the labels a sent copy gets, a stored message as a ``users.messages`` resource in
-each ``format``, and the raw bytes a request carries (base64url or a multipart upload)."""
+"""RFC 822 / MIME handling as Gmail does it.
+
+What Gmail does to an outgoing message (its own Message-ID, a From and a Date), the labels a
+sent copy gets, a stored message as a ``users.messages`` resource in each ``format``, and the
+raw bytes a request carries (base64url or a multipart upload)."""
 
 from __future__ import annotations
 
@@ -33,8 +35,10 @@ def recipients_of(target: Target, msg: Message) -> list[str]:
 
 
 def as_sent(msg: Message, address: str) -> Message:
-    """What Gmail does to an outgoing message: its own Message-ID replaces the client's, the
-    account becomes the sender when none is given, and a Date is added."""
+    """What Gmail does to an outgoing message.
+
+    Its own Message-ID replaces the client's, the account becomes the sender when none is given,
+    and a Date is added."""
     local = "CA" + base64.urlsafe_b64encode(secrets.token_bytes(30)).decode().rstrip("=")
     del msg["Message-ID"]
     msg["Message-ID"] = f"<{local}@mail.gmail.com>"

@@ -1,5 +1,7 @@
-"""Request parameters as Gmail reads them: a JSON body, integer options clamped to their range,
-page tokens, and the ``format`` of a message (``gmail.metadata`` may not read full or raw)."""
+"""Request parameters as Gmail reads them.
+
+A JSON body, integer options clamped to their range, page tokens, and the ``format`` of a
+message (``gmail.metadata`` may not read full or raw)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The OAuth scopes of the Gmail API and, for each group of methods, the scopes Google's discovery
-document accepts for it."""
+"""The OAuth scopes of the Gmail API, and which ones each method group accepts.
+
+For each group of methods, the scopes are those Google's discovery document accepts for it."""
 
 from __future__ import annotations
 

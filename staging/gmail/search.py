@@ -1,5 +1,6 @@
-"""Gmail's search (``q``): the operators a probe relies on, each term ANDed; any other term is
-a 400 naming it, so a probe that uses an unsupported operator fails loudly."""
+"""Gmail's search (``q``): the operators a probe relies on, each term ANDed.
+
+Any other term is a 400 naming it, so a probe that uses an unsupported operator fails loudly."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The data of the emulated Gmail: stored messages (as Gmail keeps them after its own edits),
-each mailbox's drafts and its history of changes, with ids that grow as Gmail's do."""
+"""The data of the emulated Gmail.
+
+Stored messages (as Gmail keeps them after its own edits), each mailbox's drafts and its history
+of changes, with ids that grow as Gmail's do."""
 
 from __future__ import annotations
 
@@ -40,8 +42,10 @@ class StoredMessage:
 
 @dataclass
 class HistoryRecord:
-    """One change of a mailbox: ``kind`` is one of HISTORY_TYPES; ``message`` the message as it
-    was then (its labels at that moment decide what a ``labelId`` filter matches)."""
+    """One change of a mailbox.
+
+    ``kind`` is one of HISTORY_TYPES; ``message`` the message as it was then (its labels at that
+    moment decide what a ``labelId`` filter matches)."""
 
     id: int
     kind: str

@@ -1,5 +1,7 @@
-"""The undocumented behaviours of Gmail's drafts.send that the emulator can show at their worst,
-each a switch (staging.core.Switch) whose comment cites what Google documents."""
+"""The undocumented behaviours of Gmail's drafts.send, each a switch.
+
+The emulator can show each at its worst. Each is a switch (staging.core.Switch) whose comment
+cites what Google documents."""
 
 from __future__ import annotations
 

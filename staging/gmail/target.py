@@ -1,5 +1,7 @@
-"""GmailTarget: the emulated Gmail v1 API, its default tokens, switches and routes, assembled
-from the mailboxes and the route groups, and its settings endpoint."""
+"""GmailTarget: the emulated Gmail v1 API.
+
+Its default tokens, switches and routes, assembled from the mailboxes and the route groups, and
+its settings endpoint."""
 
 from __future__ import annotations
 

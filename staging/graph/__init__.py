@@ -1,5 +1,7 @@
-"""Microsoft Graph v1.0 mail emulation: drafts and their sending, ``sendMail``, folders, moves,
-the mailbox-wide message listing a probe reads, and ``/me``.
+"""Microsoft Graph v1.0 mail emulation.
+
+It covers drafts and their sending, ``sendMail``, folders, moves, the mailbox-wide message
+listing a probe reads, and ``/me``.
 
 Several mailboxes can exist; a token reaches the mailbox of its ``account`` (``Token.account``
 in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
@@ -31,10 +33,10 @@ in staging/core; the default tokens reach :data:`DEFAULT_ACCOUNT`, the mailbox
 * ``GET /v1.0/me/messages/{id}`` and ``GET /v1.0/me/mailFolders/{folder}/messages/{id}``.
 
 Every route also answers under ``/v1.0/users/{user}`` (an id or userPrincipalName) instead of
-``/v1.0/me``: an app-only token (client credentials at staging/oauth, roles instead of
-delegated scopes, ``User.Read.All`` for the profile) reaches any mailbox that way and gets 400
-on ``/me``; a delegated token reaches its own mailbox under either path and gets 403
-``ErrorAccessDenied`` for another user's.
+``/v1.0/me``. An app-only token (client credentials at staging/oauth, roles instead of delegated
+scopes, ``User.Read.All`` for the profile) reaches any mailbox that way and gets 400 on ``/me``.
+A delegated token reaches its own mailbox under either path and gets 403 ``ErrorAccessDenied``
+for another user's.
 
 Well-known folder names: drafts, outbox, sentitems, deleteditems, inbox, archive and
 recoverableitemsdeletions (where Deleted Items goes when it is emptied). What the real service

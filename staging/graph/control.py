@@ -1,6 +1,7 @@
-"""The control endpoints of the emulated Graph (``/_staging/graph/...``): mailboxes, send
-settings, delivery, armed sendMail replies, moves as a person would make them, folders, emptying
-Deleted Items, inbound mail, and a dump of every folder for tests."""
+"""The control endpoints of the emulated Graph (``/_staging/graph/...``).
+
+Mailboxes, send settings, delivery, armed sendMail replies, moves as a person would make them,
+folders, emptying Deleted Items, inbound mail, and a dump of every folder for tests."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from staging.graph.store import folder_view, newest_first
 
 
 class ControlRoutes(MailboxTarget):
-    """The handlers of ``/_staging/graph/...``; every body is JSON, ``account`` picks the
-    mailbox."""
+    """The handlers of ``/_staging/graph/...``.
+
+    Every body is JSON; ``account`` picks the mailbox."""
 
     @staticmethod
     async def _control_body(request: web.Request) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""The emulated Graph's mailboxes and what happens to them outside a request: the inspection and
-control API of tests and the CLI, the store's mechanics (filing, moving under a new id, transport
-taking waiting messages to Sent Items), Graph's error body, and which mailbox a token reaches."""
+"""The emulated Graph's mailboxes and what happens to them outside a request.
+
+It holds the inspection and control API of tests and the CLI, the store's mechanics (filing,
+moving under a new id, transport taking waiting messages to Sent Items), Graph's error body, and
+which mailbox a token reaches."""
 
 from __future__ import annotations
 
@@ -33,8 +35,10 @@ PROFILE_SCOPES = ("User.Read", "User.Read.All")  # User.Read.All: an app reading
 
 
 class MailboxTarget(Target):
-    """The state of the emulated Graph (its mailboxes, armed replies) and the mechanics every
-    route shares; the routes themselves are mixed in by GraphTarget."""
+    """The state of the emulated Graph and the mechanics every route shares.
+
+    The state is its mailboxes and armed replies. The routes themselves are mixed in by
+    GraphTarget."""
 
     def __init__(self, address: str = MAILBOX) -> None:
         super().__init__()
@@ -67,8 +71,10 @@ class MailboxTarget(Target):
     def configure(self, send_delay: float | None = None, queue_folder: str | None = None, *,
                   stall: int | None = None, sent_rule: str | None = None,
                   clear_rule: bool = False, account: str = DEFAULT_ACCOUNT) -> None:
-        """Sets how long submitted messages wait, where sendMail queues them (outbox or
-        drafts), how many next submissions stall in Drafts, and a rule for sent copies."""
+        """Sets how submitted messages wait, stall and are filed.
+
+        Sets how long submitted messages wait, where sendMail queues them (outbox or drafts),
+        how many next submissions stall in Drafts, and a rule for sent copies."""
         if queue_folder is not None and queue_folder not in ("outbox", "drafts"):
             raise ValueError("queue_folder must be 'outbox' or 'drafts'")
         if send_delay is not None and send_delay < 0:
@@ -106,8 +112,10 @@ class MailboxTarget(Target):
         return self._settle(self.box(account), force=True)
 
     def move(self, message_id: str, folder: str, account: str = DEFAULT_ACCOUNT) -> str:
-        """Moves a message to ``folder`` (a name or id) as a person would and returns its new
-        id (Exchange gives a moved item a new id; its extended properties go with it).
+        """Moves a message to ``folder`` (a name or id) as a person would.
+
+        Returns its new id (Exchange gives a moved item a new id; its extended properties go
+        with it).
 
         Raises:
             KeyError: no folder holds ``message_id``, or there is no such folder.
@@ -125,8 +133,9 @@ class MailboxTarget(Target):
             return self._move(box, hit[0], hit[1], target)
 
     def empty_deleted(self, account: str = DEFAULT_ACCOUNT) -> int:
-        """Empties Deleted Items into Recoverable Items, as a person or a retention policy
-        would; returns how many messages moved."""
+        """Empties Deleted Items into Recoverable Items.
+
+        It does so as a person or a retention policy would; returns how many messages moved."""
         box = self.box(account)
         self._settle(box)
         with self._lock:
@@ -192,10 +201,11 @@ class MailboxTarget(Target):
         return m.id
 
     def _settle(self, box: Mailbox, force: bool = False) -> int:
-        """Moves the messages whose delay is over to Sent Items, each under a new id (as
-        Exchange does), or drops them when the sender asked not to keep a copy; then applies
-        the mailbox's rule for sent copies. A message waits in the Outbox, or in Drafts while
-        ``submitted_stays_in_drafts_s`` lasts."""
+        """Moves the messages whose delay is over to Sent Items.
+
+        Each moves under a new id (as Exchange does), or is dropped when the sender asked not to
+        keep a copy. Then the mailbox's rule for sent copies applies. A message waits in the
+        Outbox, or in Drafts while ``submitted_stays_in_drafts_s`` lasts."""
         now = time.time()
         moved = 0
         with self._lock:
@@ -223,8 +233,9 @@ class MailboxTarget(Target):
     # -- errors ---------------------------------------------------------------------------------
 
     def error(self, status: int, code: str, message: str) -> web.Response:
-        """Graph's error body. ``code`` is Graph's own code or one of the core's generic ones,
-        translated here."""
+        """Graph's error body.
+
+        ``code`` is Graph's own code or one of the core's generic ones, translated here."""
         headers: dict[str, str] = {}
         if code in ("unauthenticated", "revoked"):
             code = "InvalidAuthenticationToken"
@@ -247,8 +258,10 @@ class MailboxTarget(Target):
                                 "The specified object was not found in the store."))
 
     def _caller(self, request: web.Request, *scopes: str) -> Mailbox:
-        """The mailbox a request addresses (``/me``: the token's own; ``/users/{user}``: that
-        user's, by id or userPrincipalName), once the token is checked for ``scopes``.
+        """The mailbox a request addresses, once the token is checked for ``scopes``.
+
+        ``/me`` addresses the token's own; ``/users/{user}`` that user's, by id or
+        userPrincipalName.
 
         An app-only token (client credentials, staging/oauth) reaches every mailbox through
         ``/users/{user}`` and has no ``/me``; a delegated token reaches only its own mailbox,

@@ -1,6 +1,8 @@
-"""MAPI single-value extended properties as Graph exposes them: property ids in their canonical
-form, PR_MESSAGE_FLAGS (computed by the store, never taken from a client), and the key a sender
-stamps into a message (a header or a named property) that the emulator records with an effect."""
+"""MAPI single-value extended properties as Graph exposes them.
+
+Property ids in their canonical form, PR_MESSAGE_FLAGS (computed by the store, never taken from
+a client), and the key a sender stamps into a message (a header or a named property) that the
+emulator records with an effect."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ _PROP_ID = re.compile(
 
 
 def normalise_property_id(prop_id: str) -> str | None:
-    """The canonical form of an extended property id (GUIDs lower case, single spaces), or None
-    when it is not one. Exchange compares property ids this way, not as raw strings."""
+    """The canonical form of an extended property id, or None when it is not one.
+
+    GUIDs are lower case, with single spaces. Exchange compares property ids this way, not as
+    raw strings."""
     m = _PROP_ID.match(prop_id.strip())
     if m is None:
         return None
@@ -43,9 +47,10 @@ def normalise_property_id(prop_id: str) -> str | None:
 
 
 def message_flags(m: GraphMessage) -> int:
-    """PR_MESSAGE_FLAGS as the store computes it: read, unsent while a draft, submitted while
-    a sent draft waits in Drafts for transport (once the ``submitted_flag_after_s`` window
-    after its 202 is over)."""
+    """PR_MESSAGE_FLAGS as the store computes it.
+
+    Read; unsent while a draft; submitted while a sent draft waits in Drafts for transport (once
+    the ``submitted_flag_after_s`` window after its 202 is over)."""
     flags = MSGFLAG_READ if m.fields.get("isRead") else 0
     if m.fields.get("isDraft"):
         flags |= MSGFLAG_UNSENT

@@ -1,5 +1,7 @@
-"""Graph's message and folder routes: the profile, listing and reading messages (the probe's
-view), moving a message, and the mail folders."""
+"""Graph's message and folder routes.
+
+The profile, listing and reading messages (the probe's view), moving a message, and the mail
+folders."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The OData query options staging Graph understands on message listings (``$filter`` on one
-extended property, ``$expand`` of extended properties, ``$select``, ``$top``, ``$skip``) and the
-JSON view of a message they shape; any other form is a clear 400, never silently ignored."""
+"""The OData query options staging Graph understands on message listings.
+
+They are ``$filter`` on one extended property, ``$expand`` of extended properties, ``$select``,
+``$top`` and ``$skip``; also the JSON view of a message they shape. Any other form is a clear
+400, never silently ignored."""
 
 from __future__ import annotations
 
@@ -63,8 +65,10 @@ def parse_filter(target: Target, text: str | None) -> Any:
 
 def parse_expand(target: Target, text: str | None
                   ) -> tuple[bool, tuple[str, ...] | None]:
-    """Whether to expand singleValueExtendedProperties, and which ids (None: all of them);
-    the filter is ``id eq '…'`` or several of those joined by ``or``."""
+    """Whether to expand singleValueExtendedProperties, and which ids.
+
+    None for the ids: all of them. The filter is ``id eq '…'`` or several of those joined by
+    ``or``."""
     if text is None:
         return False, None
     m = _EXPAND.match(text)

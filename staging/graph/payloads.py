@@ -1,6 +1,8 @@
-"""Message bodies as Graph reads them from a request: property names matched without regard to
-case, recipients resolved, at most five ``x-`` internet message headers, extended properties in
-their canonical form (PR_MESSAGE_FLAGS dropped, the store computes it)."""
+"""Message bodies as Graph reads them from a request.
+
+Property names are matched without regard to case, recipients resolved, at most five ``x-``
+internet message headers taken, and extended properties put in their canonical form
+(PR_MESSAGE_FLAGS dropped, the store computes it)."""
 
 from __future__ import annotations
 

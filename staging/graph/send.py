@@ -1,6 +1,8 @@
-"""Drafts and sending on Graph: creating a draft, sending it (and what a second send of a draft
-still waiting in Drafts does, per the ``second_send`` switch), ``sendMail``, and the submission
-that queues a message for transport."""
+"""Drafts and sending on Graph.
+
+Creating a draft, sending it (and what a second send of a draft still waiting in Drafts does,
+per the ``second_send`` switch), ``sendMail``, and the submission that queues a message for
+transport."""
 
 from __future__ import annotations
 
@@ -108,11 +110,13 @@ class SendRoutes(MailboxTarget):
         return reply
 
     def _submit(self, box: Mailbox, m: GraphMessage, source: Folder | None) -> bool:
-        """Submits ``m`` (lock held): it leaves ``source`` (Drafts) for the queue folder under
-        a new id and waits there ``send_delay``, or, while the ``submitted_stays_in_drafts_s``
-        switch is on, stays a draft in Drafts under its id, flagged submitted, that long.
-        Its mfSubmitted shows only ``submitted_flag_after_s`` after the send. Returns False
-        when a stall fault keeps it a draft in Drafts, unsubmitted, instead."""
+        """Submits ``m`` (lock held) for transport.
+
+        It leaves ``source`` (Drafts) for the queue folder under a new id and waits there
+        ``send_delay``. Or, while the ``submitted_stays_in_drafts_s`` switch is on, it stays a
+        draft in Drafts under its id, flagged submitted, that long. Its mfSubmitted shows only
+        ``submitted_flag_after_s`` after the send. Returns False when a stall fault keeps it a
+        draft in Drafts, unsubmitted, instead."""
         if box.stall > 0:
             box.stall -= 1
             if source is None:  # sendMail saves a draft first; here it stays one
@@ -138,8 +142,10 @@ class SendRoutes(MailboxTarget):
         return True
 
     def _send_again(self, box: Mailbox, m: GraphMessage, draft_id: str) -> bool:
-        """A send of a draft already submitted (lock held), as the ``second_send`` switch
-        says: raises the refusal, or returns whether a second copy went out."""
+        """A send of a draft already submitted (lock held).
+
+        As the ``second_send`` switch says, it raises the refusal, or returns whether a second
+        copy went out."""
         behaviour = self.switch("second_send")
         if behaviour == "refused":
             box.refused_sends.append(draft_id)

@@ -1,6 +1,8 @@
-"""The data of the emulated Exchange mail store: messages with the properties Graph returns only
-on request, folders (the well-known ones with ids stable for a mailbox's life), mailboxes with
-their send behaviour, and the ids and timestamps Exchange gives them."""
+"""The data of the emulated Exchange mail store.
+
+Messages with the properties Graph returns only on request, folders (the well-known ones with
+ids stable for a mailbox's life), mailboxes with their send behaviour, and the ids and
+timestamps Exchange gives them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The documented worst cases of Graph's send that the emulator can show, each a switch
-(staging.core.Switch) whose comment cites what Microsoft documents, or that it documents nothing."""
+"""The documented worst cases of Graph's send, each a switch.
+
+The emulator can show each. Each is a switch (staging.core.Switch) whose comment cites what
+Microsoft documents, or that it documents nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""GraphTarget: the emulated Microsoft Graph v1.0 mail API, its default tokens, switches and
-routes, assembled from the mailbox store and the route groups."""
+"""GraphTarget: the emulated Microsoft Graph v1.0 mail API.
+
+Its default tokens, switches and routes, assembled from the mailbox store and the route groups."""
 
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ class GraphTarget(MessageRoutes, SendRoutes, ControlRoutes):
         return graph_throttled(self.switch(RETRY_AFTER))
 
     def _one_of_four(self, handler: Handler) -> Handler:
-        """``handler`` counted against its mailbox's concurrent requests: past the
-        ``mailbox_concurrency`` switch (Outlook's four per app and mailbox) Graph answers 429."""
+        """``handler`` counted against its mailbox's concurrent requests.
+
+        Past the ``mailbox_concurrency`` switch (Outlook's four per app and mailbox) Graph
+        answers 429."""
 
         async def limited(request: web.Request) -> web.StreamResponse:
             limit = self.switch(MAILBOX_CONCURRENCY)

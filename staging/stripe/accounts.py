@@ -1,5 +1,7 @@
-"""Stripe accounts and keys: the data of each account in each mode, which account and mode a key
-reaches, the ``/v1/account`` route, and Stripe's own 401/403 answers."""
+"""Stripe accounts and keys.
+
+The data of each account in each mode, which account and mode a key reaches, the ``/v1/account``
+route, and Stripe's own 401/403 answers."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ DEFAULT_SEARCH_LAG = 5.0  # seconds; Stripe's search trails writes by up to abou
 
 
 def account_id(tok: Token) -> str:
-    """The Stripe account a key belongs to: ``ACCOUNT`` for the default account, else the
-    token's account as given (``acct_…``)."""
+    """The Stripe account a key belongs to.
+
+    ``ACCOUNT`` for the default account, else the token's account as given (``acct_…``)."""
     return ACCOUNT if tok.account == DEFAULT_ACCOUNT else tok.account
 
 
@@ -39,8 +42,9 @@ def key_of(request: web.Request) -> str:
 
 
 class StripeAccounts(Target):
-    """The state of the emulated Stripe and what every route shares (accounts, keys,
-    errors); the routes themselves are mixed in by StripeTarget."""
+    """The state of the emulated Stripe and what every route shares.
+
+    That is accounts, keys and errors. The routes themselves are mixed in by StripeTarget."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,8 +76,10 @@ class StripeAccounts(Target):
         return stripe_error(status, "invalid_request_error", message)
 
     def authorize(self, request: web.Request, *scopes: str) -> Token:
-        """Stripe's own answers: 401 for a missing, unknown or rolled key, 403 for a restricted
-        key without the permission (naming the permission that would allow the request)."""
+        """Stripe's own answers to a key: 401 or 403.
+
+        401 for a missing, unknown or rolled key; 403 for a restricted key without the
+        permission (naming the permission that would allow the request)."""
         try:
             return super().authorize(request, *scopes)
         except Reply as r:

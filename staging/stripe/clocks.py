@@ -1,6 +1,8 @@
-"""Stripe's clock on every answer: the ``Date`` header comes from Stripe's clock (this host's
-plus the ``clock_offset_s`` switch), errors and replays included; the same wrapper hides
-metadata from a restricted key when the ``restricted_key_metadata`` switch says so."""
+"""Stripe's clock on every answer.
+
+The ``Date`` header comes from Stripe's clock (this host's plus the ``clock_offset_s`` switch),
+errors and replays included. The same wrapper hides metadata from a restricted key when the
+``restricted_key_metadata`` switch says so."""
 
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ class StripeClock(StripeAccounts):
 
     def _dated(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        """``handler`` with Stripe's ``Date`` header (Stripe's clock, not this host's) on every
-        answer, errors and replays included, and with metadata hidden from a restricted key
-        when the ``restricted_key_metadata`` switch says so."""
+        """``handler`` with Stripe's ``Date`` header on every answer.
+
+        The header is on Stripe's clock, not this host's, errors and replays included. Metadata
+        is hidden from a restricted key when the ``restricted_key_metadata`` switch says so."""
 
         async def wrapped(request: web.Request) -> web.StreamResponse:
             try:

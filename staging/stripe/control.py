@@ -1,5 +1,6 @@
-"""The control endpoints of the emulated Stripe (``/_staging/stripe/...``): the search lag,
-execution errors to arm, and customers that PaymentIntents may name."""
+"""The control endpoints of the emulated Stripe (``/_staging/stripe/...``).
+
+The search lag, execution errors to arm, and customers that PaymentIntents may name."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Stripe's idempotency for v1 POSTs: a key is remembered with the endpoint, the parameters and
-the answer once execution begins; the same key replays that answer (errors included), other
-parameters get 400, a twin of a request still executing gets 409, and a key older than the
-``idempotency_ttl_s`` switch is forgotten."""
+"""Stripe's idempotency for v1 POSTs.
+
+A key is remembered with the endpoint, the parameters and the answer once execution begins. The
+same key replays that answer (errors included), other parameters get 400, and a twin of a
+request still executing gets 409. A key older than the ``idempotency_ttl_s`` switch is
+forgotten."""
 
 from __future__ import annotations
 
@@ -33,8 +35,10 @@ class IdempotencyReplay(StripeAccounts):
     """Remembers, replays and forgets the answers of requests with an Idempotency-Key."""
 
     def _remembered(self, state: AccountData, key: str, fingerprint: str) -> web.Response | None:
-        """The answer for a key seen before: a replay, a 400 for other parameters, or a 409
-        while the first request runs. None for a new (or pruned) key."""
+        """The answer for a key seen before.
+
+        A replay, a 400 for other parameters, or a 409 while the first request runs. None for a
+        new (or pruned) key."""
         if len(key) > MAX_IDEMPOTENCY_KEY:
             raise Reply(stripe_error(400, "invalid_request_error",
                                      f"Keys for idempotent requests can be no longer than "

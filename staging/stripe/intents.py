@@ -1,5 +1,7 @@
-"""The PaymentIntents routes: create (validated, then executed under the idempotency rules),
-retrieve, list (a consistent read) and search (eventually consistent: ``search_lag``)."""
+"""The PaymentIntents routes.
+
+Create (validated, then executed under the idempotency rules), retrieve, list (a consistent
+read) and search (eventually consistent: ``search_lag``)."""
 
 from __future__ import annotations
 
@@ -147,6 +149,7 @@ class PaymentIntentRoutes(IdempotencyReplay, StripeClock):
 
     async def _h_update(self, request: web.Request) -> web.Response:
         """``POST /v1/payment_intents/{id}``: what a person's edit in the Dashboard does too.
+
         Metadata is merged, a key set to "" is removed (Stripe's rule for metadata)."""
         state = self._state_for(request, self.authorize(request, PERM_WRITE))
         params = decode_params((k, v) for k, v in (await request.post()).items()

@@ -1,5 +1,7 @@
-"""The objects the emulated Stripe keeps: PaymentIntents as the API returns them, one account's
-data in one mode, and the execution errors a test arms; with Stripe-looking random ids."""
+"""The objects the emulated Stripe keeps, with Stripe-looking random ids.
+
+PaymentIntents as the API returns them, one account's data in one mode, and the execution errors
+a test arms."""
 
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ class AccountData:
 
 @dataclass
 class ExecutionError:
-    """An error the create endpoint meets after execution began (so Stripe saves it under the
-    Idempotency-Key and replays it); ``commit``: the PaymentIntent was created before it."""
+    """An error the create endpoint meets after execution began.
+
+    So Stripe saves it under the Idempotency-Key and replays it. ``commit``: the PaymentIntent
+    was created before it."""
 
     status: int = 500
     commit: bool = False

@@ -1,6 +1,7 @@
-"""Request parameters as Stripe reads them: the form/query encoding (``a[b]=v``), the
-parameters each endpoint accepts (anything else is ``parameter_unknown``), integers, page limits
-and ``created`` filters."""
+"""Request parameters as Stripe reads them.
+
+The form/query encoding (``a[b]=v``), the parameters each endpoint accepts (anything else is
+``parameter_unknown``), integers, page limits and ``created`` filters."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Stripe's answers: the error body, the ``Request-Id`` every answer carries, keys masked as
-Stripe's messages show them, and an answer with metadata emptied for a key that may not see it."""
+"""Stripe's answers.
+
+The error body, the ``Request-Id`` every answer carries, keys masked as Stripe's messages show
+them, and an answer with metadata emptied for a key that may not see it."""
 
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ def mask_key(key: str) -> str:
 
 
 def without_metadata(response: web.Response) -> web.Response:
-    """The same answer with every PaymentIntent's metadata emptied, as a key that may not see
-    metadata would get it (one object, or a list or search page of them)."""
+    """The same answer with every PaymentIntent's metadata emptied.
+
+    That is how a key that may not see metadata would get it (one object, or a list or search
+    page of them)."""
     body = json.loads(response.body) if isinstance(response.body, bytes) else {}
     for obj in body.get("data", [body]) if isinstance(body, dict) else []:
         if isinstance(obj, dict) and "metadata" in obj:

@@ -1,5 +1,6 @@
-"""Stripe's search query language, the subset the emulator understands; anything else is a
-Stripe-like error, never a silent non-match."""
+"""Stripe's search query language, the subset the emulator understands.
+
+Anything else is a Stripe-like error, never a silent non-match."""
 
 from __future__ import annotations
 

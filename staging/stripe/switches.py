@@ -1,5 +1,6 @@
-"""The documented worst cases of Stripe that the emulator can show, each a switch
-(staging.core.Switch) whose doc cites what Stripe documents."""
+"""The documented worst cases of Stripe that the emulator can show.
+
+Each is a switch (staging.core.Switch) whose doc cites what Stripe documents."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""StripeTarget: the emulated Stripe PaymentIntents API, its default keys, switches and routes,
-assembled from the accounts, the clock, idempotency and the route groups."""
+"""StripeTarget: the emulated Stripe PaymentIntents API.
+
+Its default keys, switches and routes, assembled from the accounts, the clock, idempotency and
+the route groups."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ DEFAULT_READ_KEY = staging_tokens.STRIPE_READ
 
 
 class StripeTarget(PaymentIntentRoutes, ControlRoutes):
-    """Stripe accounts in memory, each with its test-mode and live-mode data apart. A key
-    reaches the data of its token's account in its own mode (``livemode``)."""
+    """Stripe accounts in memory, each with its test-mode and live-mode data apart.
+
+    A key reaches the data of its token's account in its own mode (``livemode``)."""
 
     name = "stripe"
     switches = (CLOCK_OFFSET, RESTRICTED_METADATA, IDEMPOTENCY_TTL_SWITCH,

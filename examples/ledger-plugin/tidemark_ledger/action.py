@@ -1,15 +1,16 @@
-"""``ledger.post_invoice`` {customer, amount, currency, reference}: post one invoice to the
-ledger, under the step's key.
+"""The ``ledger.post_invoice`` action: post one invoice to the ledger, under the step's key.
 
-Reversible: a posted invoice is voided by compensation. The void stays on the ledger's record
-(a ledger never forgets), but the invoice no longer counts, and nothing has left the company
-yet: sending the invoice to the customer would be a separate, irreversible step.
+Its arguments: {customer, amount, currency, reference}.
+
+Reversible: a posted invoice is voided by compensation. The void stays on the ledger's record (a
+ledger never forgets), but the invoice no longer counts. Nothing has left the company yet:
+sending the invoice to the customer would be a separate, irreversible step.
 
 How the key reaches the target: the step's key is the request's ``Idempotency-Key``. The ledger
-remembers it, replays the first answer to a retry (so a second execute under one key posts
-nothing) and stores it on the invoice, where the probe looks for it. The probe never matches on
-customer or reference alone: another invoice with the same customer and reference (a second
-instalment, a clerk's manual entry) is not ours.
+remembers it and replays the first answer to a retry (so a second execute under one key posts
+nothing). It also stores it on the invoice, where the probe looks for it. The probe never
+matches on customer or reference alone: another invoice with the same customer and reference (a
+second instalment, a clerk's manual entry) is not ours.
 
 Configuration (``from_env``): ``TIDEMARK_LEDGER_URL`` (or ``TIDEMARK_STAGING_URL``, with the
 staging ledger's default tokens), ``TIDEMARK_LEDGER_WRITE_TOKEN`` and
@@ -45,8 +46,10 @@ class LedgerError(Exception):
 
 
 class LedgerClient:
-    """The ledger's HTTP API with one bearer token. Sends each request once; a lost answer or a
-    timeout raises TargetUnavailable (the journal, not the client, decides what comes next)."""
+    """The ledger's HTTP API with one bearer token.
+
+    Sends each request once; a lost answer or a timeout raises TargetUnavailable (the journal,
+    not the client, decides what comes next)."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")

@@ -1,5 +1,6 @@
-"""The invoice ledger's staging server: a small system of record over HTTP, mounted next to
-Tidemark's own emulated targets (entry point ``tidemark.staging``).
+"""The invoice ledger's staging server: a small system of record over HTTP.
+
+It is mounted next to Tidemark's own emulated targets (entry point ``tidemark.staging``).
 
 API (JSON; ``Authorization: Bearer <token>``):
 
