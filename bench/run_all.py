@@ -424,11 +424,11 @@ async def resume_once(client: Client, store: JournalStore, queue: str,
 
 async def measure_scale(client: Client, db_url: str, queue: str, worker_pid: int,
                         big: int, resumes: int) -> dict[str, Any]:
-    """Two tasks, of 10 and ``big`` steps, each with ``resumes`` steps in doubt near its end.
+    """Two tasks, of 10 and ``big`` steps, resumed through their steps in doubt.
 
-    The doubts are every other step before the last. The first run stops at the first of them;
-    each resume probes one, runs the next step and stops at the next doubt (the last
-    completes)."""
+    Each has ``resumes`` steps in doubt near its end: every other step before the last. The
+    first run stops at the first of them; each resume probes one, runs the next step and stops
+    at the next doubt (the last completes)."""
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-doubt-"))
     tasks: dict[int, tuple[str, list[Path]]] = {}
     for n in (10, big):

@@ -1,4 +1,4 @@
-"""Mutation check of the safety surface: break one rule at a time, see if the suite notices.
+"""Mutation check: break one safety rule at a time and see whether the suite notices.
 
 ``python -m dev.mutation_check [--json] [--list] [--rules] [--only NAME ...] [--jobs N]
 [--no-baseline] [--full] [--per-rule] [--named-only]``
@@ -234,9 +234,9 @@ def verdict(name: str, code: int | None, out: str, took: float) -> Result | None
 
 
 def run_mutant(base: Path, mutant: Mutant, tier: bool = True) -> Result:
-    """Applies the mutant to a copy of ``base`` and runs its named tests, then its tier.
+    """Applies the mutant to a copy of ``base`` and runs its tests.
 
-    With ``tier``, the rest of its module's tier runs after the named tests; each run uses
+    First its named tests; then, with ``tier``, the rest of its module's tier. Each run uses
     ``-x``."""
     started = time.monotonic()
     error = anchor_errors(base, mutant)

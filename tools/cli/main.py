@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _schema_behind(e: Exception) -> str | None:
-    """What to say when Postgres said a table or a column of the journal does not exist.
+    """What to say when Postgres finds no such table or column in the journal.
 
     Either there is no schema yet, or one older than this version (a command that reads does not
     migrate). None for any other error. The driver is loaded by the commands that use the

@@ -100,10 +100,10 @@ def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = N
 
 
 def approval_outlook(plan: Plan, env: Mapping[str, str]) -> str | None:
-    """Why a run of ``plan`` will wait for a person under a worker's TIDEMARK_APPROVAL, or None.
+    """Why a run of ``plan`` will wait for a person, or None.
 
-    The run waits before its irreversible steps. The journal's policy and a series' may ask for
-    more."""
+    The reason is the one under a worker's TIDEMARK_APPROVAL; the run waits before its
+    irreversible steps. The journal's policy and a series' may ask for more."""
     from tidemark.approval import policy_from_env, why_asked
 
     irreversible = [s.args for s in plan.steps if s.irreversible]
