@@ -42,9 +42,11 @@ class BenchStep(Action):
 
 
 class ShortBenchStep(BenchStep):
-    """``bench.step`` with a deadline within the attempt lease's floor (tidemark.store.LEASE_S),
-    as fs.rename's: the lease of an attempt killed in its call lapses LEASE_S after its last
-    renewal. bench.step's 5 s deadline keeps a killed attempt's lease until 5 s after its intent."""
+    """``bench.step`` with a deadline within the attempt lease's floor.
+
+    The floor is tidemark.store.LEASE_S, and the deadline is fs.rename's: the lease of an attempt
+    killed in its call lapses LEASE_S after its last renewal. bench.step's 5 s deadline keeps a
+    killed attempt's lease until 5 s after its intent."""
 
     name: ClassVar[str] = "bench.short_step"
     deadline_s = 2.0
@@ -54,8 +56,9 @@ def bench_plan(task_id: str, n: int, *, execution: str = "activity",
                doubts: dict[int, str] | None = None,
                holds: dict[int, str] | None = None,
                action: str = "bench.step") -> dict[str, Any]:
-    """A plan of ``n`` no-op steps; ``doubts`` maps step numbers to their doubt_while file,
-    ``holds`` to their hold_while file."""
+    """A plan of ``n`` no-op steps.
+
+    ``doubts`` maps step numbers to their doubt_while file, ``holds`` to their hold_while file."""
     doubts, holds = doubts or {}, holds or {}
     steps = []
     for i in range(1, n + 1):

@@ -1,11 +1,12 @@
-"""The real worker (worker.main) with only the benchmarks' actions (bench/bench_actions.py)
-bound: ``python bench/bench_worker.py`` with the worker's usual environment (TEMPORAL_ADDRESS,
-DATABASE_URL, TIDEMARK_TASK_QUEUE).
+"""The real worker with only the benchmarks' actions bound.
+
+This is worker.main with the actions of bench/bench_actions.py: ``python bench/bench_worker.py``
+with the worker's usual environment (TEMPORAL_ADDRESS, DATABASE_URL, TIDEMARK_TASK_QUEUE).
 
 With ``TIDEMARK_BENCH_LATENCIES=FILE`` it also keeps every step's latency as the journal
-reports it (tidemark_step_latency: from the attempt's start to its outcome written) and writes
-them to FILE when it exits, one per line in seconds: what the journal's part of a step costs
-inside a worker, between the steps of real runs (bench/path_breakdown.py)."""
+reports it (tidemark_step_latency: from the attempt's start to its outcome written). It writes
+them to FILE when it exits, one per line in seconds. That is what the journal's part of a step
+costs inside a worker, between the steps of real runs (bench/path_breakdown.py)."""
 
 import atexit
 import os
@@ -26,8 +27,9 @@ LATENCIES_ENV = "TIDEMARK_BENCH_LATENCIES"
 
 
 class Latencies(metrics.Metrics):
-    """A metrics sink that keeps each step's latency, exactly (the runtime's meter keeps whole
-    milliseconds, in buckets)."""
+    """A metrics sink that keeps each step's latency exactly.
+
+    The runtime's meter keeps whole milliseconds, in buckets."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []

@@ -1,6 +1,8 @@
-"""Draws steps per second against concurrency from run_all's JSON as a small SVG, by hand (no
-plotting library), and prints the results table of docs/benchmarks.md in Markdown:
-``python bench/chart.py result.json docs/steps_per_s.svg``."""
+"""Draws steps per second against concurrency as a small SVG, and prints the results table.
+
+The input is run_all's JSON. The SVG is drawn by hand (no plotting library); the table is the
+one of docs/benchmarks.md, in Markdown: ``python bench/chart.py result.json
+docs/steps_per_s.svg``."""
 
 from __future__ import annotations
 

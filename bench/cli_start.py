@@ -86,8 +86,9 @@ def _children_cpu_s() -> float:
 
 
 def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(milliseconds from spawn to exit, CPU milliseconds the process used) of one run; a
-    failing run fails the benchmark. The CPU time moves much less with the machine's load than
+    """Time one run: (milliseconds from spawn to exit, CPU milliseconds the process used).
+
+    A failing run fails the benchmark. The CPU time moves much less with the machine's load than
     the wall time: a process waiting for a core is not charged for the wait."""
     cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
@@ -100,9 +101,11 @@ def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def measure_cli_start(db_url: str, runs: int) -> dict[str, Any]:
-    """Medians of ``runs`` rounds, each running every variant once (so that the machine's noise
-    hits them alike), and the ratios of the status command to its neighbours; the same medians
-    in CPU time under ``cli_start_cpu_ms``."""
+    """Medians of ``runs`` rounds, each running every variant once.
+
+    One round runs every variant, so that the machine's noise hits them alike. Also returns the
+    ratios of the status command to its neighbours, and the same medians in CPU time under
+    ``cli_start_cpu_ms``."""
     with tempfile.TemporaryDirectory(prefix="tidemark-cli-start-") as work:
         task_id = seed_task(db_url, Path(work))
         # This tree first on the path, so that a worktree measures its own code. Its bytecode

@@ -1,5 +1,7 @@
-"""A DBOS workflow of no-op steps on a given Postgres: ``python bench/dbos_steps.py URL N
-ROUNDS``; prints {"step_ms": ...} (the median over rounds of wall time per step).
+"""A DBOS workflow of no-op steps on a given Postgres.
+
+``python bench/dbos_steps.py URL N ROUNDS`` prints {"step_ms": ...}: the median over rounds of
+wall time per step.
 
 DBOS writes a row per step to its system database (here a database of the same Postgres the
 journal uses) and nothing else: no workflow server in between.

@@ -1,5 +1,6 @@
-"""How many live activities Temporal times out for a late heartbeat when many start at once on
-one worker, with nothing of Tidemark in them.
+"""How many live activities Temporal times out for a late heartbeat in a burst.
+
+Many start at once on one worker, with nothing of Tidemark in them.
 
     python bench/heartbeat_burst.py [--runs 256] [--wait-s 20] [--rounds 2] [--json]
 

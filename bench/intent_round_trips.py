@@ -1,5 +1,7 @@
-"""What a two-statement transaction costs in round trips, the way the journal's intent is written
-(a share lock on the task's plan row, then the insert), in the two ways psycopg can send it.
+"""What a two-statement transaction costs in round trips, sent two ways by psycopg.
+
+The transaction is written the way the journal's intent is: a share lock on the task's plan
+row, then the insert.
 
     python bench/intent_round_trips.py [--steps 600] [--rounds 6] [--gap-ms 15]
 

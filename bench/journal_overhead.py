@@ -51,8 +51,9 @@ class Noop(Action):
 
 @contextmanager
 def bench_store() -> Iterator[tuple[JournalStore, bool]]:
-    """A migrated JournalStore on DATABASE_URL, or on a throwaway embedded Postgres; yields
-    it with whether it is embedded."""
+    """A migrated JournalStore on DATABASE_URL, or on a throwaway embedded Postgres.
+
+    Yields it with whether it is embedded."""
     url = os.environ.get(ENV_URL)
     embedded = None
     if not url:

@@ -1,5 +1,6 @@
-"""Where a step of RunPlan's activity path spends its time, read from the histories' event
-timestamps, beside a bare activity's, in one run.
+"""Where a step of RunPlan's activity path spends its time, beside a bare activity's.
+
+Both are read from the histories' event timestamps, in one run.
 
     python bench/path_breakdown.py [--steps 200] [--rounds 2] [--before DIR]
 
@@ -93,9 +94,10 @@ async def events(handle: WorkflowHandle[Any, Any]) -> list[tuple[int, float, str
 
 
 def breakdown(evs: list[tuple[int, float, str]], activity: str) -> dict[str, Any]:
-    """Per-step intervals of the cycles that begin at a scheduled ``activity``: lists of ms per
-    interval name, the whole cycle (scheduled -> next scheduled), and the bookkeeping before
-    the first and after the last cycle."""
+    """Per-step intervals of the cycles that begin at a scheduled ``activity``.
+
+    Returns lists of ms per interval name, the whole cycle (scheduled -> next scheduled), and the
+    bookkeeping before the first and after the last cycle."""
     starts = [i for i, (t, _, name) in enumerate(evs)
               if t == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and name == activity]
     parts: dict[str, list[float]] = {name: [] for name, _ in CYCLE}
@@ -142,8 +144,10 @@ async def path_run(client: Client, n: int, queue: str = "bench") -> tuple[float,
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The breakdown of one plan's runs together: their cycles, their steps, and each run's
-    bookkeeping (its start to its first step, its last step to its end) added up."""
+    """The breakdown of one plan's runs together.
+
+    Their cycles, their steps, and each run's bookkeeping (its start to its first step, its last
+    step to its end) added up."""
     return {"parts": {name: [x for r in runs for x in r["parts"][name]] for name, _ in CYCLE},
             "cycle": [x for r in runs for x in r["cycle"]],
             "before_first_ms": sum(r["before_first_ms"] for r in runs),
@@ -165,8 +169,9 @@ def summary(ms: list[float], runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class TreeWorkers(Workers):
-    """Worker processes of another source tree's bench/bench_worker.py (it puts its own tree
-    first on sys.path)."""
+    """Worker processes of another source tree's bench/bench_worker.py.
+
+    Each puts its own tree first on sys.path."""
 
     def __init__(self, env: WorkflowEnvironment, db_url: str, task_queue: str,
                  tree: Path) -> None:

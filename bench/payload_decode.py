@@ -1,6 +1,7 @@
-"""What decoding a step's payloads costs in the Temporal SDK's converter, with the payload
-dataclasses' annotations evaluated (tidemark/payloads.py as it is) and as strings (the same
-source under ``from __future__ import annotations``), side by side in one run.
+"""What decoding a step's payloads costs in the Temporal SDK's converter, two ways.
+
+The payload dataclasses' annotations are evaluated (tidemark/payloads.py as it is) or kept as
+strings (the same source under ``from __future__ import annotations``), side by side in one run.
 
 RunPlan decodes a StepOutput in its workflow task for every step of the activity path, and the
 worker decodes a StepInput for every attempt. The converter reads a dataclass's field types

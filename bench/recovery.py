@@ -1,5 +1,6 @@
-"""Recovery after a killed worker: SIGKILL the worker process in the middle of a step's call,
-and time until that step is done by another worker.
+"""Recovery after a killed worker: time until another worker does the step.
+
+The worker process is SIGKILLed in the middle of a step's call.
 
     python bench/recovery.py [--reps N]      (or as part ``recovery`` of bench/run_all.py)
 
@@ -161,8 +162,10 @@ async def _one(client: Client, store: JournalStore, queue: str, env: dict[str, s
 
 
 async def measure_recovery(client: Client, db_url: str, reps: int) -> dict[str, Any]:
-    """``recovery_s_after_kill``: the median of ``reps`` kills of a short-deadline step (and
-    the max, the samples); the same for a 5 s-deadline step."""
+    """The recovery times of short-deadline and 5 s-deadline steps.
+
+    ``recovery_s_after_kill``: the median of ``reps`` kills of a short-deadline step (and the
+    max, the samples); the same for a 5 s-deadline step."""
     queue = f"recovery-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
            "DATABASE_URL": db_url, "TIDEMARK_TASK_QUEUE": queue,
@@ -206,10 +209,11 @@ async def measure_recovery(client: Client, db_url: str, reps: int) -> dict[str, 
 
 
 async def _live_retries(client: Client, queue: str, work: Path) -> dict[str, Any]:
-    """What the short heartbeat timeout costs live steps on this machine as loaded: LIVE_TASKS
-    tasks at once, each a step whose call lasts LIVE_HOLD_S (two heartbeat timeouts), no kill;
-    every attempt beyond the first is one Temporal started because a live step's heartbeats
-    stalled (it meets StepBusy; nothing is done twice)."""
+    """What the short heartbeat timeout costs live steps on this machine as loaded.
+
+    LIVE_TASKS tasks run at once, each a step whose call lasts LIVE_HOLD_S (two heartbeat
+    timeouts), no kill. Every attempt beyond the first is one Temporal started because a live
+    step's heartbeats stalled (it meets StepBusy; nothing is done twice)."""
     handles = []
     for _ in range(LIVE_TASKS):
         task = f"live-{uuid.uuid4().hex[:8]}"

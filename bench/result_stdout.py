@@ -14,8 +14,10 @@ from contextlib import contextmanager
 
 @contextmanager
 def others_to_stderr() -> Iterator[None]:
-    """While the block runs, what anything writes to file descriptor 1 (this process and the
-    processes it starts) goes to standard error; after it, standard output is the caller's."""
+    """While the block runs, send what goes to file descriptor 1 to standard error.
+
+    That covers this process and the processes it starts. After the block, standard output is
+    the caller's."""
     sys.stdout.flush()
     result_fd = os.dup(1)
     os.dup2(2, 1)

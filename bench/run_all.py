@@ -282,9 +282,10 @@ async def measure_bare(env: WorkflowEnvironment, default_env: WorkflowEnvironmen
 # -- the journal alone -------------------------------------------------------------------------
 
 def measure_journal(db_url: str, n: int, pace_ms: float | None = None) -> dict[str, Any]:
-    """run_step over ``n`` no-op steps in this process: back to back (``journal_p50_ms``), and
-    with ``pace_ms`` given, one step every ``pace_ms`` as a run calls them
-    (``journal_paced_p50_ms``).
+    """run_step over ``n`` no-op steps in this process, back to back and paced.
+
+    Back to back gives ``journal_p50_ms``; with ``pace_ms`` given, one step every ``pace_ms`` as
+    a run calls them gives ``journal_paced_p50_ms``.
 
     The two differ by more than noise on these machines: between the steps of a run the worker
     and Postgres wait (for Temporal, for the workflow), and each of the journal's three round
@@ -325,11 +326,12 @@ async def run_plan(client: Client, doc: dict[str, Any], queue: str) -> RunResult
 
 async def measure_paths(env: WorkflowEnvironment, default_client: Client, queue: str,
                         n: int, rounds: int, db_url: str) -> dict[str, Any]:
-    """RunPlan per step: activity path, fast path, and the activity path on a dev server
-    without our dynamic configuration (how it was before); in every round beside them a bare
-    activity's workflow and the journal alone (back to back, and paced one step per that
-    round's bare step), so that the activity path's ratio to bare plus journal is taken within
-    each round, then its median."""
+    """RunPlan per step: activity path, fast path, and the activity path as before.
+
+    "As before" is a dev server without our dynamic configuration. In every round a bare
+    activity's workflow and the journal alone run beside them (back to back, and paced one step
+    per that round's bare step). So the activity path's ratio to bare plus journal is taken
+    within each round, then its median."""
     client = env.client
     act: list[float] = []
     fast: list[float] = []
@@ -422,9 +424,11 @@ async def resume_once(client: Client, store: JournalStore, queue: str,
 
 async def measure_scale(client: Client, db_url: str, queue: str, worker_pid: int,
                         big: int, resumes: int) -> dict[str, Any]:
-    """Two tasks, of 10 and ``big`` steps, each with ``resumes`` steps in doubt near its end
-    (every other step before the last): the first run stops at the first of them; each
-    resume probes one, runs the next step and stops at the next doubt (the last completes)."""
+    """Two tasks, of 10 and ``big`` steps, resumed through their steps in doubt.
+
+    Each has ``resumes`` steps in doubt near its end: every other step before the last. The
+    first run stops at the first of them; each resume probes one, runs the next step and stops
+    at the next doubt (the last completes)."""
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-doubt-"))
     tasks: dict[int, tuple[str, list[Path]]] = {}
     for n in (10, big):
@@ -530,8 +534,10 @@ async def measure_many(env: WorkflowEnvironment, db_url: str, queue: str, worker
 # -- command start-up --------------------------------------------------------------------------
 
 def measure_cli(db_url: str, runs: int) -> dict[str, Any]:
-    """`tidemark status T` and `tidemark --help` as an operator runs them, beside a bare Python
-    and an import of the provider SDKs, in alternating rounds (bench/cli_start.py)."""
+    """`tidemark status T` and `tidemark --help` as an operator runs them.
+
+    They run beside a bare Python and an import of the provider SDKs, in alternating rounds
+    (bench/cli_start.py)."""
     out = measure_cli_start(db_url, runs)
     log(f"tidemark status {out['cli_status_ms']:.0f} ms, --help {out['cli_help_ms']:.0f} ms "
         f"(python -c pass {out['python_bare_ms']:.0f} ms, importing the provider SDKs "

@@ -1,5 +1,6 @@
-"""What a step of RunPlan's activity path costs beyond the least any step through the journal
-could cost, side by side in one process.
+"""What a step of RunPlan's activity path costs beyond the journal's least possible step.
+
+That least is what any step through the journal could cost; both run side by side in one process.
 
     python bench/step_floor.py [--steps 300] [--rounds 4] [--json]
 
@@ -73,8 +74,10 @@ VARIANTS = ("bare", "floor", "options", "activity", "path")
 
 @workflow.defn(name="FloorSteps", sandboxed=False)
 class FloorSteps:
-    """Steps ``1..n`` of a stored plan, one activity ``name`` each; ``options``: with a step's
-    heartbeat timeout, retry policy and summary, as RunPlan schedules it."""
+    """Steps ``1..n`` of a stored plan, one activity ``name`` each.
+
+    With ``options``: a step's heartbeat timeout, retry policy and summary, as RunPlan schedules
+    it."""
 
     @workflow.run
     async def run(self, args: list[Any]) -> int:
@@ -91,8 +94,9 @@ class FloorSteps:
 
 
 class FloorActivities:
-    """``floor_step``: run_step on a thread, as the activity path's attempt runs on a step
-    thread, and nothing around it."""
+    """``floor_step``: run_step on a thread, and nothing around it.
+
+    That is how the activity path's attempt runs on a step thread."""
 
     def __init__(self, store: JournalStore, registry: Registry,
                  threads: ThreadPoolExecutor) -> None:

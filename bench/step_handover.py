@@ -1,5 +1,6 @@
-"""What a step's hand-over to the worker's step threads costs, beside the same step run in the
-calling thread, measured side by side in one process.
+"""What a step's hand-over to the worker's step threads costs, beside an inline step.
+
+The inline step runs in the calling thread; both are measured side by side in one process.
 
 The activity path's ``run_step`` is a coroutine on the worker's event loop; the journal is
 synchronous psycopg, so the attempt's blocking parts run on a step thread

@@ -1,5 +1,7 @@
-"""What a step costs end to end: through Temporal (RunPlan on the dev server), through the
-journal alone (run_step in a loop), and the seed's 15 ms yardstick — measured side by side.
+"""What a step costs end to end, through Temporal and through the journal alone.
+
+Through Temporal is RunPlan on the dev server; the journal alone is run_step in a loop. Beside
+them is the seed's 15 ms yardstick. All are measured side by side.
 
 Both variants run the same plan of no-op steps against the same Postgres (embedded unless
 DATABASE_URL is set), alternating in rounds so machine noise hits them alike. Prints per-step

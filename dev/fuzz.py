@@ -1,6 +1,8 @@
-"""Hostile inputs for Tidemark's entries, made by a seeded generator: plans (as the bytes of a
-file or of a workflow's input), the arguments of the `tidemark` commands (task ids, series names,
-reasons, notes, ``--by`` labels) and the payloads of the ``halt`` signal.
+"""Hostile inputs for Tidemark's entries, made by a seeded generator.
+
+The inputs are plans (as the bytes of a file or of a workflow's input), the arguments of the
+`tidemark` commands (task ids, series names, reasons, notes, ``--by`` labels) and the payloads
+of the ``halt`` signal.
 
 The same seed gives the same cases. A set of them is kept as a corpus under tests/fuzz_corpus/
 (``python -m dev.fuzz --write-corpus tests/fuzz_corpus``), which tests/test_fuzz.py runs through
@@ -42,8 +44,10 @@ LONG = [101, 129, 201, 2001, 5000, 100_000]
 
 @dataclass(frozen=True)
 class Case:
-    """One hostile input: ``kind`` ``plan`` (``data``: a file's bytes), ``args`` (``argv`` of a
-    `tidemark` command) or ``signal`` (``data``: a halt's payload, of ``encoding``)."""
+    """One hostile input of a ``kind``: ``plan``, ``args`` or ``signal``.
+
+    For ``plan``, ``data`` is a file's bytes; for ``args``, ``argv`` is that of a `tidemark`
+    command; for ``signal``, ``data`` is a halt's payload, of ``encoding``."""
 
     name: str
     kind: str
@@ -188,8 +192,9 @@ def _signal(r: random.Random) -> tuple[bytes, str]:
 
 
 def generate(seed: int, count: int) -> Iterator[Case]:
-    """``count`` cases of the seed, each kind in proportion: six plans to three commands to
-    one signal."""
+    """``count`` cases of the seed, each kind in proportion.
+
+    The proportion is six plans to three commands to one signal."""
     r = random.Random(seed)
     for n in range(count):
         kind = r.choices(["plan", "args", "signal"], weights=[6, 3, 1])[0]

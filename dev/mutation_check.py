@@ -1,5 +1,4 @@
-"""Mutation check of the safety surface: break one rule at a time and measure whether the suite
-notices.
+"""Mutation check: break one safety rule at a time and see whether the suite notices.
 
 ``python -m dev.mutation_check [--json] [--list] [--rules] [--only NAME ...] [--jobs N]
 [--no-baseline] [--full] [--per-rule] [--named-only]``
@@ -102,8 +101,10 @@ class Rule:
 
 
 def read_rules(path: Path = RULES_DOC) -> list[Rule]:
-    """The rules listed in the docs. Each is a ``### `` heading followed by ``- status: covered``
-    or ``- status: pending`` and, for a covered rule, one ``- mutant: NAME`` line per mutant."""
+    """The rules listed in the docs.
+
+    Each is a ``### `` heading followed by ``- status: covered`` or ``- status: pending`` and,
+    for a covered rule, one ``- mutant: NAME`` line per mutant."""
     rules: list[Rule] = []
     text: str | None = None
     status, names = "", list[str]()
@@ -125,8 +126,10 @@ def read_rules(path: Path = RULES_DOC) -> list[Rule]:
 
 
 def rule_problems(rules: list[Rule], mutants: tuple[Mutant, ...] = MUTANTS) -> list[str]:
-    """What is wrong with the rules list against the mutants: a covered rule without a mutant,
-    a mutant name no mutant has, a mutant no rule names, a status other than the two."""
+    """What is wrong with the rules list against the mutants.
+
+    That is a covered rule without a mutant, a mutant name no mutant has, a mutant no rule
+    names, a status other than the two."""
     known = {m.name for m in mutants}
     problems = []
     for r in rules:
@@ -231,8 +234,10 @@ def verdict(name: str, code: int | None, out: str, took: float) -> Result | None
 
 
 def run_mutant(base: Path, mutant: Mutant, tier: bool = True) -> Result:
-    """Applies the mutant to a copy of ``base`` and runs its named tests, then (``tier``) the
-    rest of its module's tier, each with ``-x``."""
+    """Applies the mutant to a copy of ``base`` and runs its tests.
+
+    First its named tests; then, with ``tier``, the rest of its module's tier. Each run uses
+    ``-x``."""
     started = time.monotonic()
     error = anchor_errors(base, mutant)
     if error:
@@ -265,8 +270,9 @@ def run_mutant(base: Path, mutant: Mutant, tier: bool = True) -> Result:
 
 
 def per_rule(mutants: list[Mutant], rules: list[Rule]) -> list[Mutant]:
-    """The first mutant each covered rule names, once each, in the mutants' order: every rule
-    of the safety surface is still broken once (CI's subset of the full run)."""
+    """The first mutant each covered rule names, once each, in the mutants' order.
+
+    So every rule of the safety surface is still broken once (CI's subset of the full run)."""
     first = {r.mutants[0] for r in rules if r.status == "covered" and r.mutants}
     return [m for m in mutants if m.name in first]
 

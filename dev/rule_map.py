@@ -42,8 +42,9 @@ class Place:
 
 
 def _python_scope(source: str, line: int) -> str:
-    """The dotted name of the innermost class or function spanning ``line`` (1-based), or the
-    module-level constant it is part of."""
+    """The dotted name of the innermost class or function spanning ``line`` (1-based).
+
+    For a line outside them: the module-level constant it is part of."""
     best: list[str] = []
 
     def walk(node: ast.AST, trail: list[str]) -> None:

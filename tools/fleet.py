@@ -1,6 +1,8 @@
-"""``tidemark fleet PLAN --tasks N --workers W --wait-s S --kills K``: many tasks, many steps in
-flight, over several real worker processes that are SIGKILLed and restarted while the tasks run,
-judged from the staging servers' logs, with the peak of Postgres server connections.
+"""``tidemark fleet PLAN --tasks N --workers W --wait-s S --kills K``: many tasks, killed workers.
+
+Many tasks, many steps in flight, over several real worker processes that are SIGKILLed and
+restarted while the tasks run. They are judged from the staging servers' logs, with the peak of
+Postgres server connections.
 
 The plan's steps are drive.rename steps whose ``file_id`` holds ``{n}``: each of the N tasks
 gets the plan with ``{n}`` replaced by its number (so each task renames a file of its own, seeded
@@ -91,8 +93,9 @@ PERSON_STATES = frozenset({"needs_decision", "stopped", "precondition_failed",
 
 
 class FleetError(TidemarkError):
-    """The fleet could not run as asked (a plan it cannot spread, a worker that would not
-    start)."""
+    """The fleet could not run as asked.
+
+    For example, a plan it cannot spread, or a worker that would not start."""
 
 
 @dataclass(frozen=True)
@@ -205,9 +208,10 @@ class FleetReport:
                 and self.missing == 0)
 
     def per_step(self, growth: float) -> float:
-        """``growth`` (the first workers' peak minus their start, summed) per step in flight at
-        the peak: exact for one worker; with several, or kills, an upper bound (their peaks
-        need not coincide)."""
+        """``growth`` per step in flight at the peak.
+
+        ``growth`` is the first workers' peak minus their start, summed. Exact for one worker;
+        with several, or kills, an upper bound (their peaks need not coincide)."""
         return round(growth / self.inflight_steps_peak, 1) if self.inflight_steps_peak else 0.0
 
     def as_json(self) -> dict[str, Any]:
@@ -313,8 +317,9 @@ def _filled(value: Any, n: str) -> Any:
 
 
 def seed_targets(staging_url: str, docs: Sequence[dict[str, Any]], wait_s: float) -> None:
-    """A reset staging server with every task's files, and every write of a fleet action
-    waiting ``wait_s`` before it is applied."""
+    """A reset staging server with every task's files.
+
+    Every write of a fleet action waits ``wait_s`` before it is applied."""
     staging_http(staging_url, "/_staging/reset", {})
     for doc in docs:
         for s in doc["steps"]:
@@ -385,9 +390,10 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 def worker_env(cfg: FleetConfig, *, temporal_address: str, db_url: str, staging_url: str,
                task_queue: str, log_dir: Path) -> dict[str, str]:
-    """The workers' environment: this one's TIDEMARK_* settings, the staging clients', and the
-    fleet's own. The caller's Temporal profile (a cloud namespace, an API key) is replaced by
-    an empty one: the fleet's workers go to the fleet's server only."""
+    """The workers' environment: this one's TIDEMARK_* settings, the staging clients', the fleet's.
+
+    The caller's Temporal profile (a cloud namespace, an API key) is replaced by an empty one:
+    the fleet's workers go to the fleet's server only."""
     from tools.stack.devstack import STAGING_CLIENTS
 
     profile = log_dir / "temporal.toml"
@@ -451,8 +457,10 @@ class ProcessSample:
 
 
 def process_sample(pid: int) -> ProcessSample | None:
-    """``pid``'s memory and threads from /proc/<pid>/status, its CPU time from
-    /proc/<pid>/stat; None when it is gone (or on a system without /proc)."""
+    """``pid``'s memory, threads and CPU time, read from /proc.
+
+    Memory and threads come from /proc/<pid>/status, CPU time from /proc/<pid>/stat. None when
+    it is gone (or on a system without /proc)."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -486,10 +494,11 @@ class WorkerUse:
 
 
 class ConnectionSampler:
-    """Counts the server connections to the journal's database every SAMPLE_EVERY_S, in a
-    thread of its own, and at the same moments reads each live worker's memory and threads
-    (``worker_pids``). The statement reads Postgres's view of its backends, not the journal:
-    it is the harness's, not the store's."""
+    """Counts the server connections to the journal's database every SAMPLE_EVERY_S.
+
+    It runs in a thread of its own, and at the same moments reads each live worker's memory and
+    threads (``worker_pids``). The statement reads Postgres's view of its backends, not the
+    journal: it is the harness's, not the store's."""
 
     def __init__(self, db_url: str, worker_pids: Callable[[], list[int]] = list) -> None:
         self.db_url = db_url
@@ -542,8 +551,10 @@ def open_at(spans: Sequence[tuple[float, float]], t: float) -> int:
 
 async def deliver_kills(cfg: FleetConfig, workers: Workers, staging_url: str, started: float,
                         finished: asyncio.Event, rng: random.Random) -> list[Kill]:
-    """``cfg.kills`` SIGKILLs, each a random moment (within one wait) after the last, once a
-    write is in flight at the target; each killed worker replaced at once."""
+    """``cfg.kills`` SIGKILLs, each replacing the killed worker at once.
+
+    Each comes at a random moment (within one wait) after the last, once a write is in flight at
+    the target."""
     kills: list[Kill] = []
     for _ in range(cfg.kills):
         await asyncio.sleep(rng.uniform(0.2, 1.0) * max(cfg.wait_s, 0.5))
@@ -639,8 +650,9 @@ def _worker_use(report: FleetReport, at_start: dict[int, ProcessSample], use: Wo
 
 async def _results(handles: Sequence[WorkflowHandle[Any, Any]], timeout: float
                    ) -> dict[str, tuple[str, str]]:
-    """Each run's (state, why), by task id; a run still going after ``timeout`` is terminated
-    and reported as such."""
+    """Each run's (state, why), by task id.
+
+    A run still going after ``timeout`` is terminated and reported as such."""
     from workflows.outcome import run_result
 
     async def one(h: WorkflowHandle[Any, Any]) -> tuple[str, str]:
@@ -665,8 +677,10 @@ async def _results(handles: Sequence[WorkflowHandle[Any, Any]], timeout: float
 
 def _judge(report: FleetReport, plans: Sequence[Any], results: dict[str, tuple[str, str]],
            staging_url: str, db_url: str, peak_at: float) -> None:
-    """Completed runs, duplicates, false done and misses from the target's logs and the
-    journal; the in-flight peaks from the journal's intents."""
+    """Completed runs, duplicates, false done and misses, and the in-flight peaks.
+
+    The counts come from the target's logs and the journal; the in-flight peaks from the
+    journal's intents."""
     effects = staging_http(staging_url, "/_staging/effects")
     requests = staging_http(staging_url, "/_staging/requests")
     waited = set(WAIT_OPS.values())

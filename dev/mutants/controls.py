@@ -1,5 +1,7 @@
-"""The mutants of the controls: the boundary, stop, unwind, report, kill, RunPlan's ends and
-halts, batches, credentials, series, grants, and authority held by the journal."""
+"""The mutants of the controls.
+
+They cover the boundary, stop, unwind, report, kill, RunPlan's ends and halts, batches,
+credentials, series, grants, and authority held by the journal."""
 
 from __future__ import annotations
 

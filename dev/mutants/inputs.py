@@ -1,5 +1,7 @@
-"""Mutants of the rules on hostile input: every input checked where it enters, the emergency
-controls over whatever the worklist holds, results kept small, secrets kept out of logs."""
+"""Mutants of the rules on hostile input.
+
+The rules: every input checked where it enters, the emergency controls over whatever the
+worklist holds, results kept small, secrets kept out of logs."""
 
 from __future__ import annotations
 

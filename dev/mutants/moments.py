@@ -1,5 +1,7 @@
-"""The mutants of the provider moments: reads that wait out a throttle or a blip, writes the
-target turned away, the stamp check at start, Gmail past its history, the conformance kit."""
+"""The mutants of the provider moments.
+
+They cover reads that wait out a throttle or a blip, writes the target turned away, the stamp
+check at start, Gmail past its history, the conformance kit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The mutants of time: the checks at the wire (the cover, the mark), what a probe may conclude
-after an unanswered mark, the take-over's own clock, and the verification at a plan's end."""
+"""The mutants of time.
+
+They cover the checks at the wire (the cover, the mark), what a probe may conclude after an
+unanswered mark, the take-over's own clock, and the verification at a plan's end."""
 
 from __future__ import annotations
 

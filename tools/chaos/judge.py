@@ -1,5 +1,7 @@
-"""How `tidemark chaos` judges a run (see tools/chaos/run.py): what an observer reads on the staging
-servers after it, and its mismatches, duplicates and misses against the reference run."""
+"""How `tidemark chaos` judges a run (see tools/chaos/run.py).
+
+It reads what an observer sees on the staging servers after the run, and counts its
+mismatches, duplicates and misses against the reference run."""
 
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ PROVISIONAL_OPS = {"gmail.send": ("drafts.create",), "graph.send_mail": ("messag
 
 @dataclass
 class Observed:
-    """What an observer sees after a run, read from the staging servers (and each reversible
-    step's snapshot), with keys and task ids factored out."""
+    """What an observer sees after a run, with keys and task ids factored out.
+
+    It is read from the staging servers (and each reversible step's snapshot)."""
 
     journal: list[str | None]
     resolved_by: list[str | None]
@@ -95,8 +98,10 @@ def world(store: JournalStore, registry: Registry, plan: Plan, staging_url: str)
 
 
 def _snapshot(action: Action, ctx: StepContext) -> Any:
-    """The action's snapshot, tried a few times: a read that keeps failing is the harness's
-    problem (a target slow under load), not a finding about the run."""
+    """The action's snapshot, tried a few times.
+
+    A read that keeps failing is the harness's problem (a target slow under load), not a finding
+    about the run."""
     for attempt in range(1, SNAPSHOT_TRIES + 1):
         try:
             return action.snapshot(ctx)
@@ -132,8 +137,9 @@ def expected_resolved_by(kill: Kill | None, step: int, provisional: frozenset[tu
 
 
 def judge(ref: Observed, got: Observed, kill: Kill) -> tuple[list[str], int, int, int]:
-    """The mismatches of a run against the reference, its duplicate and missing writes, and
-    its left-over provisional handles."""
+    """The mismatches of a run against the reference, and its other faults.
+
+    The faults are its duplicate and missing writes, and its left-over provisional handles."""
     out = []
     for i, (a, b) in enumerate(zip(ref.journal, got.journal, strict=True), 1):
         if a != b:

@@ -1,5 +1,7 @@
-"""Where `tidemark chaos` interrupts a run (see tools/chaos/run.py): the phases, the steps each
-applies to, and the schedule of kills drawn from the seed."""
+"""Where `tidemark chaos` interrupts a run (see tools/chaos/run.py).
+
+It holds the phases, the steps each applies to, and the schedule of kills drawn from the
+seed."""
 
 from __future__ import annotations
 
@@ -48,10 +50,12 @@ def phases_of(time_faults: bool) -> tuple[str, ...]:
 
 def phase_steps(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]]
                 ) -> dict[str, list[int]]:
-    """The steps each phase applies to: a crash point to every step (``after_stage`` to those
-    whose action stages), a lost answer to steps that write, a slow provider to those whose
-    client timeout can be cut short; a freeze to steps that write with an action whose effect
-    goes through the wire, a clock step to steps that write."""
+    """The steps each phase applies to.
+
+    A crash point applies to every step (``after_stage`` to those whose action stages), a lost
+    answer to steps that write, a slow provider to those whose client timeout can be cut short.
+    A freeze applies to steps that write with an action whose effect goes through the wire, a
+    clock step to steps that write."""
     steps = [s.number for s in plan.steps]
     applies: dict[str, list[int]] = {p: steps for p in CRASH_PHASES}
     applies["after_stage"] = [s.number for s in plan.steps
@@ -76,10 +80,12 @@ def plan_pairs(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str,
 
 def choose_kills(plan: Plan, registry: Registry, writes: dict[int, list[tuple[str, str]]],
                  runs: int, seed: int, time_faults: bool = False) -> list[Kill]:
-    """The interruption of each run. First one run per (action, phase) pair of the plan, so
-    every pair is covered whatever the seed (the order, the step of that action and the write
-    a fault hits drawn from ``random.Random(seed)``); then random draws: a phase uniformly
-    among those the plan has, then a step uniformly among those it applies to.
+    """The interruption of each run.
+
+    First one run per (action, phase) pair of the plan, so every pair is covered whatever the
+    seed (the order, the step of that action and the write a fault hits drawn from
+    ``random.Random(seed)``). Then random draws: a phase uniformly among those the plan has,
+    then a step uniformly among those it applies to.
 
     Raises:
         TidemarkError: ``runs`` is smaller than the number of pairs.

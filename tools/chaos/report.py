@@ -1,5 +1,6 @@
-"""What `tidemark chaos` reports (see tools/chaos/run.py): each run's result, and the whole
-experiment as JSON and as a table."""
+"""What `tidemark chaos` reports (see tools/chaos/run.py).
+
+It reports each run's result, and the whole experiment as JSON and as a table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""``tidemark chaos PLAN --runs N --seed S``: kill a plan at random steps and phases against the
-staging servers, resume it, and compare with an uninterrupted run.
+"""``tidemark chaos PLAN --runs N --seed S``: interrupted runs, compared with an uninterrupted one.
+
+It kills a plan at random steps and phases against the staging servers, resumes it, and compares
+with an uninterrupted run.
 
 One reference run first, uninterrupted. Then N runs, each on a reset staging server and under a
 fresh task id (the plan's, suffixed), each interrupted once by one of:
@@ -129,9 +131,10 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
              staging_url: str, registry: Registry, store: JournalStore,
              extra: Sequence[str] = (), worst_case: bool = False,
              clock: SteppedClock | None = None) -> tuple[Plan, str, Registry]:
-    """Seeds the world, runs the plan in a subprocess interrupted by ``kill``, then resumes it
-    here. Returns the plan, an error text ('' when every step completed) and the registry bound
-    to the seeded world.
+    """Seeds the world, runs the plan interrupted by ``kill``, then resumes it here.
+
+    The plan runs in a subprocess. Returns the plan, an error text ('' when every step
+    completed) and the registry bound to the seeded world.
 
     Raises:
         HarnessError: seeding the targets or binding the registry failed.
@@ -188,8 +191,10 @@ def run_once(plan_doc: dict[str, Any], task_id: str, kill: Kill | None, *, db_ur
 
 def resume(store: JournalStore, registry: Registry, plan: Plan,
            patience_s: float = RESUME_PATIENCE_S) -> str:
-    """Runs the remaining steps in order, retrying a step that is busy (a dead attempt's
-    lease) or whose target is momentarily unavailable. Returns '' or what stopped it."""
+    """Runs the remaining steps in order, retrying a step that cannot go on yet.
+
+    A step is retried when it is busy (a dead attempt's lease) or its target is momentarily
+    unavailable. Returns '' or what stopped it."""
     deadline = time.monotonic() + patience_s
     step = store.progress(plan.task_id).next_step
     while step is not None and step <= len(plan.steps):
@@ -210,10 +215,12 @@ def run_chaos(plan_doc: dict[str, Any], runs: int, seed: int, *, db_url: str,
               staging_urls: Sequence[str], extra: Sequence[str] = (),
               progress: Callable[[int, int, str], None] | None = None,
               worst_case: bool = False, clock: SteppedClock | None = None) -> ChaosReport:
-    """The whole experiment; see the module docstring. One interrupted run at a time on each of
-    ``staging_urls`` (a run resets its server, so two never share one); the reference run and
-    the aiming are on the first. With ``clock`` (the clock of the Postgres at ``db_url``) the
-    interruptions in time are drawn too (``--time-faults``)."""
+    """The whole experiment; see the module docstring.
+
+    One interrupted run at a time on each of ``staging_urls`` (a run resets its server, so two
+    never share one); the reference run and the aiming are on the first. With ``clock`` (the
+    clock of the Postgres at ``db_url``) the interruptions in time are drawn too
+    (``--time-faults``)."""
     if not staging_urls:
         raise TidemarkError("chaos: no staging server to run on")
     registry = chaos_registry(staging_urls[0], extra)

@@ -1,9 +1,10 @@
-"""An embedded Postgres of its own whose wall clock can be stepped, as NTP stepping a server's
-clock (or a person setting it) does, for `tidemark chaos --time-faults` and the tests: Debian's
-libfaketime (``apt-get install faketime``) is preloaded into the server's processes, reading the
-offset from a file on every call, so a write to that file moves ``clock_timestamp()`` at once.
-Only the wall clock moves: the server's monotonic clock (its timeouts and waits) is left alone,
-as a real clock step leaves it."""
+"""An embedded Postgres of its own whose wall clock can be stepped.
+
+The clock steps as NTP stepping a server's clock (or a person setting it) does, for `tidemark
+chaos --time-faults` and the tests. Debian's libfaketime (``apt-get install faketime``) is
+preloaded into the server's processes, reading the offset from a file on every call, so a write
+to that file moves ``clock_timestamp()`` at once. Only the wall clock moves: the server's
+monotonic clock (its timeouts and waits) is left alone, as a real clock step leaves it."""
 
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ class SteppedClock:
 
 
 def stop_postmaster(data: Path, sig: signal.Signals = signal.SIGINT) -> None:
-    """Ends the postmaster of ``data`` and waits until it is gone: by default as a restart does
-    (SIGINT, a fast shutdown); SIGQUIT is an immediate shutdown, as a crash (no checkpoint)."""
+    """Ends the postmaster of ``data`` and waits until it is gone.
+
+    By default it stops as a restart does (SIGINT, a fast shutdown); SIGQUIT is an immediate
+    shutdown, as a crash (no checkpoint)."""
     pid = int((data / "postmaster.pid").read_text().split()[0])
     os.kill(pid, sig)
     deadline = time.monotonic() + 30

@@ -44,10 +44,11 @@ def stopped(proc: subprocess.Popen[Any]) -> bool:
 
 
 def worker_env(kill: Kill) -> dict[str, str]:
-    """The interrupted worker's environment: a frozen one stops before its step's effect
-    leaves. Its clients keep their timeouts (a worker's first calls, its identity checks, need
-    them on a loaded machine), so the lease the resume waits out is its action's whole
-    deadline (tools/chaos/run.py, FREEZE_PATIENCE_S)."""
+    """The interrupted worker's environment: a frozen one stops before its step's effect leaves.
+
+    Its clients keep their timeouts (a worker's first calls, its identity checks, need them on a
+    loaded machine). So the lease the resume waits out is its action's whole deadline
+    (tools/chaos/run.py, FREEZE_PATIENCE_S)."""
     return {FREEZE_ENV: f"before_send:{kill.step}"} if kill.phase == "freeze" else {}
 
 
@@ -75,8 +76,9 @@ def _held(staging_url: str) -> bool:
 
 def interrupt(proc: subprocess.Popen[Any], kill: Kill, resume: Callable[[], str],
               staging_url: str, clock: SteppedClock | None) -> str:
-    """Interrupts the worker ``proc`` in time as ``kill`` says, resumes the plan (``resume``,
-    which returns '' or what stopped it) and waits until the worker ended and nothing is in
+    """Interrupts the worker ``proc`` in time as ``kill`` says, and resumes the plan.
+
+    ``resume`` returns '' or what stopped it. Then waits until the worker ended and nothing is in
     flight at the staging server. Returns the resume's error, or why the run could not be
     interrupted."""
     try:

@@ -1,5 +1,7 @@
-"""The world `tidemark chaos` runs in (see tools/chaos/run.py): the staging servers driven over
-HTTP, seeded for a plan, and the worker's registry bound against them."""
+"""The world `tidemark chaos` runs in (see tools/chaos/run.py).
+
+That is the staging servers driven over HTTP, seeded for a plan, and the worker's registry
+bound against them."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ STAGING_PLUGIN_TIMEOUT_S = "2"
 
 
 class HarnessError(Exception):
-    """Chaos's own machinery failed (seeding, binding, reading the world): the run could not be
-    judged. Never a mismatch: it says nothing about Tidemark."""
+    """Chaos's own machinery failed (seeding, binding, reading the world).
+
+    The run could not be judged. Never a mismatch: it says nothing about Tidemark."""
 
 
 def staging_http(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -36,9 +39,11 @@ def staging_http(url: str, path: str, body: dict[str, Any] | None = None) -> Any
 
 
 def seed_world(staging_url: str, plan: Plan, worst_case: bool = False) -> None:
-    """A reset staging server with what the plan's steps act on: the Drive files it renames
-    (under the supplier-sync demo's original names where the ids are the demo's); with
-    ``worst_case`` every switch of every target set to its documented worst case."""
+    """A reset staging server with what the plan's steps act on.
+
+    That is the Drive files it renames (under the supplier-sync demo's original names where the
+    ids are the demo's). With ``worst_case``, every switch of every target is set to its
+    documented worst case."""
     from tidemark.supplier_sync import seed_requests
 
     staging_http(staging_url, "/_staging/reset", {})
@@ -64,8 +69,10 @@ def load_class(spec: str) -> type[Action]:
 
 
 def chaos_registry(staging_url: str, extra: Sequence[str] = ()) -> Registry:
-    """The worker's registry bound against the staging server, with ``extra`` action classes
-    (MODULE:CLASS, bound by their ``from_env``) in place of same-named ones."""
+    """The worker's registry bound against the staging server, with ``extra`` action classes.
+
+    The extra classes (MODULE:CLASS, bound by their ``from_env``) take the place of same-named
+    ones."""
     from activities.wiring import worker_registry
     from tools.stack.devstack import STAGING_CLIENTS
 

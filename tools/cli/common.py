@@ -1,5 +1,7 @@
-"""What the `tidemark` commands share: the exit codes, the usage error, the journal's URL under
-the command's settings, JSON output, and the Temporal flags."""
+"""What the `tidemark` commands share.
+
+That is the exit codes, the usage error, the journal's URL under the command's settings, JSON
+output, and the Temporal flags."""
 
 from __future__ import annotations
 
@@ -35,8 +37,10 @@ def print_json(data: Any) -> None:
 
 
 def add_temporal_arguments(parser: argparse.ArgumentParser) -> None:
-    """--address and --namespace: they replace the configured ones (the temporal.toml profile
-    of TEMPORAL_PROFILE, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE); TLS and API key stay."""
+    """--address and --namespace, which replace the configured ones.
+
+    The configured ones are the temporal.toml profile of TEMPORAL_PROFILE, TEMPORAL_ADDRESS and
+    TEMPORAL_NAMESPACE; TLS and API key stay."""
     parser.add_argument("--address", help="Temporal frontend host:port (default: the "
                         "configured profile or TEMPORAL_ADDRESS, else localhost:7233)")
     parser.add_argument("--namespace", help="Temporal namespace (default: the configured "

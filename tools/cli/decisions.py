@@ -1,5 +1,6 @@
-"""The `tidemark` commands by which a person decides: `resolve`, `stop`, `release`, `resume`,
-`unwind`, `approve` and `reject`."""
+"""The `tidemark` commands by which a person decides.
+
+They are `resolve`, `stop`, `release`, `resume`, `unwind`, `approve` and `reject`."""
 
 from __future__ import annotations
 
@@ -100,8 +101,10 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
 
 
 def _next(a: argparse.Namespace, task_id: str) -> None:
-    """The line a command that changed a task ends with: what happens next (what holds it,
-    and the one command), as `tidemark status` opens. On stderr after a command's JSON."""
+    """The line a command that changed a task ends with: what happens next.
+
+    It says what holds the task and the one command, as `tidemark status` opens. On stderr after
+    a command's JSON."""
     try:
         line = "next: " + commands.status_with_first_line(journal_url(a), task_id)[1]
     except UnknownTask:  # an id released ahead of its plan (--force-unknown)
@@ -110,8 +113,10 @@ def _next(a: argparse.Namespace, task_id: str) -> None:
 
 
 def _rows(a: argparse.Namespace, scope: str) -> None:
-    """The worklist rows of ``scope`` say what the journal says now, and after a stop or a
-    release the runs waiting at the boundary have read it (tools/operate/rows.py)."""
+    """Brings the worklist rows of ``scope`` in line with the journal.
+
+    Afterwards the rows say what the journal says now, and after a stop or a release the runs
+    waiting at the boundary have read it (tools/operate/rows.py)."""
     bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark {a.command} by {a.by}",
                        wake=a.command in ("stop", "release"))
 
@@ -209,9 +214,11 @@ def _cmd_resume(a: argparse.Namespace) -> int:
 
 
 def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | None) -> int:
-    """The exit code of a waiting command whose run ended in ``state``: 0 for the command's
-    success state; otherwise one line on stderr naming the end state, and EXIT_NOT_DONE, so
-    that a script (or a person's `&&`) never takes a run that needs a person for done."""
+    """The exit code of a waiting command whose run ended in ``state``.
+
+    It is 0 for the command's success state. Otherwise: one line on stderr naming the end state,
+    and EXIT_NOT_DONE, so that a script (or a person's `&&`) never takes a run that needs a
+    person for done."""
     want = SUCCESS[command]
     if state == want:
         return 0
@@ -313,9 +320,10 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
 
 
 def _series_schedule(a: argparse.Namespace) -> str:
-    """What a release of a series did to its Temporal Schedule, in words: a kill paused it, and
-    a release resumes it only when asked (``--unpause-schedule``): the person who lifts a kill
-    decides whether the next runs start on their own again."""
+    """What a release of a series did to its Temporal Schedule, in words.
+
+    A kill paused it, and a release resumes it only when asked (``--unpause-schedule``): the
+    person who lifts a kill decides whether the next runs start on their own again."""
     import asyncio
 
     from tools.operate import schedules

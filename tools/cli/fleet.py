@@ -1,6 +1,7 @@
-"""The `tidemark fleet` command (tools/fleet.py is the harness): its flags, and the Temporal dev
-server and staging servers it runs on. Kept apart so that building the command line imports no
-driver or SDK."""
+"""The `tidemark fleet` command: its flags, and the servers it runs on.
+
+tools/fleet.py is the harness. The servers are a Temporal dev server and staging servers. Kept
+apart so that building the command line imports no driver or SDK."""
 
 from __future__ import annotations
 
@@ -82,9 +83,10 @@ def _cmd_fleet(a: Any) -> int:
 
 
 async def _fleet_stack(doc: dict[str, Any], cfg: FleetConfig, db_url: str) -> FleetReport:
-    """A Temporal dev server and staging servers of the fleet's own around ``run_fleet``. The
-    staging servers run in a process of their own (`tidemark staging`), as a provider would:
-    in this one they would share the interpreter with the harness, whose bookkeeping of a
+    """A Temporal dev server and staging servers of the fleet's own around ``run_fleet``.
+
+    The staging servers run in a process of their own (`tidemark staging`), as a provider would.
+    In this one they would share the interpreter with the harness, whose bookkeeping of a
     thousand runs could hold up their answers past the workers' client timeouts."""
     from temporalio.testing import WorkflowEnvironment
 

@@ -1,5 +1,7 @@
-"""Every argument of a `tidemark` command checked where it enters, against the journal's limits
-(tidemark.limits), before the command reads or writes anything.
+"""Every argument of a `tidemark` command, checked where it enters.
+
+Each is checked against the journal's limits (tidemark.limits), before the command reads or
+writes anything.
 
 A task id, a series name, a reason, a note or a ``--by`` label that is too long, holds a
 character the journal or one line of output cannot hold (NUL and the other control characters,

@@ -53,10 +53,12 @@ EMBEDDED_COMMANDS = ("dev", "demo", "chaos", "fleet")
 
 
 def command_settings(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
-    """The settings of this command line: the environment's, the embedded database allowed for
-    the commands that are a dev stack or a harness (or with --embedded-db), and the Temporal
-    flags applied. The Temporal profile is loaded here for the commands that take the Temporal
-    flags (they connect, after changing the journal), and on first use for the others."""
+    """The settings of this command line.
+
+    They are the environment's, with the embedded database allowed for the commands that are a
+    dev stack or a harness (or with --embedded-db), and the Temporal flags applied. The Temporal
+    profile is loaded here for the commands that take the Temporal flags (they connect, after
+    changing the journal), and on first use for the others."""
     settings = load_settings(env, embedded_db=a.embedded_db or a.command in EMBEDDED_COMMANDS,
                              lazy_temporal=not hasattr(a, "address"))
     return settings.with_temporal(address=getattr(a, "address", None),
@@ -122,11 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _schema_behind(e: Exception) -> str | None:
-    """What to say when Postgres said a table or a column of the journal does not exist: no
-    schema yet, or one older than this version (a command that reads does not migrate). None
-    for any other error. The driver is loaded by the commands that use the journal, not by this
-    module: a command that never read it (`--help`, one that failed before it connected) does
-    not load it just to be told apart."""
+    """What to say when Postgres finds no such table or column in the journal.
+
+    Either there is no schema yet, or one older than this version (a command that reads does not
+    migrate). None for any other error. The driver is loaded by the commands that use the
+    journal, not by this module: a command that never read it (`--help`, one that failed before
+    it connected) does not load it just to be told apart."""
     psycopg = sys.modules.get("psycopg")
     if psycopg is None:
         return None
@@ -140,9 +143,11 @@ def _schema_behind(e: Exception) -> str | None:
 
 
 def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
-    """For a task no plan is stored for whose start its series blocked: what blocked it (a
-    person at 03:14 must not take the run for a typo); for one whose start was refused before
-    its plan was stored, what refused it (what its worklist row says)."""
+    """What blocked or refused the start of a task no plan is stored for.
+
+    For a task whose start its series blocked: what blocked it (a person at 03:14 must not take
+    the run for a typo). For one whose start was refused before its plan was stored: what
+    refused it (what its worklist row says)."""
     if not isinstance(e, UnknownTask):
         return ""
     import psycopg  # loaded already: the journal said the task is unknown
@@ -158,8 +163,9 @@ def _unknown_hint(a: argparse.Namespace, e: TidemarkError) -> str:
 
 
 class _Version(argparse.Action):
-    """--version, which reads the installed version when it is asked for (installed_version),
-    not each time the parser is built."""
+    """--version, which reads the installed version when it is asked for.
+
+    It calls installed_version then, not each time the parser is built."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
                  help: str | None = None) -> None:
@@ -173,9 +179,11 @@ class _Version(argparse.Action):
 
 
 def installed_version() -> str:
-    """The installed distribution's version (its metadata, so it cannot drift from what pip
-    installed). Read only when --version is asked: importlib.metadata and what it loads (email,
-    zipfile, csv) cost `--help` tens of milliseconds."""
+    """The installed distribution's version.
+
+    It is read from its metadata, so it cannot drift from what pip installed. Read only when
+    --version is asked: importlib.metadata and what it loads (email, zipfile, csv) cost
+    `--help` tens of milliseconds."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -185,8 +193,9 @@ def installed_version() -> str:
 
 
 def run() -> None:
-    """The ``tidemark`` command: main(), then the exit of tidemark.process_exit. A closed
-    stdout ends it quietly with EXIT_BROKEN_PIPE."""
+    """The ``tidemark`` command: main(), then the exit of tidemark.process_exit.
+
+    A closed stdout ends it quietly with EXIT_BROKEN_PIPE."""
     try:
         code = _main_code()
         sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit

@@ -1,5 +1,6 @@
-"""The `tidemark` commands that read: `db migrate`, `plan check`, `status` (of a task or a
-series) and `journal`."""
+"""The `tidemark` commands that read.
+
+They are `db migrate`, `plan check`, `status` (of a task or a series) and `journal`."""
 
 from __future__ import annotations
 

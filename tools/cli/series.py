@@ -1,5 +1,6 @@
-"""The `tidemark` commands of series: `series declare`, `kill` and `schedule
-create|list|pause|unpause|delete`."""
+"""The `tidemark` commands of series.
+
+They are `series declare`, `kill` and `schedule create|list|pause|unpause|delete`."""
 
 from __future__ import annotations
 
@@ -114,9 +115,10 @@ def _cmd_schedule(a: argparse.Namespace) -> int:
 
 
 def _schedule_list(a: argparse.Namespace, listed: list[dict[str, Any]]) -> int:
-    """`schedule list`: a table for people, `--json` for programs. Each schedule comes with the
-    approval policy its series declares, read from the journal (only when there is a schedule
-    to show: an empty list needs no database)."""
+    """`schedule list`: a table for people, `--json` for programs.
+
+    Each schedule comes with the approval policy its series declares, read from the journal
+    (only when there is a schedule to show: an empty list needs no database)."""
     names = [s["series"] for s in listed]
     policies = commands.series_policies(journal_url(a), names) if names else {}
     for s in listed:
@@ -139,8 +141,10 @@ def _schedule_list(a: argparse.Namespace, listed: list[dict[str, Any]]) -> int:
 
 
 def _schedule_row(s: dict[str, Any]) -> tuple[str, ...]:
-    """One schedule as the table's cells; a series never declared runs under the worker's
-    policy (TIDEMARK_APPROVAL, TIDEMARK_APPROVERS), and so does a flag it never set."""
+    """One schedule as the table's cells.
+
+    A series never declared runs under the worker's policy (TIDEMARK_APPROVAL,
+    TIDEMARK_APPROVERS), and so does a flag it never set."""
     declared = s["declared"]
     return (s["series"], _fires_on_text(s),
             s["next"][0][:16].replace("T", " ") + " UTC" if s["next"] else "-",
@@ -150,8 +154,9 @@ def _schedule_row(s: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _fires_on_text(s: dict[str, Any]) -> str:
-    """When a schedule fires, as a person reads it: its cron as given, its calendars (in cron
-    fields) and its intervals."""
+    """When a schedule fires, as a person reads it.
+
+    That is its cron as given, its calendars (in cron fields) and its intervals."""
     parts = [*s.get("cron", []),
              *(f"calendar {c['calendar']}" + (f" ({c['comment']})" if c.get("comment") else "")
                for c in s.get("calendars", [])),

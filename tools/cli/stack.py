@@ -1,5 +1,6 @@
-"""The `tidemark` commands that are a laptop stack or a harness: `dev`, `staging`, `demo`,
-`chaos` and `providers verify`."""
+"""The `tidemark` commands that are a laptop stack or a harness.
+
+They are `dev`, `staging`, `demo`, `chaos` and `providers verify`."""
 
 from __future__ import annotations
 
@@ -269,9 +270,11 @@ def _cmd_providers(a: argparse.Namespace) -> int:
 
 
 def _interrupt_event() -> threading.Event:
-    """An event that SIGINT and SIGTERM set from now on. Installed before the addresses are
-    printed: a Ctrl-C that follows them at once must take the clean way out (exit 0), not raise
-    KeyboardInterrupt wherever the main thread happens to be."""
+    """An event that SIGINT and SIGTERM set from now on.
+
+    It is installed before the addresses are printed: a Ctrl-C that follows them at once must
+    take the clean way out (exit 0), not raise KeyboardInterrupt wherever the main thread
+    happens to be."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

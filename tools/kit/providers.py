@@ -145,8 +145,9 @@ def _expect(r: httpx.Response, *status: int) -> Any:
 
 
 def _poll(until: Callable[[], Any]) -> tuple[Any, float]:
-    """Calls ``until`` every POLL_S until it returns something truthy or SETTLE_S pass;
-    returns (its last answer, seconds waited)."""
+    """Calls ``until`` every POLL_S until it returns something truthy or SETTLE_S pass.
+
+    Returns (its last answer, seconds waited)."""
     start, seconds = time.monotonic(), SETTLE_S
     while True:
         got = until()
@@ -216,8 +217,10 @@ def _gmail_send(s: Session, draft_id: str) -> httpx.Response:
 
 
 def _gmail_added_sent(s: Session, since: str) -> list[str]:
-    """Ids of messages that got the SENT label since ``since`` (a historyId), read as the
-    probe reads them: history.list of label SENT, messages added, deleted or labelled."""
+    """Ids of messages that got the SENT label since ``since`` (a historyId).
+
+    They are read as the probe reads them: history.list of label SENT, messages added, deleted
+    or labelled."""
     r = s.call("GET", _gmail(s, "/history"), s.endpoints.gmail_read_token,
                params={"startHistoryId": since, "labelId": "SENT",
                        "historyTypes": ["messageAdded", "messageDeleted", "labelAdded"]})
@@ -271,8 +274,10 @@ def _graph_message(s: Session, mid: str, prop: str = MESSAGE_FLAGS_ID) -> httpx.
 
 
 def prop_id(value: str) -> str:
-    """An extended property's id in one spelling: a tagged one's tag as a number (Graph
-    answers ``Integer 0xe07`` for ``Integer 0x0E07``), a named one lower-cased."""
+    """An extended property's id in one spelling.
+
+    A tagged one's tag as a number (Graph answers ``Integer 0xe07`` for ``Integer 0x0E07``), a
+    named one lower-cased."""
     kind, _, tag = value.strip().partition(" ")
     try:
         return f"{kind.lower()} {int(tag, 16):#x}" if tag.lower().startswith("0x") else \
@@ -296,8 +301,10 @@ def _graph_flags(message: Mapping[str, Any]) -> int | None:
 
 
 def _graph_key_filter(s: Session, folder: str | None, key: str) -> list[dict[str, Any]]:
-    """The probe's own read: messages whose key property is ``key``, in every folder
-    (``folder`` None: ``/me/messages``) or in one, with the key and flags expanded."""
+    """The probe's own read: messages whose key property is ``key``.
+
+    It reads in every folder (``folder`` None: ``/me/messages``) or in one, with the key and
+    flags expanded."""
     e = s.endpoints
     base = f"{e.graph_url}/me/messages" if folder is None else \
         f"{e.graph_url}/me/mailFolders/{folder}/messages"
@@ -422,8 +429,10 @@ class Assumption:
     together: tuple[tuple[str, Any, str, Any], ...] = ()
 
     def broken(self, facts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-        """What these facts break: each required fact that differs, and each fact that
-        another fact's value requires (``together``); a fact not recorded differs."""
+        """What these facts break.
+
+        Each required fact that differs, and each fact that another fact's value requires
+        (``together``); a fact not recorded differs."""
         failed = {k: {"expected": v, "got": facts.get(k)} for k, v in self.required.items()
                   if facts.get(k) != v}
         for when, is_, then, must in self.together:
@@ -433,8 +442,10 @@ class Assumption:
         return failed
 
     def contradictions(self, facts: Mapping[str, Any]) -> list[str]:
-        """The ``together`` rules a recording breaks (a fixture records only some facts: a
-        rule applies once its first fact is there, and a second fact missing breaks it)."""
+        """The ``together`` rules a recording breaks.
+
+        A fixture records only some facts: a rule applies once its first fact is there, and a
+        second fact missing breaks it."""
         return [f"{when} is {is_!r} but {then} is {facts.get(then)!r}, not {must!r}"
                 for when, is_, then, must in self.together
                 if facts.get(when) == is_ and facts.get(then) != must]
@@ -514,9 +525,10 @@ def _needs(a: Assumption, e: Endpoints) -> list[str]:
 
 
 def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, Any]:
-    """Runs one check: ``{id, provider, status, facts, measured, failed, exchanges}``;
-    ``status`` is ``held``, ``broken`` (a required fact differs), ``error`` (the check could
-    not tell) or ``skipped`` (no credentials for this provider)."""
+    """Runs one check: ``{id, provider, status, facts, measured, failed, exchanges}``.
+
+    ``status`` is ``held``, ``broken`` (a required fact differs), ``error`` (the check could not
+    tell) or ``skipped`` (no credentials for this provider)."""
     import httpx  # see HTTP_CLIENT
 
     out: dict[str, Any] = {"id": a.id, "provider": a.provider, "statement": a.statement,
@@ -536,9 +548,10 @@ def run_check(a: Assumption, e: Endpoints, client: httpx.Client) -> dict[str, An
 
 
 def check_installed(*, staging: bool) -> None:
-    """ProvidersError, one line naming the extra, when a library the kit needs is not
-    installed (``staging``: it is to run against the staging servers); nothing is imported to
-    find out."""
+    """Raises ProvidersError when a library the kit needs is not installed.
+
+    The error is one line naming the extra (``staging``: it is to run against the staging
+    servers); nothing is imported to find out."""
     for library in (HTTP_CLIENT, *([STAGING_SERVERS] if staging else [])):
         if not library.installed():
             raise ProvidersError(f"`tidemark providers verify` needs {library.what}: "
@@ -554,8 +567,10 @@ def verify(e: Endpoints, only: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
-    """``value`` with every secret (tokens, keys, the test address) replaced, and every
-    e-mail address too: a fixture is committed to the repository."""
+    """``value`` with every secret and every e-mail address replaced.
+
+    The secrets are tokens, keys and the test address. E-mail addresses go too: a fixture is
+    committed to the repository."""
     text = json.dumps(value)
     for secret in sorted(set(secrets), key=len, reverse=True):
         text = text.replace(secret, SCRUBBED)
@@ -601,8 +616,10 @@ def _env_secret(env: Mapping[str, str], name: str) -> str | None:
 
 
 def live_endpoints(env: Mapping[str, str] = os.environ) -> Endpoints:
-    """The real providers, with the test accounts named in the environment. Refuses in CI and
-    with a live-mode Stripe key: this kit must never touch a real account unasked."""
+    """The real providers, with the test accounts named in the environment.
+
+    Refuses in CI and with a live-mode Stripe key: this kit must never touch a real account
+    unasked."""
     if env.get("CI"):
         raise ProvidersError("providers verify --live does not run where CI is set: it would "
                              "touch real accounts")

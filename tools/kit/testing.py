@@ -121,14 +121,16 @@ def staging_post(url: str, path: str, body: dict[str, Any] | None = None) -> Any
 # -- the read-only side, enforced -----------------------------------------------------------
 
 class WriteClientUsed(BaseException):
-    """A write client was used where only the read client may be. A BaseException, so that an
-    action's own ``except Exception`` (a probe answering unknown on any error) cannot hide it;
-    the kit also records every use, caught or not."""
+    """A write client was used where only the read client may be.
+
+    A BaseException, so that an action's own ``except Exception`` (a probe answering unknown on
+    any error) cannot hide it; the kit also records every use, caught or not."""
 
 
 class ForbiddenWriter:
-    """Stands in for a write client while the read-only parts run: any use raises and is
-    recorded."""
+    """Stands in for a write client while the read-only parts run.
+
+    Any use raises and is recorded."""
 
     def __init__(self, attr: str, uses: list[str]) -> None:
         object.__setattr__(self, "_attr", attr)
@@ -172,9 +174,10 @@ def _reaches(obj: Any, targets: dict[int, str], roots: set[str], path: str, dept
 
 
 def read_only_view(action: Action) -> tuple[Action, list[str]]:
-    """A copy of ``action`` whose write clients are ForbiddenWriter stand-ins, and the list in
-    which they record their use. Fails when a write client is reachable otherwise (a helper
-    built around it), because then the stand-in would not cover it."""
+    """A copy of ``action`` whose write clients are ForbiddenWriter stand-ins.
+
+    Also returns the list in which they record their use. Fails when a write client is reachable
+    otherwise (a helper built around it), because then the stand-in would not cover it."""
     uses: list[str] = []
     view = copy.copy(action)
     writers = {id(getattr(action, a)): a for a in action.write_attrs if hasattr(action, a)}
@@ -213,8 +216,9 @@ def read_parts(action: Action, ctx: StepContext, *, preconditions: bool = True,
 # -- running a step's effect ----------------------------------------------------------------
 
 def act(action: Action, ctx: StepContext) -> tuple[StepContext, dict[str, Any]]:
-    """stage (if the action fences) then execute, as run_step does; returns the context with
-    the staged handle, and the outcome."""
+    """Stage (if the action fences) then execute, as run_step does.
+
+    Returns the context with the staged handle, and the outcome."""
     if ctx.started_at is None:
         ctx = replace(ctx, started_at=datetime.now(UTC))
     if ctx.staged is None:
@@ -284,9 +288,10 @@ def check_execute_twice_is_one_effect(case: ContractCase) -> None:
 
 
 def check_lost_answer_then_done(case: ContractCase) -> None:
-    """The target applies the last write and the answer is lost (staging
-    ``drop_after_commit``): execute raises TargetUnavailable (the step stays in doubt), the
-    write was applied as often as in a normal run, and the probe says done."""
+    """The target applies the last write and the answer is lost: the probe says done.
+
+    The loss is staging's ``drop_after_commit``. Execute raises TargetUnavailable (the step stays
+    in doubt), and the write was applied as often as in a normal run."""
     action = case.build()
     ctx, _ = _begin(case, action)
     ctx, _ = act(action, ctx)
@@ -359,9 +364,11 @@ DEADLINE_SLACK_S = 0.5
 
 
 def check_deadline_and_horizon(case: ContractCase) -> None:
-    """The target holds the last write ``deadline_s + HELD_PAST_DEADLINE_S`` before applying
-    it (staging ``delay``), as a provider that is slow to answer does. The call must end (with
-    an error that leaves the step in doubt) within ``deadline_s``: run_step writes the lease to
+    """A slow target: the call ends within its deadline, and a fence holds.
+
+    The target holds the last write ``deadline_s + HELD_PAST_DEADLINE_S`` before applying it
+    (staging ``delay``), as a provider that is slow to answer does. The call must end (with an
+    error that leaves the step in doubt) within ``deadline_s``: run_step writes the lease to
     cover the call for its declared deadline, and a call that outlives it is covered only by
     renewals, so a worker that cannot renew ends itself. With ``horizon_s == 0`` the action
     claims a fence; so it executes again under the same key while the first request is still
@@ -436,8 +443,10 @@ CHECKS: dict[str, Callable[[ContractCase], None]] = {
 
 
 class ActionContract:
-    """Subclass with a ``case`` fixture returning a ContractCase; set ``reversible = False``
-    for an irreversible action (its compensate check is then not collected)."""
+    """The base class of an action's conformance tests.
+
+    Subclass with a ``case`` fixture returning a ContractCase; set ``reversible = False`` for an
+    irreversible action (its compensate check is then not collected)."""
 
     reversible = True
     # Checks that cannot apply, with the reason in a comment where set: "no_secrets" for an

@@ -1,5 +1,7 @@
-"""The agent's side: build or load a plan, validate it here, submit it, wait, read its status,
-halt it, without assembling Temporal calls by hand.
+"""The agent's side: build a plan, submit it, and follow its run.
+
+The client builds or loads a plan, validates it here, submits it, waits, reads its status and
+halts it, without assembling Temporal calls by hand.
 
 ::
 
@@ -94,13 +96,17 @@ class Run:
     handle: WorkflowHandle[Any, RunResult]
 
     async def wait(self) -> RunResult:
-        """Waits for the run to end; its RunResult (state completed, halted, failed, ...): a run
-        that needs a person ends its workflow Failed, and carries its RunResult there."""
+        """Waits for the run to end and returns its RunResult.
+
+        The state is completed, halted, failed, ... A run that needs a person ends its workflow
+        Failed, and carries its RunResult there."""
         return await run_result(self.handle)
 
     async def status(self) -> dict[str, Any]:
-        """Where the run stands: the workflow's ``status`` query while it runs (task_id, state,
-        current_step, steps, confirmed, ...), its result's fields once it has ended."""
+        """Where the run stands.
+
+        While it runs: the workflow's ``status`` query (task_id, state, current_step, steps,
+        confirmed, ...). Once it has ended: its result's fields."""
         desc = await self.handle.describe()
         if desc.status is not None and desc.status.name != "RUNNING":
             result = await run_result(self.handle)
@@ -128,11 +134,12 @@ class TidemarkClient:
     async def connect(cls, address: str | None = None, namespace: str | None = None, *,
                       task_queue: str | None = None,
                       settings: Settings | None = None) -> TidemarkClient:
-        """Connects as the worker and the `tidemark` command do: the SDK's environment
-        configuration (``temporal.toml`` profile, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-        TEMPORAL_API_KEY, TLS) of ``settings`` (default: read from this process's
-        environment), with ``address``/``namespace`` replacing the configured ones if given;
-        the task queue is TIDEMARK_TASK_QUEUE's unless given."""
+        """Connects as the worker and the `tidemark` command do.
+
+        That is the SDK's environment configuration (``temporal.toml`` profile,
+        TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS) of ``settings`` (default:
+        read from this process's environment). ``address``/``namespace`` replace the configured
+        ones if given; the task queue is TIDEMARK_TASK_QUEUE's unless given."""
         from tools.operate.starter import connect
 
         settings = (settings or load_settings()).with_temporal(address=address,
@@ -150,8 +157,10 @@ class TidemarkClient:
         return validate(plan, self.registry)
 
     async def submit(self, plan: PlanLike) -> Run:
-        """Validates the plan here, then starts ``tidemark-<task_id>``. Raises PlanError for a
-        bad plan (nothing is sent) and AlreadySubmitted while a run of the task is open."""
+        """Validates the plan here, then starts ``tidemark-<task_id>``.
+
+        Raises PlanError for a bad plan (nothing is sent) and AlreadySubmitted while a run of
+        the task is open."""
         valid = self.validate(plan)
         try:
             handle = await self.client.start_workflow(

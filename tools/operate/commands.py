@@ -42,9 +42,11 @@ if TYPE_CHECKING:
 
 
 def journal_store(url: str) -> JournalStore:
-    """The journal at ``url``, not yet opened. The store's modules (psycopg and its pool, about
-    half of what `tidemark status` imports) are loaded here, by the commands that use the
-    journal: `tidemark --help` and the commands that only talk to Temporal never do."""
+    """The journal at ``url``, not yet opened.
+
+    The store's modules (psycopg and its pool, about half of what `tidemark status` imports) are
+    loaded here, by the commands that use the journal: `tidemark --help` and the commands that
+    only talk to Temporal never do."""
     from tidemark.store import JournalStore
 
     return JournalStore(url)
@@ -98,8 +100,10 @@ def plan_check(path: str | Path, *, sort: bool = False, fs_roots: str | None = N
 
 
 def approval_outlook(plan: Plan, env: Mapping[str, str]) -> str | None:
-    """Why a run of ``plan`` will wait for a person before its irreversible steps under a
-    worker's TIDEMARK_APPROVAL (the journal's policy and a series' may ask for more), or None."""
+    """Why a run of ``plan`` will wait for a person, or None.
+
+    The reason is the one under a worker's TIDEMARK_APPROVAL; the run waits before its
+    irreversible steps. The journal's policy and a series' may ask for more."""
     from tidemark.approval import policy_from_env, why_asked
 
     irreversible = [s.args for s in plan.steps if s.irreversible]
@@ -120,10 +124,12 @@ def status(url: str, task_id: str) -> Report:
 
 
 def status_with_first_line(url: str, task_id: str) -> tuple[Report, str]:
-    """The interruption report of a task and the sentence `tidemark status T` opens with
-    (tidemark.waiting.first_line), read on one pool and without a migration: a status only reads,
-    so it answers from a database that refuses writes (a standby, a read-only role), and an
-    out-of-date schema is `tidemark db migrate`'s to change, not a reader's."""
+    """The interruption report of a task and the sentence `tidemark status T` opens with.
+
+    The sentence is tidemark.waiting.first_line. Both are read on one pool and without a
+    migration: a status only reads, so it answers from a database that refuses writes (a
+    standby, a read-only role). An out-of-date schema is `tidemark db migrate`'s to change, not
+    a reader's."""
     from tidemark.report import build_report
     from tidemark.waiting import first_line
 
@@ -136,8 +142,10 @@ ALL_TASKS = "*"  # the control scope that stops every task
 
 
 def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: bool) -> None:
-    """Refuses a task id that names no task: a typo, or an unquoted ``*`` the shell expanded
-    to a file name, must not report "stopped" (or "killed") while the real task runs on."""
+    """Refuses a task id that names no task.
+
+    A typo, or an unquoted ``*`` the shell expanded to a file name, must not report "stopped"
+    (or "killed") while the real task runs on."""
     if task_id.startswith("series:"):
         check_series_known(store, task_id.removeprefix("series:"))
         return  # a declared series may be stopped before its first run
@@ -162,8 +170,10 @@ def check_scope(store: JournalStore, task_id: str, verb: str, force_unknown: boo
 
 
 def blocked_start(store: JournalStore, task_id: str) -> dict[str, Any] | None:
-    """The latest refused start of a task no plan is stored for: a run of a series blocked
-    (tidemark.series) before anything of it was kept. None for any other task."""
+    """The latest refused start of a task no plan is stored for.
+
+    That is a run of a series blocked (tidemark.series) before anything of it was kept. None
+    for any other task."""
     refused = [e for e in store.events(task_id) if e["kind"] == "blocked"]
     return refused[-1] if refused else None
 
@@ -182,8 +192,9 @@ def blocked_line(task_id: str, event: dict[str, Any]) -> str:
 
 
 def blocked_status(url: str, task_id: str) -> dict[str, Any]:
-    """``tidemark status`` of a task that has no stored plan: ``blocked`` when its start was
-    refused by its series, otherwise UnknownTask."""
+    """``tidemark status`` of a task that has no stored plan.
+
+    It is ``blocked`` when its start was refused by its series, otherwise UnknownTask."""
     with journal_store(url) as store:
         event = blocked_start(store, task_id)
     if event is None:
@@ -195,8 +206,10 @@ def blocked_status(url: str, task_id: str) -> dict[str, Any]:
 
 
 def check_series_known(store: JournalStore, series: str) -> None:
-    """Refuses a series nobody declared (and that has no runs or stop from before series were
-    declared): a typo must not report "stopped" while the real series runs on."""
+    """Refuses a series nobody declared.
+
+    A series with runs or a stop from before series were declared is known too. A typo must
+    not report "stopped" while the real series runs on."""
     if (store.declared_series(series) is None and not store.series_runs(series)
             and not store.task_known("series:" + series)):
         raise UnknownStopTarget(f"no series {series!r} is declared; check the name "
@@ -205,8 +218,10 @@ def check_series_known(store: JournalStore, series: str) -> None:
 
 
 def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = False) -> None:
-    """Sets the durable stop state of a task, or of every task (``*``). Refuses a task id
-    that names no task unless ``force_unknown`` (a task whose plan has not arrived yet)."""
+    """Sets the durable stop state of a task, or of every task (``*``).
+
+    Refuses a task id that names no task unless ``force_unknown`` (a task whose plan has not
+    arrived yet)."""
     with open_store(url) as store:
         check_scope(store, task_id, "stop", force_unknown)
         store.set_control(task_id, ControlState.STOPPED, reason, by)
@@ -214,16 +229,19 @@ def stop(url: str, task_id: str, reason: str, by: str, *, force_unknown: bool = 
 
 def release(url: str, task_id: str, reason: str, by: str, *,
             force_unknown: bool = False) -> None:
-    """Releases the stop state of a task, or the global stop (``*``); a task's own stop is
-    released only by naming the task."""
+    """Releases the stop state of a task, or the global stop (``*``).
+
+    A task's own stop is released only by naming the task."""
     with open_store(url) as store:
         check_scope(store, task_id, "release", force_unknown)
         store.set_control(task_id, ControlState.RELEASED, reason, by)
 
 
 def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
-    """Lifts a task's kill for unwinding: the task stays stopped (nothing runs it forward),
-    and `tidemark unwind` may then compensate. Refuses a task that is not killed itself."""
+    """Lifts a task's kill for unwinding.
+
+    The task stays stopped (nothing runs it forward), and `tidemark unwind` may then compensate.
+    Refuses a task that is not killed itself."""
     with open_store(url) as store:
         check_scope(store, task_id, "release", False)
         if store.release_kill_for_unwind(task_id, reason or "released for unwind", by):
@@ -239,9 +257,11 @@ def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
 
 
 def check_unwind_allowed(url: str, task_id: str) -> None:
-    """An unwind starts only when no kill applies to the task. The refusal names the command
-    that helps: for the task's own kill `release T --for-unwind` (TaskKilled); for a kill of
-    every task or of its series, releasing that scope, as the task's name does not lift it."""
+    """An unwind starts only when no kill applies to the task.
+
+    The refusal names the command that helps. For the task's own kill: `release T --for-unwind`
+    (TaskKilled). For a kill of every task or of its series: releasing that scope, as the task's
+    name does not lift it."""
     with journal_store(url) as store:
         stop = store.stop_state(task_id)
     if stop is None or stop["state"] != ControlState.KILLED or lifted_for_unwind(stop):
@@ -256,9 +276,10 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
 
 
 def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
-    """Refuses to resume a killed task: resume releases a plain stop (resuming is that
-    decision), but a kill is released only by a person saying so, as an unwind after a kill
-    needs `release --for-unwind`."""
+    """Refuses to resume a killed task.
+
+    Resume releases a plain stop (resuming is that decision), but a kill is released only by a
+    person saying so, as an unwind after a kill needs `release --for-unwind`."""
     if stop["state"] != ControlState.KILLED:
         return
     if lifted_for_unwind(stop):
@@ -282,8 +303,10 @@ def global_stop(url: str) -> dict[str, Any] | None:
 
 
 def unwind_preview(url: str, task_id: str) -> dict[str, Any]:
-    """What an unwind would do: the reversible steps it compensates (last first) and the
-    irreversible steps that happened, which it leaves alone."""
+    """What an unwind would do.
+
+    It lists the reversible steps it compensates (last first) and the irreversible steps that
+    happened, which it leaves alone."""
     with journal_store(url) as store:
         store.progress(task_id)  # raises UnknownTask for a task that does not exist
         undo = store.undo_candidates(task_id)
@@ -345,8 +368,10 @@ def journal(url: str, task_id: str) -> dict[str, Any]:
 
 
 def os_user() -> str:
-    """The operating-system user running this command: the identity a decision is recorded
-    under, which a person cannot simply type (``--by`` is only a label beside it)."""
+    """The operating-system user running this command.
+
+    It is the identity a decision is recorded under, which a person cannot simply type
+    (``--by`` is only a label beside it)."""
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:  # a uid without a passwd entry (a container): the number itself
@@ -414,11 +439,13 @@ ADMITS = tuple(SeriesAdmits)  # which runs may join a series
 def declare_series(url: str, series: str, by: str, approval: str | None = None,
                    approvers: list[str] | None = None, admits: str | None = None
                    ) -> dict[str, Any]:
-    """Declares a series, so that plans may name it: an operator's act (the journal refuses it
-    to any other role: NotAuthorized). ``approval`` adds to the operator's policy for its runs
-    (never removes), ``approvers`` narrows who may decide on them, and ``admits`` says whether
-    a plan started by hand may join it (``any``) or only its schedule's runs (``scheduled``). A
-    flag not given keeps what the series had. Returns the declaration as it now stands."""
+    """Declares a series, so that plans may name it.
+
+    This is an operator's act: the journal refuses it to any other role (NotAuthorized).
+    ``approval`` adds to the operator's policy for its runs (never removes), ``approvers``
+    narrows who may decide on them, and ``admits`` says whether a plan started by hand may join
+    it (``any``) or only its schedule's runs (``scheduled``). A flag not given keeps what the
+    series had. Returns the declaration as it now stands."""
     policy = series_policy(series, approval, approvers)
     if admits is not None and admits not in ADMITS:
         raise ConfigError(f"--admit must be one of {', '.join(ADMITS)}, not {admits!r}")
@@ -434,9 +461,11 @@ def declare_series(url: str, series: str, by: str, approval: str | None = None,
 
 
 def set_policy(url: str, approval: str, approvers: list[str] | None, by: str) -> dict[str, Any]:
-    """Sets the operator's approval policy in the journal (an operator's act): which
-    irreversible steps of every task wait for a person, and, with ``approvers``, the login
-    roles that may decide (each a member of tidemark_approver; None: every member)."""
+    """Sets the operator's approval policy in the journal (an operator's act).
+
+    The policy says which irreversible steps of every task wait for a person. With
+    ``approvers``, it also names the login roles that may decide (each a member of
+    tidemark_approver; None: every member)."""
     if approvers is not None and not approvers:
         raise ConfigError("--approvers must name at least one database role")
     policy = parse_policy(approval, approvers or (), where="policy")
@@ -480,8 +509,10 @@ class UnknownStopTarget(TidemarkError):
 
 
 class KilledNotReleased(TidemarkError):
-    """``resume`` of a task under a kill, or ``unwind`` under a kill of every task or of its
-    series: the kill is released only by ``tidemark release`` of its scope."""
+    """A ``resume`` or ``unwind`` refused because a kill still applies.
+
+    That is ``resume`` of a task under a kill, or ``unwind`` under a kill of every task or of
+    its series: the kill is released only by ``tidemark release`` of its scope."""
 
 
 class GloballyStopped(TidemarkError):

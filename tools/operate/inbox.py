@@ -73,9 +73,11 @@ class Seen:
 
 
 def _refused(event: dict[str, Any]) -> Entry:
-    """A start refused before its plan was stored (a ``refused`` event of a task the journal
-    has no plan for): what refused it, and that a corrected start of the task is next. Its
-    run's worklist row says the same, and closes when a run of the task starts."""
+    """A start refused before its plan was stored.
+
+    That is a ``refused`` event of a task the journal has no plan for. The entry says what
+    refused it, and that a corrected start of the task is next. Its run's worklist row says the
+    same, and closes when a run of the task starts."""
     t, err = event["task_id"], event["detail"].get("error") or {}
     return Entry(t, TaskState.FAILED, event["at"],
                  f"its start ({event['actor']}) was refused before its plan was stored: "
@@ -86,8 +88,9 @@ def _refused(event: dict[str, Any]) -> Entry:
 
 
 def refused_line(url: str, task_id: str) -> str | None:
-    """What refused the start of a task no plan is stored for, in one line; None when no
-    start of it was refused."""
+    """What refused the start of a task no plan is stored for, in one line.
+
+    None when no start of it was refused."""
     from tools.operate.commands import journal_store
 
     with journal_store(url) as store:
@@ -122,9 +125,11 @@ async def _ask(settings: Settings, going_on: list[str]) -> Seen:
 
 
 def ask_temporal(settings: Settings, going_on: list[str]) -> Seen | None:
-    """Which tasks have an unwind under way, and which of ``going_on`` (the tasks the journal
-    reads a run going on for) have no open run; None (with one line on stderr) when Temporal
-    does not answer in time: the inbox then answers from the journal alone."""
+    """Which tasks have an unwind under way, and which going-on tasks have no open run.
+
+    ``going_on`` are the tasks the journal reads a run going on for. None (with one line on
+    stderr) when Temporal does not answer in time: the inbox then answers from the journal
+    alone."""
     import asyncio  # with the Temporal client: `--help` registers this command without it
 
     from temporalio.service import RPCError
@@ -139,9 +144,10 @@ def ask_temporal(settings: Settings, going_on: list[str]) -> Seen | None:
 
 
 def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) -> Entry:
-    """A task whose run is not open in Temporal though it journaled no end: it was ended
-    outside tidemark (the Web UI's Terminate, `temporal workflow terminate`), so nothing runs
-    the task."""
+    """A task whose run is not open in Temporal though it journaled no end.
+
+    It was ended outside tidemark (the Web UI's Terminate, `temporal workflow terminate`), so
+    nothing runs the task."""
     return Entry(task_id, TaskState.ENDED, began_at,
                  f"its run tidemark-{task_id} is {status.lower()} in Temporal and journaled no "
                  "end (ended outside tidemark: the Web UI's Terminate, `temporal workflow "
@@ -151,9 +157,11 @@ def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) ->
 
 def inbox(store: JournalStore, seen: Seen | None = None,
           going_on: list[dict[str, Any]] | None = None) -> list[Entry]:
-    """Every task that waits for a person, oldest first. With ``seen`` (Temporal's answer):
-    tasks whose unwind is under way are being settled and left out, and a task of
-    ``going_on`` (store.runs_going_on) whose run is not open waits for its resume."""
+    """Every task that waits for a person, oldest first.
+
+    With ``seen`` (Temporal's answer): tasks whose unwind is under way are being settled and
+    left out, and a task of ``going_on`` (store.runs_going_on) whose run is not open waits for
+    its resume."""
     unwinding = seen.unwinding if seen is not None else set()
     entries = {c["task_id"]: e for c in store.inbox_candidates()
                if c["task_id"] not in unwinding and (e := entry_of(store, c)) is not None}
@@ -167,10 +175,11 @@ def inbox(store: JournalStore, seen: Seen | None = None,
 
 
 def web_ui_url(base: str, namespace: str) -> str:
-    """The Temporal Web UI's workflow list filtered on the runs that wait for a person (the UI
-    takes a list filter in its ``query`` URL parameter): TidemarkNeeds, which each run keeps
-    up to date and sets to ``nothing`` when it goes on or its task is settled (tidemark.needs;
-    docs/who-needs-me.md)."""
+    """The Temporal Web UI's workflow list, filtered on the runs that wait for a person.
+
+    The UI takes a list filter in its ``query`` URL parameter. The filter is on TidemarkNeeds,
+    which each run keeps up to date and sets to ``nothing`` when it goes on or its task is
+    settled (tidemark.needs; docs/who-needs-me.md)."""
     query = worklist_query()
     return (f"{base.rstrip('/')}/namespaces/{urllib.parse.quote(namespace, safe='')}"
             f"/workflows?query={urllib.parse.quote(query, safe='')}")

@@ -86,8 +86,10 @@ class Target:
 
 async def target_of(client: Client | None, store: JournalStore, *, task: str | None,
                     series: str | None, everything: bool, force_unknown: bool) -> Target:
-    """Checks what the kill names (KillError, UnknownStopTarget, UnknownSeries: nothing has
-    been written) and lists what it covers."""
+    """Checks what the kill names and lists what it covers.
+
+    A bad name raises KillError, UnknownStopTarget or UnknownSeries: nothing has been
+    written."""
     if sum(x is not None for x in (task, series, everything or None)) != 1:
         raise KillError("kill exactly one of: a task, --series S, --all")
     if task is not None:
@@ -111,8 +113,10 @@ async def target_of(client: Client | None, store: JournalStore, *, task: str | N
 
 
 async def open_workflows(client: Client, t: Target) -> dict[str, str]:
-    """The workflows the kill covers, by id, each with its type: the run and the unwind of
-    each task (open or not: layer 4 says which it found), and the open ScheduledRuns."""
+    """The workflows the kill covers, by id, each with its type.
+
+    They are the run and the unwind of each task (open or not: layer 4 says which it found),
+    and the open ScheduledRuns."""
     found: dict[str, str] = {}
     queries: list[str] = []
     if t.everything:
@@ -150,15 +154,18 @@ class _Kill:
 
     @property
     def client(self) -> Client:
-        """Temporal, for layers 2 and 4; KillError when it cannot be reached (layers 1 and 3
-        need only Postgres and the providers: they still run)."""
+        """Temporal, for layers 2 and 4; KillError when it cannot be reached.
+
+        Layers 1 and 3 need only Postgres and the providers: they still run."""
         if self._client is None:
             raise KillError(f"Temporal is unreachable ({self.unreachable}); not done")
         return self._client
 
     async def announce(self) -> None:
-        """Lists the workflows and sends each the ``kill`` signal (before layer 1, so that a
-        run does not end itself on meeting the stop state before it hears of the kill)."""
+        """Lists the workflows and sends each the ``kill`` signal.
+
+        This comes before layer 1, so that a run does not end itself on meeting the stop state
+        before it hears of the kill."""
         t = self.t
         try:
             t.workflows = await open_workflows(self.client, t)  # KillError without Temporal
@@ -223,9 +230,11 @@ async def kill(client: Client | None, store: JournalStore, *, task: str | None =
                series: str | None = None, everything: bool = False, reason: str,
                by: str, force_unknown: bool = False, grace_s: float = KILL_GRACE_S,
                unreachable: str = "") -> list[dict[str, Any]]:
-    """Runs the four layers and returns one report per layer: ``{layer, what, done,
-    detail}``. Without a client (Temporal is unreachable: ``unreachable`` says why) layers 1
-    and 3 still run, and layers 2 and 4 are reported as not done."""
+    """Runs the four layers and returns one report per layer.
+
+    A report is ``{layer, what, done, detail}``. Without a client (Temporal is unreachable:
+    ``unreachable`` says why) layers 1 and 3 still run, and layers 2 and 4 are reported as not
+    done."""
     t = await target_of(client, store, task=task, series=series, everything=everything,
                         force_unknown=force_unknown)
     k = _Kill(client, store, t, reason or "killed", by, grace_s, unreachable)
@@ -284,8 +293,9 @@ async def _announce(client: Client, workflow_id: str, note: dict[str, str]) -> b
 
 async def _settle(client: Client, workflow_ids: list[str],
                   grace_s: float) -> dict[str, str]:
-    """Waits until each announced workflow shows ``killed`` with no activity pending, up to
-    ``grace_s``; returns for each how it stood when the wait ended.
+    """Waits until each announced workflow shows ``killed`` with no activity pending.
+
+    The wait lasts up to ``grace_s``; returns for each how it stood when the wait ended.
 
     The grace bounds the wait for the attempt under way, not for the signal: a workflow that
     has not yet taken the kill signal is waited for at least TOLD_S, even with ``--grace 0``,
@@ -335,7 +345,9 @@ def _settled_as(stood: str | None, busy: str | None, waited: float,
 
 
 async def _standing(client: Client, workflow_id: str, waited: float) -> str | None:
-    """``settled``, ``killed, busy: <activities>`` (it took the kill signal), ``busy:
+    """How an announced workflow stands now, in a few words.
+
+    ``settled``, ``killed, busy: <activities>`` (it took the kill signal), ``busy:
     <activities>``, ``waiting``, ``no worker``, or None (closed)."""
     desc = await _open(client, workflow_id)
     if desc is None:

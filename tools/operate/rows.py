@@ -55,11 +55,13 @@ WAIT = timedelta(seconds=TEMPORAL_WAIT_S)  # each call to Temporal, however many
 
 async def _in_scope(client: Client, store: JournalStore, scope: str, query: str,
                     prefix: str) -> list[str]:
-    """The tasks of this journal in ``scope`` (a task id, ``series:S`` or ``*``) that may
-    have an open workflow ``prefix<task>`` among those ``query`` lists (a namespace may
-    serve other journals too: their tasks are left alone). A workflow whose id names no task
-    the journal could hold (a NUL, a control character, too long: started by hand, or by a
-    version that took any id) is skipped with one line: it is no task of a journal."""
+    """The tasks of this journal in ``scope`` that may have an open workflow.
+
+    ``scope`` is a task id, ``series:S`` or ``*``; the workflow is ``prefix<task>`` among those
+    ``query`` lists. A namespace may serve other journals too: their tasks are left alone. A
+    workflow whose id names no task the journal could hold (a NUL, a control character, too
+    long: started by hand, or by a version that took any id) is skipped with one line: it is no
+    task of a journal."""
     if _one_task(scope):
         return [scope]
     listed = client.list_workflows(query, rpc_timeout=WAIT)
@@ -85,8 +87,10 @@ def skipped(what: str, why: str) -> None:
 
 
 async def _signal(client: Client, workflow_id: str, name: str, arg: object) -> None:
-    """Sends a signal; a workflow that is not open (no row, no waiting run) is left alone, and
-    one Temporal refuses the signal for is skipped with one line: the others are still told."""
+    """Sends a signal to a workflow, skipping those that cannot take it.
+
+    A workflow that is not open (no row, no waiting run) is left alone. One that Temporal
+    refuses the signal for is skipped with one line: the others are still told."""
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
@@ -124,8 +128,10 @@ async def _bring_in_line(settings: Settings, url: str, scope: str, by: str,
 
 
 def _need(store: JournalStore, task_id: str) -> TaskNeed | None:
-    """What the journal says the task needs now; None for an id with no stored plan, and for
-    a task whose reading fails (skipped with one line: the others are still brought in line)."""
+    """What the journal says the task needs now.
+
+    None for an id with no stored plan, and for a task whose reading fails (skipped with one
+    line: the others are still brought in line)."""
     try:
         return task_need(store, task_id)
     except UnknownTask:
@@ -141,10 +147,12 @@ def _one_task(scope: str) -> bool:
 
 def bring_rows_in_line(settings: Settings, url: str, scope: str, by: str, *,
                        wake: bool = False) -> None:
-    """Tells the open worklist rows of the tasks in ``scope`` what the journal says they need
-    now (module docstring); ``by`` names the command and the person. ``wake`` (a stop or a
-    release): the runs of those tasks that wait at the boundary read the stop state first.
-    One line on stderr, nothing raised, when Temporal does not answer in time."""
+    """Tells the open worklist rows of the tasks in ``scope`` what they need now.
+
+    What they need is what the journal says (module docstring); ``by`` names the command and the
+    person. ``wake`` (a stop or a release): the runs of those tasks that wait at the boundary
+    read the stop state first. One line on stderr, nothing raised, when Temporal does not answer
+    in time."""
     import asyncio
 
     from temporalio.service import RPCError

@@ -1,7 +1,8 @@
-"""The Temporal Schedules of series: one per series, id ``tidemark-series-<S>``, whose action
-starts ``ScheduledRun`` for the series (workflows/scheduled_run.py). They show on the Web UI's
-Schedules page; ``tidemark schedule create|list|pause|unpause|delete`` drives them, and
-``tidemark kill`` pauses them."""
+"""The Temporal Schedules of series, one per series.
+
+Its id is ``tidemark-series-<S>``, and its action starts ``ScheduledRun`` for the series
+(workflows/scheduled_run.py). They show on the Web UI's Schedules page; ``tidemark schedule
+create|list|pause|unpause|delete`` drives them, and ``tidemark kill`` pauses them."""
 
 from __future__ import annotations
 
@@ -47,9 +48,11 @@ def schedule_id(series: str) -> str:
 
 async def create(client: Client, series: str, cron: str, planner: str, args: dict[str, Any],
                  task_queue: str = TASK_QUEUE, *, by: str = "") -> str:
-    """Creates the series' schedule; each firing starts ScheduledRun ``tidemark-sched-<S>``
-    (Temporal appends the time). Overlapping firings are skipped: runs of a series never
-    overlap, and a run that is still going blocks the next anyway."""
+    """Creates the series' schedule.
+
+    Each firing starts ScheduledRun ``tidemark-sched-<S>`` (Temporal appends the time).
+    Overlapping firings are skipped: runs of a series never overlap, and a run that is still
+    going blocks the next anyway."""
     module, sep, function = planner.partition(":")
     if not (module and sep and function):
         raise ScheduleError(f"--planner must be MODULE:FUNCTION, got {planner!r}")
@@ -81,8 +84,10 @@ def handle(client: Client, series: str) -> ScheduleHandle:
 
 
 async def describe(client: Client, series: str) -> dict[str, Any] | None:
-    """``{series, id, paused, note, planner, args, next}`` and what the schedule fires on
-    (``cron``, ``calendars``, ``intervals``: those it has), or None without a schedule."""
+    """The schedule of a series as a dict, or None without a schedule.
+
+    The keys are ``{series, id, paused, note, planner, args, next}`` and what the schedule fires
+    on (``cron``, ``calendars``, ``intervals``: those it has)."""
     try:
         d = await handle(client, series).describe()
     except RPCError as e:
@@ -101,10 +106,11 @@ async def describe(client: Client, series: str) -> dict[str, Any] | None:
 
 
 def fires_on(spec: ScheduleSpec, given_cron: Any = None) -> dict[str, Any]:
-    """What a schedule fires on, in the form it was given: the cron expression kept in its memo
-    (``tidemark schedule create``); else, for a schedule made elsewhere (the Web UI, `temporal
-    schedule create`), its cron expressions, calendars (as cron fields) and intervals (in
-    seconds), each only when it has some."""
+    """What a schedule fires on, in the form it was given.
+
+    That is the cron expression kept in its memo (``tidemark schedule create``). For a schedule
+    made elsewhere (the Web UI, `temporal schedule create`): its cron expressions, calendars (as
+    cron fields) and intervals (in seconds), each only when it has some."""
     if isinstance(given_cron, str) and given_cron:
         return {"cron": [given_cron]}
     out: dict[str, Any] = {}
@@ -127,8 +133,10 @@ _CALENDAR_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31),
 
 
 def calendar_text(c: ScheduleCalendarSpec) -> str:
-    """A calendar as cron fields (``30 4 * * *``), led by its seconds unless they are 0 and
-    followed by its years when it names some."""
+    """A calendar as cron fields (``30 4 * * *``).
+
+    The fields are led by its seconds unless they are 0, and followed by its years when it names
+    some."""
     fields = [_ranges_text(getattr(c, name), lo, hi) for name, lo, hi in _CALENDAR_FIELDS]
     second = _ranges_text(c.second, 0, 59)
     text = " ".join(fields if second == "0" else [second, *fields])

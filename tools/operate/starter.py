@@ -36,8 +36,10 @@ class AlreadyRunning(TidemarkError):
 
 
 async def connect(settings: Settings) -> Client:
-    """A client on the configured Temporal; TemporalUnavailable (one line) if it cannot be
-    reached, ConfigError if a TLS file cannot be read."""
+    """A client on the configured Temporal.
+
+    Raises TemporalUnavailable (one line) if it cannot be reached, ConfigError if a TLS file
+    cannot be read."""
     options = settings.temporal_connect()
     try:
         return await Client.connect(**options)
@@ -76,8 +78,10 @@ async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
 
 
 async def unwind_open(settings: Settings, task_id: str) -> bool:
-    """Whether an unwind of ``task_id`` (``tidemark-unwind-<task_id>``) is open: a resume
-    would run the task forward under it, a second unwind would only restate its stop."""
+    """Whether an unwind of ``task_id`` (``tidemark-unwind-<task_id>``) is open.
+
+    A resume would run the task forward under it, a second unwind would only restate its
+    stop."""
     client = await connect(settings)
     try:
         desc = await client.get_workflow_handle(f"tidemark-unwind-{task_id}").describe()
@@ -100,8 +104,10 @@ def check_no_unwind(settings: Settings, task_id: str, verb: str) -> None:
 
 async def signal_approval(settings: Settings, task_id: str,
                           decision: dict[str, Any]) -> bool:
-    """Wakes ``tidemark-<task_id>`` after a decision was journaled; False when no run of it
-    is open (the decision then takes effect when the task is next started)."""
+    """Wakes ``tidemark-<task_id>`` after a decision was journaled.
+
+    False when no run of it is open (the decision then takes effect when the task is next
+    started)."""
     client = await connect(settings)
     try:
         await client.get_workflow_handle(f"tidemark-{task_id}").signal("approval", decision)
@@ -114,12 +120,13 @@ async def signal_approval(settings: Settings, task_id: str,
 
 async def decision_taken(settings: Settings, task_id: str, poll_s: float = 0.2, *,
                          until_end: bool = False) -> dict[str, Any]:
-    """Waits until the open run of ``tidemark-<task_id>`` no longer waits for approval (it
-    took the decision: it goes on, or it ended) and says where it stands: ``open``, the
-    Temporal ``status``, the ``state`` (TidemarkState, or the ended run's state) and, for an
-    ended run, its ``error``. With ``until_end``, waits on until the run has ended, so that
-    the answer is how it ended. Reads only what the server holds, so no worker is needed to
-    answer; while no worker runs, the wait lasts until one does."""
+    """Waits until the open run of ``tidemark-<task_id>`` has taken the decision.
+
+    Taking it means the run no longer waits for approval: it goes on, or it ended. Says where it
+    stands: ``open``, the Temporal ``status``, the ``state`` (TidemarkState, or the ended run's
+    state) and, for an ended run, its ``error``. With ``until_end``, waits on until the run has
+    ended, so that the answer is how it ended. Reads only what the server holds, so no worker is
+    needed to answer; while no worker runs, the wait lasts until one does."""
     client = await connect(settings)
     handle = client.get_workflow_handle(f"tidemark-{task_id}")
     while True:

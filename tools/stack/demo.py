@@ -192,8 +192,9 @@ def _list_drive(base: str) -> list[dict[str, Any]]:
 def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = False,
              say: Callable[[str], None] = print,
              settings: Settings | None = None) -> DemoOutcome:
-    """Runs the demo on a stack of its own, under ``settings`` (default: this process's
-    environment's)."""
+    """Runs the demo on a stack of its own.
+
+    It runs under ``settings`` (default: this process's environment's)."""
     if not 1 <= kill_at <= RENAMES:
         raise ValueError(f"--kill-at must be a rename step, 1..{RENAMES}")
     if third_party and kill_at <= THIRD_PARTY_STEP:

