@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from tidemark.errors import TidemarkError
 from tidemark.payloads import DecisionInput
 from tidemark.store import JournalStore
-from tidemark.words import DecisionVia
+from tidemark.words import Decision, DecisionVia
 
 
 class DecisionActivities:
@@ -33,7 +33,7 @@ class DecisionActivities:
         non-retryable ApplicationError with the journal's one line, having recorded nothing."""
         try:
             stored = self.store.progress(inp.task_id).plan_hash
-            row = self.store.decide(inp.task_id, inp.decision, stored, os_user=None,
+            row = self.store.decide(inp.task_id, Decision(inp.decision), stored, os_user=None,
                                     label=inp.by or None, note=inp.note,
                                     via=DecisionVia.TEMPORAL)
         except TidemarkError as e:

@@ -315,7 +315,7 @@ class StepActivities:
         Returns what the journal then says the task needs: the word of the row the run opens."""
         info = activity.info()
         try:
-            self.store.record_run_ended(inp.task_id, inp.state, inp.error,
+            self.store.record_run_ended(inp.task_id, TaskState(inp.state), inp.error,
                                         info.workflow_id or "a run", confirmed=inp.confirmed,
                                         steps=inp.steps, run_id=info.workflow_run_id)
             return waiting.task_need(self.store, inp.task_id)
