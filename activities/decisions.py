@@ -15,6 +15,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from tidemark.activity_names import ActivityName
 from tidemark.errors import TidemarkError
 from tidemark.payloads import DecisionInput
 from tidemark.store import JournalStore
@@ -27,7 +28,7 @@ class DecisionActivities:
     def __init__(self, store: JournalStore) -> None:
         self.store = store
 
-    @activity.defn(name="record_decision")
+    @activity.defn(name=ActivityName.RECORD_DECISION)
     def record_decision(self, inp: DecisionInput) -> dict[str, Any]:
         """Records ``inp`` as the journal allows (tidemark.check_decision), or raises a
         non-retryable ApplicationError with the journal's one line, having recorded nothing."""

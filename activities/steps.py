@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.errors import (
     ActionNotConfigured,
     ActionUnavailable,
@@ -134,7 +135,7 @@ class StepActivities:
         # The worker's step threads: a coroutine activity's blocking parts run there.
         self.threads = StepThreads(executor)
 
-    @activity.defn(name="prepare")
+    @activity.defn(name=ActivityName.PREPARE)
     def prepare(self, inp: PrepareInput) -> Prepared:
         """Persists the plan (or finds the stored one) and reads where the task stands. A
         start refused before its plan was stored is journaled (``refused``) for the task id it
@@ -228,7 +229,7 @@ class StepActivities:
                 info.workflow_id or "a run", run_id=info.workflow_run_id)
             raise
 
-    @activity.defn(name="describe_steps")
+    @activity.defn(name=ActivityName.DESCRIBE_STEPS)
     def describe_steps(self, inp: WindowInput) -> list[str]:
         """One readable line per step in [first, last], for activity summaries. Runs whose
         prepare gave no lines ask for them here (those recorded before it gave them)."""
@@ -244,7 +245,7 @@ class StepActivities:
         return cut(f"{step.action} {spec.describe(step.args) if spec else ''}".strip(),
                    LINE_CHARS)
 
-    @activity.defn(name="run_step")
+    @activity.defn(name=ActivityName.RUN_STEP)
     async def run_step(self, inp: StepInput) -> StepOutput:
         """One step through the two-phase journal, heartbeating while it runs.
 
@@ -262,7 +263,7 @@ class StepActivities:
                     raise _as_application_error(e) from e
         return _output(result)
 
-    @activity.defn(name="run_steps")
+    @activity.defn(name=ActivityName.RUN_STEPS)
     def run_steps(self, inp: StepBatchInput) -> StepBatchOutput:
         """Consecutive steps in one call (RunPlan's fast path), each through the two-phase
         journal as run_step runs it; see tidemark.run_step.run_steps for where a batch ends."""
@@ -295,7 +296,7 @@ class StepActivities:
                 out.executed += 1
         return out
 
-    @activity.defn(name="record_halt")
+    @activity.defn(name=ActivityName.RECORD_HALT)
     def record_halt(self, inp: HaltInput) -> None:
         """Writes the durable stop state: nothing restarts the task until it is released. The
         reason and the label are cut to the journal's limits: a halt must hold whatever its
@@ -307,7 +308,7 @@ class StepActivities:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")
 
-    @activity.defn(name="record_run_end")
+    @activity.defn(name=ActivityName.RECORD_RUN_END)
     def record_run_end(self, inp: RunEndInput) -> TaskNeed:
         """Journals that the run ended other than completed: until a run of the task begins
         again (prepare journals each beginning), nothing runs it, and `tidemark inbox` says
@@ -322,7 +323,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="task_need")
+    @activity.defn(name=ActivityName.TASK_NEED)
     def task_need(self, task_id: str) -> TaskNeed:
         """What the journal says the task needs from a person now (tidemark.waiting): the
         word of the worklist row an unwind that did not finish opens."""
@@ -331,7 +332,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="plan_unwind")
+    @activity.defn(name=ActivityName.PLAN_UNWIND)
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
         """The steps an unwind visits, with their summaries, and what it will not touch."""
         try:
@@ -348,7 +349,7 @@ class StepActivities:
                                if status == StepStatus.DONE],
             stopped=(stop["reason"] or "stopped") if stop else None)
 
-    @activity.defn(name="unwind_step")
+    @activity.defn(name=ActivityName.UNWIND_STEP)
     def unwind_step(self, inp: StepInput) -> UndoOutput:
         """One compensation through the journal (phase undo), heartbeating while it runs. A
         refusal by the target is journaled as that attempt's outcome and reported as
@@ -362,7 +363,7 @@ class StepActivities:
                 raise _as_application_error(e) from e
         return UndoOutput(step=result.step, status=result.status)
 
-    @activity.defn(name="record_unwound")
+    @activity.defn(name=ActivityName.RECORD_UNWOUND)
     def record_unwound(self, inp: UnwoundInput) -> list[int]:
         """Marks the task unwound (terminal) if nothing is left to compensate; returns the
         steps still to visit otherwise."""
@@ -371,7 +372,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="end_unwind")
+    @activity.defn(name=ActivityName.END_UNWIND)
     def end_unwind(self, inp: UnwoundInput) -> int:
         """Revokes the task's undo grants when its unwind ends, however it ends (they would
         expire on their own; an unwind's credential should not outlive it), and journals an
