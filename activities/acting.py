@@ -19,15 +19,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.grants import GrantBroker, Minter
-from tidemark.words import GrantPurpose
+from tidemark.words import GrantPurpose, GrantScope
 
-_ACTING: contextvars.ContextVar[tuple[GrantBroker, str, str] | None] = contextvars.ContextVar(
-    "tidemark_acting_for", default=None)
+_ACTING: contextvars.ContextVar[tuple[GrantBroker, str, GrantPurpose] | None] = \
+    contextvars.ContextVar("tidemark_acting_for", default=None)
 
 
 @contextlib.contextmanager
 def acting_for(broker: GrantBroker | None, task_id: str,
-               purpose: str = GrantPurpose.RUN) -> Iterator[None]:
+               purpose: GrantPurpose = GrantPurpose.RUN) -> Iterator[None]:
     """Makes every granted call in this block present ``task_id``'s grant.
 
     The block is this thread's. The grant is for ``purpose`` (``run``: its steps; ``undo``: the
@@ -42,7 +42,7 @@ def acting_for(broker: GrantBroker | None, task_id: str,
         _ACTING.reset(reset)
 
 
-def granted_stripe(client: Any, target: str, scope: str, minter: Minter) -> Any:
+def granted_stripe(client: Any, target: str, scope: GrantScope, minter: Minter) -> Any:
     """Makes a stripe.StripeClient present per-task grants.
 
     Every request's bearer key is the acting task's grant (the key the client was built with
@@ -82,7 +82,7 @@ class GrantedTokenProvider:
     probes.graph.RenewOnUnauthorized after a 401) renews the base token the refused grant was
     issued for and asks the broker again."""
 
-    def __init__(self, inner: Any, target: str, scope: str, minter: Minter) -> None:
+    def __init__(self, inner: Any, target: str, scope: GrantScope, minter: Minter) -> None:
         self._inner, self._target, self._scope, self._minter = inner, target, scope, minter
         self._base_of: dict[str, str] = {}  # recent presented token -> its base
         self._lock = threading.Lock()
@@ -119,7 +119,7 @@ class GrantedTokenProvider:
         return self._inner.get_allowed_hosts_validator()
 
 
-def granted_graph(client: Any, target: str, scope: str, minter: Minter) -> Any:
+def granted_graph(client: Any, target: str, scope: GrantScope, minter: Minter) -> Any:
     """Makes a probes.graph.GraphClient present per-task grants."""
     auth = client.service.request_adapter._authentication_provider
     auth.access_token_provider = GrantedTokenProvider(auth.access_token_provider, target, scope,

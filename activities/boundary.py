@@ -12,6 +12,7 @@ from temporalio import activity
 from activities.acting import acting_for
 from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
 from tidemark.errors import TidemarkError, release_command
@@ -32,7 +33,7 @@ class BoundaryActivities:
         # The operator's policy; without one, every irreversible step waits for a person.
         self.approval = approval or policy_from_env({})
 
-    @activity.defn(name="reach_boundary")
+    @activity.defn(name=ActivityName.REACH_BOUNDARY)
     def reach_boundary(self, inp: BoundaryInput) -> BoundaryOutcome:
         """Checks the boundary before ``inp.step`` and reads whether a person must approve.
 
@@ -69,7 +70,7 @@ class BoundaryActivities:
             stopped=(stop["reason"] or "stopped") if stop else None,
             release=release_command(inp.task_id, stop["scope"]) if stop else None)
 
-    @activity.defn(name="verify_end")
+    @activity.defn(name=ActivityName.VERIFY_END)
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:
         """The verification at the end of a plan, before its run says completed.
 

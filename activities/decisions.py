@@ -16,10 +16,11 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from tidemark.activity_names import ActivityName
 from tidemark.errors import TidemarkError
 from tidemark.payloads import DecisionInput
 from tidemark.store import JournalStore
-from tidemark.words import DecisionVia
+from tidemark.words import Decision, DecisionVia
 
 
 class DecisionActivities:
@@ -28,7 +29,7 @@ class DecisionActivities:
     def __init__(self, store: JournalStore) -> None:
         self.store = store
 
-    @activity.defn(name="record_decision")
+    @activity.defn(name=ActivityName.RECORD_DECISION)
     def record_decision(self, inp: DecisionInput) -> dict[str, Any]:
         """Records ``inp`` as the journal allows (tidemark.check_decision).
 
@@ -36,7 +37,7 @@ class DecisionActivities:
         recorded nothing."""
         try:
             stored = self.store.progress(inp.task_id).plan_hash
-            row = self.store.decide(inp.task_id, inp.decision, stored, os_user=None,
+            row = self.store.decide(inp.task_id, Decision(inp.decision), stored, os_user=None,
                                     label=inp.by or None, note=inp.note,
                                     via=DecisionVia.TEMPORAL)
         except TidemarkError as e:

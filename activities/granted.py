@@ -28,6 +28,7 @@ from activities.acting import _ACTING, acting_for
 from probes.google_async import send
 from tidemark.credentials import CredentialSource, StaticToken
 from tidemark.grants import Minter
+from tidemark.words import GrantScope
 
 __all__ = ["GrantedCredentials", "RenewingHttp", "acting_for", "granted_google"]
 
@@ -48,7 +49,7 @@ class GrantedCredentials(Credentials):
     access token"; RFC 6750 section 3.1). google-auth's own transports resend any request after
     a 401 by default (``DEFAULT_REFRESH_STATUS_CODES``)."""
 
-    def __init__(self, source: CredentialSource, target: str, scope: str,
+    def __init__(self, source: CredentialSource, target: str, scope: GrantScope,
                  minter: Minter) -> None:
         super().__init__(None)
         self._source, self._target, self._scope, self._minter = source, target, scope, minter
@@ -141,7 +142,7 @@ class RenewingHttp(google_auth_httplib2.AuthorizedHttp):
         return sent
 
 
-def granted_google(service: Any, target: str, scope: str, minter: Minter,
+def granted_google(service: Any, target: str, scope: GrantScope, minter: Minter,
                    source: CredentialSource | None = None) -> Any:
     """Makes a google_service Resource present per-task grants.
 

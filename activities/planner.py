@@ -24,6 +24,7 @@ from activities.acting import acting_for
 from activities.steps import _as_application_error
 from tidemark import series as series_rules
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.errors import PlanError, TidemarkError
 from tidemark.grants import GrantBroker
 from tidemark.limits import check_size
@@ -53,7 +54,7 @@ class PlannerActivities:
         self.registry = registry
         self.grants = grants  # the planner's reads present the scheduled task's grant
 
-    @activity.defn(name="series_gate")
+    @activity.defn(name=ActivityName.SERIES_GATE)
     def series_gate(self, inp: PlannerInput) -> None:
         """Raises SeriesBlocked while anything says stop.
 
@@ -68,7 +69,7 @@ class PlannerActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="call_planner")
+    @activity.defn(name=ActivityName.CALL_PLANNER)
     def call_planner(self, inp: PlannerInput) -> dict[str, Any]:
         """Calls the planner and returns its plan, validated, with task id and series set."""
         try:

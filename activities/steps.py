@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 from activities.acting import acting_for
 from tidemark import metrics, series, waiting
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.errors import (
     ActionNotConfigured,
     ActionUnavailable,
@@ -138,7 +139,7 @@ class StepActivities:
         # The worker's step threads: a coroutine activity's blocking parts run there.
         self.threads = StepThreads(executor)
 
-    @activity.defn(name="prepare")
+    @activity.defn(name=ActivityName.PREPARE)
     def prepare(self, inp: PrepareInput) -> Prepared:
         """Persists the plan (or finds the stored one) and reads where the task stands.
 
@@ -236,7 +237,7 @@ class StepActivities:
                 info.workflow_id or "a run", run_id=info.workflow_run_id)
             raise
 
-    @activity.defn(name="describe_steps")
+    @activity.defn(name=ActivityName.DESCRIBE_STEPS)
     def describe_steps(self, inp: WindowInput) -> list[str]:
         """One readable line per step in [first, last], for activity summaries.
 
@@ -255,7 +256,7 @@ class StepActivities:
         return cut(f"{step.action} {spec.describe(step.args) if spec else ''}".strip(),
                    LINE_CHARS)
 
-    @activity.defn(name="run_step")
+    @activity.defn(name=ActivityName.RUN_STEP)
     async def run_step(self, inp: StepInput) -> StepOutput:
         """One step through the two-phase journal, heartbeating while it runs.
 
@@ -273,7 +274,7 @@ class StepActivities:
                     raise _as_application_error(e) from e
         return _output(result)
 
-    @activity.defn(name="run_steps")
+    @activity.defn(name=ActivityName.RUN_STEPS)
     def run_steps(self, inp: StepBatchInput) -> StepBatchOutput:
         """Consecutive steps in one call (RunPlan's fast path).
 
@@ -308,7 +309,7 @@ class StepActivities:
                 out.executed += 1
         return out
 
-    @activity.defn(name="record_halt")
+    @activity.defn(name=ActivityName.RECORD_HALT)
     def record_halt(self, inp: HaltInput) -> None:
         """Writes the durable stop state: nothing restarts the task until it is released.
 
@@ -321,7 +322,7 @@ class StepActivities:
             raise _as_application_error(e) from e
         metrics.task_stopped("halt")
 
-    @activity.defn(name="record_run_end")
+    @activity.defn(name=ActivityName.RECORD_RUN_END)
     def record_run_end(self, inp: RunEndInput) -> TaskNeed:
         """Journals that the run ended other than completed.
 
@@ -331,14 +332,14 @@ class StepActivities:
         the run opens."""
         info = activity.info()
         try:
-            self.store.record_run_ended(inp.task_id, inp.state, inp.error,
+            self.store.record_run_ended(inp.task_id, TaskState(inp.state), inp.error,
                                         info.workflow_id or "a run", confirmed=inp.confirmed,
                                         steps=inp.steps, run_id=info.workflow_run_id)
             return waiting.task_need(self.store, inp.task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="task_need")
+    @activity.defn(name=ActivityName.TASK_NEED)
     def task_need(self, task_id: str) -> TaskNeed:
         """What the journal says the task needs from a person now (tidemark.waiting).
 
@@ -348,7 +349,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="plan_unwind")
+    @activity.defn(name=ActivityName.PLAN_UNWIND)
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
         """The steps an unwind visits, with their summaries, and what it will not touch."""
         try:
@@ -365,7 +366,7 @@ class StepActivities:
                                if status == StepStatus.DONE],
             stopped=(stop["reason"] or "stopped") if stop else None)
 
-    @activity.defn(name="unwind_step")
+    @activity.defn(name=ActivityName.UNWIND_STEP)
     def unwind_step(self, inp: StepInput) -> UndoOutput:
         """One compensation through the journal (phase undo), heartbeating while it runs.
 
@@ -380,7 +381,7 @@ class StepActivities:
                 raise _as_application_error(e) from e
         return UndoOutput(step=result.step, status=result.status)
 
-    @activity.defn(name="record_unwound")
+    @activity.defn(name=ActivityName.RECORD_UNWOUND)
     def record_unwound(self, inp: UnwoundInput) -> list[int]:
         """Marks the task unwound (terminal) if nothing is left to compensate.
 
@@ -390,7 +391,7 @@ class StepActivities:
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
-    @activity.defn(name="end_unwind")
+    @activity.defn(name=ActivityName.END_UNWIND)
     def end_unwind(self, inp: UnwoundInput) -> int:
         """Revokes the task's undo grants when its unwind ends, however it ends.
 

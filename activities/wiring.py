@@ -220,7 +220,7 @@ def grant_minter(env: Mapping[str, str], url: str) -> Minter:
     return _minter(env, url)
 
 
-def _google(env: Mapping[str, str], target: str, client: Any, scope: str, url: str,
+def _google(env: Mapping[str, str], target: str, client: Any, scope: GrantScope, url: str,
             source: CredentialSource) -> Any:
     from activities.granted import granted_google
 

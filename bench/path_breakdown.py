@@ -69,6 +69,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tidemark.activity_names import ActivityName
 from tidemark.approval import unattended
 from tidemark.store import JournalStore
 
@@ -140,7 +141,7 @@ async def path_run(client: Client, n: int, queue: str = "bench") -> tuple[float,
     runs.sort(key=lambda r: r.start_time)
     histories = [await events(client.get_workflow_handle(r.id, run_id=r.run_id)) for r in runs]
     RAW[task] = [e for h in histories for e in h]
-    return ms, combined([breakdown(h, "run_step") for h in histories])
+    return ms, combined([breakdown(h, ActivityName.RUN_STEP) for h in histories])
 
 
 def combined(runs: list[dict[str, Any]]) -> dict[str, Any]:

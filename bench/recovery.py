@@ -51,6 +51,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tidemark.activity_names import ActivityName
 from tidemark.approval import unattended
 from tidemark.payloads import RunResult
 from tidemark.store import JournalStore
@@ -104,7 +105,7 @@ async def _holder(handle: WorkflowHandle[Any, Any]) -> int | None:
     """The pid of the worker running the workflow's step, once its call runs."""
     desc = await handle.describe()
     for a in desc.raw_description.pending_activities:
-        if (a.activity_type.name == "run_step" and a.last_worker_identity
+        if (a.activity_type.name == ActivityName.RUN_STEP and a.last_worker_identity
                 and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED):
             head = a.last_worker_identity.split("@", 1)[0]
             return int(head) if head.isdigit() else None
@@ -117,7 +118,8 @@ async def _completed_by(handle: WorkflowHandle[Any, Any]) -> list[tuple[int, str
     out: list[tuple[int, str]] = []
     async for e in handle.fetch_history_events():
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if e.activity_task_scheduled_event_attributes.activity_type.name == "run_step":
+            scheduled = e.activity_task_scheduled_event_attributes.activity_type.name
+            if scheduled == ActivityName.RUN_STEP:
                 steps.add(e.event_id)
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             a = e.activity_task_started_event_attributes

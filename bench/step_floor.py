@@ -62,6 +62,7 @@ from temporalio.worker import Worker
 import worker
 from activities.steps import StepActivities
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.approval import policy_from_env, unattended
 from tidemark.payloads import StepInput, StepOutput
 from tidemark.plan import load_plan
@@ -127,7 +128,7 @@ async def timed_floor(client: Client, store: JournalStore, registry: Registry, n
     t0 = time.perf_counter()
     await client.execute_workflow(
         "FloorSteps", [task, n, variant != "floor",
-                       "run_step" if variant == "activity" else "floor_step"],
+                       ActivityName.RUN_STEP if variant == "activity" else "floor_step"],
         id=f"floor-{task}", task_queue="floor")
     return (time.perf_counter() - t0) * 1000 / n
 

@@ -89,6 +89,57 @@ def test_only_errors_that_stop_for_a_person_name_a_stop_reason() -> None:
                        "Unauthorized": "unauthorized"}
 
 
+FAMILIES = (errors.SetupError, errors.JournalError, errors.ControlError, errors.ActionError)
+
+
+def defined_errors() -> list[type[BaseException]]:
+    """Every exception class tidemark/errors.py defines (not those it imports)."""
+    return [v for v in vars(errors).values() if isinstance(v, type)
+            and issubclass(v, BaseException) and v.__module__ == errors.__name__]
+
+
+def drawn_tree(doc: str) -> dict[str, str | None]:
+    """Class name -> its parent's name, as the module docstring draws the hierarchy: one class
+    a line, four more spaces for each level down, a family's line ending in what it means."""
+    lines = doc.splitlines()
+    first = lines.index("    TidemarkError")
+    parents: dict[str, str | None] = {}
+    trail: list[str] = []
+    for line in lines[first:]:
+        if not line.strip():
+            break
+        depth = (len(line) - len(line.lstrip()) - 4) // 4
+        name = line.strip().split(":")[0]
+        assert depth <= len(trail) and name.isidentifier(), line
+        trail[depth:] = [name]
+        parents[name] = trail[depth - 1] if depth else None
+    return parents
+
+
+def test_every_error_belongs_to_exactly_one_family() -> None:
+    assert [c for c in defined_errors() if c.__bases__ == (TidemarkError,)] == list(FAMILIES)
+    for cls in defined_errors():
+        if cls is TidemarkError or cls in FAMILIES:
+            continue
+        assert len([f for f in FAMILIES if issubclass(cls, f)]) == 1, cls
+
+
+def test_the_module_docstring_draws_exactly_the_classes_defined() -> None:
+    assert errors.__doc__ is not None
+    actual = {c.__name__: (c.__base__.__name__ if c is not TidemarkError else None)
+              for c in defined_errors()}
+    assert drawn_tree(errors.__doc__) == actual
+
+
+def test_a_drawing_that_left_the_classes_is_caught() -> None:
+    assert errors.__doc__ is not None
+    missing = drawn_tree(errors.__doc__.replace("            NotAuthorized\n", ""))
+    assert "NotAuthorized" not in missing and missing["DecisionRefused"] == "JournalError"
+    misplaced = drawn_tree(errors.__doc__.replace("            StepFailed",
+                                                  "                StepFailed"))
+    assert misplaced["StepFailed"] == "TargetUnavailable"
+
+
 def test_an_error_that_would_end_a_run_and_be_retried_is_refused_where_it_is_declared() -> None:
     with pytest.raises(TypeError, match="cannot be retryable"):
         type("Confused", (TidemarkError,), {"end_state": TaskState.FAILED, "retryable": True})

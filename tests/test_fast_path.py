@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from helpers.ledger import ledger_lines, ledger_registry, persisted
 from helpers.runs import start
 from helpers.wait import assert_eventually
+from tidemark.activity_names import ActivityName
 from tidemark.errors import PreconditionFailed, StepFailed, TargetUnavailable, UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.run_step import run_steps
@@ -41,7 +42,7 @@ async def batches_started(handle: WorkflowHandle[Any, Any],
             counting = True
         if counting and event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "run_steps":
+            if attrs.activity_type.name == ActivityName.RUN_STEPS:
                 firsts.append(json.loads(attrs.input.payloads[0].data)["first"])
     return firsts
 
@@ -65,7 +66,8 @@ async def batches(handle: WorkflowHandle[Any, Any]) -> int:
     """How many step batches (activities ``run_steps``) the run scheduled."""
     return len([e async for e in handle.fetch_history_events()
                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                and e.activity_task_scheduled_event_attributes.activity_type.name == "run_steps"])
+                and e.activity_task_scheduled_event_attributes.activity_type.name
+                == ActivityName.RUN_STEPS])
 
 
 def probes(store: JournalStore, task_id: str) -> list[dict[str, Any]]:

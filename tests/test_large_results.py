@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.catalog import spec_registry
 from helpers.ledger import LedgerRecord
 from helpers.runs import ended_in_one_go
+from tidemark.activity_names import ActivityName
 from tidemark.boundary import BRIEF_FAILURES
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -68,7 +69,7 @@ async def test_case4_a_plan_whose_every_step_fails_verification_ends_in_one_atte
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
                  for e in history.events
                  if e.HasField("activity_task_scheduled_event_attributes")]
-    gate = scheduled.index("reach_boundary")
+    gate = scheduled.index(ActivityName.REACH_BOUNDARY)
     assert attempts[gate] == 1, attempts  # one attempt: its result fitted
     verification = store.boundary_state(task)["verification"]
     assert len(verification["failures"]) == STEPS  # the journal holds every one

@@ -26,6 +26,7 @@ from helpers.steps import persist, wait_unlocked
 from helpers.wait import assert_eventually
 from tidemark import metrics
 from tidemark.actions import Registry
+from tidemark.activity_names import ActivityName
 from tidemark.errors import ConfigError, StepBusy, TargetUnavailable
 from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult
@@ -218,7 +219,7 @@ async def test_a_worker_with_metrics_on_serves_ours_and_the_sdks(
     assert value(got, f"{metrics.STEP_LATENCY}_count", action=ledger) == 2
     # The SDK's own metrics on the same endpoint: the activities this worker ran.
     assert value(got, "temporal_activity_execution_latency_count",
-                 activity_type="run_step", task_queue=task_queue) >= 2
+                 activity_type=ActivityName.RUN_STEP, task_queue=task_queue) >= 2
 
 
 async def test_a_worker_with_tracing_on_exports_spans_over_otlp(

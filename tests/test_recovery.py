@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 import worker
 from activities.steps import HEARTBEAT_EVERY_S
 from helpers.ledger import LedgerRecord, ledger_lines
+from tidemark.activity_names import ActivityName
 from tidemark.attempt import INLINE_WAIT_S
 from tidemark.payloads import RunResult
 from tidemark.store import LEASE_S, JournalStore
@@ -104,7 +105,7 @@ async def holder(handle: WorkflowHandle[Any, Any]) -> int | None:
     """The pid of the worker running the workflow's step, once it runs."""
     desc = await handle.describe()
     for a in desc.raw_description.pending_activities:
-        if (a.activity_type.name == "run_step" and a.last_worker_identity
+        if (a.activity_type.name == ActivityName.RUN_STEP and a.last_worker_identity
                 and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED):
             return int(a.last_worker_identity.split("@", 1)[0])
     return None
@@ -169,7 +170,7 @@ async def run_steps(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
     async for e in handle.fetch_history_events():
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             a = e.activity_task_scheduled_event_attributes
-            if a.activity_type.name == "run_step":
+            if a.activity_type.name == ActivityName.RUN_STEP:
                 scheduled[e.event_id] = {
                     "heartbeat_timeout": a.heartbeat_timeout.ToTimedelta(),
                     "initial_interval": a.retry_policy.initial_interval.ToTimedelta()}

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from helpers.sandbox_replay import claim, replay, shape, shape_id
+from tidemark.activity_names import ActivityName
 from workflows.run_plan import RunPlan
 from workflows.unwind_plan import UnwindPlan
 
@@ -53,6 +54,27 @@ async def test_a_recorded_history_replays_against_the_current_workflows(path: Pa
     assert result.replay_failure is None
 
 
+def test_each_activity_is_named_once_by_the_names_the_histories_recorded() -> None:
+    """The activities a worker registers are named by ActivityName, one member each, and the
+    recorded histories scheduled no other name: a value changed in tidemark/activity_names.py
+    would leave the runs already open waiting for an activity nobody registers."""
+    # Imported here: the sandbox re-imports this module for the workflows defined below.
+    from activities.boundary import BoundaryActivities
+    from activities.decisions import DecisionActivities
+    from activities.planner import PlannerActivities
+    from activities.steps import StepActivities
+
+    defined = [defn.name for cls in (StepActivities, BoundaryActivities, PlannerActivities,
+                                     DecisionActivities)
+               for fn in vars(cls).values()
+               if (defn := activity._Definition.from_callable(fn)) is not None]
+    assert sorted(defined) == sorted(ActivityName)
+    scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name
+                 for path in RECORDED for e in history(path).events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
+    assert ActivityName.RUN_STEP in scheduled and scheduled <= set(ActivityName)
+
+
 @workflow.defn(name="RunPlan")
 class ReorderedRunPlan:
     """RunPlan as a careless edit could leave it: the step descriptions read before the plan
@@ -60,7 +82,7 @@ class ReorderedRunPlan:
 
     @workflow.run
     async def run(self, document: Any) -> None:
-        for name in ("describe_steps", "prepare"):
+        for name in (ActivityName.DESCRIBE_STEPS, ActivityName.PREPARE):
             await workflow.execute_activity(name, document,
                                             start_to_close_timeout=timedelta(seconds=30))
 
@@ -81,7 +103,7 @@ class ClockReadingRunPlan:
         import datetime
 
         document["started"] = datetime.datetime.now().isoformat()
-        await workflow.execute_activity("prepare", document,
+        await workflow.execute_activity(ActivityName.PREPARE, document,
                                         start_to_close_timeout=timedelta(seconds=30))
 
 
@@ -127,6 +149,7 @@ def _one_step_cycle(h: WorkflowHistory) -> set[int]:
     ids = [e.event_id for e in h.events]
     starts = [i for i, e in enumerate(h.events)
               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-              and e.activity_task_scheduled_event_attributes.activity_type.name == "run_step"]
+              and e.activity_task_scheduled_event_attributes.activity_type.name
+              == ActivityName.RUN_STEP]
     assert len(starts) >= 3, len(starts)
     return set(ids[starts[1]:starts[2]])

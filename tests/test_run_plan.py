@@ -25,6 +25,7 @@ from helpers.staging_fixtures import arm, effects
 from helpers.steps import crash_at
 from helpers.wait import assert_eventually
 from staging.core import StagingServer
+from tidemark.activity_names import ActivityName
 from tidemark.errors import UnknownTask
 from tidemark.faults import CRASH_ENV
 from tidemark.payloads import RunResult
@@ -58,7 +59,7 @@ async def steps_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "run_step":
+            if attrs.activity_type.name == ActivityName.RUN_STEP:
                 started.append(json.loads(attrs.input.payloads[0].data)["step"])
     return started
 
@@ -75,7 +76,7 @@ async def steps_started_after_signal(handle: WorkflowHandle[Any, Any], name: str
         elif (started is not None
               and event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED):
             attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "run_step":
+            if attrs.activity_type.name == ActivityName.RUN_STEP:
                 started.append(json.loads(attrs.input.payloads[0].data)["step"])
     assert started is not None, f"the run never received {name!r}"
     return started
@@ -185,7 +186,7 @@ async def test_history_carries_summaries_and_search_attributes(
     assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
     # the step's line came with prepare's result: no activity of its own describes the steps;
     # the end of the plan is verified before it says completed
-    assert activities == ["prepare", "run_step", "verify_end"]
+    assert activities == [ActivityName.PREPARE, ActivityName.RUN_STEP, ActivityName.VERIFY_END]
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == (  # the UI shows it: the sentence first
         "Task summary-1 completed (1/1 steps confirmed); nothing to do.\n\n"
@@ -269,7 +270,7 @@ async def test_a_long_plan_continues_as_new_twice_and_completes(
         sizes.append((len(await steps_started(run)), len(events)))
         for e in events:
             attrs = e.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "run_step":
+            if attrs.activity_type.name == ActivityName.RUN_STEP:
                 step = json.loads(attrs.input.payloads[0].data)["step"]
                 summary = json.loads(e.user_metadata.summary.data)
                 if not summary.startswith(f"{step}/{n} ledger.record entry=e{step}, "):

@@ -4,14 +4,17 @@ constraints, so the migration files alone do not say it)."""
 
 from __future__ import annotations
 
+import inspect
 import re
+import types
+import typing
 from enum import StrEnum
 
 import psycopg
 import pytest
 
 from tidemark import words
-from tidemark.store import JournalStore
+from tidemark.store import JournalStore, StepSession
 from tidemark.words import (
     STOPS,
     ControlState,
@@ -25,6 +28,7 @@ from tidemark.words import (
     ResolvedBy,
     SeriesAdmits,
     StepStatus,
+    TaskState,
     Verdict,
 )
 from tools.cli.main import main
@@ -146,3 +150,60 @@ def test_every_word_is_lower_case_and_its_own_name(enum: type[StrEnum]) -> None:
     who meets ``"partly_unwound"`` in a payload finds ``TaskState.PARTLY_UNWOUND``."""
     for member in enum:
         assert member.name == member.value.upper() and member.value.islower()
+
+
+# A parameter of the store named like a word takes the word's enum, so that a type checker
+# refuses a misspelt or a wrong word (``status="don"``, a phase where a status goes) before
+# the database's CHECK does. Where one name stands for two sets, either enum will do.
+WORD_PARAMS: dict[str, tuple[type[StrEnum], ...]] = {
+    "phase": (Phase,),
+    "status": (StepStatus,),
+    "resolved_by": (ResolvedBy,),
+    "kind": (EventKind, GrantKind),
+    "state": (ControlState, TaskState),
+    "scope": (GrantScope,),
+    "purpose": (GrantPurpose,),
+    "decision": (Decision,),
+    "verdict": (Verdict,),
+}
+# A control's scope is a task id, ``series:S`` or ``*``: a name, not a closed set of words.
+NOT_WORDS = {("set_control", "scope"), ("set_killed", "scope")}
+
+
+def unworded(*classes: type) -> tuple[list[str], int]:
+    """The parameters of the store's methods (those of ``classes`` defined in tidemark.store)
+    named like a word but not annotated with its enum (``| None`` allowed), and how many
+    such parameters were looked at."""
+    wrong, seen = [], 0
+    for cls in classes:
+        for name, fn in inspect.getmembers(cls, inspect.isfunction):
+            if not fn.__module__.startswith("tidemark.store"):
+                continue
+            hints = typing.get_type_hints(fn)
+            for param in inspect.signature(fn).parameters:
+                if param not in WORD_PARAMS or (name, param) in NOT_WORDS:
+                    continue
+                seen += 1
+                hint = hints.get(param)
+                kinds = set(typing.get_args(hint)) - {type(None)} \
+                    if isinstance(hint, types.UnionType) else {hint}
+                if not kinds or not kinds <= set(WORD_PARAMS[param]):
+                    shown = inspect.formatannotation(hint)
+                    wrong.append(f"{cls.__name__}.{name}({param}: {shown})")
+    return wrong, seen
+
+
+def test_the_store_takes_each_word_as_its_enum() -> None:
+    wrong, seen = unworded(JournalStore, StepSession)
+    assert wrong == []
+    assert seen >= 18  # the scan reaches the store's methods (StepSession.complete among them)
+
+
+def test_a_word_typed_as_a_plain_string_is_caught() -> None:
+    class Loose:
+        def complete(self, *, status: StepStatus, resolved_by: str) -> None: ...
+
+        def event(self, kind: EventKind | None, phase: Phase = Phase.DO) -> None: ...
+
+    Loose.__module__ = Loose.complete.__module__ = Loose.event.__module__ = "tidemark.store.x"
+    assert unworded(Loose) == (["Loose.complete(resolved_by: str)"], 4)

@@ -35,6 +35,7 @@ from helpers.worklist import (
     plan,
     until,
 )
+from tidemark.activity_names import ActivityName
 from tidemark.needs import Need, need_of, worklist_query
 from tidemark.payloads import RunResult, UnwindResult
 from tidemark.plan import load_plan
@@ -341,7 +342,7 @@ async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
                                              task_queue=task_queue, result_type=UnwindResult)
 
         async def recording() -> bool:  # step 1 is put back; recording the unwind waits
-            return (docs / "d0.txt").exists() and "record_unwound" in [
+            return (docs / "d0.txt").exists() and ActivityName.RECORD_UNWOUND in [
                 e.activity_task_scheduled_event_attributes.activity_type.name
                 async for e in unwind.fetch_history_events()]
         await until(recording)

@@ -80,7 +80,7 @@ from tidemark.sightings import SIGHTINGS
 from tidemark.step_threads import StepThreads
 from tidemark.store import LEASE_S, JournalRow, JournalStore, StepSession
 from tidemark.wire import Wire, calling
-from tidemark.words import Phase
+from tidemark.words import EventKind, Phase, ResolvedBy, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,8 @@ def settle(s: StepSession, side: Side, call: Call, outcome: dict[str, Any],
     """Records the call's outcome: the step (or its compensation) is done."""
     ctx = call.ctx
     crash_point(side.direction.crash_prefix + "after_execute", ctx.step)
-    done = s.complete(key=call.key, outcome=outcome, status="done", resolved_by="execute",
+    done = s.complete(key=call.key, outcome=outcome, status=StepStatus.DONE,
+                      resolved_by=ResolvedBy.EXECUTE,
                       flush=flush_outcome)
     if side.direction.counted:
         metrics.step_settled(ctx.action, "execute", "done", s.began)
@@ -366,7 +367,7 @@ def refused(s: StepSession, side: Side, ctx: StepContext, key: str, e: Refused) 
     attempt fails as StepFailed. A compensation refused is tried again only by a later unwind,
     under a new attempt."""
     s.complete(key=key, outcome={"error": str(e), "type": type(e).__name__},
-               status="failed", resolved_by="execute")
+               status=StepStatus.FAILED, resolved_by=ResolvedBy.EXECUTE)
     if side.direction.counted:
         metrics.step_settled(ctx.action, "execute", "failed", s.began)
     log.info("step %s %s refused by the target: %s", ctx.step, side.name, e)
@@ -479,7 +480,7 @@ def note_error(s: StepSession, ctx: StepContext, e: BaseException) -> None:
     """Logs an action's failure as an event (the intent stays open)."""
     # If the database is gone too, the open intent already tells the story.
     with contextlib.suppress(TidemarkError):
-        s.event(ctx.task_id, "error", {"type": type(e).__name__, "message": str(e),
+        s.event(ctx.task_id, EventKind.ERROR, {"type": type(e).__name__, "message": str(e),
                                        "retryable": getattr(e, "retryable", True),
                                        "known": isinstance(e, TidemarkError)}, ctx.step)
 
@@ -491,11 +492,11 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
     as before_state recorded). Raises NeedsDecision when the probe cannot tell.
     """
     probed = _unanswered_mark(action, ctx, _probe(action, ctx))
-    s.event(ctx.task_id, "probe", probed.as_json(), ctx.step)
+    s.event(ctx.task_id, EventKind.PROBE, probed.as_json(), ctx.step)
     metrics.probe_answered(ctx.action, probed.status.value)
     if probed.status is ProbeStatus.DONE:
-        done = s.complete(key=ctx.key, outcome=probed.observed, status="done",
-                          resolved_by="probe")
+        done = s.complete(key=ctx.key, outcome=probed.observed, status=StepStatus.DONE,
+                          resolved_by=ResolvedBy.PROBE)
         metrics.step_settled(ctx.action, "probe", "done", s.began)
         return done
     if probed.status is ProbeStatus.UNKNOWN:
@@ -505,7 +506,7 @@ def resolve_in_doubt(action: Action, ctx: StepContext, s: StepSession) -> Journa
         decided = s.operator_decision(ctx.task_id, ctx.step, ctx.started_at)
         if decided is None or decided["detail"].get("as") != "absent":
             raise NeedsDecision(ctx.step, ctx.action, probed.reason)
-        s.event(ctx.task_id, "decision", {"as": "used", "decided_by": decided["actor"],
+        s.event(ctx.task_id, EventKind.DECISION, {"as": "used", "decided_by": decided["actor"],
                                           "decided_at": decided["at"].isoformat()}, ctx.step)
         log.info("step %s %s: probe cannot tell; %s decided it did not happen",
                  ctx.step, ctx.action, decided["actor"])

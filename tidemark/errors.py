@@ -13,6 +13,45 @@ Each class declares what it means to a run, once, here:
 An error crosses to the workflow as an ApplicationError whose ``type`` is its class name, so the
 workflow looks the end state up by name: END_STATES, derived from the classes below. Pure (the
 standard library and tidemark.words only), so that workflow code may import it.
+
+The classes, in four families by what the caller does with them (each family is a class, so
+``except ControlError`` catches every error that holds a task for a person)::
+
+    TidemarkError
+        SetupError: the plan, an input or the worker cannot run as asked; fix it, start again
+            PlanError
+                InputError
+            PlanChanged
+            UnknownTask
+            ActionNotConfigured
+            ActionUnavailable
+            ConfigError
+        JournalError: the journal could not write, or refused what it was asked to write
+            StoreUnavailable
+            StepBusy
+            JournalMismatch
+            InvariantViolation
+            NotAuthorized
+            DecisionRefused
+        ControlError: a stop, an unwind, a gate or a doubt holds the task for a person
+            PreconditionFailed
+            NeedsDecision
+            TaskStopped
+            TaskUnwound
+            TaskKilled
+            PartlyUnwound
+            NotStopped
+            ApprovalRequired
+            SeriesBlocked
+        ActionError: what the target answered a step's action
+            Refused
+            Unauthorized
+            TargetUnavailable
+                NotSent
+                    Throttled
+            StepFailed
+
+tests/test_error_states.py holds this tree to the classes below.
 """
 
 from collections.abc import Iterator
@@ -55,7 +94,33 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
-class PlanError(TidemarkError):
+class SetupError(TidemarkError):
+    """What was asked cannot run as asked; another attempt cannot help.
+
+    A plan or an input the journal cannot take, a task id that holds another plan or none, an
+    action or a configuration this worker lacks. Nothing acted: fix the request or the worker,
+    then start again.
+    """
+
+
+class JournalError(TidemarkError):
+    """The journal could not write, or refused the write.
+
+    Postgres away, or another attempt owning the step, is retried. A write against one of the
+    journal's rules, or beyond the authority of the connection's role, is not.
+    """
+
+
+class ControlError(TidemarkError):
+    """Something holds the task for a person.
+
+    A stop, a kill or an unwind, an approval not given, a gate that refused, or a step in doubt
+    that its probe cannot settle. Nothing acted. The run ends waiting, and `tidemark inbox`
+    says what the person may do.
+    """
+
+
+class PlanError(SetupError):
     """A plan is malformed.
 
     ``field`` names the offending place, e.g. ``steps[3].args.name`` (escaped to one line: a plan's
@@ -81,7 +146,7 @@ class InputError(PlanError):
     written. ``field`` names the input (``--reason``, ``task_id``, ``plan``)."""
 
 
-class PlanChanged(TidemarkError):
+class PlanChanged(SetupError):
     """A task id already holds a different plan. A changed plan is a new task."""
 
     end_state = TaskState.FAILED
@@ -100,7 +165,7 @@ class PlanChanged(TidemarkError):
                 "new_hash": self.new_hash}
 
 
-class UnknownTask(TidemarkError):
+class UnknownTask(SetupError):
     """No plan is stored under this task id."""
 
     end_state = TaskState.FAILED
@@ -110,7 +175,7 @@ class UnknownTask(TidemarkError):
         self.task_id = task_id
 
 
-class ActionNotConfigured(TidemarkError):
+class ActionNotConfigured(SetupError):
     """The plan names an action this worker has no client for (its configuration is missing)."""
 
     end_state = TaskState.FAILED
@@ -122,7 +187,7 @@ class ActionNotConfigured(TidemarkError):
         self.action = action
 
 
-class ActionUnavailable(TidemarkError):
+class ActionUnavailable(SetupError):
     """The plan names an action whose client library is not installed here.
 
     The action's module cannot even be imported. The message names the extra that installs it."""
@@ -138,25 +203,25 @@ class ActionUnavailable(TidemarkError):
         return {"action": self.action, "extra": self.extra}
 
 
-class JournalMismatch(TidemarkError):
+class JournalMismatch(JournalError):
     """The journal holds a different action at this step than the stored plan says."""
 
     end_state = TaskState.FAILED
 
 
-class InvariantViolation(TidemarkError):
+class InvariantViolation(JournalError):
     """The database refused a write that would break a journal invariant."""
 
     end_state = TaskState.FAILED
 
 
-class StoreUnavailable(TidemarkError):
+class StoreUnavailable(JournalError):
     """Postgres could not be reached or dropped the connection. Safe to retry the step."""
 
     retryable = True
 
 
-class StepBusy(TidemarkError):
+class StepBusy(JournalError):
     """Another attempt owns this step; retry later.
 
     Another attempt owns this step (its intent's lease runs, or it wrote or took over the
@@ -169,7 +234,7 @@ class StepBusy(TidemarkError):
         self.key = key
 
 
-class PreconditionFailed(TidemarkError):
+class PreconditionFailed(ControlError):
     """A precondition gate refused the step; nothing was executed."""
 
     end_state = TaskState.PRECONDITION_FAILED
@@ -185,7 +250,7 @@ class PreconditionFailed(TidemarkError):
         return {"step": self.step, "action": self.action, "reason": self.reason}
 
 
-class NeedsDecision(TidemarkError):
+class NeedsDecision(ControlError):
     """The in-doubt step's probe could not decide; a person must resume, unwind or stop."""
 
     end_state = TaskState.NEEDS_DECISION
@@ -214,7 +279,7 @@ def release_command(task_id: str, scope: str | None) -> str:
     return f"tidemark release {task_id}"
 
 
-class TaskStopped(TidemarkError):
+class TaskStopped(ControlError):
     """The task's durable stop state is set; nothing acts until a person releases it."""
 
     end_state = TaskState.STOPPED
@@ -230,7 +295,7 @@ class TaskStopped(TidemarkError):
         return {"task_id": self.task_id, "reason": self.reason}
 
 
-class TaskUnwound(TidemarkError):
+class TaskUnwound(ControlError):
     """The task was unwound: a terminal state. Nothing runs it forward again."""
 
     end_state = TaskState.UNWOUND
@@ -244,7 +309,7 @@ class TaskUnwound(TidemarkError):
         return {"task_id": self.task_id}
 
 
-class TaskKilled(TidemarkError):
+class TaskKilled(ControlError):
     """A kill applies to the task: no compensation acts.
 
     None acts until a person lifts the kill for unwinding; an unwind under way stops before its
@@ -262,7 +327,7 @@ class TaskKilled(TidemarkError):
         return {"task_id": self.task_id}
 
 
-class PartlyUnwound(TidemarkError):
+class PartlyUnwound(ControlError):
     """Some of the task's steps were compensated: it never runs forward again.
 
     A run to the end would report done while steps it did are put back."""
@@ -339,7 +404,7 @@ class Throttled(NotSent):
         return {"retry_after": self.retry_after}
 
 
-class StepFailed(TidemarkError):
+class StepFailed(ActionError):
     """The target refused the step for good; the failure is recorded as the step's outcome."""
 
     end_state = TaskState.FAILED
@@ -354,7 +419,7 @@ class StepFailed(TidemarkError):
         return {"step": self.step, "action": self.action, "reason": self.reason}
 
 
-class NotStopped(TidemarkError):
+class NotStopped(ControlError):
     """Unwinding needs the task stopped first, so that no run acts on it meanwhile."""
 
     end_state = TaskState.STOPPED
@@ -365,7 +430,7 @@ class NotStopped(TidemarkError):
         self.task_id = task_id
 
 
-class ApprovalRequired(TidemarkError):
+class ApprovalRequired(ControlError):
     """The journal refused an irreversible step's intent; nothing acted.
 
     The journal refused an irreversible step's intent: a person must approve the task's
@@ -386,7 +451,7 @@ class ApprovalRequired(TidemarkError):
         return {"task_id": self.task_id, "step": self.step}
 
 
-class NotAuthorized(TidemarkError):
+class NotAuthorized(JournalError):
     """The journal refused an act to the login role of the connection.
 
     Releasing, lifting a kill, declaring a series, setting the policy or deciding needs a role an
@@ -394,7 +459,7 @@ class NotAuthorized(TidemarkError):
     line."""
 
 
-class DecisionRefused(TidemarkError):
+class DecisionRefused(JournalError):
     """The journal did not record an approve or reject.
 
     ``why`` says which rule refused it: ``decided`` (another decision of this epoch came first),
@@ -407,14 +472,14 @@ class DecisionRefused(TidemarkError):
         self.why = why
 
 
-class ConfigError(TidemarkError):
+class ConfigError(SetupError):
     """The worker's configuration is incomplete, unreadable or inconsistent.
 
     For example, a target's read credential reads another account than its write credential
     writes."""
 
 
-class SeriesBlocked(TidemarkError):
+class SeriesBlocked(ControlError):
     """A run of a series may not start.
 
     The series is stopped, or an earlier run is not settled. Nothing acted. ``blockers`` are the

@@ -41,7 +41,7 @@ from typing import NoReturn, Protocol
 
 from tidemark.errors import TargetUnavailable, TidemarkError, Unauthorized
 from tidemark.store import JournalStore
-from tidemark.words import EventKind, GrantKind, GrantPurpose
+from tidemark.words import EventKind, GrantKind, GrantPurpose, GrantScope
 
 GRANT_TTL_S = 900.0  # a grant outlives any step (STEP_START_TO_CLOSE is 5 minutes)
 MINT_TIMEOUT_S = 10.0
@@ -49,7 +49,7 @@ MINT_TIMEOUT_S = 10.0
 
 class Minter(Protocol):
     @property
-    def kind(self) -> str:
+    def kind(self) -> GrantKind:
         """The grants.kind column: staging | local."""
 
     @property
@@ -68,7 +68,7 @@ class Minter(Protocol):
 @dataclass(frozen=True)
 class LocalMinter:
     issuer: str = ""
-    kind: str = GrantKind.LOCAL
+    kind: GrantKind = GrantKind.LOCAL
 
     def new_handle(self, base: str) -> tuple[str, str]:
         return base, "sha256:" + hashlib.sha256(base.encode()).hexdigest()[:16]
@@ -83,7 +83,7 @@ class LocalMinter:
 @dataclass(frozen=True)
 class StagingMinter:
     issuer: str  # the staging server's base URL
-    kind: str = GrantKind.STAGING
+    kind: GrantKind = GrantKind.STAGING
 
     def new_handle(self, base: str) -> tuple[str, str]:
         # A Stripe key's prefix is its kind and mode (sk_test_, rk_live_ ...): keep it.
@@ -122,10 +122,10 @@ class GrantBroker:
         self._lock = threading.Lock()
         # (task, target, scope, purpose) -> (grant id, token, base it was issued for); the
         # token only ever lives here.
-        self._held: dict[tuple[str, str, str, str], tuple[int, str, str]] = {}
+        self._held: dict[tuple[str, str, GrantScope, GrantPurpose], tuple[int, str, str]] = {}
 
-    def token(self, task_id: str, target: str, scope: str, base: str, minter: Minter,
-              purpose: str = GrantPurpose.RUN) -> str:
+    def token(self, task_id: str, target: str, scope: GrantScope, base: str, minter: Minter,
+              purpose: GrantPurpose = GrantPurpose.RUN) -> str:
         """The credential this task presents to ``target`` now.
 
         ``base`` is the worker's own current token (tidemark.credentials): when it was
@@ -167,7 +167,8 @@ class GrantBroker:
                                                        "why": why})
         raise Unauthorized(f"{target}: no live {scope} grant for task {task_id}: {why}")
 
-    def _issue(self, key: tuple[str, str, str, str], base: str, minter: Minter) -> str:
+    def _issue(self, key: tuple[str, str, GrantScope, GrantPurpose], base: str,
+               minter: Minter) -> str:
         task_id, target, scope, purpose = key
         token, handle = minter.new_handle(base)
         row = self.store.issue_grant(task_id, target, scope, minter.kind, minter.issuer, handle,
@@ -193,7 +194,7 @@ UNDO_REFUSED = ("no undo grant is issued: the task is killed (`tidemark release 
 
 
 def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,
-                       purpose: str | None = None) -> list[dict[str, object]]:
+                       purpose: GrantPurpose | None = None) -> list[dict[str, object]]:
     """Revokes a task's grants in the table, then at each provider.
 
     None: every task's; ``purpose``: only those.

@@ -50,6 +50,7 @@ from tidemark.plan import Plan, Step
 from tidemark.reads import patient_reads
 from tidemark.step_threads import StepThreads, to_its_end
 from tidemark.store import JournalRow, JournalStore, StepSession
+from tidemark.words import EventKind
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,7 @@ def _run_plan_gates(store: JournalStore, registry: Registry, task_id: str,
         try:
             registry.bound(name).plan_gate(task_id, steps)
         except GateRefused as e:
-            store.record_event(task_id, "precondition", {"refused": str(e), "plan": True},
+            store.record_event(task_id, EventKind.PRECONDITION, {"refused": str(e), "plan": True},
                                steps[0][0])
             raise PreconditionFailed(steps[0][0], name, str(e)) from None
 
@@ -323,5 +324,5 @@ def _gate(action: Action, ctx: StepContext, s: StepSession) -> None:
         with patient_reads():
             action.preconditions(ctx)
     except GateRefused as e:
-        s.event(ctx.task_id, "precondition", {"refused": str(e)}, ctx.step)
+        s.event(ctx.task_id, EventKind.PRECONDITION, {"refused": str(e)}, ctx.step)
         raise PreconditionFailed(ctx.step, ctx.action, str(e)) from None

@@ -33,6 +33,7 @@ from tidemark.attempt import (
 from tidemark.errors import Refused
 from tidemark.keys import key_for
 from tidemark.store import JournalRow, JournalStore, StepSession
+from tidemark.words import ResolvedBy, StepStatus
 
 # The compensation's key: key_for(task, step, action + "#undo", args) for its first attempt,
 # action + "#undo#<n>" for attempt n > 1.
@@ -86,7 +87,7 @@ def unwind_step(store: JournalStore, registry: Registry, task_id: str, step: int
                 if settled is None:
                     s.complete(key=ctx.key,
                                outcome={"not_done": "absent when the task was unwound"},
-                               status="failed", resolved_by="probe")
+                               status=StepStatus.FAILED, resolved_by=ResolvedBy.PROBE)
                     return UndoResult(step, spec.action, "nothing_to_undo",
                                       {"reason": "the probe found it not done"})
             row = settled

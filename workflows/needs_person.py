@@ -28,6 +28,7 @@ from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttri
 from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.activity_names import ActivityName
     from tidemark.needs import Need
     from tidemark.payloads import TaskNeed
     from workflows.shared import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT, NEEDS, STATE, TASK_ID
@@ -96,7 +97,7 @@ class NeedsPerson:
             return
         with contextlib.suppress(ActivityError):  # the journal unreachable: the row stands
             now: TaskNeed = await workflow.execute_activity(
-                "task_need", task_id, result_type=TaskNeed,
+                ActivityName.TASK_NEED, task_id, result_type=TaskNeed,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=CHECK_RETRY,
                 summary="is the task settled already?")
             if now.settled and self._settled is None:

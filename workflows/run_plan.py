@@ -35,6 +35,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.activity_names import ActivityName
     from tidemark.errors import END_STATES, InputError
     from tidemark.limits import ID_RE, LABEL_MAX, NOTE_MAX, cut, within
     from tidemark.needs import Need, need_of, sentence
@@ -274,7 +275,7 @@ class RunPlan:
                             str(req.get("note") or ""))
         try:
             done: dict[str, Any] = await workflow.execute_activity(
-                "record_decision", inp, result_type=dict,
+                ActivityName.RECORD_DECISION, inp, result_type=dict,
                 task_queue=decisions_queue(workflow.info().task_queue),
                 schedule_to_start_timeout=DECIDER_WAIT,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=DECISION_RETRY,
@@ -372,8 +373,8 @@ class RunPlan:
 
         Returns what the journal then says the task needs."""
         word: TaskNeed = await workflow.execute_activity(
-            "record_run_end", RunEndInput(result.task_id, result.state, result.error,
-                                          result.confirmed, result.steps),
+            ActivityName.RECORD_RUN_END, RunEndInput(result.task_id, result.state, result.error,
+                                                     result.confirmed, result.steps),
             result_type=TaskNeed, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY, summary=f"journal the run's end: {result.state}")
         return word
@@ -452,12 +453,12 @@ class RunPlan:
         carried = (document.get("continued") or {}) if hop else {}
         try:
             prep: Prepared = await workflow.execute_activity(
-                "prepare", PrepareInput({k: v for k, v in document.items()
-                                         if k not in ("continued", "execution")},
-                                        check_gates=not hop,
-                                        workflow_id=workflow.info().workflow_id,
-                                        parent_workflow_id=self._parent_id(),
-                                        window=self._window()),
+                ActivityName.PREPARE, PrepareInput({k: v for k, v in document.items()
+                                                    if k not in ("continued", "execution")},
+                                                   check_gates=not hop,
+                                                   workflow_id=workflow.info().workflow_id,
+                                                   parent_workflow_id=self._parent_id(),
+                                                   window=self._window()),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
@@ -493,7 +494,7 @@ class RunPlan:
     async def _describe(self, task_id: str, first: int, last: int) -> list[str]:
         """One line per step of the window, for the Web UI's details and activity summaries."""
         lines: list[str] = await workflow.execute_activity(
-            "describe_steps", WindowInput(task_id, first, last), result_type=list[str],
+            ActivityName.DESCRIBE_STEPS, WindowInput(task_id, first, last), result_type=list[str],
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
             summary=f"describe steps {first}-{last}")
         return lines
@@ -592,7 +593,8 @@ class RunPlan:
                                      "than once")
         try:
             out: BoundaryOutcome = await workflow.execute_activity(
-                "verify_end", BoundaryInput(task_id, count + 1), result_type=BoundaryOutcome,
+                ActivityName.VERIFY_END, BoundaryInput(task_id, count + 1),
+                result_type=BoundaryOutcome,
                 start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * count,
                 heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
                 summary=f"verify the end of steps 1-{count}")
@@ -643,8 +645,8 @@ class RunPlan:
                 f"{lines[step - first]}\n\n{r.confirmed} confirmed, {r.executed} executed, "
                 f"{r.resolved_by_probe} resolved by probe in this run")
             attempt = workflow.start_activity(
-                "run_steps", StepBatchInput(prep.task_id, step, end, FAST_BATCH_STEPS,
-                                            FAST_BATCH_BUDGET.total_seconds()),
+                ActivityName.RUN_STEPS, StepBatchInput(prep.task_id, step, end, FAST_BATCH_STEPS,
+                                                       FAST_BATCH_BUDGET.total_seconds()),
                 # every step but the last ended within the budget; the last may take a step's time
                 result_type=StepBatchOutput,
                 start_to_close_timeout=STEP_START_TO_CLOSE + FAST_BATCH_BUDGET,
@@ -718,11 +720,11 @@ class RunPlan:
         such a run replays as it ran)."""
         if self._fast:
             return workflow.start_local_activity(
-                "run_step", inp, result_type=StepOutput,
+                ActivityName.RUN_STEP, inp, result_type=StepOutput,
                 start_to_close_timeout=STEP_START_TO_CLOSE, retry_policy=STEP_RETRY,
                 local_retry_threshold=FAST_LOCAL_RETRY_THRESHOLD, summary=summary)
         return workflow.start_activity(
-            "run_step", inp, result_type=StepOutput,
+            ActivityName.RUN_STEP, inp, result_type=StepOutput,
             start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
             retry_policy=STEP_RETRY, summary=summary)
 
@@ -747,7 +749,8 @@ class RunPlan:
                                          f"irreversible step {step}/{count}")
             try:
                 out: BoundaryOutcome = await workflow.execute_activity(
-                    "reach_boundary", BoundaryInput(task_id, step), result_type=BoundaryOutcome,
+                    ActivityName.REACH_BOUNDARY, BoundaryInput(task_id, step),
+                    result_type=BoundaryOutcome,
                     start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
                     heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
                     summary=f"boundary before step {step}/{count}: "
@@ -864,7 +867,8 @@ class RunPlan:
     async def _record_halt(self, next_step: int) -> None:
         self._halt_recorded = True
         await workflow.execute_activity(
-            "record_halt", HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
+            ActivityName.RECORD_HALT,
+            HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
             summary=cut(f"halt before step {next_step}: {self._halt_reason}", 200))
         self._result.stopped_at = next_step

@@ -18,6 +18,7 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.activity_names import ActivityName
     from tidemark.errors import InputError
     from tidemark.payloads import FAILED, KILLED, PlannerInput, RunResult
     from tidemark.series_names import scheduled_task_id
@@ -96,10 +97,11 @@ class ScheduledRun:
                            workflow.info().typed_search_attributes.get(SCHEDULED_BY))
         try:
             await workflow.execute_activity(
-                "series_gate", ask, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                ActivityName.SERIES_GATE, ask, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary=f"stop and series state of {series}")
             plan: dict[str, Any] = await workflow.execute_activity(
-                "call_planner", ask, result_type=dict, start_to_close_timeout=PLANNER_TIMEOUT,
+                ActivityName.CALL_PLANNER, ask, result_type=dict,
+                start_to_close_timeout=PLANNER_TIMEOUT,
                 retry_policy=PLANNER_RETRY, summary=f"plan {task_id} with {inp.get('planner')}")
         except ActivityError as e:
             cause = getattr(e.cause, "type", None)

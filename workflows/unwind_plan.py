@@ -29,6 +29,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from tidemark.activity_names import ActivityName
     from tidemark.errors import InputError
     from tidemark.limits import ID_RE, ID_RULE
     from tidemark.needs import Need
@@ -174,7 +175,7 @@ class UnwindPlan:
         if workflow.patched(ROW_FROM_JOURNAL):
             with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
                 word: TaskNeed = await workflow.execute_activity(
-                    "task_need", result.task_id, result_type=TaskNeed,
+                    ActivityName.TASK_NEED, result.task_id, result_type=TaskNeed,
                     start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
                     summary="read what the task needs now")
                 if word.need != Need.NOTHING:
@@ -202,8 +203,8 @@ class UnwindPlan:
             unfinished = self._unfinished()
             with contextlib.suppress(ActivityError):
                 await workflow.execute_activity(
-                    "end_unwind", UnwoundInput(task_id, workflow.info().workflow_id,
-                                               unfinished),
+                    ActivityName.END_UNWIND, UnwoundInput(task_id, workflow.info().workflow_id,
+                                                          unfinished),
                     result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                     retry_policy=BOOKKEEPING_RETRY,
                     summary=("journal the unfinished unwind, " if unfinished else "")
@@ -229,7 +230,7 @@ class UnwindPlan:
         for _ in range(MAX_PASSES):
             try:
                 planned: UnwindPlanned = await workflow.execute_activity(
-                    "plan_unwind", task_id, result_type=UnwindPlanned,
+                    ActivityName.PLAN_UNWIND, task_id, result_type=UnwindPlanned,
                     start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
                     summary="find completed reversible steps")
             except ActivityError as e:
@@ -263,7 +264,8 @@ class UnwindPlan:
                                           "steps": r.refused, "reasons": r.reasons})
             try:
                 left: list[int] = await workflow.execute_activity(
-                    "record_unwound", UnwoundInput(task_id, workflow.info().workflow_id, {
+                    ActivityName.RECORD_UNWOUND,
+                    UnwoundInput(task_id, workflow.info().workflow_id, {
                         "undone": r.undone, "already_undone": r.already_undone,
                         "irreversible_done": r.irreversible_done}),
                     result_type=list[int], start_to_close_timeout=BOOKKEEPING_TIMEOUT,
@@ -299,7 +301,7 @@ class UnwindPlan:
                 return self._end(KILLED)
             try:
                 out: UndoOutput = await workflow.execute_activity(
-                    "unwind_step", StepInput(task_id, step), result_type=UndoOutput,
+                    ActivityName.UNWIND_STEP, StepInput(task_id, step), result_type=UndoOutput,
                     start_to_close_timeout=STEP_START_TO_CLOSE,
                     heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
                     summary=summary[:400])

@@ -221,8 +221,9 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_control_matrix.py::test_control_matrix[running-unwind]")),
     # -- a run's end in the journal, and the rows that say what the journal says -----------------
     Mutant("a run's end is not journaled", "activities/steps.py",
-           "            self.store.record_run_ended(inp.task_id, inp.state, inp.error,",
-           "            False and self.store.record_run_ended(inp.task_id, inp.state, inp.error,",
+           "            self.store.record_run_ended(inp.task_id, TaskState(inp.state), inp.error,",
+           "            False and self.store.record_run_ended(inp.task_id, TaskState(inp.state),"
+           " inp.error,",
            (f"{T_WL}::test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_"
             "and_inbox",)),
     Mutant("prepare journals no run's beginning", "activities/steps.py",

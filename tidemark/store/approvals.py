@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from tidemark.store.base import StoreBase
 from tidemark.store.journal import _JOURNAL_COLUMNS, JournalRow
-from tidemark.words import DecisionVia
+from tidemark.words import Decision, DecisionVia
 
 
 class ApprovalsMixin(StoreBase):
@@ -77,7 +77,7 @@ class ApprovalsMixin(StoreBase):
                 FROM tidemark.plans p WHERE p.task_id = %s
                 """, (task_id,)).fetchone() or {}
 
-    def decide(self, task_id: str, decision: str, plan_hash: str, *, os_user: str | None,
+    def decide(self, task_id: str, decision: Decision, plan_hash: str, *, os_user: str | None,
                label: str | None, note: str = "",
                via: DecisionVia = DecisionVia.CLI) -> dict[str, Any]:
         """Records a person's approve or reject of the task's irreversible steps.

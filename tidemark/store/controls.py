@@ -6,12 +6,13 @@ from typing import Any
 
 from tidemark.store.base import StoreBase
 from tidemark.store.session import StepSession
+from tidemark.words import ControlState, EventKind
 
 
 class ControlsMixin(StoreBase):
     """The durable stop state of tasks, series and everything (``*``)."""
 
-    def set_control(self, scope: str, state: str, reason: str, set_by: str) -> None:
+    def set_control(self, scope: str, state: ControlState, reason: str, set_by: str) -> None:
         """Sets a task's (or ``*``) durable stop state and logs it as an event.
 
         A stop never turns a kill into a plain stop (an unwind's stop, a halt): only a release
@@ -24,8 +25,8 @@ class ControlsMixin(StoreBase):
                 " reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = clock_timestamp()"
                 " WHERE NOT (tidemark.controls.state = 'killed' AND EXCLUDED.state = 'stopped')",
                 (scope, state, reason, set_by))
-            StepSession(conn).event(scope, "stop" if state == "stopped" else "release",
-                                    {"reason": reason}, None, set_by)
+            kind = EventKind.STOP if state == ControlState.STOPPED else EventKind.RELEASE
+            StepSession(conn).event(scope, kind, {"reason": reason}, None, set_by)
 
     def release_kill_for_unwind(self, task_id: str, reason: str, by: str) -> bool:
         """Lifts the task's own kill for an unwind only.
@@ -39,8 +40,9 @@ class ControlsMixin(StoreBase):
                 " set_at = clock_timestamp() WHERE scope = %s AND state = 'killed'"
                 " RETURNING scope", (reason, by, task_id)).fetchone()
             if r is not None:
-                StepSession(conn).event(task_id, "release", {"reason": reason,
-                                                             "for_unwind": True}, None, by)
+                StepSession(conn).event(task_id, EventKind.RELEASE, {"reason": reason,
+                                                                      "for_unwind": True},
+                                        None, by)
             return r is not None
 
     def task_known(self, task_id: str) -> bool:
@@ -69,4 +71,4 @@ class ControlsMixin(StoreBase):
                 " state = 'killed', for_unwind = false, reason = EXCLUDED.reason,"
                 " set_by = EXCLUDED.set_by,"
                 " set_at = clock_timestamp()", (scope, reason, by))
-            StepSession(conn).event(scope, "kill", {"reason": reason}, None, by)
+            StepSession(conn).event(scope, EventKind.KILL, {"reason": reason}, None, by)

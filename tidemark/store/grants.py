@@ -7,6 +7,7 @@ from typing import Any
 from tidemark.store.base import StoreBase
 from tidemark.store.journal import _KILLED, _STOPPED, _UNWOUND
 from tidemark.store.session import StepSession
+from tidemark.words import EventKind, GrantKind, GrantPurpose, GrantScope
 
 # An undo grant (tidemark.grants) is issued only while a compensation could act.
 _UNDO_ALLOWED = f"({_STOPPED} AND NOT {_KILLED} AND NOT {_UNWOUND})"
@@ -15,8 +16,9 @@ _UNDO_ALLOWED = f"({_STOPPED} AND NOT {_KILLED} AND NOT {_UNWOUND})"
 class GrantsMixin(StoreBase):
     """The grants of tasks (tidemark.grants)."""
 
-    def issue_grant(self, task_id: str, target: str, scope: str, kind: str, issuer: str,
-                    handle: str, ttl_s: float, purpose: str = "run") -> dict[str, Any] | None:
+    def issue_grant(self, task_id: str, target: str, scope: GrantScope, kind: GrantKind,
+                    issuer: str, handle: str, ttl_s: float,
+                    purpose: GrantPurpose = GrantPurpose.RUN) -> dict[str, Any] | None:
         """Records a new grant, or returns None.
 
         A ``run`` grant only while no stop state applies to the task; an ``undo`` grant (a person's
@@ -35,8 +37,8 @@ class GrantsMixin(StoreBase):
                 {"task_id": task_id, "target": target, "scope": scope, "kind": kind,
                  "issuer": issuer, "handle": handle, "ttl": ttl_s,
                  "purpose": purpose}).fetchone()
-            if row is not None and purpose == "undo":
-                StepSession(conn).event(task_id, "grant", {
+            if row is not None and purpose == GrantPurpose.UNDO:
+                StepSession(conn).event(task_id, EventKind.GRANT, {
                     "issued": row["id"], "target": target, "scope": scope, "purpose": purpose,
                     "expires": row["expires"].isoformat()}, None, "tidemark")
             return row
@@ -49,7 +51,7 @@ class GrantsMixin(StoreBase):
                 " revoked_by FROM tidemark.grants WHERE id = %s", (grant_id,)).fetchone()
 
     def revoke_grants(self, task_id: str | None, by: str,
-                      purpose: str | None = None) -> list[dict[str, Any]]:
+                      purpose: GrantPurpose | None = None) -> list[dict[str, Any]]:
         """Revokes a task's unrevoked grants and returns them.
 
         Revokes every unrevoked grant of a task (None: of every task), or only those of
@@ -63,7 +65,7 @@ class GrantsMixin(StoreBase):
                 " revoked, revoked_by, purpose",
                 (by, task_id, task_id, purpose, purpose)).fetchall()
             for r in rows:
-                StepSession(conn).event(r["task_id"], "grant", {
+                StepSession(conn).event(r["task_id"], EventKind.GRANT, {
                     "revoked": r["id"], "target": r["target"], "scope": r["scope"],
                     "purpose": r["purpose"]}, None, by)
             return rows

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidemark.store.base import StoreBase
 from tidemark.store.session import StepSession
+from tidemark.words import EventKind, TaskState
 
 # The event ``e`` is an unwind_unfinished of the task ``p`` journaled since the stop that
 # applies to it now was set: an unwind that did not finish, which the task waits for while it
@@ -111,17 +112,17 @@ class InboxMixin(StoreBase):
 
         An earlier run's journaled end no longer says that nothing runs the task."""
         with self._conn() as conn:
-            StepSession(conn).event(task_id, "run", {"began": run_id}, None, actor)
+            StepSession(conn).event(task_id, EventKind.RUN, {"began": run_id}, None, actor)
 
-    def record_run_ended(self, task_id: str, state: str, error: dict[str, Any], actor: str,
+    def record_run_ended(self, task_id: str, state: TaskState, error: dict[str, Any], actor: str,
                          **detail: Any) -> None:
         """Journals that the task's run ended in ``state`` other than completed.
 
         Written by RunPlan at its end, or by the kill that terminated it. Until a run begins again,
         nothing runs it."""
         with self._conn() as conn:
-            StepSession(conn).event(task_id, "run", {"ended": state, "error": error, **detail},
-                                    None, actor)
+            StepSession(conn).event(task_id, EventKind.RUN,
+                                    {"ended": state, "error": error, **detail}, None, actor)
 
     def latest_run(self, task_id: str) -> dict[str, Any] | None:
         """The task's latest ``run`` event, or None.
@@ -169,7 +170,7 @@ class InboxMixin(StoreBase):
         The latest refused start (``blocked`` event) of every task whose plan was never
         stored: ``task_id``, ``detail``, ``at``. A task started since has a plan and is not
         blocked any more."""
-        return self._starts_unstored("blocked")
+        return self._starts_unstored(EventKind.BLOCKED)
 
     def refused_starts(self, task_id: str | None = None) -> list[dict[str, Any]]:
         """The latest start refused before its plan was stored, for every such task.
@@ -177,9 +178,9 @@ class InboxMixin(StoreBase):
         The latest start refused before its plan was stored (``refused`` event) of every
         task (``task_id``: of that one) whose plan was never stored: ``task_id``, ``detail``,
         ``at``, ``actor``. A task started since has a plan and waits for nothing of it."""
-        return self._starts_unstored("refused", task_id)
+        return self._starts_unstored(EventKind.REFUSED, task_id)
 
-    def _starts_unstored(self, kind: str, task_id: str | None = None) -> list[dict[str, Any]]:
+    def _starts_unstored(self, kind: EventKind, task_id: str | None = None) -> list[dict[str, Any]]:
         with self._conn() as conn:
             return conn.execute(
                 "SELECT DISTINCT ON (e.task_id) e.task_id, e.detail, e.at, e.actor"

@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 from tidemark.store.base import StoreBase
 from tidemark.store.connection import _translated
 from tidemark.store.session import StepSession
+from tidemark.words import EventKind
 
 
 class SeriesMixin(StoreBase):
@@ -122,7 +123,7 @@ class SeriesMixin(StoreBase):
                     conn.execute("INSERT INTO tidemark.series_runs (task_id, series)"
                                  " VALUES (%s, %s)", (task_id, series))
                 return None, []
-            StepSession(conn).event(task_id, "blocked", {
+            StepSession(conn).event(task_id, EventKind.BLOCKED, {
                 "series": series, "stop": stop_row and {k: str(v) for k, v in stop_row.items()},
                 "blockers": [b["task_id"] for b in blockers]}, None, "tidemark")
             return stop_row, blockers

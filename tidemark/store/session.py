@@ -37,6 +37,7 @@ from tidemark.store.journal import (
     _UNWOUND,
     JournalRow,
 )
+from tidemark.words import ControlState, EventKind, Phase, ResolvedBy, StepStatus
 
 # Checked, with the stop and unwound state, in the statements that let an attempt act (begin,
 # claim): a forward step not once anything was compensated, a compensation not under a kill.
@@ -113,7 +114,7 @@ class StepSession:
             else:
                 raise InvariantViolation("a step session without a connection")
 
-    def get(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
+    def get(self, task_id: str, step: int, phase: Phase = Phase.DO) -> JournalRow | None:
         with self._use() as conn:
             r = conn.execute(
                 f"SELECT {_JOURNAL_COLUMNS} FROM tidemark.journal"
@@ -122,7 +123,7 @@ class StepSession:
         return JournalRow(**r) if r else None
 
     def begin(self, *, task_id: str, step: int, key: str, action: str, args: dict[str, Any],
-              before_state: dict[str, Any], lease_s: float, phase: str = "do",
+              before_state: dict[str, Any], lease_s: float, phase: Phase = Phase.DO,
               attempt: int = 1) -> JournalRow:
         """Commits the intent, owned by this attempt's token, with an attempt lease.
 
@@ -197,7 +198,7 @@ class StepSession:
                 f"task {task_id!r}: step {step} may not start before step {step - 1} is done")
         return JournalRow(**r)
 
-    def _written(self, task_id: str, phase: str, step: int, attempt: int) -> bool:
+    def _written(self, task_id: str, phase: Phase, step: int, attempt: int) -> bool:
         """Whether the row of this attempt number exists (a twin's insert won the race)."""
         with self._use() as conn:
             return conn.execute(
@@ -251,7 +252,7 @@ class StepSession:
                          " lease_s = 0 WHERE idem_key = %s AND outcome IS NULL AND owner = %s",
                          (key, self.attempt_token()))
 
-    def claim(self, task_id: str, key: str, lease_s: float, phase: str = "do") -> None:
+    def claim(self, task_id: str, key: str, lease_s: float, phase: Phase = Phase.DO) -> None:
         """This attempt acts now on the open intent ``key`` it took over.
 
         It was probed absent. Sets its lease to ``lease_s`` from now, in the statement that checks
@@ -301,7 +302,7 @@ class StepSession:
                              (key,)).fetchone()
         return r["step"] if r else None
 
-    def _refusal(self, task_id: str, phase: str, step: int | None = None) -> None:
+    def _refusal(self, task_id: str, phase: Phase, step: int | None = None) -> None:
         """Raises why the task may not act now, if anything stops it.
 
         Raises why the task may not act now, if it is its stop or unwound state, or (for an
@@ -321,19 +322,19 @@ class StepSession:
         assert r is not None
         if r["unwound"]:
             raise TaskUnwound(task_id)
-        if phase == "do" and r["stopped"] is not None:
+        if phase == Phase.DO and r["stopped"] is not None:
             raise TaskStopped(task_id, r["stopped"], r["stop_scope"])
-        if phase == "do" and r["compensated"]:
+        if phase == Phase.DO and r["compensated"]:
             raise PartlyUnwound(task_id)
-        if phase == "undo" and r["stopped"] is None:
+        if phase == Phase.UNDO and r["stopped"] is None:
             raise NotStopped(task_id)
-        if phase == "undo" and r["state"] == "killed" and not r["for_unwind"]:
+        if phase == Phase.UNDO and r["state"] == ControlState.KILLED and not r["for_unwind"]:
             raise TaskKilled(task_id)
-        if phase == "do" and step is not None and r["unapproved"]:
+        if phase == Phase.DO and step is not None and r["unapproved"]:
             raise ApprovalRequired(task_id, step)
 
-    def complete(self, *, key: str, outcome: dict[str, Any], status: str,
-                 resolved_by: str, flush: bool = True, owned: bool = True) -> JournalRow:
+    def complete(self, *, key: str, outcome: dict[str, Any], status: StepStatus,
+                 resolved_by: ResolvedBy, flush: bool = True, owned: bool = True) -> JournalRow:
         """Commits the outcome of the open intent ``key``, if this attempt still owns it.
 
         StepBusy otherwise: another attempt took it over, and its probe settles the step.
@@ -438,7 +439,7 @@ class StepSession:
                 " WHERE task_id = %s AND step = %s AND kind = 'decision' AND at >= %s"
                 " ORDER BY id DESC LIMIT 1", (task_id, step, since)).fetchone()
 
-    def event(self, task_id: str, kind: str, detail: dict[str, Any], step: int | None = None,
+    def event(self, task_id: str, kind: EventKind, detail: dict[str, Any], step: int | None = None,
               actor: str = "tidemark") -> None:
         with self._use() as conn:
             conn.execute(

@@ -16,13 +16,14 @@ from tidemark.store.base import StoreBase
 from tidemark.store.journal import _JOURNAL_COLUMNS, _UNWOUND, JournalRow
 from tidemark.store.leases import LEASE_S
 from tidemark.store.session import StepSession
+from tidemark.words import EventKind, Phase
 
 
 class StepsMixin(StoreBase):
     """Statements of a step's attempt, outside its StepSession."""
 
     @contextmanager
-    def execution(self, task_id: str, step: int, phase: str = "do") -> Iterator[StepSession]:
+    def execution(self, task_id: str, step: int, phase: Phase = Phase.DO) -> Iterator[StepSession]:
         """One attempt at the step's row of ``phase``: the reads it begins with.
 
         It reads the plan step, its latest journal row (with its owner and what is left of its
@@ -81,7 +82,7 @@ class StepsMixin(StoreBase):
                                  ) if r["idem_key"] else None
         yield session
 
-    def step_row(self, task_id: str, step: int, phase: str = "do") -> JournalRow | None:
+    def step_row(self, task_id: str, step: int, phase: Phase = Phase.DO) -> JournalRow | None:
         with self._conn() as conn:
             return StepSession(conn).get(task_id, step, phase)
 
@@ -131,7 +132,7 @@ class StepsMixin(StoreBase):
                 " steps = batches.steps + EXCLUDED.steps, last_at = clock_timestamp()",
                 (task_id, steps))
 
-    def record_event(self, task_id: str, kind: str, detail: dict[str, Any],
+    def record_event(self, task_id: str, kind: EventKind, detail: dict[str, Any],
                      step: int | None = None, actor: str = "tidemark") -> None:
         with self._conn() as conn:
             StepSession(conn).event(task_id, kind, detail, step, actor)

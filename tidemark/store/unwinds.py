@@ -14,6 +14,7 @@ from tidemark.store.base import StoreBase
 from tidemark.store.connection import _translated
 from tidemark.store.journal import _STOPPED, _UNWOUND
 from tidemark.store.session import StepSession
+from tidemark.words import EventKind
 
 # How long the list of steps to compensate waits for an intent being written (two statements).
 LOCK_WAIT_MS = 5000
@@ -83,7 +84,7 @@ class UnwindsMixin(StoreBase):
                 ON CONFLICT (task_id) DO NOTHING RETURNING task_id
                 """, {"task_id": task_id, "by": by, "detail": Jsonb(detail)}).fetchone()
             if r is not None:
-                StepSession(conn).event(task_id, "unwound", detail, None, by)
+                StepSession(conn).event(task_id, EventKind.UNWOUND, detail, None, by)
                 return []
             unwound = conn.execute(f"SELECT {_UNWOUND} AS u", {"task_id": task_id}).fetchone()
             if unwound is not None and unwound["u"]:

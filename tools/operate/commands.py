@@ -404,7 +404,7 @@ def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = 
         lines = irreversible_lines(plan)
         if not lines:
             raise ApprovalError(f"task {task_id!r} has no irreversible steps to approve")
-        row = store.decide(task_id, decision, stored_hash, os_user=os_user(),
+        row = store.decide(task_id, Decision(decision), stored_hash, os_user=os_user(),
                            label=by or None, note=note, via=via)
         asked = store.approval_request(task_id)
     return {"task_id": task_id, "decision": row["decision"], "by": row["decided_by"],
