@@ -424,8 +424,8 @@ def assert_secrets_are_files(services: dict[str, dict[str, Any]],
     """Checks that every password, key or token reaches its container as a file.
 
     The file is under /run/secrets and given to the service; none comes as a variable's value.
-    Returns how many variables it checked. Works on the file as written and on `docker compose
-    config` output."""
+    Returns how many variables it checked. Works on the file as written and on
+    `docker compose config` output."""
     checked = 0
     for name, service in services.items():
         given = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}

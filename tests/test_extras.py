@@ -1,7 +1,7 @@
 """Install what you use: each provider's client library is an extra.
 
-The extras are those of the distribution (docs/install.md), so a base install (``pip install
-tidemark``) has none of them.
+The extras are those of the distribution (docs/install.md), so a base install
+(``pip install tidemark``) has none of them.
 
 Each check runs in a fresh process in which the missing libraries are made absent the way Python
 meets an absent package: a finder first on ``sys.meta_path`` raises ModuleNotFoundError for

@@ -2,9 +2,9 @@
 
 It refuses what names nothing, matches a series exactly, stops a running unwind, leaves the step
 under way settled, and leaves every killed workflow Terminated with `TidemarkState = killed`;
-`status` names the kill; an approval after a kill or under a stop changes nothing; `approve
---wait` waits for the run to take the decision; an unwind closes a run that awaits approval; a
-failed unwind ends Failed."""
+`status` names the kill; an approval after a kill or under a stop changes nothing;
+`approve --wait` waits for the run to take the decision; an unwind closes a run that awaits
+approval; a failed unwind ends Failed."""
 
 from __future__ import annotations
 

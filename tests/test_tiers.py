@@ -1,7 +1,7 @@
 """The test tiers: every test has exactly one of unit, postgres, temporal.
 
-tests/conftest.py gives each test its tier, and slow in addition to the long ones. So `pytest -m
-unit` and the rest select by them."""
+tests/conftest.py gives each test its tier, and slow in addition to the long ones. So
+`pytest -m unit` and the rest select by them."""
 
 from __future__ import annotations
 
