@@ -476,7 +476,7 @@ RUN_STATES = {"running": running, "halted": halted, "awaiting_approval": awaitin
 
 async def settle(task: Task, temporal_env: WorkflowEnvironment,
                  want: tuple[str, str | None] | None = None) -> None:
-    """After the command, lets go of what held the task and gives an open run time to end.
+    """After the command, lets the task go and gives an open run time to end.
 
     What held the task outside lets go. A run still waiting for a person is left waiting, and
     ended after the test. ``want``: the cell's WORKFLOW, which the run reaches in its time (a

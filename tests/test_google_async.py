@@ -296,7 +296,7 @@ class ExpiresOnce(RefreshingSource):
 
 
 class ThreadPerCall(ThreadPoolExecutor):
-    """Runs every call on a thread of its own, so no two calls share a thread's state.
+    """Runs every call on a thread of its own, sharing no thread's state.
 
     A worker's pool may hand the 401's renewal to another thread than the request's."""
 

@@ -77,7 +77,7 @@ def test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_postgres(
 
 def test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_intent_is_not(
         crashable: tuple[str, Path], tmp_path: Path) -> None:
-    """An outcome not yet flushed is lost by a crash of Postgres, and its intent is not.
+    """A crash of Postgres loses an outcome not yet flushed, but not its intent.
 
     This is what the flush is for. Without it, the crash takes the outcome and leaves the step in
     doubt (its intent was flushed before it acted), as a crash of ours after the action would."""
