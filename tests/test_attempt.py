@@ -1,8 +1,9 @@
-"""The attempt sequence (tidemark.attempt) as a compensation goes through it: the lease rules
-that the forward step's tests pin (test_hazards, test_lease, test_leases) hold for the undo phase
-too, because both phases run one sequence. Each test here is the undo phase's twin of one of
-them, named with the same mutant in dev/mutation_check.py. And the sequence is the only code
-that writes or claims an intent, or holds an attempt's lease."""
+"""The attempt sequence (tidemark.attempt) as a compensation goes through it.
+
+The lease rules that the forward step's tests pin (test_hazards, test_lease, test_leases) hold
+for the undo phase too, because both phases run one sequence. Each test here is the undo phase's
+twin of one of them, named with the same mutant in dev/mutation_check.py. And the sequence is the
+only code that writes or claims an intent, or holds an attempt's lease."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ from tidemark.unwind import UndoResult, unwind_step
 
 
 class Reversible(LedgerRecord):
-    """ledger.record with a compensation: it states the end state "the ledger holds an undo
-    line for our key" (so applying it again is harmless), held while ``undo_hold_while``
-    exists and failing ambiguously (TargetUnavailable, nothing written) while
-    ``undo_unavailable_while`` exists."""
+    """ledger.record with a compensation that states its end state.
+
+    The end state is "the ledger holds an undo line for our key" (so applying it again is
+    harmless), held while ``undo_hold_while`` exists and failing ambiguously (TargetUnavailable,
+    nothing written) while ``undo_unavailable_while`` exists."""
 
     name: ClassVar[str] = "ledger.reversible"
     irreversible: ClassVar[bool] = False
@@ -69,8 +71,10 @@ SEQUENCE_HOME = "tidemark/attempt.py"
 
 
 def sequence_calls_outside_its_module(root: Path) -> list[str]:
-    """Where code of the packages a worker runs calls a step of the attempt sequence other than
-    in the module that holds it (and the store that defines it), as ``path:line name``."""
+    """Where a worker's code calls a step of the attempt sequence outside its module.
+
+    The code is that of the packages a worker runs. Calls in the module that holds the step (and
+    in the store that defines it) do not count. Each place reads ``path:line name``."""
     found = []
     for package in ("tidemark", "activities", "workflows", "probes", "tools"):
         for path in sorted((root / package).rglob("*.py")):
@@ -85,8 +89,10 @@ def sequence_calls_outside_its_module(root: Path) -> list[str]:
 
 
 def test_only_the_attempt_module_writes_an_intent_or_holds_an_attempts_lease() -> None:
-    """A rule of the sequence fixed in one place holds for a forward step and a compensation
-    alike only if nothing else writes an intent or holds a lease."""
+    """Only the attempt module writes an intent or holds an attempt's lease.
+
+    A rule of the sequence fixed in one place holds for a forward step and a compensation alike
+    only if nothing else writes an intent or holds a lease."""
     assert sequence_calls_outside_its_module(ROOT) == []
     home = {n.func.attr for n in ast.walk(ast.parse((ROOT / SEQUENCE_HOME).read_text()))
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
@@ -116,7 +122,9 @@ def unwound_or_busy(store: JournalStore, registry: Registry, task: str) -> UndoR
 
 def test_a_compensation_whose_attempt_lost_its_session_is_not_applied_by_a_twin_meanwhile(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """The undo phase's twin of test_hazards' forward one: the first compensation is still
+    """A compensation that lost its sessions keeps a twin from applying it meanwhile.
+
+    It is the undo phase's twin of test_hazards' forward one. The first compensation is still
     acting when every database session of its worker is lost; its lease, renewed on a new
     connection, keeps a second unwind from applying the compensation at the same time, and the
     first records its outcome once its call returns (it held no session to lose)."""
@@ -160,10 +168,12 @@ class SlowToLand(Reversible):
 
 def test_a_compensation_that_fails_ambiguously_holds_its_lease_for_the_horizon(
         store: JournalStore, tmp_path: Path) -> None:
-    """The undo phase's twin of test_lease's and test_leases' forward ones: after an ambiguous
-    failure the compensation's lease is the target's horizon from then, neither cut to zero
-    nor kept for a renewal's length; the failure is journaled; the compensation in doubt is
-    applied again once the horizon has passed."""
+    """After an ambiguous failure, a compensation holds its lease for the target's horizon.
+
+    It is the undo phase's twin of test_lease's and test_leases' forward ones. After an ambiguous
+    failure the compensation's lease is the target's horizon from then, neither cut to zero nor
+    kept for a renewal's length; the failure is journaled; the compensation in doubt is applied
+    again once the horizon has passed."""
     registry = Registry([SlowToLand()])
     down = tmp_path / "down"
     task = done_and_stopped(store, registry, tmp_path, undo_unavailable_while=str(down))

@@ -1,5 +1,7 @@
-"""Authority held by the journal: a decision at the irreversible boundary is the journal's to
-record, in the statement that checks it, and the irreversible intent is refused without one.
+"""Authority held by the journal: it records each decision at the irreversible boundary.
+
+A decision at the irreversible boundary is the journal's to record, in the statement that checks it,
+and the irreversible intent is refused without one.
 
 Each test below was a way past a check that stood beside the act (the command checked, then
 wrote): two people deciding at once, a person making themselves an approver, a plan borrowing
@@ -41,8 +43,9 @@ MAIL = {"to": ["ap@supplier.example"], "subject": "Q3 invoices paid", "body": "P
 
 
 def ledger_doc(task_id: str, ledger: Path, **extra: Any) -> dict[str, Any]:
-    """A task whose one step writes a ledger line: an irreversible step whose effect a test
-    counts (tests/helpers/ledger.py)."""
+    """A task whose one step writes a ledger line, an irreversible effect a test counts.
+
+    The ledger is tests/helpers/ledger.py."""
     return {"task_id": task_id, "steps": [
         {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": f"{task_id}-1"}}],
             **extra}
@@ -60,9 +63,11 @@ def deciders(workers):  # type: ignore[no-untyped-def]
 async def test_a_hundred_approve_reject_pairs_sent_at_once_record_one_decision_each(
         temporal_env: WorkflowEnvironment, store: JournalStore, deciders, task_queue: str,
         tmp_path: Path, url_as: Callable[[str], str]) -> None:
-    """For each of 100 waiting tasks, ana approves and ben rejects at the same moment: exactly
-    one decision is recorded per task, the other command is refused naming it, and a task
-    whose reject won writes nothing irreversible; one whose approve won writes once."""
+    """Of 100 approve and reject pairs sent at once, each task records one decision.
+
+    Ana approves and ben rejects each of 100 waiting tasks at the same moment: exactly one
+    decision is recorded per task, the other command is refused naming it, and a task whose
+    reject won writes nothing irreversible; one whose approve won writes once."""
     deciders.start()
     pairs = 100
     ids = [f"race-{i:03d}" for i in range(pairs)]
@@ -117,8 +122,9 @@ async def test_a_hundred_approve_reject_pairs_sent_at_once_record_one_decision_e
 async def test_the_second_decision_is_one_line_naming_the_first_and_exits_non_zero(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, cli,
         url_as: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a command prints is what was committed: the first decision says it is journaled,
-    the second names the first and records nothing."""
+    """What a command prints is what was committed.
+
+    The first decision says it is journaled, the second names the first and records nothing."""
     registry = spec_registry_with({"ledger.record": LedgerRecord()})
     store.persist_plan(load_plan(ledger_doc("second", tmp_path / "l"), registry))
     store.ask_approval("second", "the plan asks", [], [1], ["step 1 ledger.record"])
@@ -160,8 +166,10 @@ async def test_nobody_makes_themselves_an_approver_or_lowers_a_series_policy(
 
 def test_the_worker_credentials_record_no_approval_declare_no_series_and_lift_no_kill(
         store: JournalStore, tmp_path: Path, url_as: Callable[[str], str]) -> None:
-    """What an agent that stole the worker's settings has: a worker's login role. Postgres
-    itself refuses each act, through the commands and around them."""
+    """The worker's credentials record no approval, declare no series and lift no kill.
+
+    An agent that stole the worker's settings has a worker's login role. Postgres itself refuses
+    each act, through the commands and around them."""
     registry = {"ledger.record": LedgerRecord()}
     plan = load_plan({"task_id": "stolen", "approval": {"required": True}, "steps": [
         {"action": "ledger.record", "args": {"ledger": str(tmp_path / "l"), "entry": "x"}}]},
@@ -208,9 +216,11 @@ def spec_registry_with(actions: dict[str, Any]) -> Any:
 
 def test_an_activity_called_directly_cannot_act_without_a_valid_approval(
         journal: JournalStore, tmp_path: Path, url_as: Callable[[str], str]) -> None:
-    """Around the workflow: run_step on a journal whose policy asks a person (the default)
-    writes no irreversible intent without an approval; an approval of an earlier epoch is void;
-    with one of the current epoch it acts, once."""
+    """An activity called directly cannot act without a valid approval.
+
+    Around the workflow, run_step on a journal whose policy asks a person (the default) writes no
+    irreversible intent without an approval; an approval of an earlier epoch is void; with one of
+    the current epoch it acts, once."""
     ledger = tmp_path / "ledger"
     registry = spec_registry_with({"ledger.record": LedgerRecord()})
     plan = load_plan(ledger_doc("direct", ledger), registry)
@@ -240,8 +250,10 @@ def test_an_activity_called_directly_cannot_act_without_a_valid_approval(
 async def test_a_plan_cannot_borrow_a_series_policy_that_asks_less(
         temporal_env: WorkflowEnvironment, store: JournalStore, deciders, task_queue: str,
         tmp_path: Path, cli) -> None:
-    """The journal's policy says all; the series says none; the worker says none: the plan
-    naming the series waits for a person, and so does a direct step."""
+    """A plan cannot borrow a series policy that asks less.
+
+    The journal's policy says all; the series and the worker say none: the plan naming the series
+    waits for a person, and so does a direct step."""
     assert (await cli("policy", "set", "all"))[0] == 0
     assert (await cli("series", "declare", "lenient", "--approval", "none"))[0] == 0
     deciders.start(TIDEMARK_APPROVAL="none")
@@ -453,7 +465,9 @@ async def test_bad_policy_approvers_and_decisions_are_one_line_and_change_nothin
 
 def test_the_journal_takes_the_strictest_policy_and_sums_amounts_per_task(
         journal: JournalStore) -> None:
-    """The journal's own reading, with no worker asking anything: a series' policy adds to the
+    """The journal takes the strictest policy and sums amounts per task.
+
+    The journal's own reading, with no worker asking anything. A series' policy adds to the
     operator's and never removes; amounts are summed per task; a daily limit counts the series'
     other runs begun today."""
     from activities.catalog import spec_registry
@@ -490,8 +504,10 @@ def test_the_journal_takes_the_strictest_policy_and_sums_amounts_per_task(
 async def test_a_resume_past_the_first_irreversible_step_asks_again_before_the_next(
         temporal_env: WorkflowEnvironment, store: JournalStore, deciders, task_queue: str,
         tmp_path: Path, cli, url_as: Callable[[str], str]) -> None:
-    """Stopped between two irreversible steps, released and resumed: the run starts past the
-    boundary, the journal refuses the next step's intent (the approval's epoch is over), and
+    """A resume past the first irreversible step asks again before the next one.
+
+    The task is stopped between two irreversible steps, released and resumed. The run starts past
+    the boundary, the journal refuses the next step's intent (the approval's epoch is over), and
     the run goes back to the boundary and asks again."""
     deciders.start()
     ledger = tmp_path / "ledger"

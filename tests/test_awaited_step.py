@@ -1,4 +1,5 @@
-"""A step whose action awaits its call (Action.awaits) waits on its target without a thread:
+"""A step whose action awaits its call (Action.awaits) waits without a thread.
+
 tidemark.run_step.run_step_async awaits the call on the event loop and runs only the attempt's
 blocking parts (the journal, gates, snapshot, probe) on the step threads. The target here is
 ``ledger.await`` (tests/helpers/ledger.py), whose hold is an asyncio.sleep."""
@@ -35,9 +36,11 @@ def run(store: JournalStore, threads: StepThreads, task_id: str) -> Any:
 
 
 def test_many_steps_wait_at_once_on_a_few_threads(store: JournalStore, tmp_path: Path) -> None:
-    """40 steps each waiting 1.5 s on their target, on 4 step threads: all wait at once (were
-    each wait a thread's, 4 threads would take 15 s), the process starts no thread per step,
-    and each step is done once."""
+    """Many steps wait at once on a few threads, each done once.
+
+    40 steps each wait 1.5 s on their target, on 4 step threads. All wait at once (were each wait
+    a thread's, 4 threads would take 15 s), the process starts no thread per step, and each step
+    is done once."""
     tasks = [f"t{i}" for i in range(40)]
     for t in tasks:
         awaited_plan(store, tmp_path, t, hold_s=1.5)
@@ -67,11 +70,13 @@ def test_many_steps_wait_at_once_on_a_few_threads(store: JournalStore, tmp_path:
 @pytest.mark.parametrize("cancels", [1, 2])
 def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles_it(
         store: JournalStore, tmp_path: Path, cancels: int) -> None:
-    """Cancelled while it waits on the target (Temporal timed the attempt out, the worker shuts
-    down): the request has left, and the target applies it after. Were the step then left in
-    doubt, the retry would probe before the write landed, find it absent and write again. The
-    attempt instead waits for its call, records the outcome, and only then ends cancelled; the
-    next attempt finds the step done. A second cancellation meanwhile (the timeout, then the
+    """A cancelled attempt lets its waiting call end and settles the step.
+
+    The attempt is cancelled while it waits on the target (Temporal timed the attempt out, the
+    worker shuts down). The request has left, and the target applies it after. Were the step then
+    left in doubt, the retry would probe before the write landed, find it absent and write again.
+    The attempt instead waits for its call, records the outcome, and only then ends cancelled;
+    the next attempt finds the step done. A second cancellation meanwhile (the timeout, then the
     worker's shutdown) is absorbed the same way: the attempt still ends only once settled."""
     held = tmp_path / "held"
     held.touch()
@@ -104,10 +109,12 @@ def test_an_attempt_cancelled_while_its_call_waits_lets_the_call_end_and_settles
 
 def test_a_stop_written_while_an_awaited_call_waits_lets_it_settle_and_stops_the_next_step(
         store: JournalStore, tmp_path: Path) -> None:
-    """A halt (the task's durable stop) written while an awaited call waits on its target: the
-    request has left, so the attempt still records what it did (a stop that refused the
-    outcome would leave the step in doubt with its write applied), and the next step meets
-    the stop before it writes an intent."""
+    """A stop written while an awaited call waits lets it settle, and stops the next step.
+
+    A halt (the task's durable stop) is written while an awaited call waits on its target. The
+    request has left, so the attempt still records what it did (a stop that refused the outcome
+    would leave the step in doubt with its write applied), and the next step meets the stop
+    before it writes an intent."""
     held = tmp_path / "held"
     held.touch()
     steps = [ledger_step(tmp_path, "e1", hold_while=str(held)), ledger_step(tmp_path, "e2")]
@@ -140,9 +147,11 @@ def test_a_stop_written_while_an_awaited_call_waits_lets_it_settle_and_stops_the
 
 def test_an_attempt_cancelled_before_its_call_still_acts_once_and_settles(
         store: JournalStore, tmp_path: Path) -> None:
-    """Cancelled while its first statements run on a step thread: a thread cannot be stopped,
-    so the intent is written anyway. Were the attempt dropped there, its intent would stand
-    open under the call's lease, and the step would wait that lease out and be probed. It
+    """An attempt cancelled before its call still acts once and settles.
+
+    The attempt is cancelled while its first statements run on a step thread. A thread cannot be
+    stopped, so the intent is written anyway. Were the attempt dropped there, its intent would
+    stand open under the call's lease, and the step would wait that lease out and be probed. It
     goes on instead: it acts, settles, and then ends cancelled."""
     awaited_plan(store, tmp_path, "t")
     with ThreadPoolExecutor(THREADS) as executor:

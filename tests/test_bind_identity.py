@@ -1,6 +1,8 @@
-"""A worker binds Drive and Stripe only when the read credential reads what the write credential
-writes: the same Drive user, the same Stripe account in the same mode. Real clients over HTTP
-against the staging server, through activities.wiring.worker_registry."""
+"""A worker binds Drive and Stripe only when both credentials are one identity.
+
+The read credential must read what the write credential writes: the same Drive user, the same
+Stripe account in the same mode. Real clients over HTTP against the staging server, through
+activities.wiring.worker_registry."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A run its series refused before its plan was stored: `tidemark status` says blocked and why,
-and every control of its id names the block (not a typo) — one line, exit 1, nothing written;
-`--force-unknown` stops it all the same. Real Postgres, the real CLI and the series' own
-admission (tidemark.series)."""
+"""A run its series refused before its plan was stored, through status and the controls.
+
+`tidemark status` says blocked and why, and every control of its id names the block (not a typo)
+— one line, exit 1, nothing written; `--force-unknown` stops it all the same. Real Postgres, the
+real CLI and the series' own admission (tidemark.series)."""
 
 from __future__ import annotations
 

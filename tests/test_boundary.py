@@ -1,6 +1,7 @@
-"""The irreversible boundary on a real Temporal dev server, real worker processes, real Postgres
-and the staging servers: the verification gate before the first irreversible step, and a
-person's approval there."""
+"""The irreversible boundary: the verification gate and a person's approval there.
+
+On a real Temporal dev server, real worker processes, real Postgres and the staging servers: the
+verification gate before the first irreversible step, and a person's approval there."""
 
 from __future__ import annotations
 
@@ -87,8 +88,10 @@ def journal_of(store: JournalStore, task_id: str) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def staged_workers(workers, server: StagingServer):  # type: ignore[no-untyped-def]
-    """Workers on the staging servers whose operator lets irreversible steps run unattended
-    unless a plan asks for a person; ana, ben and the user running the tests may approve."""
+    """Workers on the staging servers whose operator lets irreversible steps run unattended.
+
+    Irreversible steps run unattended unless a plan asks for a person; ana, ben and the user
+    running the tests may approve."""
     workers.env["TIDEMARK_STAGING_URL"] = server.url
     workers.env["TIDEMARK_APPROVAL"] = "none"
     workers.env["TIDEMARK_APPROVERS"] = f"ana,ben,{ME}"
@@ -351,9 +354,11 @@ async def test_an_approval_given_while_the_worker_is_dead_is_acted_on_by_the_nex
 async def test_a_decision_nobody_may_record_is_refused_by_the_journal_and_the_run_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, server: StagingServer,
         staged_workers, task_queue: str, tmp_path: Path, url_as: Callable[[str], str]) -> None:
-    """Around the command, straight into the journal: a worker's credentials, somebody with no
-    role and an operator who is no approver can neither record a decision nor forge the event
-    that journals one. Woken all the same, the run reads no decision and waits on."""
+    """A decision nobody may record is refused by the journal, and the run waits.
+
+    Around the command, straight into the journal. A worker's credentials, somebody with no role
+    and an operator who is no approver can neither record a decision nor forge the event that
+    journals one. Woken all the same, the run reads no decision and waits on."""
     staged_workers.start()
     handle = await approval_task(temporal_env, task_queue, tmp_path, "appr-forged")
     plan_hash = store.load_plan("appr-forged").plan_hash

@@ -1,5 +1,7 @@
-"""The recovery path, exercised: every crash point of every action kind on every run, then
-random ones, then the providers misbehaving — and an oracle that trusts nothing it checks.
+"""The recovery path, exercised at every crash point, then at random ones.
+
+Every crash point of every action kind on every run, then random ones, then the providers
+misbehaving — and an oracle that trusts nothing it checks.
 
 Each round runs a seven-step plan (two local renames, two Drive renames, a Gmail and a Graph
 mail, a Stripe PaymentIntent) in a separate process, which kills itself at one named crash point
@@ -238,9 +240,10 @@ class Chaos:
         return seen
 
     def lose_sessions(self, r: Round) -> list[str]:
-        """Waits until the round's write request is in flight, then terminates the runner's
-        journal backends (its pool's idle connection, its lease keeper's): what a Postgres
-        restart or failover does while its action is still acting."""
+        """Terminates the runner's journal backends once the round's write request is in flight.
+
+        Those are its pool's idle connection and its lease keeper's: what a Postgres restart or
+        failover does while its action is still acting."""
         assert r.action is not None
         target, _ = WRITE_OPS[r.action]
         deadline = time.monotonic() + 60
@@ -263,8 +266,10 @@ class Chaos:
 
     def resume(self, plan: Plan, registry: Registry,
                patience: float = RESUME_DEADLINE_S) -> list[str]:
-        """Runs the plan to its end as a worker would: StepBusy, TargetUnavailable and
-        StoreUnavailable are retried, anything else ends the round."""
+        """Runs the plan to its end as a worker would.
+
+        StepBusy, TargetUnavailable and StoreUnavailable are retried, anything else ends the
+        round."""
         deadline = time.monotonic() + patience
         while (step := self.store.progress(plan.task_id).next_step) is not None:
             try:
@@ -395,8 +400,10 @@ def blind(action: Action) -> Action:
 
 
 def test_the_oracle_fails_a_probe_that_always_answers_absent(chaos: Chaos) -> None:
-    """For each action in turn, the resume's probe of that action always answers absent; a
-    crash after its effect must then be caught by the oracle, on every seed."""
+    """The oracle fails a probe that always answers absent.
+
+    For each action in turn the resume's probe of that action always answers absent; a crash
+    after its effect must then be caught by the oracle, on every seed."""
     base = baseline_of(chaos)
     rng = random.Random(SEED)
     caught: dict[str, list[str]] = {}

@@ -1,7 +1,8 @@
-"""`tidemark chaos` on the ledger plugin (installed from examples/ledger-plugin) and on Stripe:
-it passes twenty interrupted runs covering every (action, phase) pair, and it fails a probe that
-matches on the name alone and a Stripe probe that always answers absent, judging by what reached
-the staging servers.
+"""`tidemark chaos` on the ledger plugin and on Stripe passes and fails as it must.
+
+The ledger plugin is installed from examples/ledger-plugin. Chaos passes twenty interrupted runs
+covering every (action, phase) pair, and it fails a probe that matches on the name alone and a
+Stripe probe that always answers absent, judging by what reached the staging servers.
 
 The wrong probes come in through chaos's own ``--action MODULE:CLASS`` (tests/helpers): the
 action is the real one, bound by the worker's wiring, with only its probe replaced. Nothing of
@@ -38,8 +39,10 @@ LEDGER_PHASES = {"before_intent", "after_intent", "after_execute", "after_outcom
 
 def tidemark_chaos(db_url: str, server: StagingServer, *args: str, plan: Path = LEDGER_PLAN,
                    second: StagingServer | None = None) -> tuple[int, dict[str, Any]]:
-    """Runs ``tidemark chaos`` over ``server`` and a second staging server (a fresh one unless
-    given), one run at a time on each, as CI's runs go three at a time."""
+    """Runs ``tidemark chaos`` over ``server`` and a second staging server.
+
+    The second is a fresh one unless given. One run at a time on each, as CI's runs go three at a
+    time."""
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     with contextlib.ExitStack() as stack:
@@ -84,8 +87,9 @@ def test_the_ledger_plugin_passes_twenty_interrupted_runs(db_url: str,
 
 def seed_hitting(plan_file: Path, server: StagingServer, runs: int,
                  want: set[tuple[str, int]]) -> int:
-    """A seed whose first ``runs`` kills include one of ``want`` (phase, step), found with
-    chaos's own schedule, so that the test says which kill it relies on."""
+    """A seed whose first ``runs`` kills include one of ``want`` (phase, step).
+
+    It is found with chaos's own schedule, so that the test says which kill it relies on."""
     registry = worker_registry({"TIDEMARK_STAGING_URL": server.url})
     plan = load_plan(json.loads(plan_file.read_text()), registry)
     writes = {s.number: [("ledger", "invoices.post")] for s in plan.steps}
@@ -117,7 +121,9 @@ def test_chaos_catches_a_probe_that_matches_on_the_name_alone(db_url: str,
 
 def test_chaos_fails_a_stripe_probe_that_always_answers_absent(
         db_url: str, server: StagingServer, tmp_path: Path) -> None:
-    """Stripe's Idempotency-Key absorbs the second payment request, so the effect log alone
+    """Chaos fails a Stripe probe that always answers absent.
+
+    Stripe's Idempotency-Key absorbs the second payment request, so the effect log alone
     shows no duplicate; chaos must still fail the run: the request log shows the retry the key
     absorbed, and a kill after the payment was settled by executing again, not by the probe."""
     plan = tmp_path / "pay.json"

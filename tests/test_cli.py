@@ -1,5 +1,7 @@
-"""The `tidemark` command: one-line errors, non-zero exits, --json where output is data, and the
-three decisions (resume, unwind, stop) against a real Temporal dev server."""
+"""The `tidemark` command: one-line errors, non-zero exits, --json, and the three decisions.
+
+One-line errors, non-zero exits, --json where output is data, and the three decisions (resume,
+unwind, stop) against a real Temporal dev server."""
 
 from __future__ import annotations
 

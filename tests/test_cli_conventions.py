@@ -1,6 +1,8 @@
-"""The conventions every `tidemark` command keeps: `--version`; a closed pipe ends quietly
-(exit 141, nothing on stderr); a refusal is one line and a non-zero exit; a listing is a table
-for people and `--json` for programs; a hint names the command that helps."""
+"""The conventions every `tidemark` command keeps.
+
+They are `--version`; a closed pipe ends quietly (exit 141, nothing on stderr); a refusal is one
+line and a non-zero exit; a listing is a table for people and `--json` for programs; a hint names
+the command that helps."""
 
 from __future__ import annotations
 
@@ -115,8 +117,9 @@ async def test_a_second_schedule_create_is_one_line_and_changes_nothing(
 
 
 async def _schedule_by_hand(env: WorkflowEnvironment, series: str, spec: ScheduleSpec) -> None:
-    """A schedule of a series made outside `tidemark` (the Web UI, `temporal schedule create`):
-    by interval or calendar."""
+    """A schedule of a series made outside `tidemark`, by interval or calendar.
+
+    For example in the Web UI, or with `temporal schedule create`."""
     action = ScheduleActionStartWorkflow(
         "ScheduledRun", {"series": series, "planner": "helpers.planners:nightly", "args": {}},
         id=f"tidemark-sched-{series}", task_queue="nowhere")

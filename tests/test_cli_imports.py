@@ -1,9 +1,11 @@
-"""What a command imports: `tidemark status` and `tidemark --help` read the journal or print a
-page, so they load no provider's client library (Google's, Microsoft Graph's with kiota and
-azure, msal, Stripe's, nor httpx or requests) nor the staging servers' aiohttp; `status` loads
-the journal's driver and what reads the journal, nothing of the actions or the Temporal SDK,
-and `--help` not even the driver; a plan check imports the action modules its plan names and no
-other; a worker imports a target's module where it binds it.
+"""What a command imports: only what it needs.
+
+`tidemark status` and `tidemark --help` read the journal or print a page, so they load no provider's
+client library (Google's, Microsoft Graph's with kiota and azure, msal, Stripe's, nor httpx or
+requests) nor the staging servers' aiohttp; `status` loads the journal's driver and what reads the
+journal, nothing of the actions or the Temporal SDK, and `--help` not even the driver; a plan check
+imports the action modules its plan names and no other; a worker imports a target's module where it
+binds it.
 
 Each command runs as the operator runs it, in a fresh process (a test process has imported
 everything already), which reports its ``sys.modules`` at exit. How long they take is measured
@@ -130,9 +132,10 @@ def test_help_loads_no_provider_sdk_nor_the_journals_driver(tmp_path: Path) -> N
 
 def test_status_reads_a_journal_it_may_not_write(store: JournalStore, db_url: str,
                                                  tmp_path: Path) -> None:
-    """`status` only reads, so it answers from a database that refuses every write (a hot
-    standby, a read-only role): it does not bring the schema up to date on its way, which is
-    `tidemark db migrate`'s and a worker's job."""
+    """`status` only reads, so it answers from a database that refuses every write.
+
+    Such a database is a hot standby or a read-only role. It does not bring the schema up to date
+    on its way, which is `tidemark db migrate`'s and a worker's job."""
     doc = every_provider_plan(tmp_path, "imports-6")
     store.persist_plan(load_plan({**doc, "steps": doc["steps"][:2]}, spec_registry()))
     run_step(store, Registry([FsRename([tmp_path])]), "imports-6", 1)
@@ -148,7 +151,9 @@ def test_status_reads_a_journal_it_may_not_write(store: JournalStore, db_url: st
 
 def test_status_on_a_schema_older_than_the_command_reads_it_or_names_the_migration(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """A journal whose schema predates this version (workers of the old version still run) is
+    """`status` reads a schema older than the command, or names the migration it needs.
+
+    A journal whose schema predates this version (workers of the old version still run) is
     not brought up to date by a read. `status` answers from it while what it reads is there (the
     newest migration's column is not); when a column it reads is missing it says in one line
     what brings the schema up to date, not a driver's traceback."""
@@ -184,8 +189,10 @@ BAD_PROFILE = {"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}
 
 def test_a_command_that_reads_the_journal_loads_no_temporal_sdk_nor_its_profile(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """`status` reads Postgres only: temporalio (a quarter of a command's start-up, for its
-    profile loader) is not imported, and a profile that would not load does not stop it."""
+    """A command that reads the journal loads neither the Temporal SDK nor its profile.
+
+    `status` reads Postgres only. temporalio (a quarter of a command's start-up, for its profile
+    loader) is not imported, and a profile that would not load does not stop it."""
     doc = every_provider_plan(tmp_path, "imports-4")
     store.persist_plan(load_plan({**doc, "steps": doc["steps"][:1]}, spec_registry()))
     run_step(store, Registry([FsRename([tmp_path])]), "imports-4", 1)
@@ -197,7 +204,9 @@ def test_a_command_that_reads_the_journal_loads_no_temporal_sdk_nor_its_profile(
 
 def test_a_command_that_connects_refuses_a_bad_profile_before_it_changes_anything(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """`reject` journals the decision, then tells the waiting run through Temporal: its profile
+    """A command that connects refuses a bad profile before it changes anything.
+
+    `reject` journals the decision, then tells the waiting run through Temporal: its profile
     is loaded when the command starts, so a bad one is one line and a non-zero exit, and the
     decision is not journaled (loaded at the connection, it would be, and the run never told)."""
     doc = every_provider_plan(tmp_path, "imports-5")

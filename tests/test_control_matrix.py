@@ -1,5 +1,7 @@
-"""The control matrix (docs/control-matrix.md): each task state against each command, through
-the real `tidemark` CLI, real Postgres, the Temporal dev server and a real worker process.
+"""The control matrix (docs/control-matrix.md): each task state against each command.
+
+It runs through the real `tidemark` CLI, real Postgres, the Temporal dev server and a real worker
+process.
 
 Every cell checks the exit code, a fragment of the one line printed, the task's state after
 (`tidemark status --json`), and what acted: the files the plan renames and the ledger lines its
@@ -377,8 +379,9 @@ async def awaiting(task: Task, store: JournalStore, temporal_env: WorkflowEnviro
 async def verification_failed(task: Task, store: JournalStore,
                               temporal_env: WorkflowEnvironment, workers: Any,
                               task_queue: str) -> None:
-    """Somebody renamed a file of step 1 while the run waited at the boundary; a later run's
-    gate finds it."""
+    """Somebody renamed a file of step 1 while the run waited at the boundary.
+
+    A later run's gate finds it."""
     await awaiting(task, store, temporal_env, workers, task_queue)
     await temporal_env.client.get_workflow_handle(f"tidemark-{task.id}").terminate("restart")
     (task.docs / "f0.txt").rename(task.docs / "theirs.txt")
@@ -397,8 +400,9 @@ async def failed(task: Task, store: JournalStore, temporal_env: WorkflowEnvironm
 
 async def in_doubt(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
                    workers: Any, task_queue: str) -> None:
-    """The process running the irreversible step died after its intent; the probe cannot
-    tell."""
+    """The process running the irreversible step died after its intent.
+
+    The probe cannot tell."""
     task.blind.write_text("")
     store.persist_plan(load_plan(task.doc, SPECS))
     for step in (1, 2):
@@ -408,8 +412,9 @@ async def in_doubt(task: Task, store: JournalStore, temporal_env: WorkflowEnviro
 
 async def blocked(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
                   workers: Any, task_queue: str) -> None:
-    """The task is a run of a declared series whose earlier run failed: its start is refused
-    before its plan is stored."""
+    """A run of a declared series whose earlier run failed.
+
+    Its start is refused before its plan is stored."""
     series = "cm-s-" + uuid.uuid4().hex[:8]
     store.declare_series(series, "ops", "ops")
     refuse = task.docs.parent / "earlier-refused"
@@ -427,15 +432,17 @@ async def blocked(task: Task, store: JournalStore, temporal_env: WorkflowEnviron
 
 
 def undo_queue(task_queue: str) -> str:
-    """The task queue the unwinding row's unwind is started on: no worker polls it until the
-    cell's command has run."""
+    """The task queue the unwinding row's unwind is started on.
+
+    No worker polls it until the cell's command has run."""
     return task_queue + "-undo"
 
 
 async def unwinding(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
                     workers: Any, task_queue: str) -> None:
-    """A completed task whose unwind a person started (`tidemark unwind T --yes`): the stop is
-    set, the unwind's workflow is open, its worker has not taken it up yet."""
+    """A completed task whose unwind a person started (`tidemark unwind T --yes`).
+
+    The stop is set, the unwind's workflow is open, its worker has not taken it up yet."""
     workers.start()
     handle = await start_plan(temporal_env.client, task.doc, task.id, task_queue)
     assert (await run_result(handle)).state == "completed"
@@ -446,8 +453,9 @@ async def unwinding(task: Task, store: JournalStore, temporal_env: WorkflowEnvir
 
 async def take_up_unwind(task: Task, temporal_env: WorkflowEnvironment, workers: Any,
                          task_queue: str) -> tuple[str, str | None]:
-    """The unwinding row, after its command: a worker takes up the unwind, which ends (or
-    was ended); returns its (Temporal status, end state)."""
+    """The unwinding row, after its command: a worker takes up the unwind.
+
+    The unwind ends (or was ended). Returns its (Temporal status, end state)."""
     workers.start(TIDEMARK_TASK_QUEUE=undo_queue(task_queue))
     handle = temporal_env.client.get_workflow_handle(f"tidemark-unwind-{task.id}")
 
@@ -468,10 +476,11 @@ RUN_STATES = {"running": running, "halted": halted, "awaiting_approval": awaitin
 
 async def settle(task: Task, temporal_env: WorkflowEnvironment,
                  want: tuple[str, str | None] | None = None) -> None:
-    """After the command: what held the task outside lets go, and an open run is given the
-    time to end (one still waiting for a person is left waiting, and ended after the test).
-    ``want``: the cell's WORKFLOW, which the run reaches in its time (a signal the command
-    sent may not have reached it yet)."""
+    """After the command, lets the task go and gives an open run time to end.
+
+    What held the task outside lets go. A run still waiting for a person is left waiting, and
+    ended after the test. ``want``: the cell's WORKFLOW, which the run reaches in its time (a
+    signal the command sent may not have reached it yet)."""
     task.hold.unlink(missing_ok=True)  # a probe that cannot tell stays so
     handle = temporal_env.client.get_workflow_handle(f"tidemark-{task.id}")
     deadline = time.monotonic() + 30
@@ -520,8 +529,10 @@ async def command(state: str, name: str, task: Task, temporal_env: WorkflowEnvir
 
 
 def end_state(task: Task, store: JournalStore, capsys: pytest.CaptureFixture[str]) -> str:
-    """`tidemark status T --json`'s state; ``unknown`` when nothing of the task is stored (and
-    status says so), ``blocked`` for a start its series refused before its plan was stored."""
+    """`tidemark status T --json`'s state.
+
+    ``unknown`` when nothing of the task is stored (and status says so), ``blocked`` for a start
+    its series refused before its plan was stored."""
     known = store.task_known(task.id) or store.stop_state(task.id) is not None
     code = main(["status", task.id, "--json"])
     out = capsys.readouterr()
@@ -650,7 +661,9 @@ async def test_a_reject_after_the_first_irreversible_step_was_attempted_changes_
         tmp_path: Path, store: JournalStore, temporal_env: WorkflowEnvironment, workers: Any,
         task_queue: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Reject against the first irreversible step: at the boundary a reject stops the task (the
+    """A reject after the first irreversible step was attempted changes nothing.
+
+    Reject against the first irreversible step. At the boundary a reject stops the task (the
     matrix's awaiting_approval row); once the step was attempted, a reject is refused, records
     nothing and sets no stop, and the step acts once."""
     monkeypatch.setenv("DATABASE_URL", store.conninfo)
@@ -680,9 +693,10 @@ async def test_a_schedule_firing_after_kill_series_starts_nothing(
         tmp_path: Path, store: JournalStore, temporal_env: WorkflowEnvironment, workers: Any,
         task_queue: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """A schedule firing against `kill --series`: the kill pauses the schedule, but a firing
-    already due (or a trigger, which a paused schedule still obeys) starts a run; that run
-    calls no planner and acts on nothing."""
+    """A schedule firing after `kill --series` starts nothing that acts.
+
+    The kill pauses the schedule, but a firing already due (or a trigger, which a paused schedule
+    still obeys) starts a run; that run calls no planner and acts on nothing."""
     monkeypatch.setenv("DATABASE_URL", store.conninfo)
     client = temporal_env.client
     series = "cm-" + uuid.uuid4().hex[:8]

@@ -1,6 +1,8 @@
-"""Stop, unwind and resolve hold against a real Postgres: a stop committed at any moment before
-an intent prevents it, an unwind lists every step it must undo, a refused compensation is never
-counted as undone and can be tried again, and a person can record "it must not happen"."""
+"""Stop, unwind and resolve hold against a real Postgres.
+
+A stop committed at any moment before an intent prevents it, an unwind lists every step it must
+undo, a refused compensation is never counted as undone and can be tried again, and a person can
+record "it must not happen"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Credentials that last: every credential form loads from its file and refreshes against the
-staging OAuth endpoints (staging/oauth); a plan outliving several token lifetimes completes with
-every effect once; an expired token is renewed (a write too: a 401 was not processed) and never
-taken for a revoked grant, while a revoked grant still stops the task.
+"""Credentials that last: every form loads from its file and refreshes against staging.
+
+The endpoints are staging's OAuth ones (staging/oauth). A plan outliving several token lifetimes
+completes with every effect once; an expired token is renewed (a write too: a 401 was not processed)
+and never taken for a revoked grant, while a revoked grant still stops the task.
 
 Real libraries over HTTP (google-auth, azure-identity, msal; the Google, Graph and Stripe
 clients), a staging server with a TLS listener for the Microsoft authority (msal accepts only
@@ -101,8 +102,9 @@ def _pem(key: rsa.RSAPrivateKey) -> str:
 
 
 def service_account_file(server: StagingServer, path: Path, *, register: bool = True) -> str:
-    """A Google service-account key file whose token_uri is staging's; its public key is
-    registered there unless ``register`` is false."""
+    """A Google service-account key file whose token_uri is staging's.
+
+    Its public key is registered there unless ``register`` is false."""
     key = _key()
     if register:
         public = key.public_key().public_bytes(serialization.Encoding.PEM,
@@ -503,8 +505,10 @@ def drive_writes(server: StagingServer) -> list[int | None]:
 
 def test_a_refused_token_that_cannot_be_renewed_is_not_sent_again(
         oauth: StagingServer) -> None:
-    """A static token (staging, a Stripe-style key) has nothing fresher to offer: after its
-    401 the request is not sent again, and the 401 stands."""
+    """A refused token that cannot be renewed is not sent again.
+
+    A static token (staging, a Stripe-style key) has nothing fresher to offer. After its 401 the
+    request is not sent again, and the 401 stands."""
     drive = oauth.staging.targets["drive"]
     assert isinstance(drive, DriveTarget)
     f = drive.seed("static.pdf")
@@ -520,8 +524,9 @@ def test_a_refused_token_that_cannot_be_renewed_is_not_sent_again(
 
 
 class RefusedOnArrival(RefreshingSource):
-    """A token endpoint whose every token the provider refuses (its clock is ahead of ours:
-    each token has expired by the time it is presented), up to ``limit`` tokens."""
+    """A token endpoint whose every token the provider refuses, up to ``limit`` tokens.
+
+    Its clock is ahead of ours: each token has expired by the time it is presented."""
 
     def __init__(self, server: StagingServer, limit: int = 6) -> None:
         super().__init__()
@@ -540,8 +545,10 @@ class RefusedOnArrival(RefreshingSource):
 
 
 def test_after_a_401_a_request_is_sent_again_at_most_once(oauth: StagingServer) -> None:
-    """Each renewal brings a new token, and the provider refuses that one too: the request
-    goes out twice (the second time with the renewed token), then the 401 stands."""
+    """After a 401, a request is sent again at most once.
+
+    Each renewal brings a new token, and the provider refuses that one too. The request goes out
+    twice (the second time with the renewed token), then the 401 stands."""
     drive = oauth.staging.targets["drive"]
     assert isinstance(drive, DriveTarget)
     f = drive.seed("skewed.pdf")

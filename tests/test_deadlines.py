@@ -1,10 +1,12 @@
-"""Each built-in action declares a deadline (``deadline_s``) that its own clients' timeouts
-fit inside: the lease written before a call covers the call for that long, and only renewals
-cover it past that (tidemark.store.LeaseKeeper). A call is a sequence of requests, each of which
-may take the client's timeout to connect and again to answer (google-api-python-client over
-``OneShotHttp``, stripe's ``RequestsClient``), or the timeout in all (msgraph over httpx, under
-``asyncio.wait_for``). The behaviour against a target that holds the write is checked for each
-of them by the conformance kit (tests/test_action_contract.py, check_deadline_and_horizon)."""
+"""Each built-in action's deadline fits its own clients' timeouts.
+
+The deadline is ``deadline_s``. The lease written before a call covers the call for that long,
+and only renewals cover it past that (tidemark.store.LeaseKeeper). A call is a sequence of
+requests, each of which may take the client's timeout to connect and again to answer
+(google-api-python-client over ``OneShotHttp``, stripe's ``RequestsClient``), or the timeout in
+all (msgraph over httpx, under ``asyncio.wait_for``). The behaviour against a target that holds
+the write is checked for each of them by the conformance kit (tests/test_action_contract.py,
+check_deadline_and_horizon)."""
 
 from __future__ import annotations
 

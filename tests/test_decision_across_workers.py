@@ -1,6 +1,8 @@
-"""A person's decision outlives the worker the run waited on: recorded while the run waits on
-one worker process, it is taken by the run when it goes on on another, after the first was
-SIGKILLed — real worker processes, the real CLI, the Temporal dev server and Postgres.
+"""A person's decision outlives the worker the run waited on.
+
+Recorded while the run waits on one worker process, it is taken by the run when it goes on on
+another, after the first was SIGKILLed — real worker processes, the real CLI, the Temporal dev
+server and Postgres.
 
 Each plan: two renames (reversible) and a ledger line (irreversible). The ledger counts what
 acted; while ``blind`` exists, the ledger's probe cannot tell, so a run that ignored a person's

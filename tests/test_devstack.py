@@ -1,7 +1,8 @@
-"""The embedded stack (`tidemark dev`): a port in use is refused before anything starts; the
-stack answers on every address it prints; stopping it leaves no process behind; and Temporal's
-history survives a restart. Real Temporal dev server, real worker and `tidemark` processes, a
-fresh database per test on the test Postgres."""
+"""The embedded stack (`tidemark dev`): ports, addresses, clean stops and kept history.
+
+A port in use is refused before anything starts; the stack answers on every address it prints;
+stopping it leaves no process behind; and Temporal's history survives a restart. Real Temporal
+dev server, real worker and `tidemark` processes, a fresh database per test on the test Postgres."""
 
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ ADDRESS_LINE = re.compile(
 
 @pytest.fixture
 def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """TIDEMARK_HOME in a tmp dir and the journal in this test's own database, set in the
-    environment only (``db_url`` first: the test Postgres must not inherit this home)."""
+    """TIDEMARK_HOME in a tmp dir and the journal in this test's own database.
+
+    Both are set in the environment only (``db_url`` first: the test Postgres must not inherit
+    this home)."""
     path = tmp_path / "home"
     monkeypatch.setenv(ENV_HOME, str(path))
     monkeypatch.setenv(ENV_URL, db_url)
@@ -53,8 +56,10 @@ def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def processes_of(home: Path) -> list[int]:
-    """Live processes whose environment says ``TIDEMARK_HOME=home``: everything a stack on that
-    home started inherits it, and no other process has it (each test has its own tmp home)."""
+    """Live processes whose environment says ``TIDEMARK_HOME=home``.
+
+    Everything a stack on that home started inherits it, and no other process has it (each test
+    has its own tmp home)."""
     marker = f"{ENV_HOME}={home}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
@@ -82,8 +87,9 @@ def listening(port: int) -> bool:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: the sockets are held together so the kernel cannot hand out
-    the same port twice."""
+    """``n`` distinct free ports.
+
+    The sockets are held together so the kernel cannot hand out the same port twice."""
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -100,8 +106,9 @@ def http_get(url: str) -> tuple[int, bytes]:
 
 
 async def wait_for_worker_poller(address: str) -> None:
-    """Until a worker polls the workflow task queue "tidemark": proof that the worker process
-    reached Temporal, not only that it was spawned."""
+    """Waits until a worker polls the workflow task queue "tidemark".
+
+    That proves the worker process reached Temporal, not only that it was spawned."""
     client = await Client.connect(address)
     request = DescribeTaskQueueRequest(
         namespace="default", task_queue=TaskQueue(name=TASK_QUEUE),
@@ -326,9 +333,11 @@ def test_the_embedded_postgres_home_is_closed_to_others(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          caplog: pytest.LogCaptureFixture
                                                          ) -> None:
-    """Run as root, pgserver opens the directories above its data to everyone; the home is
-    closed again, to all but the database's own processes, and the database still answers
-    and stops cleanly (pg_ctl stop must reach its data directory)."""
+    """The embedded Postgres home is closed to others.
+
+    Run as root, pgserver opens the directories above its data to everyone. The home is closed
+    again, to all but the database's own processes, and the database still answers and stops
+    cleanly (pg_ctl stop must reach its data directory)."""
     home = tmp_path / "pghome"
     monkeypatch.setenv(ENV_HOME, str(home))
     server = EmbeddedPostgres(tidemark_home(home) / "pgdata", delete=True)

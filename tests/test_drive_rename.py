@@ -1,5 +1,6 @@
-"""drive.rename through the real Drive client against the staging server: directly, and through
-run_step with a real journal."""
+"""drive.rename through the real Drive client against the staging server.
+
+Directly, and through run_step with a real journal."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def drive(drive: DriveTarget) -> DriveTarget:
 
 def make_action(server: StagingServer, timeout: float = CLIENT_TIMEOUT_S,
                 horizon_s: float = 0.0) -> DriveRename:
-    """The action on staging, whose writes land within their request unless a test arms a
-    delay fault: no horizon unless the test gives one."""
+    """The action on staging, with no horizon unless the test gives one.
+
+    Its writes land within their request unless a test arms a delay fault."""
     return DriveRename(writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=timeout),
                        reader=drive_client(server.url, DEFAULT_READ_TOKEN, timeout=timeout),
                        timeout=timeout, horizon_s=horizon_s)
@@ -151,9 +153,11 @@ def test_a_late_answer_times_out_and_the_probe_sees_the_late_commit(server: Stag
 def test_a_commit_later_than_the_client_is_waited_out_not_renamed_again(
         server: StagingServer, store: JournalStore, drive: DriveTarget,
         staging: Staging) -> None:
-    """Drive has no idempotency key: after an ambiguous failure the step does not trust
-    *absent* until the horizon has passed, so a rename Drive applies after our client gave up
-    is found by the probe instead of being made a second time."""
+    """A commit later than the client is waited out, not renamed again.
+
+    Drive has no idempotency key. After an ambiguous failure the step does not trust *absent*
+    until the horizon has passed, so a rename Drive applies after our client gave up is found by
+    the probe instead of being made a second time."""
     delay = SHORT_TIMEOUT * 6
     action = make_action(server, timeout=SHORT_TIMEOUT, horizon_s=delay + 1.0)
     task = persist(store)
@@ -349,8 +353,9 @@ def test_run_step_with_a_revoked_token_stops_with_unauthorized(server: StagingSe
 # -- the stamp decides, not the name alone ----------------------------------------------------
 
 def other_writer_renames_back(server: StagingServer, name: str, key: str) -> None:
-    """Another writer of the same app (another task, another Tidemark) renames f1 under its
-    own key, through the real client."""
+    """Another writer of the same app renames f1 under its own key.
+
+    The writer is another task or another Tidemark, through the real client."""
     other = drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=CLIENT_TIMEOUT_S)
     other.files().update(fileId="f1", body={"name": name, "appProperties": {"tidemark_key": key}},
                          fields="id").execute(num_retries=0)

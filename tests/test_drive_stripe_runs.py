@@ -1,7 +1,8 @@
-"""RunPlan end states for a Drive refusal and a Stripe 500 saved under the step's key, on a real
-Temporal dev server with real worker processes, real Postgres and the staging servers: a refusal
-ends the task ``failed`` at that step, without stopping it as a revoked credential would; a
-saved 500 (the outcome unknown) stops it for a person. Neither retries without end."""
+"""RunPlan end states for a Drive refusal and a Stripe 500 saved under the step's key.
+
+On a real Temporal dev server with real worker processes, real Postgres and the staging servers:
+a refusal ends the task ``failed`` at that step, without stopping it as a revoked credential
+would; a saved 500 (the outcome unknown) stops it for a person. Neither retries without end."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A plan never ends ``completed`` over a target that shows an earlier step's state: the
-verification that runs before irreversible steps also runs at the end of every plan, for the
-steps it can check cheaply (the last step of each target the plan set more than once). A
-mismatch is ``verification_failed``: in the run's end, in ``tidemark status`` and in the inbox.
+"""A plan never ends ``completed`` over a target that shows an earlier step's state.
+
+The verification that runs before irreversible steps also runs at the end of every plan, for the
+steps it can check cheaply (the last step of each target the plan set more than once). A mismatch is
+``verification_failed``: in the run's end, in ``tidemark status`` and in the inbox.
 
 Real Temporal dev server and worker processes, the staging Drive through the real Google
 client; the stale state is put on the file as a request of step 1 landing late would leave it
@@ -80,9 +81,11 @@ async def test_a_plan_never_ends_completed_over_a_file_that_shows_an_earlier_ste
 
 def test_the_gate_and_the_end_check_the_last_step_of_a_target_set_twice(
         store: JournalStore, server: StagingServer, drive: DriveTarget) -> None:
-    """The earlier step of a file renamed twice no longer reads done (the later rename took
-    its name): the verification checks the later step only, before a boundary and at the end;
-    at the end, a file renamed once costs no probe."""
+    """The gate and the end check verify the last step of a target set twice.
+
+    The earlier step of a file renamed twice no longer reads done (the later rename took its
+    name). The verification checks the later step only, before a boundary and at the end; at the
+    end, a file renamed once costs no probe."""
     f, g = drive.seed("scan-001.pdf"), drive.seed("scan-002.pdf")
     reg = Registry([DriveRename(
         writer=drive_client(server.url, DEFAULT_WRITE_TOKEN, timeout=CLIENT_TIMEOUT_S),

@@ -1,6 +1,8 @@
-"""Each error class declares what it does to a run (tidemark/errors.py): the state the run ends
-in, whether another attempt may help, and how the metrics name a stop. The workflow and the
-activities read those declarations; no table keyed by class names stands beside them."""
+"""Each error class declares what it does to a run (tidemark/errors.py).
+
+The state the run ends in, whether another attempt may help, and how the metrics name a stop. The
+workflow and the activities read those declarations; no table keyed by class names stands beside
+them."""
 
 from __future__ import annotations
 
@@ -73,8 +75,10 @@ def test_an_error_that_declares_no_end_state_is_not_an_end_of_the_run(name: str)
 
 
 def test_the_retry_policy_gives_up_on_exactly_the_errors_that_end_a_run() -> None:
-    """The policy is part of every activity RunPlan schedules: its list must be the same on
-    every worker, whatever else a worker imported."""
+    """The retry policy gives up on exactly the errors that end a run.
+
+    The policy is part of every activity RunPlan schedules: its list must be the same on every
+    worker, whatever else a worker imported."""
     assert STEP_RETRY.non_retryable_error_types == sorted(SPECIFIED)
     retryable = {c.__name__ for c in error_classes() if c.retryable}
     assert retryable == {"StoreUnavailable", "StepBusy", "TargetUnavailable", "NotSent",

@@ -1,5 +1,7 @@
-"""Install what you use: each provider's client library is an extra of the distribution
-(docs/install.md), so a base install (``pip install tidemark``) has none of them.
+"""Install what you use: each provider's client library is an extra.
+
+The extras are those of the distribution (docs/install.md), so a base install
+(``pip install tidemark``) has none of them.
 
 Each check runs in a fresh process in which the missing libraries are made absent the way Python
 meets an absent package: a finder first on ``sys.meta_path`` raises ModuleNotFoundError for
@@ -175,8 +177,10 @@ def test_the_same_plan_is_accepted_where_the_client_is_installed(tmp_path: Path)
 
 
 def test_a_missing_module_of_our_own_is_not_told_as_a_missing_extra(tmp_path: Path) -> None:
-    """Only the library's own modules mean the extra is missing: a module of ours that fails
-    to import is a bug, and surfaces as itself."""
+    """A missing module of our own is not told as a missing extra.
+
+    Only the library's own modules mean the extra is missing. A module of ours that fails to
+    import is a bug, and surfaces as itself."""
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(payment_and_mail_plan(tmp_path, "extras-3")))
     out = tmp_path / "report.json"
@@ -209,9 +213,11 @@ def test_every_library_names_an_extra_of_the_distribution() -> None:
 
 def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_each(
         server: StagingServer, tmp_path: Path) -> None:
-    """Every target configured (the staging servers), Google's and Microsoft's libraries
-    absent: the worker binds fs.rename and Stripe, names each extra once, and still knows
-    every action, so that a plan naming a left-out one is refused by name."""
+    """A worker leaves out the providers whose client is missing, in one line each.
+
+    Every target is configured (the staging servers), and Google's and Microsoft's libraries are
+    absent. The worker binds fs.rename and Stripe, names each extra once, and still knows every
+    action, so that a plan naming a left-out one is refused by name."""
     absent = (*GOOGLE_ONLY, *MICROSOFT_ONLY)  # httpx stays: Stripe's extra brings it
     report, done, modules = run_absent(tmp_path, WORKER, absent,
                                        env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
@@ -230,8 +236,10 @@ def test_a_worker_leaves_out_the_providers_whose_client_is_missing_in_one_line_e
 
 def test_a_worker_without_httpx_leaves_out_stripe_naming_its_extra(
         server: StagingServer, tmp_path: Path) -> None:
-    """Stripe's client is awaited through httpx (the ``stripe`` extra brings it): without it
-    the worker leaves the action out in one line, as it does Graph's, instead of failing."""
+    """A worker without httpx leaves out Stripe, naming its extra.
+
+    Stripe's client is awaited through httpx (the ``stripe`` extra brings it). Without it the
+    worker leaves the action out in one line, as it does Graph's, instead of failing."""
     absent = ("httpx",)
     report, done, _ = run_absent(tmp_path, WORKER, absent,
                                  env={STAGING_URL: server.url, ROOTS_ENV: str(tmp_path)})
@@ -246,9 +254,11 @@ def test_a_worker_without_httpx_leaves_out_stripe_naming_its_extra(
 
 def test_a_base_install_runs_the_commands_and_a_rename_worker_without_any_provider_library(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """Everything an extra brings is absent: `--version`, `--help`, `plan check` of renames
-    and `status` of a task run, and a worker binding fs.rename (the staging URL unset, no
-    target configured), importing none of it."""
+    """A base install runs the commands and a rename worker without any provider library.
+
+    Everything an extra brings is absent. `--version`, `--help`, `plan check` of renames and
+    `status` of a task run, and a worker binding fs.rename (the staging URL unset, no target
+    configured), importing none of it."""
     absent = ABSENT_IN_A_BASE_INSTALL
     code, done, modules = run_absent(tmp_path, CLI, absent, "--version")
     assert code == 0 and done.stdout.startswith("tidemark ")
@@ -294,10 +304,12 @@ def test_a_base_install_runs_the_commands_and_a_rename_worker_without_any_provid
 ])
 def test_providers_verify_without_its_library_says_which_extra_in_one_line(
         tmp_path: Path, absent: tuple[str, ...], args: tuple[str, ...], line: str) -> None:
-    """The kit's checks speak plain HTTP through httpx (Microsoft Graph's SDK brings it), and by
-    default run against the staging servers (aiohttp): without them, one line naming the
-    extra, a non-zero exit and nothing checked; `--live` needs no staging server. No test
-    account is configured, so with httpx here `--live` would end at once, naming none."""
+    """`providers verify` without its library says which extra, in one line.
+
+    The kit's checks speak plain HTTP through httpx (Microsoft Graph's SDK brings it). By default
+    they run against the staging servers (aiohttp). Without them, one line naming the extra, a
+    non-zero exit and nothing checked; `--live` needs no staging server. No test account is
+    configured, so with httpx here `--live` would end at once, naming none."""
     env = {k: "" for k in ("CI", "TIDEMARK_LIVE_STRIPE_KEY")}
     code, done, _ = run_absent(tmp_path, CLI, absent, "providers", "verify", *args, env=env)
     assert (code, done.stdout, done.stderr) == (1, "", line + "\n")

@@ -1,6 +1,8 @@
-"""RunPlan's fast path ("execution": "fast": batches of steps as local activities) on the real
-dev server, with real worker processes and a real Postgres: the same guarantees as the activity
-path, and a batch ends where the single-step path would have stopped."""
+"""RunPlan's fast path keeps the activity path's guarantees.
+
+The fast path is ``"execution": "fast"``: batches of steps as local activities. On the real dev
+server, with real worker processes and a real Postgres: the same guarantees as the activity path,
+and a batch ends where the single-step path would have stopped."""
 
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ from workflows.run_plan import FAST_BATCH_BUDGET, FAST_BATCH_STEPS, FAST_STEPS_P
 
 async def batches_started(handle: WorkflowHandle[Any, Any],
                           after_signal: str | None = None) -> list[int]:
-    """The first step of every run_steps batch the run scheduled, from its history (only those
-    scheduled after the signal ``after_signal``, if given)."""
+    """The first step of every run_steps batch the run scheduled, from its history.
+
+    Only those scheduled after the signal ``after_signal``, if given."""
     firsts = []
     counting = after_signal is None
     async for event in handle.fetch_history_events():

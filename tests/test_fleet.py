@@ -1,7 +1,9 @@
-"""`tidemark fleet` in small: many steps in flight over two real worker processes, one of them
-SIGKILLed and replaced while the steps wait on the target; nothing duplicated, nothing done
-that did not happen, every run completed, and the Postgres connections bounded by the pools,
-not by the steps in flight. The 1,000-task run is `tidemark fleet` by hand (docs/benchmarks.md).
+"""`tidemark fleet` in small: many steps in flight, a worker killed, nothing duplicated.
+
+Many steps are in flight over two real worker processes, one of them SIGKILLed and replaced while
+the steps wait on the target; nothing duplicated, nothing done that did not happen, every run
+completed, and the Postgres connections bounded by the pools, not by the steps in flight. The
+1,000-task run is `tidemark fleet` by hand (docs/benchmarks.md).
 """
 
 from __future__ import annotations

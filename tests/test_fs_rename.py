@@ -1,6 +1,8 @@
-"""``fs.rename`` on the real local filesystem: confined to its roots, never replacing a file,
-and every operating-system error ends the step in a named state instead of retrying for ever.
-What can be known from the plan alone is refused when the plan is checked."""
+"""``fs.rename`` on the real local filesystem: confined, never replacing, always ending.
+
+It is confined to its roots, never replacing a file, and every operating-system error ends the
+step in a named state instead of retrying for ever. What can be known from the plan alone is
+refused when the plan is checked."""
 
 from __future__ import annotations
 
@@ -217,8 +219,10 @@ def test_a_symlink_out_of_a_root_is_refused(store: JournalStore, tmp_path: Path,
 
 def test_a_symlink_swapped_in_after_the_gate_is_refused_at_the_rename(
         store: JournalStore, tmp_path: Path, root: Path) -> None:
-    """The directory passes the gate, then becomes a link out of the root: the rename opens
-    the directory and checks what it opened, not the name it looked at earlier."""
+    """A symlink swapped in after the gate is refused at the rename.
+
+    The directory passes the gate, then becomes a link out of the root. The rename opens the
+    directory and checks what it opened, not the name it looked at earlier."""
     work, secret = root / "work", tmp_path / "secret"
     work.mkdir()
     secret.mkdir()
@@ -286,7 +290,9 @@ RACER = textwrap.dedent("""
 
 
 def test_a_file_created_between_check_and_rename_is_never_replaced(tmp_path: Path) -> None:
-    """Another process creates and removes the target name as fast as it can. A rename that
+    """A file created between check and rename is never replaced.
+
+    Another process creates and removes the target name as fast as it can. A rename that
     checks and then renames replaces the racer's file now and then, and the racer's unlink
     then takes our file with it; a rename that cannot replace loses nothing."""
     work, done = tmp_path / "work", tmp_path / "done"
@@ -369,9 +375,10 @@ NOBODY = {"user": 65534, "group": 65534, "extra_groups": []}
 
 
 def interpreter_for_nobody() -> tuple[str, dict[str, str]]:
-    """A Python the user nobody may run, with this environment's packages: this one, or, when
-    it lives under a home closed to others (pyenv under a 0700 /root), the system's Python of
-    the same version given this environment's site-packages."""
+    """A Python the user nobody may run, with this environment's packages.
+
+    It is this one, or, when it lives under a home closed to others (pyenv under a 0700 /root),
+    the system's Python of the same version given this environment's site-packages."""
     try:
         subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=30, **NOBODY)
         return sys.executable, {}

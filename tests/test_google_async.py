@@ -1,6 +1,7 @@
-"""``drive.rename`` and ``gmail.send`` awaiting their call on an event loop (``execute_async``):
-the same request, outcome and effect as ``execute``, through the real Google client library over
-HTTP against the staging servers, while a wait on the provider holds no thread; and the
+"""``drive.rename`` and ``gmail.send`` awaiting their call on an event loop (``execute_async``).
+
+They give the same request, outcome and effect as ``execute``, through the real Google client
+library over HTTP against the staging servers, while a wait on the provider holds no thread; and the
 awkward answers (a lost answer, a timeout, a 401 with per-task grants, compressed bodies).
 """
 
@@ -129,9 +130,11 @@ def test_gmail_send_awaited_without_a_staged_draft_sends_nothing(server: Staging
 
 def test_fifty_calls_held_by_drive_cost_no_thread_each(server: StagingServer, drive: DriveTarget,
                                                        staging: Staging) -> None:
-    """Fifty renames wait on a Drive that holds each write for seconds: all fifty are in flight
-    at once, and the process has barely more threads than before (a thread per waiting call
-    would add fifty; a bounded pool of them would never have all fifty in flight)."""
+    """Fifty calls held by Drive cost no thread each.
+
+    Fifty renames wait on a Drive that holds each write for seconds. All fifty are in flight at
+    once, and the process has barely more threads than before (a thread per waiting call would
+    add fifty; a bounded pool of them would never have all fifty in flight)."""
     n, hold = 50, 3.0
     pool = 4
     for i in range(n):
@@ -193,7 +196,9 @@ def test_a_lost_answer_to_a_send_leaves_the_step_in_doubt(server: StagingServer,
 
 def test_an_error_answer_to_a_send_goes_through_the_probe(server: StagingServer,
                                                           staging: Staging) -> None:
-    """A second send of a consumed draft: Gmail's 404, which must leave the step in doubt, not
+    """An error answer to a send goes through the probe.
+
+    A second send of a consumed draft gets Gmail's 404, which must leave the step in doubt, not
     fail it (``_after_error``, as execute)."""
     a = gmail_action(server)
     ctx = staged_mail(a)
@@ -206,7 +211,9 @@ def test_an_error_answer_to_a_send_goes_through_the_probe(server: StagingServer,
 
 def test_a_400_for_a_draft_still_unsent_is_a_refusal_after_the_probe(
         server: StagingServer, staging: Staging) -> None:
-    """The probe that tells a refused send from a consumed draft reads the mailbox (off the
+    """A 400 for a draft still unsent is a refusal, after the probe.
+
+    The probe that tells a refused send from a consumed draft reads the mailbox (off the
     loop) and finds our draft still there: the step fails, nothing was sent."""
     a = gmail_action(server)
     ctx = step_context("gmail.send", MAIL)
@@ -268,8 +275,9 @@ def test_a_call_cancelled_in_flight_raises_cancelled(server: StagingServer, driv
 
 
 class ExpiresOnce(RefreshingSource):
-    """A token endpoint whose first token the provider refuses (its clock is ahead of ours)
-    and whose renewals are good: after the 401 a renewal brings a token that works."""
+    """A token endpoint whose first token the provider refuses and whose renewals are good.
+
+    The provider's clock is ahead of ours. After the 401 a renewal brings a token that works."""
 
     def __init__(self, server: StagingServer, bad: int = 1) -> None:
         super().__init__()
@@ -288,8 +296,9 @@ class ExpiresOnce(RefreshingSource):
 
 
 class ThreadPerCall(ThreadPoolExecutor):
-    """Runs every call on a thread of its own, so that no two calls share a thread's state
-    (a worker's pool may hand the 401's renewal to another thread than the request's)."""
+    """Runs every call on a thread of its own, sharing no thread's state.
+
+    A worker's pool may hand the 401's renewal to another thread than the request's."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
@@ -319,9 +328,11 @@ def drive_writes(staging: Staging) -> list[tuple[int | None, str]]:
 
 def test_a_401_with_task_grants_is_renewed_once_and_sent_again(
         server: StagingServer, drive: DriveTarget, staging: Staging, store: JournalStore) -> None:
-    """The async twin of test_credentials' expired-early write: the grant is read from the
-    journal off the loop, the 401 renews the base token and the grant, and the write goes out
-    once more, with the renewed token."""
+    """A 401 with task grants is renewed once and sent again.
+
+    The async twin of test_credentials' expired-early write. The grant is read from the journal
+    off the loop, the 401 renews the base token and the grant, and the write goes out once more,
+    with the renewed token."""
     drive.seed("a.pdf", file_id="f1")
     source = ExpiresOnce(server)
     writer = granted_google(drive_client(server.url, "", timeout=CLIENT_TIMEOUT_S), "drive",
@@ -396,8 +407,9 @@ ENCODED = {
 
 
 class _Origin(BaseHTTPRequestHandler):
-    """Answers a Drive file as Google's front ends may (compressed; a redirect), and keeps the
-    headers and body of every request it got."""
+    """Answers a Drive file as Google's front ends may (compressed; a redirect).
+
+    It keeps the headers and body of every request it got."""
 
     seen: list[tuple[str, dict[str, str], bytes]] = []
 
@@ -473,8 +485,10 @@ def test_a_redirect_is_not_followed(origin: str) -> None:
 
 
 def test_the_awaited_request_is_the_request_execute_sends(origin: str) -> None:
-    """Headers (user agent, content type and length, the token, the client's metrics header)
-    and body, to the letter."""
+    """The awaited request is the request ``execute`` sends, to the letter.
+
+    Headers (user agent, content type and length, the token, the client's metrics header) and
+    body."""
     _Origin.seen.clear()
     files = drive_client(origin, "tok", timeout=5).files()
     body = {"name": "Zoë → 東京", "appProperties": {"tidemark_key": "k"}}

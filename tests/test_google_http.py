@@ -1,5 +1,6 @@
-"""The Google client plumbing shared by Drive and Gmail: OneShotHttp's answers, and how
-google_error classifies what a call raises."""
+"""The Google client plumbing shared by Drive and Gmail.
+
+OneShotHttp's answers, and how google_error classifies what a call raises."""
 
 from __future__ import annotations
 

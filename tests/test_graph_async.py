@@ -1,7 +1,9 @@
-"""``graph.send_mail`` awaiting its call (``execute_async``): msgraph-sdk on its client loop,
-awaited from the caller's loop without a thread, against the Graph staging server. The same
-send, watch for a late send and confirm as ``execute``; per-task grants on the wire; a wait
-that holds no thread; a cancelled call cancelled on the client loop too."""
+"""``graph.send_mail`` awaiting its call (``execute_async``) without a thread.
+
+msgraph-sdk on its client loop, awaited from the caller's loop without a thread, against the
+Graph staging server. The same send, watch for a late send and confirm as ``execute``; per-task
+grants on the wire; a wait that holds no thread; a cancelled call cancelled on the client loop
+too."""
 
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ def action(server: StagingServer, *, timeout: float = CLIENT_TIMEOUT_S,
 
 
 def staged(a: GraphSendMail, subject: str = "Invoice 42", task_id: str = "t") -> StepContext:
-    """A step whose draft was created and journaled, as run_step builds it (``stage`` runs on
-    a step thread; only ``execute`` awaits)."""
+    """A step whose draft was created and journaled, as run_step builds it.
+
+    ``stage`` runs on a step thread; only ``execute`` awaits."""
     ctx = step_context("graph.send_mail", {**ARGS, "subject": subject}, task_id=task_id,
                        before_state={"fence": "draft"})
     return replace(ctx, staged=a.stage(ctx))
@@ -60,8 +63,9 @@ def threads() -> int:
 
 
 async def until_held(staging: Staging, n: int, calls: list[asyncio.Task[Any]]) -> None:
-    """Returns once ``n`` sends have reached Graph and are being held there (the calls still
-    waiting on them); fails as soon as a call ended instead."""
+    """Returns once ``n`` sends have reached Graph and are being held there.
+
+    The calls still wait on them. Fails as soon as a call ended instead."""
     def held() -> int:
         return sum(r.status is None and r.route.endswith("/send")
                    for r in staging.requests_of("graph"))

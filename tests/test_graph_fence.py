@@ -1,7 +1,9 @@
-"""``graph.send_mail`` when the world misbehaves: a provider slower than our client, a message
-that stays in Drafts, a sent copy moved anywhere in the mailbox, credentials for two mailboxes,
-a forged inbound copy. msgraph-sdk over HTTP against the Graph staging server, run_step with a
-real Postgres journal; the staging effect log counts the mails that left."""
+"""``graph.send_mail`` when the world misbehaves.
+
+A provider slower than our client, a message that stays in Drafts, a sent copy moved anywhere in
+the mailbox, credentials for two mailboxes, a forged inbound copy. msgraph-sdk over HTTP against
+the Graph staging server, run_step with a real Postgres journal; the staging effect log counts
+the mails that left."""
 
 from __future__ import annotations
 
@@ -95,7 +97,9 @@ def sent_copy(server: StagingServer) -> str:
 @pytest.mark.parametrize("world", ["default", "window, sent again"])
 def test_a_send_slower_than_the_client_is_waited_out_not_sent_again(
         mail: StagingServer, store: JournalStore, world: str) -> None:
-    """Graph works on the send long after our client gave up. Sending the draft again at once
+    """A send slower than the client is waited out, not sent again.
+
+    Graph works on the send long after our client gave up. Sending the draft again at once
     was safe only while a send moved it out of Drafts; where it stays there, submitted, and a
     second send goes out too, the late send and the next one would be two mails."""
     if world != "default":
@@ -142,7 +146,9 @@ def test_deadline_follows_the_client_timeout_and_horizon_is_zero(mail: StagingSe
 # -- 7: a message that never left Drafts ------------------------------------------------------
 
 def test_a_sendmail_draft_stuck_in_drafts_is_not_done(mail: StagingServer) -> None:
-    """Microsoft documents that sendMail saves a draft first; one that stays there was never
+    """A sendMail draft stuck in Drafts is not done.
+
+    Microsoft documents that sendMail saves a draft first. One that stays there was never
     submitted. (An intent written before drafts fenced the step: no staged draft.)"""
     post(mail, "/_staging/graph/settings", {"stall": 1})
     writer = graph_client(mail.url, SEND_TOKEN, timeout=CLIENT_TIMEOUT_S)
@@ -162,8 +168,9 @@ SECOND_SENDS = ("refused", "ignored", "sent_again")
 
 
 def submission_window(server: StagingServer, second_send: str) -> None:
-    """A sent draft stays in Drafts, flagged submitted, for WINDOW_S; a second send of it does
-    what ``second_send`` says."""
+    """A sent draft stays in Drafts, flagged submitted, for WINDOW_S.
+
+    A second send of it does what ``second_send`` says."""
     for name, value in (("submitted_stays_in_drafts_s", WINDOW_S),
                         ("second_send", second_send)):
         post(server, "/_staging/switches", {"target": "graph", "name": name, "value": value})
@@ -188,7 +195,9 @@ def assert_sent_once(server: StagingServer, store: JournalStore, task: str) -> N
 @pytest.mark.parametrize("second_send", SECOND_SENDS)
 def test_a_sent_draft_still_in_drafts_is_done_and_not_sent_again(
         mail: StagingServer, store: JournalStore, second_send: str) -> None:
-    """Graph keeps a sent draft in Drafts (isDraft true) until transport moves it, for longer
+    """A sent draft still in Drafts is done and not sent again.
+
+    Graph keeps a sent draft in Drafts (isDraft true) until transport moves it, for longer
     than the confirm wait; only its PR_MESSAGE_FLAGS say it was submitted."""
     submission_window(mail, second_send)
     task = persist_step(store)
@@ -219,11 +228,12 @@ def test_a_lost_202_in_the_window_resolves_by_probe_as_done(
 
 
 def graph_env(server: StagingServer) -> dict[str, str]:
-    """A worker's Graph configuration; short timeouts keep the killed attempt's lease (its
-    deadline, written before the send) short enough to wait out. The client's 6 s is what the
-    worker's first calls need on a loaded machine (the check that both tokens are the same
-    mailbox's is a new process's first request through the SDK); 3 s timed out under the full
-    suite."""
+    """A worker's Graph configuration, with short timeouts.
+
+    Short timeouts keep the killed attempt's lease (its deadline, written before the send) short
+    enough to wait out. The client's 6 s is what the worker's first calls need on a loaded
+    machine (the check that both tokens are the same mailbox's is a new process's first request
+    through the SDK); 3 s timed out under the full suite."""
     return {"TIDEMARK_GRAPH_URL": server.url, "TIDEMARK_GRAPH_WRITE_TOKEN": SEND_TOKEN,
             "TIDEMARK_GRAPH_READ_TOKEN": READ_TOKEN, "TIDEMARK_GRAPH_CONFIRM_S": "1",
             "TIDEMARK_GRAPH_TIMEOUT_S": "6", "TIDEMARK_GRAPH_LATE_S": "1"}
@@ -232,8 +242,10 @@ def graph_env(server: StagingServer) -> dict[str, str]:
 @pytest.mark.parametrize("second_send", SECOND_SENDS)
 def test_a_worker_killed_between_the_202_and_the_move_resumes_as_done(
         mail: StagingServer, store: JournalStore, db_url: str, second_send: str) -> None:
-    """SIGKILL after the send was accepted and before the outcome was journaled, while the
-    message still waits in Drafts; the resumed step probes it: done, nothing sent again."""
+    """A worker killed between the 202 and the move resumes as done.
+
+    SIGKILL after the send was accepted and before the outcome was journaled, while the message
+    still waits in Drafts. The resumed step probes it: done, nothing sent again."""
     submission_window(mail, second_send)
     task = persist_step(store)
     proc = run_one(db_url, task, 1, TIDEMARK_CRASH_AT="after_execute:1", **graph_env(mail))
@@ -249,9 +261,11 @@ def test_a_worker_killed_between_the_202_and_the_move_resumes_as_done(
 
 def test_a_refused_send_of_a_draft_submitted_meanwhile_is_in_doubt_not_failed(
         mail: StagingServer) -> None:
-    """Two sends of one draft race: the first is held up at Graph before it looks at the draft,
-    the second passes the unsent check and is submitted meanwhile; when the first is worked on
-    it is refused. That refusal is not the target refusing the step: the mail is out."""
+    """A refused send of a draft submitted meanwhile is in doubt, not failed.
+
+    Two sends of one draft race. The first is held up at Graph before it looks at the draft, the
+    second passes the unsent check and is submitted meanwhile; when the first is worked on it is
+    refused. That refusal is not the target refusing the step: the mail is out."""
     submission_window(mail, "refused")
     a, ctx = staged_step(mail)
     arm(mail, "graph", "message.send", "delay", seconds=4.0)  # taken by the first send only
@@ -270,8 +284,10 @@ def test_a_refused_send_of_a_draft_submitted_meanwhile_is_in_doubt_not_failed(
 # -- 2: the sent copy moved out of the folders a probe used to read ---------------------------
 
 def move_with_graph(server: StagingServer, message_id: str, destination: str) -> str:
-    """Moves a message through Graph's own API (POST /me/messages/{id}/move) as Outlook
-    would; a user folder is created first when ``destination`` is not well-known."""
+    """Moves a message through Graph's own API as Outlook would.
+
+    It posts to /me/messages/{id}/move. A user folder is created first when ``destination`` is
+    not well-known."""
     rw = graph_client(server.url, SEND_TOKEN, timeout=CLIENT_TIMEOUT_S)  # has Mail.ReadWrite
     if destination not in ("archive", "deleteditems", "inbox"):
         made = rw.call(lambda g: g.me.mail_folders.post(MailFolder(display_name=destination)))
@@ -359,8 +375,10 @@ def test_a_late_send_of_a_consumed_draft_is_refused(mail: StagingServer) -> None
 @pytest.mark.parametrize("second_send", SECOND_SENDS)
 def test_execute_sends_nothing_for_a_draft_already_submitted(mail: StagingServer,
                                                              second_send: str) -> None:
-    """The send path itself reads the draft before sending: one flagged submitted (waiting in
-    Drafts for transport) is never sent a second time, whatever Graph would do with it."""
+    """``execute`` sends nothing for a draft already submitted.
+
+    The send path itself reads the draft before sending. One flagged submitted (waiting in Drafts
+    for transport) is never sent a second time, whatever Graph would do with it."""
     submission_window(mail, second_send)
     a, ctx = staged_step(mail)
     assert a.execute(ctx)["state"] == "submitted"
@@ -466,9 +484,11 @@ def test_unreadable_mailbox_is_unknown_and_nothing_is_sent(
 
 def test_a_lost_draft_answer_leaves_an_unsent_orphan_and_one_mail(mail: StagingServer,
                                                                   store: JournalStore) -> None:
-    """The draft was created but its id never reached the journal: the next attempt makes a
-    new draft and sends that; the orphan stays in Drafts, unsent (docs/reference.md,
-    graph.send_mail: what still needs a person)."""
+    """A lost draft answer leaves an unsent orphan and one mail.
+
+    The draft was created but its id never reached the journal. The next attempt makes a new
+    draft and sends that; the orphan stays in Drafts, unsent (docs/reference.md, graph.send_mail:
+    what still needs a person)."""
     task = persist_step(store)
     registry = Registry([action(mail)])
     arm(mail, "graph", "messages.create", "drop_after_commit")
@@ -482,8 +502,10 @@ def test_a_lost_draft_answer_leaves_an_unsent_orphan_and_one_mail(mail: StagingS
 
 
 def test_an_intent_from_before_the_fence_is_probed_by_sender(mail: StagingServer) -> None:
-    """An intent without a journaled draft and without the fence mark was sent with sendMail:
-    a submitted copy from our own address counts, one from anybody else does not."""
+    """An intent from before the fence is probed by sender.
+
+    An intent without a journaled draft and without the fence mark was sent with sendMail. A
+    submitted copy from our own address counts, one from anybody else does not."""
     post(mail, "/_staging/graph/settings", {"send_delay": 60})
     ctx = step_context("graph.send_mail", ARGS)  # before_state None: written by older code
     a = action(mail)

@@ -1,6 +1,8 @@
-"""``graph.send_mail`` against a process that wakes late and a submitted flag that shows late,
-with Graph's other switches at their worst (a sent draft kept in Drafts, a second send of it
-sent again): whatever happens, exactly one mail leaves.
+"""``graph.send_mail`` against late wakes and late flags: exactly one mail leaves.
+
+The process wakes late and the submitted flag shows late, with Graph's other switches at their worst
+(a sent draft kept in Drafts, a second send of it sent again): whatever happens, exactly one mail
+leaves.
 
 * A worker frozen (SIGSTOP) after its fence read the draft, just before the send leaves: its
   twin takes the step over once the lease has passed and sends the draft; the frozen worker
@@ -55,8 +57,9 @@ def mails(server: StagingServer) -> list[dict[str, Any]]:
 
 
 def sends(server: StagingServer) -> list[dict[str, Any]]:
-    """Every POST .../messages/{id}/send the server received, whatever became of it: a send
-    refused or ignored as a second send is still a send of the draft again."""
+    """Every POST .../messages/{id}/send the server received, whatever became of it.
+
+    A send refused or ignored as a second send is still a send of the draft again."""
     return [r for r in get(server, "/_staging/requests?target=graph")
             if r["route"].endswith("/messages/{id}/send")]
 
@@ -77,9 +80,10 @@ def settle(store: JournalStore, reg: Registry, task: str) -> StepResult | None:
 
 
 def graph_env(server: StagingServer) -> dict[str, str]:
-    """A worker's Graph configuration with waits short enough for its lease (the send's
-    deadline, written before it) to be waited out in a test; 4 s is what a new process's
-    first calls through the SDK need on a loaded machine."""
+    """A worker's Graph configuration with waits short enough for its lease.
+
+    The lease is the send's deadline, written before it, and must be waited out in a test. 4 s is
+    what a new process's first calls through the SDK need on a loaded machine."""
     return {"TIDEMARK_GRAPH_URL": server.url, "TIDEMARK_GRAPH_WRITE_TOKEN": SEND_TOKEN,
             "TIDEMARK_GRAPH_READ_TOKEN": READ_TOKEN, "TIDEMARK_GRAPH_CONFIRM_S": "1",
             "TIDEMARK_GRAPH_TIMEOUT_S": "4", "TIDEMARK_GRAPH_LATE_S": "1"}
@@ -116,8 +120,10 @@ def resumed(store: JournalStore, reg: Registry, task: str) -> StepResult | None:
 @pytest.mark.parametrize("second_send", SECOND_SENDS)
 def test_a_send_whose_flag_shows_late_is_never_sent_again(
         mail: StagingServer, store: JournalStore, second_send: str) -> None:
-    """The send was accepted; the confirm gives up before the flag shows, so the step is in
-    doubt; the resume, inside the unflagged window, sees a plain draft."""
+    """A send whose flag shows late is never sent again.
+
+    The send was accepted. The confirm gives up before the flag shows, so the step is in doubt.
+    The resume, inside the unflagged window, sees a plain draft."""
     switches(mail, second_send=second_send, submitted_flag_after_s=UNFLAGGED_S)
     task = persist(store, SPECS, [{"action": "graph.send_mail", "args": ARGS}])
     reg = Registry([action(mail)])
@@ -150,7 +156,9 @@ def test_a_lost_202_in_the_unflagged_window_sends_one_mail(
 
 def test_a_send_that_went_unanswered_in_the_unflagged_window_sends_one_mail(
         mail: StagingServer, store: JournalStore) -> None:
-    """Our client gives up on the send; Graph applies it later, and its flag shows later
+    """A send unanswered in the unflagged window sends one mail.
+
+    Our client gives up on the send; Graph applies it later, and its flag shows later
     still, after the late-send watch gave up."""
     switches(mail, second_send="sent_again", submitted_flag_after_s=8.0)
     task = persist(store, SPECS, [{"action": "graph.send_mail", "args": ARGS}])

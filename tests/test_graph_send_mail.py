@@ -1,5 +1,6 @@
-"""``graph.send_mail`` through msgraph-sdk against the Graph staging server: directly, then
-through run_step and a real Postgres journal."""
+"""``graph.send_mail`` through msgraph-sdk against the Graph staging server.
+
+Directly, then through run_step and a real Postgres journal."""
 
 from __future__ import annotations
 
@@ -308,7 +309,9 @@ def test_run_step_dropped_response_while_queued_resolves_submitted_then_sent(
 
 
 def test_a_throttled_send_is_not_sent_so_its_mark_is_taken_back(mail: StagingServer) -> None:
-    """Graph's 429: "the requests fail" (Microsoft Graph throttling guidance): nothing of the
+    """A throttled send was not sent, so its mark is taken back.
+
+    Graph's 429 means "the requests fail" (Microsoft Graph throttling guidance): nothing of the
     send reached the mailbox, so the step's mark is taken back (NotSent) and the draft may be
     sent again; a 503 may follow a send that went out, and stays in doubt as it was."""
     a = action(mail)
@@ -320,7 +323,9 @@ def test_a_throttled_send_is_not_sent_so_its_mark_is_taken_back(mail: StagingSer
 
 def test_run_step_crash_after_stage_sends_the_journaled_draft(
         mail: StagingServer, store: JournalStore) -> None:
-    """A draft created and journaled, then the attempt dies before sending: the next attempt
+    """After a crash past ``stage``, run_step sends the journaled draft.
+
+    A draft is created and journaled, then the attempt dies before sending. The next attempt
     finds it in Drafts (absent) and sends that draft, not a new one."""
     task = persist(store, SPECS, step())
     registry = Registry([action(mail)])

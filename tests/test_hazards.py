@@ -1,5 +1,7 @@
-"""Hazards that are easy to reintroduce: each test pins one way a step could act twice, a
-person's decision could be overstretched, a stop could be lost, or bad input could loop forever.
+"""Hazards that are easy to reintroduce, one test each.
+
+Each test pins one way a step could act twice, a person's decision could be overstretched, a stop
+could be lost, or bad input could loop forever.
 
 Nothing of our own is mocked: real Postgres, real Temporal, real worker processes, the staging
 servers; ``ledger.record`` (tests/helpers/ledger.py) is the test target that counts effects.
@@ -67,7 +69,9 @@ def crash_at(db_url: str, task: str, step: int, point: str) -> None:
 
 def test_operator_absent_decision_is_used_for_one_execution_only(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """resolve --as absent, resume executes (effect 1) and dies before its outcome; the next
+    """An operator's "absent" decision is used for one execution only.
+
+    After `resolve --as absent`, resume executes (effect 1) and dies before its outcome; the next
     resume finds the probe still blind and executes AGAIN on the same, already spent, decision."""
     blind = tmp_path / "blind"
     task = persist(store, [ledger_step(tmp_path, blind_while=str(blind))])
@@ -92,7 +96,9 @@ def test_operator_absent_decision_is_used_for_one_execution_only(
 
 def test_twin_taking_the_lock_between_unlock_and_commit_sees_a_settled_step(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """StepSession.complete unlocks inside the UPDATE, i.e. before its commit. A commit that
+    """A twin taking the lock between unlock and commit sees a settled step.
+
+    StepSession.complete unlocks inside the UPDATE, i.e. before its commit. A commit that
     takes a while (synchronous replication, a slow fsync; here a deferred trigger) lets a twin
     take the lock, read the intent as still open, probe and act on it."""
     with psycopg.connect(db_url, autocommit=True) as admin:
@@ -143,10 +149,12 @@ def test_twin_taking_the_lock_between_unlock_and_commit_sees_a_settled_step(
 
 def test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_connection(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """The lock lives on the connection, not with the attempt: a Postgres restart, failover or
-    network blip ends the session while attempt A is inside its action. Twin B (Temporal
-    retries after the heartbeat timeout, or another worker) gets the lock, probes 'absent'
-    because A has not landed yet, and executes. Then A lands too: two effects."""
+    """A twin does not act while the first attempt is alive but lost its connection.
+
+    The lock lives on the connection, not with the attempt. A Postgres restart, failover or
+    network blip ends the session while attempt A is inside its action. Twin B (Temporal retries
+    after the heartbeat timeout, or another worker) gets the lock, probes 'absent' because A has
+    not landed yet, and executes. Then A lands too: two effects."""
     hold = tmp_path / "hold"
     hold.write_text("")
     task = persist(store, [ledger_step(tmp_path, hold_while=str(hold))])
@@ -173,7 +181,9 @@ def test_twin_does_not_act_while_the_first_attempt_is_alive_but_lost_its_connect
 # -- 4. bad input that validation lets through ---------------------------------------------
 
 def test_plan_with_nul_character_is_refused_with_a_plan_error(store: JournalStore) -> None:
-    """JSON allows "\\u0000"; Postgres jsonb does not. Unchecked, persist_plan raises a raw
+    """A plan with a NUL character is refused with a plan error.
+
+    JSON allows "\\u0000"; Postgres jsonb does not. Unchecked, persist_plan raises a raw
     psycopg DataError (not a TidemarkError), which the prepare activity retries forever; the
     plan must be refused as a plan error naming the field, and nothing stored."""
     doc = {"task_id": "nul", "steps": [{"action": "fs.rename",
@@ -184,7 +194,9 @@ def test_plan_with_nul_character_is_refused_with_a_plan_error(store: JournalStor
 
 
 def test_plan_with_lone_surrogate_is_refused_with_a_plan_error() -> None:
-    """A JSON "\\ud800" escape parses to a lone surrogate; load_plan without a task_id dies in
+    """A plan with a lone surrogate is refused with a plan error.
+
+    A JSON "\\ud800" escape parses to a lone surrogate; load_plan without a task_id dies in
     plan_hash with UnicodeEncodeError instead of naming the field."""
     doc = {"steps": [{"action": "fs.rename", "args": {"path": "/tmp/a", "name": "b\ud800"}}]}
     with pytest.raises(PlanError):
@@ -193,7 +205,9 @@ def test_plan_with_lone_surrogate_is_refused_with_a_plan_error() -> None:
 
 def test_gmail_subject_with_a_newline_is_a_typed_error_not_an_endless_retry(
         store: JournalStore) -> None:
-    """Unchecked, the plan validates, the intent is committed, then EmailMessage raises
+    """A Gmail subject with a newline is a typed error, not an endless retry.
+
+    Unchecked, the plan validates, the intent is committed, then EmailMessage raises
     ValueError while the draft is built: not a TidemarkError, so Temporal retries the step
     forever (each retry probes, finds it absent, and fails again), and the task never reaches a
     named end state. The plan check refuses it first, with a plan error naming the field that
@@ -211,9 +225,11 @@ def test_gmail_subject_with_a_newline_is_a_typed_error_not_an_endless_retry(
 async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
         temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str, tmp_path: Path,
         workers, task_queue: str) -> None:
-    """halt arrives while step 1 is running (here: retrying StepBusy); step 1 then ends the
-    run (precondition_failed). The halt's stop state is never written, so the next start (a
-    Schedule, a script) runs the task although a person asked it to stop."""
+    """A halt is durable even when the current step ends the run.
+
+    A halt arrives while step 1 is running (here: retrying StepBusy); step 1 then ends the run
+    (precondition_failed). The hazard: the halt's stop state is never written, so the next start
+    (a Schedule, a script) runs the task although a person asked it to stop."""
     gate = tmp_path / "gate"
     doc = {"task_id": "halt-pf", "steps": [
         ledger_step(tmp_path, "e1", gate_file=str(gate)), ledger_step(tmp_path, "e2")]}
@@ -245,7 +261,9 @@ async def test_halt_is_durable_even_when_the_current_step_ends_the_run(
 async def test_step_settled_by_a_live_twin_counts_as_confirmed(
         temporal_env: WorkflowEnvironment, store: JournalStore, db_url: str, tmp_path: Path,
         workers, task_queue: str) -> None:
-    """A twin attempt (the one Temporal gave up on after a heartbeat timeout, emulated by a
+    """A step settled by a live twin counts as confirmed.
+
+    A twin attempt (the one Temporal gave up on after a heartbeat timeout, emulated by a
     separate process) settles step 1 while the workflow's attempt retries StepBusy; the retry
     then finds the outcome (skipped=True) and RunPlan counts it as skipped, not confirmed."""
     hold = tmp_path / "hold"

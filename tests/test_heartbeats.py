@@ -1,5 +1,7 @@
-"""A step's heartbeats (activities/steps.py ``_heartbeating``) come from one thread per worker
-process, not from a thread started and joined for every step: same beats, no thread per step.
+"""A step's heartbeats come from one thread per worker process.
+
+The heartbeats are activities/steps.py ``_heartbeating``. They do not come from a thread started and
+joined for every step: same beats, no thread per step.
 
 Run in the SDK's activity environment (temporalio.testing.ActivityEnvironment), which gives the
 block a real activity context and records its heartbeats."""

@@ -1,5 +1,7 @@
-"""Hostile input where it enters, and the emergency controls whatever the journal and the
-worklist hold: the real CLI, a real worker process, the Temporal dev server and Postgres.
+"""Hostile input where it enters, and the emergency controls whatever the journal holds.
+
+The controls work whatever the journal and the worklist hold. Through the real CLI, a real worker
+process, the Temporal dev server and Postgres.
 
 The numbered cases of the issue "Hostile input and the emergency controls":
 1. a task id with a NUL (or another character the journal cannot hold) opens no worklist row,

@@ -1,5 +1,6 @@
-"""`tidemark inbox`: every task that waits for a person, from the journal, through the real CLI,
-a real worker process, the Temporal dev server and Postgres.
+"""`tidemark inbox`: every task that waits for a person, from the journal.
+
+Through the real CLI, a real worker process, the Temporal dev server and Postgres.
 
 The states are reached as tests/test_control_matrix.py reaches them (its Task and helpers): a
 completed run, a run under way whose irreversible step holds, a run waiting for approval, a
@@ -207,23 +208,28 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
 
 
 def test_the_runbook_links_the_web_ui_list_the_command_prints() -> None:
-    """The runbook's link (docs/operate.md) is the one `tidemark inbox` ends with on the dev
-    stack."""
+    """The runbook links the Web UI list the command prints.
+
+    The runbook's link (docs/operate.md) is the one `tidemark inbox` ends with on the dev stack."""
     runbook = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text(
         encoding="utf-8")
     assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in runbook
 
 
 def test_the_who_needs_me_doc_links_the_web_ui_list_the_command_prints() -> None:
-    """The link of docs/who-needs-me.md (which the runbook points at) is the one `tidemark
-    inbox` ends with on the dev stack."""
+    """The who-needs-me page links the Web UI list the command prints.
+
+    The link of docs/who-needs-me.md (which the runbook points at) is the one `tidemark inbox`
+    ends with on the dev stack."""
     doc = Path(__file__).resolve().parent.parent / "docs" / "who-needs-me.md"
     assert f"]({web_ui_url(DEFAULT_UI, 'default')})" in doc.read_text(encoding="utf-8")
 
 
 async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(
         store: JournalStore, tmp_path: Path, cli: Any, monkeypatch: Any) -> None:
-    """Temporal down at 03:14: the journal's list all the same, exit 0, and one line on stderr
+    """Without Temporal, the inbox answers from the journal and says so.
+
+    Temporal is down at 03:14: the journal's list all the same, exit 0, and one line on stderr
     saying what it could not tell (an unwind under way, a run ended outside tidemark)."""
     task = Task(tmp_path)
     store.persist_plan(load_plan(task.doc, SPECS))

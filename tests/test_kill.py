@@ -1,9 +1,10 @@
-"""`tidemark kill` through the real CLI, worker processes, Temporal dev server and Postgres: it
-refuses what names nothing, matches a series exactly, stops a running unwind, leaves the step
+"""`tidemark kill` through the real CLI, worker processes, Temporal dev server and Postgres.
+
+It refuses what names nothing, matches a series exactly, stops a running unwind, leaves the step
 under way settled, and leaves every killed workflow Terminated with `TidemarkState = killed`;
-`status` names the kill; an approval after a kill or under a stop changes nothing; `approve
---wait` waits for the run to take the decision; an unwind closes a run that awaits approval;
-a failed unwind ends Failed."""
+`status` names the kill; an approval after a kill or under a stop changes nothing;
+`approve --wait` waits for the run to take the decision; an unwind closes a run that awaits
+approval; a failed unwind ends Failed."""
 
 from __future__ import annotations
 
@@ -78,8 +79,10 @@ def approval_plan(tmp_path: Path, task_id: str) -> dict[str, Any]:
 
 async def test_kill_takes_neither_every_task_nor_a_series_scope_as_a_task_id(
         store: JournalStore) -> None:
-    """`*` and `series:S` are scopes, not task ids: a kill given either as its task (by a
-    caller that passed no command line, whose id check would refuse `*` first) is refused before
+    """Kill takes neither every task nor a series scope as a task id.
+
+    `*` and `series:S` are scopes, not task ids. A kill given either as its task (by a caller
+    that passed no command line, whose id check would refuse `*` first) is refused before
     anything is written, naming --series and --all."""
     for scope in ("*", "series:nightly"):
         with pytest.raises(KillError, match="is not a task id; use --series S or --all"):
@@ -183,7 +186,9 @@ async def test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_in_doubt
 async def test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_says_killed(
         cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
         workers, task_queue: str) -> None:
-    """``--grace 0`` waits for no attempt under way, but a terminated run can no longer change
+    """Kill with ``--grace 0`` terminates without waiting for the step, yet says killed.
+
+    ``--grace 0`` waits for no attempt under way, but a terminated run can no longer change
     its search attributes: the kill lets the run take its signal (the list then says
     ``killed``) before it terminates it, also when the worker is slow to take it."""
     worker = workers.start()
@@ -371,9 +376,11 @@ async def test_reject_wait_prints_that_the_run_ended_stopped(
 async def test_an_unwind_of_a_task_awaiting_approval_closes_the_waiting_run(
         cli: Any, temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path,
         workers, task_queue: str) -> None:
-    """The run that waits for a person at the boundary does not stay open behind an unwind:
-    it ends ``stopped`` (Failed in the list, ``TidemarkState = stopped``), and nothing of the
-    task runs forward afterwards."""
+    """An unwind of a task awaiting approval closes the waiting run.
+
+    The run that waits for a person at the boundary does not stay open behind an unwind. It ends
+    ``stopped`` (Failed in the list, ``TidemarkState = stopped``), and nothing of the task runs
+    forward afterwards."""
     workers.start()
     handle = await start(temporal_env.client, approval_plan(tmp_path, "appr-u"), task_queue)
     await wait_for_state(handle, "awaiting_approval")
@@ -468,9 +475,11 @@ async def test_kill_without_temporal_still_sets_the_stop_state_and_revokes_the_g
 
 async def test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_kills_and_revokes(
         cli: Any, store: JournalStore, tmp_path: Path) -> None:
-    """Layer 2 fails (Temporal is unreachable, so the schedule cannot be paused): the kill says
-    so and layers 3 and 4 still run; the stop is on the series itself, so its next run is
-    refused too, not only the runs it had."""
+    """A kill of a series whose schedule cannot be paused still kills and revokes.
+
+    Layer 2 fails (Temporal is unreachable, so the schedule cannot be paused). The kill says so
+    and layers 3 and 4 still run; the stop is on the series itself, so its next run is refused
+    too, not only the runs it had."""
     store.declare_series("dark", "ops", "ops")
     plan = load_plan({"task_id": "dark-s1", "series": "dark",
                       "steps": ledger_steps(tmp_path / "ledger", "d", 1)}, SPECS)
@@ -497,8 +506,10 @@ async def test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_kills_an
 @pytest.mark.parametrize("state", ["stopped", "killed"])
 def test_no_grant_is_issued_to_a_stopped_task_on_a_worker_that_holds_none(
         store: JournalStore, tmp_path: Path, state: str) -> None:
-    """A worker that never held a grant for the task (a fresh worker, a restarted one) asks
-    for one after the stop: it is refused, and no grant is recorded."""
+    """No grant is issued to a stopped task on a worker that holds none.
+
+    A worker that never held a grant for the task (a fresh worker, a restarted one) asks for one
+    after the stop. It is refused, and no grant is recorded."""
     store.persist_plan(load_plan({"task_id": "fresh-1", "steps": ledger_steps(
         tmp_path / "ledger", "f", 1)}, SPECS))
     if state == "killed":

@@ -1,8 +1,10 @@
-"""Large results stay small (case 4 of "Hostile input and the emergency controls"): a plan of
-10,000 steps whose every step fails the verification gate ends ``verification_failed`` in one
-attempt of the gate. The gate's result carries the count and the first failures; the journal's
-verification event holds all 10,000; `tidemark status` and `inbox` name the first and count
-the rest. Real Postgres, a real worker process, the Temporal dev server."""
+"""Large results stay small: 10,000 failed checks end in one attempt of the gate.
+
+This is case 4 of "Hostile input and the emergency controls". A plan of 10,000 steps whose every
+step fails the verification gate ends ``verification_failed`` in one attempt of the gate. The
+gate's result carries the count and the first failures; the journal's verification event holds
+all 10,000; `tidemark status` and `inbox` name the first and count the rest. Real Postgres, a
+real worker process, the Temporal dev server."""
 
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ NAME = "2026-Q3 supplier statement, reconciled and countersigned by the auditors
 
 
 def seed_done(conninfo: str, task_id: str, steps: int) -> None:
-    """Journals steps 1..``steps`` of the stored plan as done, each with a before_state whose
-    file never existed: at the boundary every probe answers that it no longer holds. Seeded
-    directly, as the recovery point the test starts from (10,000 real renames would take a
-    minute)."""
+    """Journals steps 1..``steps`` of the stored plan as done, with a file that never existed.
+
+    Each has a before_state whose file never existed: at the boundary every probe answers that it
+    no longer holds. Seeded directly, as the recovery point the test starts from (10,000 real
+    renames would take a minute)."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO tidemark.journal (task_id, phase, step, idem_key, action, args,"

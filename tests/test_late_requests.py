@@ -1,7 +1,9 @@
-"""A request that leaves late: a worker frozen (SIGSTOP: a GC pause, swap, a paused VM) just
-before its Drive rename leaves, or a step of the database's clock while its rename is at
-Drive. Whatever the twin that takes the step over does meanwhile, the old request never lands
-over a later step, and the task never says done over a file that shows an earlier step's name.
+"""A request that leaves late never lands over a later step.
+
+A worker frozen (SIGSTOP: a GC pause, swap, a paused VM) just before its Drive rename leaves, or a
+step of the database's clock while its rename is at Drive. Whatever the twin that takes the step
+over does meanwhile, the old request never lands over a later step, and the task never says done
+over a file that shows an earlier step's name.
 
 Real worker processes (tests/helpers/run_one.py) against the staging Drive through the real
 Google client; the staging effect log says what Drive applied."""
@@ -73,8 +75,10 @@ def renames_applied(server: StagingServer) -> list[str | None]:
 
 def ends_as_step_2(server: StagingServer, drive: DriveTarget, file_id: str, first: StepResult,
                    second: StepResult, worker: str) -> None:
-    """Both steps done, and the file shows step 2's name once nothing is in flight: the first
-    worker's rename never landed (Drive applied the twin's two renames and nothing else)."""
+    """Both steps are done, and the file shows step 2's name once nothing is in flight.
+
+    The first worker's rename never landed (Drive applied the twin's two renames and nothing
+    else)."""
     assert (first.status, second.status) == ("done", "done")
     assert_eventually(lambda: not server.staging.in_flight(), timeout=30)
     assert drive.files[file_id].name == NAMES[1], (
@@ -101,12 +105,14 @@ def test_a_frozen_workers_rename_never_lands_after_its_twin_took_the_task_furthe
 
 def test_a_worker_frozen_after_its_mark_makes_its_twin_ask_a_person_not_rename_again(
         store: JournalStore, db_url: str, server: StagingServer, drive: DriveTarget) -> None:
-    """Frozen after the wire's checks, just before its request is written: nothing but its own
-    deadline watch can stop that request when the worker wakes. Its twin finds the file as it
-    was and the mark with no report back: absent is no verdict, a person is asked, and nothing
-    renames the file under the late request. Woken, the worker either gets its request out (a
-    resume then finds step 1 done) or its watch ends it first with the request cut short (then
-    the person, seeing nothing at Drive and the worker gone, says absent)."""
+    """A worker frozen after its mark makes its twin ask a person, not rename again.
+
+    The worker is frozen after the wire's checks, just before its request is written. Nothing but
+    its own deadline watch can stop that request when the worker wakes. Its twin finds the file
+    as it was and the mark with no report back: absent is no verdict, a person is asked, and
+    nothing renames the file under the late request. Woken, the worker either gets its request
+    out (a resume then finds step 1 done) or its watch ends it first with the request cut short
+    (then the person, seeing nothing at Drive and the worker gone, says absent)."""
     task, file_id = two_renames(store, drive, "frozen-marked")
     a = run_one(db_url, task, 1, TIDEMARK_FREEZE_AT="wire_passed:1",
                 **drive_env(server, FROZEN_TIMEOUT_S))
@@ -153,9 +159,11 @@ def test_a_step_of_the_databases_clock_hands_no_step_over_while_its_rename_is_at
 
 def test_a_backward_step_of_the_databases_clock_keeps_a_twin_out_until_the_database_agrees(
         tmp_path: Path) -> None:
-    """No single clock decides: the twin has seen the dead attempt's lease for its length on
-    its own clock long before the database, whose clock was set back, reads it as passed; it
-    takes the step over only once both do."""
+    """A backward step of the database's clock keeps a twin out until the database agrees.
+
+    No single clock decides. The twin has seen the dead attempt's lease for its length on its own
+    clock long before the database, whose clock was set back, reads it as passed; it takes the
+    step over only once both do."""
     with stepped_postgres() as pg, JournalStore(pg.url) as store:
         store.migrate()
         (tmp_path / "draft.txt").write_text("draft")

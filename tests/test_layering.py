@@ -1,8 +1,9 @@
-"""The layering rules for worker.py, which `lint-imports` cannot take as a root (it is a module,
-not a package): the contracts in pyproject.toml hold the packages it imports to the same rules,
-so its own imports are what is left to check. worker.py is no workflow code: the two workflow
-contracts (no store or provider SDK, nothing nondeterministic) do not apply to it; each is
-seen breaking here when a workflow module imports what it forbids."""
+"""The layering rules for worker.py, which `lint-imports` cannot take as a root.
+
+worker.py is a module, not a package. The contracts in pyproject.toml hold the packages it
+imports to the same rules, so its own imports are what is left to check. worker.py is no workflow
+code: the two workflow contracts (no store or provider SDK, nothing nondeterministic) do not
+apply to it; each is seen breaking here when a workflow module imports what it forbids."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ PACKAGES = ("tidemark", "activities", "probes", "workflows", "staging", "tools",
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth of its code (imports inside functions
-    included): ``from a.b import c`` gives a.b and a.b.c."""
+    """Every module ``path`` imports, at any depth of its code.
+
+    Imports inside functions are included: ``from a.b import c`` gives a.b and a.b.c."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):

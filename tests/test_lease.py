@@ -1,6 +1,8 @@
-"""The attempt lease: renewed while an attempt acts, so a twin that finds the lock free (the
-first attempt's session was lost) still does not act; ended when an attempt fails, so the
-retry need not wait for it."""
+"""The attempt lease: renewed while an attempt acts, ended when it fails.
+
+It is renewed while an attempt acts, so a twin that finds the lock free (the first attempt's
+session was lost) still does not act; ended when an attempt fails, so the retry need not wait for
+it."""
 
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ SPECS = spec_registry(LedgerRecord)
 
 
 def short_deadline_registry() -> Registry:
-    """ledger.record declaring a deadline far shorter than the test holds it: only renewals
-    can keep its lease fresh."""
+    """ledger.record declaring a deadline far shorter than the test holds it.
+
+    Only renewals can keep its lease fresh."""
     action = LedgerRecord()
     action.deadline_s = 0.2
     return Registry([action])

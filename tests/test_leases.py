@@ -1,6 +1,8 @@
-"""The attempt lease against a real Postgres: it covers the action's call and the target's
-in-flight horizon whether or not renewals succeed, so a twin never probes or acts while the
-first attempt may still be acting or its request may still land."""
+"""The attempt lease covers the call and the target's in-flight horizon.
+
+Against a real Postgres, it covers the action's call and the target's in-flight horizon whether
+or not renewals succeed, so a twin never probes or acts while the first attempt may still be
+acting or its request may still land."""
 
 from __future__ import annotations
 
@@ -45,11 +47,13 @@ def settle(store: JournalStore, registry: Registry, task: str) -> StepResult | N
 
 def test_locks_lost_at_full_load_leave_no_twin_acting(store: JournalStore, db_url: str,
                                                       tmp_path: Path) -> None:
-    """Twice POOL_MAX steps in flight on one store: none holds a pooled connection while its
-    call waits (with a connection per call, half of them would wait for the pool and fail).
-    Every session of the database is then killed while the actions still run. Renewals come
-    from the lease keeper's own connection, made anew, so every twin finds the lease fresh and
-    stays away; the first attempts then record their outcomes on new connections."""
+    """Locks lost at full load leave no twin acting.
+
+    Twice POOL_MAX steps are in flight on one store. None holds a pooled connection while its
+    call waits (with a connection per call, half of them would wait for the pool and fail). Every
+    session of the database is then killed while the actions still run. Renewals come from the
+    lease keeper's own connection, made anew, so every twin finds the lease fresh and stays away;
+    the first attempts then record their outcomes on new connections."""
     hold = tmp_path / "hold"
     hold.write_text("")
     tasks = [persist(store, SPECS, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
@@ -85,8 +89,9 @@ def test_locks_lost_at_full_load_leave_no_twin_acting(store: JournalStore, db_ur
 
 
 class LateCommit(LedgerRecord):
-    """A provider slower than our client: the request times out on our side, and the provider
-    applies it a second later."""
+    """A provider slower than our client, which applies the request a second later.
+
+    The request times out on our side, and the provider applies it a second later."""
 
     horizon_s = 1.5
     applies_after_s = 1.0

@@ -1,6 +1,7 @@
-"""A task's life on a real Temporal dev server: unwound is terminal, refused compensations are
-counted apart, Temporal's Reset repeats no effect, and a wrong workflow id or an input that is
-not an object ends the run readably."""
+"""A task's life on a real Temporal dev server.
+
+Unwound is terminal, refused compensations are counted apart, Temporal's Reset repeats no effect,
+and a wrong workflow id or an input that is not an object ends the run readably."""
 
 from __future__ import annotations
 

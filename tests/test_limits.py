@@ -1,6 +1,7 @@
-"""The journal's limits, spelled once in tidemark/limits.py: each equals the CHECK constraint a
-migrated database holds its columns to, and each check refuses what passes it with one line
-naming the field and the limit (tidemark.errors.InputError)."""
+"""The journal's limits, spelled once in tidemark/limits.py.
+
+Each equals the CHECK constraint a migrated database holds its columns to, and each check refuses
+what passes it with one line naming the field and the limit (tidemark.errors.InputError)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Metrics: what the journal settles is counted, on the Temporal runtime's Prometheus endpoint,
-beside the SDK's own metrics; read over HTTP as Prometheus would."""
+"""Metrics: what the journal settles is counted, on the Prometheus endpoint.
+
+The endpoint is the Temporal runtime's, beside the SDK's own metrics; read over HTTP as
+Prometheus would."""
 
 from __future__ import annotations
 
@@ -129,7 +131,9 @@ def test_run_step_counts_lease_waits_probes_doubt_and_settled_steps(
 
 def test_a_steps_latency_runs_from_its_attempts_start_to_its_outcome(
         store: JournalStore, tmp_path: Path, prometheus: str) -> None:
-    """An attempt whose call is held 0.4 s records about that long or more (milliseconds, as
+    """A step's latency runs from its attempt's start to its outcome.
+
+    An attempt whose call is held 0.4 s records about that long or more (milliseconds, as
     the runtime exports durations, less the few that pass between the hold's timer starting
     and the attempt's), and no more than the whole call of run_step took."""
     hold = tmp_path / "hold"
@@ -274,8 +278,9 @@ async def test_a_worker_with_tracing_on_exports_spans_over_otlp(
 
 
 def test_a_worker_with_a_malformed_metrics_address_stops_with_one_line(tmp_path: Path) -> None:
-    """Refused before the worker touches the database or Temporal (neither is reachable
-    here)."""
+    """A worker with a malformed metrics address stops with one line.
+
+    It is refused before the worker touches the database or Temporal (neither is reachable here)."""
     import subprocess
     import sys
 

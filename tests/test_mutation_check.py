@@ -1,7 +1,8 @@
-"""The mutation check's own guarantees: every mutant still finds the code it breaks, a lost
-anchor is an error rather than a kill, the copy it mutates is what the tests import, every
-mutant has a tier of tests and breaks a rule of docs/safety-rules.md, and every rule listed as
-covered has a mutant."""
+"""The mutation check's own guarantees.
+
+Every mutant still finds the code it breaks, a lost anchor is an error rather than a kill, the
+copy it mutates is what the tests import, every mutant has a tier of tests and breaks a rule of
+docs/safety-rules.md, and every rule listed as covered has a mutant."""
 
 from __future__ import annotations
 
@@ -111,7 +112,9 @@ def test_the_rules_document_lists_every_mutant_by_name() -> None:
 
 
 def test_the_ci_subset_breaks_every_covered_rule_once() -> None:
-    """--per-rule keeps one mutant per covered rule: each covered rule still has a mutant in the
+    """The CI subset breaks every covered rule once.
+
+    --per-rule keeps one mutant per covered rule. Each covered rule still has a mutant in the
     subset, and no mutant outside the first ones named is run."""
     rules = mc.read_rules()
     subset = mc.per_rule(list(mc.MUTANTS), rules)

@@ -1,7 +1,8 @@
-"""A batch commits its outcomes without waiting for the disk and flushes once before it returns
-(tidemark.run_step.run_steps). Shown with a crash of Postgres itself (an immediate shutdown:
-SIGQUIT to the postmaster, nothing written after it), on a server of its own whose WAL writer
-waits ten seconds, so that only our own flushes put anything on disk."""
+"""A batch commits its outcomes without waiting for the disk and flushes once before returning.
+
+The batch is tidemark.run_step.run_steps. Shown with a crash of Postgres itself (an immediate
+shutdown: SIGQUIT to the postmaster, nothing written after it), on a server of its own whose WAL
+writer waits ten seconds, so that only our own flushes put anything on disk."""
 
 from __future__ import annotations
 
@@ -51,8 +52,10 @@ def crashable() -> Iterator[tuple[str, Path]]:
 
 
 def crash_and_read(data: Path) -> list[list[object]]:
-    """Kills Postgres as a crash would, starts it again (recovery replays what reached the
-    disk) in a process of its own, and returns the journal's (task, step, status) rows."""
+    """Kills Postgres as a crash would, starts it again, and returns the journal's rows.
+
+    Recovery replays what reached the disk, in a process of its own. The rows are (task, step,
+    status)."""
     stop_postmaster(data, signal.SIGQUIT)  # immediate shutdown: no checkpoint, no WAL write
     done = subprocess.run([sys.executable, "-c", AFTER_RESTART, str(data)], capture_output=True,
                           text=True, timeout=120)
@@ -74,9 +77,10 @@ def test_a_batch_returns_only_once_its_outcomes_survive_a_crash_of_postgres(
 
 def test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_intent_is_not(
         crashable: tuple[str, Path], tmp_path: Path) -> None:
-    """What the flush is for: without it, the crash takes the outcome and leaves the step in
-    doubt (its intent was flushed before it acted), as a crash of ours after the action
-    would."""
+    """A crash of Postgres loses an outcome not yet flushed, but not its intent.
+
+    This is what the flush is for. Without it, the crash takes the outcome and leaves the step in
+    doubt (its intent was flushed before it acted), as a crash of ours after the action would."""
     url, data = crashable
     with JournalStore(url) as store:
         store.migrate()
@@ -89,7 +93,9 @@ def test_an_outcome_not_yet_flushed_is_lost_by_a_crash_of_postgres_and_its_inten
 
 def test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_reports(
         crashable: tuple[str, Path], tmp_path: Path) -> None:
-    """Step 4's gate refuses, so the batch ends on its error before step 4 writes anything: no
+    """A batch ending on a later step's error flushes the outcomes it reports.
+
+    Step 4's gate refuses, so the batch ends on its error before step 4 writes anything: no
     intent of step 4 flushes step 3's outcome, only the batch's own flush does. The batch
     reports steps 1-3, so all three must be on disk when it returns."""
     url, data = crashable

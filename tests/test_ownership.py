@@ -1,5 +1,6 @@
-"""A step's ownership is a fenced lease row, not a held connection (StepSession): no
-connection is held while an attempt waits on its target, no session state is left behind, and
+"""A step's ownership is a fenced lease row, not a held connection (StepSession).
+
+No connection is held while an attempt waits on its target, no session state is left behind, and
 an attempt that lost its intent to a twin writes nothing more."""
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ def server_sessions(db_url: str, application: str) -> tuple[int, int]:
 
 def test_calls_waiting_on_their_target_hold_no_connection(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """Eight steps wait in their calls at once on a store whose pool has two connections: all
-    eight intents are open together, the server sees at most the pool and the lease keeper,
-    and nobody holds a lock. With a connection held per call, six would wait for the pool and
-    fail with StoreUnavailable."""
+    """Calls waiting on their target hold no connection.
+
+    Eight steps wait in their calls at once on a store whose pool has two connections. All eight
+    intents are open together, the server sees at most the pool and the lease keeper, and nobody
+    holds a lock. With a connection held per call, six would wait for the pool and fail with
+    StoreUnavailable."""
     hold = tmp_path / "hold"
     hold.write_text("")
     tasks = [persist(store, REGISTRY, [ledger_step(tmp_path, f"e{i}", hold_while=str(hold))],
@@ -74,9 +77,11 @@ def lapsed_intent(store: JournalStore, db_url: str, tmp_path: Path) -> str:
 
 def test_of_two_attempts_that_read_a_lapsed_intent_one_takes_it_over(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """Both read the intent lapsed; A takes it over (with a lease that runs out at once, as a
-    slow probe's would) and stages a handle. B's read is stale: it must not take the intent
-    over on it (it would act without A's staged handle), even though no lease runs."""
+    """Of two attempts that read a lapsed intent, one takes it over.
+
+    Both read the intent lapsed. A takes it over (with a lease that runs out at once, as a slow
+    probe's would) and stages a handle. B's read is stale: it must not take the intent over on it
+    (it would act without A's staged handle), even though no lease runs."""
     task = lapsed_intent(store, db_url, tmp_path)
     with store.execution(task, 1) as a, store.execution(task, 1) as b:
         assert a.row is not None and a.seen_owner == b.seen_owner is not None
@@ -91,8 +96,10 @@ def test_of_two_attempts_that_read_a_lapsed_intent_one_takes_it_over(
 
 def test_an_owner_that_renews_its_lease_keeps_a_twin_out_whatever_the_twin_read(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """B reads the intent with A's lease passed; A (a process that was frozen, now awake)
-    renews it before B's take-over: the take-over statement checks the lease itself."""
+    """An owner that renews its lease keeps a twin out, whatever the twin read.
+
+    B reads the intent with A's lease passed. A (a process that was frozen, now awake) renews it
+    before B's take-over: the take-over statement checks the lease itself."""
     task = lapsed_intent(store, db_url, tmp_path)
     with store.execution(task, 1) as a:
         assert a.row is not None
@@ -107,7 +114,9 @@ def test_an_owner_that_renews_its_lease_keeps_a_twin_out_whatever_the_twin_read(
 
 def test_an_attempt_that_lost_its_intent_writes_nothing_more(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """A takes the intent over and its lease runs out (a process frozen past it); B takes it
+    """An attempt that lost its intent writes nothing more.
+
+    A takes the intent over and its lease runs out (a process frozen past it); B takes it
     over in turn. Every later write of A (claim, stage, lease, outcome) is refused or changes
     nothing; B's outcome is the one recorded."""
     task = lapsed_intent(store, db_url, tmp_path)
@@ -135,7 +144,9 @@ def test_an_attempt_that_lost_its_intent_writes_nothing_more(
 
 def test_a_probe_that_cannot_decide_gives_the_lease_back(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """A take-over that ends before acting (the probe cannot tell) does not make the next
+    """A probe that cannot decide gives the lease back.
+
+    A take-over that ends before acting (the probe cannot tell) does not make the next
     attempt wait out its lease: nothing of it can still land."""
     blind = tmp_path / "blind"
     task = persist(store, REGISTRY, [ledger_step(tmp_path, blind_while=str(blind))], "blind")

@@ -11,9 +11,11 @@ from tidemark import payloads
 
 
 def test_payload_field_types_are_evaluated_not_strings() -> None:
-    """The SDK's converter reads a dataclass's field types on every payload it decodes; string
-    annotations (``from __future__ import annotations`` in payloads.py) are compiled anew each
-    time, which made a step's input and output 2-3x as slow to decode (bench/payload_decode.py).
+    """Payload field types are evaluated, not strings.
+
+    The SDK's converter reads a dataclass's field types on every payload it decodes. String
+    annotations (``from __future__ import annotations`` in payloads.py) are compiled anew each time,
+    which made a step's input and output 2-3x as slow to decode (bench/payload_decode.py).
     """
     classes = [c for _, c in inspect.getmembers(payloads, inspect.isclass)
                if dataclasses.is_dataclass(c) and c.__module__ == payloads.__name__]

@@ -151,9 +151,11 @@ def test_a_bad_plan_writes_nothing(store) -> None:
 
 
 def test_a_stored_plan_reads_back_as_it_was_written_whatever_its_arguments_hold(store) -> None:
-    """Every step's arguments go to Postgres in one statement, as arrays: an argument with
-    the characters an array literal is made of (quotes, backslashes, braces, commas), with
-    unicode or with nothing in it comes back equal, and so does a plan of many steps."""
+    """A stored plan reads back as it was written, whatever its arguments hold.
+
+    Every step's arguments go to Postgres in one statement, as arrays. An argument with the
+    characters an array literal is made of (quotes, backslashes, braces, commas), with unicode or
+    with nothing in it comes back equal, and so does a plan of many steps."""
     awkward = ['a "quoted", {braced} name.txt', "back\\slash.txt", "NULL", "é 雪 ✓.txt", "{}",
                '{"a": [1, 2]}']
     steps = [rename(path=f"/d/{i}.txt", name=name) for i, name in enumerate(awkward)]

@@ -1,5 +1,7 @@
-"""Actions from installed packages (entry point group ``tidemark.actions``): known to plan
-checks everywhere, bound by a worker only where their configuration is present."""
+"""Actions from installed packages (entry point group ``tidemark.actions``).
+
+They are known to plan checks everywhere, and bound by a worker only where their configuration is
+present."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The pool's check before it hands out a connection (tidemark.store.base StoreBase._check): a
-connection the server ended is never handed out, and a connection in steady use is handed out
-without a round trip. What goes over the wire is read from libpq's own protocol trace."""
+"""The pool's check before it hands out a connection (StoreBase._check).
+
+The check is tidemark.store.base StoreBase._check. A connection the server ended is never handed
+out, and a connection in steady use is handed out without a round trip. What goes over the wire
+is read from libpq's own protocol trace."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from tidemark.store.base import QUIET_S
 
 
 def checkout_trace(store: JournalStore, trace: Path, quiet_s: float) -> tuple[str, bool]:
-    """(what the second of two checkouts, ``quiet_s`` apart, sent before the caller's first
-    statement; whether it handed out the same connection)."""
+    """What the second of two checkouts, ``quiet_s`` apart, sent before the first statement.
+
+    Returns (what it sent before the caller's first statement; whether it handed out the same
+    connection)."""
     with store._conn() as first:
         first.execute("SELECT 1")
     f = trace.open("w")

@@ -1,7 +1,8 @@
-"""A restart of Postgres under a running store: the pool checks each connection before it
-hands it out, so a connection the restart killed is never given to a step. A step attempt
-that starts once Postgres is back runs; the restart costs at most the attempts that were
-running while it happened."""
+"""A restart of Postgres under a running store never gives a step a dead connection.
+
+The pool checks each connection before it hands it out, so a connection the restart killed is
+never given to a step. A step attempt that starts once Postgres is back runs; the restart costs
+at most the attempts that were running while it happened."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ def restartable() -> Iterator[Restartable]:
 
 
 def fill_pool(store: JournalStore, tmp_path: Path) -> None:
-    """Runs step 1 of TASKS tasks at once, each holding a pooled connection for a moment, so
-    that the pool keeps TASKS connections afterwards."""
+    """Runs step 1 of TASKS tasks at once, so the pool keeps TASKS connections.
+
+    Each holds a pooled connection for a moment, so that the pool keeps TASKS connections
+    afterwards."""
     for i in range(TASKS):
         persisted(store, tmp_path / f"t{i}", f"t{i}", 2, s1={"hold_s": 0.3})
         (tmp_path / f"t{i}").mkdir()
@@ -116,8 +119,10 @@ async def failed_attempts(handles: list[WorkflowHandle[Any, RunResult]]) -> dict
 async def test_a_restart_under_a_running_worker_costs_no_attempt_once_postgres_is_back(
         temporal_env: WorkflowEnvironment, restartable: Restartable, store: JournalStore,
         tmp_path: Path, workers: Any, task_queue: str) -> None:
-    """The worker's pool holds TASKS connections from a first burst of runs; Postgres restarts
-    while they are idle; the next runs' step attempts never get one of them."""
+    """A restart under a running worker costs no attempt once Postgres is back.
+
+    The worker's pool holds TASKS connections from a first burst of runs. Postgres restarts while
+    they are idle. The next runs' step attempts never get one of them."""
     workers.start()
     await run_all(temporal_env, task_queue, tmp_path, "a", 1)
     back = await asyncio.to_thread(restartable.restart, 0.5)

@@ -1,5 +1,6 @@
-"""The journal through a transaction-mode pooler (PgBouncer, pool_mode = transaction): every
-statement or transaction may run on a different server session, so nothing the store does may
+"""The journal through a transaction-mode pooler (PgBouncer, pool_mode = transaction).
+
+Every statement or transaction may run on a different server session, so nothing the store does may
 rely on session state (no session locks, no session settings, no prepared statements there).
 
 PgBouncer comes from the operating system (Debian's package ``pgbouncer``; .ci/run installs it
@@ -40,8 +41,9 @@ STEPS = 12
 
 @pytest.fixture
 def pooled_url(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """``db_url`` through a PgBouncer in transaction mode with SERVER_POOL server connections,
-    and TIDEMARK_DB_POOLER=transaction for the stores this test opens."""
+    """``db_url`` through a PgBouncer in transaction mode with SERVER_POOL server connections.
+
+    TIDEMARK_DB_POOLER=transaction is set for the stores this test opens."""
     if PGBOUNCER is None:
         pytest.skip("PgBouncer is not installed on this machine (Debian: apt-get install "
                     "pgbouncer)")
@@ -103,7 +105,9 @@ def server_side(db_url: str) -> tuple[int, int]:
 
 def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connections(
         pooled_url: str, db_url: str, tmp_path: Path) -> None:
-    """Migrations, twelve steps waiting in their calls at once, their lease renewals and
+    """Steps in flight through a transaction pooler run once on its few connections.
+
+    Migrations, twelve steps waiting in their calls at once, their lease renewals and
     outcomes, then an unwind's list of steps (read under a row lock) and its mark: all through
     PgBouncer
     with three server connections. Each effect happens once, the server never sees more than
@@ -143,7 +147,9 @@ def test_steps_in_flight_through_a_transaction_pooler_run_once_on_its_few_connec
 ])
 def test_a_worker_behind_a_pooler_in_the_wrong_mode_refuses_to_start_in_one_line(
         value: str, says: str, tmp_path: Path) -> None:
-    """A session-mode pooler would pin a server connection to every client connection of
+    """A worker behind a pooler in the wrong mode refuses to start, in one line.
+
+    A session-mode pooler would pin a server connection to every client connection of
     every worker: the fleet's connections would not be bounded at all. Said at start, in one
     line naming the setting, before anything connects."""
     worker = Path(__file__).resolve().parent.parent / "worker.py"

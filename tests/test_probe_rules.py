@@ -1,5 +1,6 @@
-"""What a probe's answer allows: a probe that fails cannot tell, and a file is ours by its
-identity, never by its name."""
+"""What a probe's answer allows.
+
+A probe that fails cannot tell, and a file is ours by its identity, never by its name."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The command line and the worker end through tidemark.process_exit.exit_now: what atexit holds
-still runs (the embedded Postgres lets go of its server there), what was printed is not lost, and
-the exit code is the command's."""
+"""The command line and the worker end through tidemark.process_exit.exit_now.
+
+What atexit holds still runs (the embedded Postgres lets go of its server there), what was
+printed is not lost, and the exit code is the command's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A provider's moment is not a verdict: a probe or gate read that meets a 503, a 429 or a rate
-limit is asked again (honouring Retry-After) within its budget, through each real SDK against
-the emulators; a write the target turned away applied nothing and holds no horizon."""
+"""A provider's moment is not a verdict: a busy read is asked again.
+
+A probe or gate read that meets a 503, a 429 or a rate limit is asked again (honouring
+Retry-After) within its budget, through each real SDK against the emulators; a write the target
+turned away applied nothing and holds no horizon."""
 
 from __future__ import annotations
 
@@ -47,8 +49,10 @@ MAIL = {"to": "bob@example.com", "subject": "Q3 report", "body": "Attached in sp
 
 @dataclass(frozen=True)
 class Target:
-    """One provider as these tests use it: its action on the staging server, a step's args,
-    the write whose answer is lost and the probe's first read."""
+    """One provider as these tests use it.
+
+    Its action on the staging server, a step's args, the write whose answer is lost and the
+    probe's first read."""
 
     name: str
     action: str
@@ -88,8 +92,9 @@ def writes(server: StagingServer, target: Target) -> int:
 def in_doubt(server: StagingServer, store: JournalStore, t: Target,
              fault: str = "drop_after_commit", horizon_s: float = 0.0,
              raised: type[TargetUnavailable] = TargetUnavailable) -> tuple[str, Registry]:
-    """A task whose step's write met ``fault`` (by default: it landed and its answer was
-    lost), so that the step is in doubt."""
+    """A task whose step's write met ``fault``, so that the step is in doubt.
+
+    By default the write landed and its answer was lost."""
     server.staging.targets["drive"].seed("report.pdf", file_id="f1")  # type: ignore[attr-defined]
     action = t.build(server)
     if horizon_s:

@@ -1,6 +1,7 @@
-"""The provider conformance kit (``tidemark providers verify``): its checks against the
-staging servers, its refusals (live in CI, a live-mode Stripe key), its scrubbing of what it
-records, and the recorded fixtures held against the emulators."""
+"""The provider conformance kit (``tidemark providers verify``).
+
+Its checks against the staging servers, its refusals (live in CI, a live-mode Stripe key), its
+scrubbing of what it records, and the recorded fixtures held against the emulators."""
 
 from __future__ import annotations
 
@@ -128,7 +129,9 @@ def _fixtures() -> list[Path]:
 @pytest.mark.parametrize("path", _fixtures(), ids=lambda p: p.stem)
 def test_the_emulator_can_show_what_the_provider_answered(
         path: Path, server: StagingServer, endpoints: providers.Endpoints) -> None:
-    """The recorded facts are reproduced together by the emulator in one of its switch
+    """The emulator can show what the provider answered.
+
+    The recorded facts are reproduced together by the emulator in one of its switch
     positions: its default, or with the assumption's switches at the documented worst case;
     and they break none of the facts the probe needs together. Required facts must come out
     the same at the default."""

@@ -45,8 +45,9 @@ ACTIVATE = [".", ".venv/bin/activate"]
 
 
 def shell_commands(markdown: str) -> list[list[str]]:
-    """Every command of the fenced ``sh``/``bash`` blocks, as the shell splits it: comments
-    dropped, continued lines joined, ``a && b`` as two commands."""
+    """Every command of the fenced ``sh``/``bash`` blocks, as the shell splits it.
+
+    Comments dropped, continued lines joined, ``a && b`` as two commands."""
     commands: list[list[str]] = []
     for block in re.findall(r"^```(?:sh|bash)\n(.*?)^```", markdown, re.M | re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -72,9 +73,10 @@ def as_ci_writes_it(command: list[str]) -> list[str]:
 
 
 def demo_test_argvs() -> list[list[str]]:
-    """The `tidemark demo` command lines tests/test_demo.py runs: each ``main([...])`` (or the
-    helper that calls it) whose list starts with "demo", its literal words, ``--json`` (the
-    output's format) left out."""
+    """The `tidemark demo` command lines tests/test_demo.py runs.
+
+    Each ``main([...])`` (or the helper that calls it) whose list starts with "demo", its literal
+    words, ``--json`` (the output's format) left out."""
     argvs = []
     for node in ast.walk(ast.parse(DEMO_TEST.read_text())):
         if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
@@ -142,7 +144,9 @@ def test_activating_the_venv_puts_its_tidemark_first() -> None:
 async def test_the_on_call_commands_run_as_printed(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The five commands of the front page, on a stopped task of two renames: each exits 0 and
+    """The on-call commands of the front page run as printed.
+
+    The five commands of the front page run on a stopped task of two renames. Each exits 0 and
     does what its comment says."""
     monkeypatch.setenv("TIDEMARK_TASK_QUEUE", task_queue)
     workers.start()

@@ -1,5 +1,6 @@
-"""Recovery after a SIGKILLed worker: the step it was running is taken up by another worker
-within seconds, and done once.
+"""Recovery after a SIGKILLed worker: another worker takes up the step within seconds.
+
+The step it was running is done once.
 
 The time itself is measured by bench/recovery.py (docs/benchmarks.md), not asserted here: a
 loaded machine would make a wall-clock assertion flaky. What is asserted is what the time
@@ -87,7 +88,9 @@ def test_heartbeat_and_retry_bound_the_recovery() -> None:
 
 
 def test_the_bound_fails_the_settings_it_replaced() -> None:
-    """The bound is not met by construction: a 5 s heartbeat timeout with a 1 s first retry
+    """The 5 s bound fails the settings it replaced.
+
+    The bound is not met by construction: a 5 s heartbeat timeout with a 1 s first retry
     (the settings before) misses the budget."""
     before = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0)
     assert latest_twin_start(timedelta(seconds=5), before, LEASE_S) + ATTEMPT_S > BUDGET_S

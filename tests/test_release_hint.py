@@ -1,7 +1,8 @@
-"""A stop names the command that lifts it: the task's own stop `tidemark release T`, a series'
-`release --series S`, the global one `release --all`. Releasing a task by name does not lift a
-stop of its series or of every task, so a hint naming the task would send the person on call
-round in a circle."""
+"""A stop names the command that lifts it.
+
+The task's own stop `tidemark release T`, a series' `release --series S`, the global one
+`release --all`. Releasing a task by name does not lift a stop of its series or of every task, so
+a hint naming the task would send the person on call round in a circle."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Replay safety: the recorded histories of RunPlan and UnwindPlan (tests/histories, written by
-dev/record_histories.py) replay against the workflow code as it is now. A change to a workflow
-that would break a run already open (a command added, removed or reordered without
-workflow.patched) fails here, before a worker with it meets such a run.
+"""Replay safety: the recorded histories replay against the workflow code as it is now.
+
+The histories are those of RunPlan and UnwindPlan (tests/histories, written by
+dev/record_histories.py). A change to a workflow that would break a run already open (a command
+added, removed or reordered without workflow.patched) fails here, before a worker with it meets such
+a run.
 
 The worker runs the workflows outside Temporal's sandbox; the suite replays its runs in the
 sandbox at its end (helpers/sandbox_replay.py), and the last tests here show what that finds."""
@@ -77,8 +79,9 @@ def test_each_activity_is_named_once_by_the_names_the_histories_recorded() -> No
 
 @workflow.defn(name="RunPlan")
 class ReorderedRunPlan:
-    """RunPlan as a careless edit could leave it: the step descriptions read before the plan
-    is prepared."""
+    """RunPlan as a careless edit could leave it: steps read before the plan is prepared.
+
+    The step descriptions are read before the plan is prepared."""
 
     @workflow.run
     async def run(self, document: Any) -> None:
@@ -95,8 +98,10 @@ async def test_a_reordered_run_plan_is_caught_by_the_replay() -> None:
 
 @workflow.defn(name="RunPlan")
 class ClockReadingRunPlan:
-    """RunPlan as a careless edit could leave it: a wall-clock read in workflow code, which
-    decides differently on replay and which the worker, outside the sandbox, would not refuse."""
+    """RunPlan as a careless edit could leave it: a wall-clock read in workflow code.
+
+    The read decides differently on replay, and the worker, outside the sandbox, would not refuse
+    it."""
 
     @workflow.run
     async def run(self, document: Any) -> None:
@@ -144,8 +149,9 @@ def test_xdist_workers_replay_each_shape_once_between_them(tmp_path: Path) -> No
 
 
 def _one_step_cycle(h: WorkflowHistory) -> set[int]:
-    """The event ids of the second run_step's cycle (scheduled, started, completed and the
-    workflow task after it), when the history has at least three steps."""
+    """The event ids of the second run_step's cycle, when the history has three steps or more.
+
+    The cycle is scheduled, started, completed and the workflow task after it."""
     ids = [e.event_id for e in h.events]
     starts = [i for i, e in enumerate(h.events)
               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

@@ -1,8 +1,9 @@
-"""What the journal sends to Postgres, read from libpq's own protocol trace: a step's journal
-costs three round trips (the read, the intent, the outcome), four for an action that marks its
-sends (drive.rename, graph.send_mail: tidemark.wire), a lease renewal one. A round trip
-is the client's turn to send followed by the server's turn to answer: the trace's lines change
-from F to B."""
+"""What the journal sends to Postgres, read from libpq's own protocol trace.
+
+A step's journal costs three round trips (the read, the intent, the outcome), four for an action
+that marks its sends (drive.rename, graph.send_mail: tidemark.wire), a lease renewal one. A round
+trip is the client's turn to send followed by the server's turn to answer: the trace's lines
+change from F to B."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from tidemark.store.session import StepSession
 
 def traced(conns: Iterable[psycopg.Connection], trace: Path,
            work: Callable[[], object]) -> list[str]:
-    """The messages ``conns`` exchanged while ``work`` ran, each as its direction and name
-    (``F Sync``, ``B ReadyForQuery``)."""
+    """The messages ``conns`` exchanged while ``work`` ran.
+
+    Each is its direction and name (``F Sync``, ``B ReadyForQuery``)."""
     conns = list(conns)
     f = trace.open("w")
     for conn in conns:
@@ -70,8 +72,10 @@ def test_a_step_journals_its_intent_in_one_round_trip_and_the_whole_step_in_thre
 
 def test_a_step_whose_sends_are_marked_costs_one_round_trip_more(
         store: JournalStore, server: StagingServer, drive: DriveTarget, tmp_path: Path) -> None:
-    """drive.rename journals the mark just before its request leaves (tidemark.wire): the
-    read, the intent, the mark, the outcome."""
+    """A step whose sends are marked costs one round trip more.
+
+    drive.rename journals the mark just before its request leaves (tidemark.wire). The round
+    trips are the read, the intent, the mark, the outcome."""
     f = drive.seed("scan.pdf")
     steps = [{"action": "drive.rename", "args": {"file_id": f.id, "name": n}}
              for n in ("a.pdf", "b.pdf")]

@@ -1,6 +1,8 @@
-"""The architecture page's "where each rule lives" table is made from the mutation check, so it
-cannot point at a place the code has left: these tests say the page is current and that the
-place of a rule is found the way a reader would look for it."""
+"""The "where each rule lives" table is made from the mutation check.
+
+The table is on the architecture page. It is made from the mutation check, so it cannot point at
+a place the code has left: these tests say the page is current and that the place of a rule is
+found the way a reader would look for it."""
 
 from __future__ import annotations
 

@@ -53,8 +53,9 @@ def entries(tmp_path: Path) -> list[str]:
 
 
 async def steps_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
-    """The steps whose run_step activity the run scheduled, from its history: what it started,
-    whether or not the step then met the stop state."""
+    """The steps whose run_step activity the run scheduled, from its history.
+
+    What it started, whether or not the step then met the stop state."""
     started = []
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -65,9 +66,10 @@ async def steps_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
 
 
 async def steps_started_after_signal(handle: WorkflowHandle[Any, Any], name: str) -> list[int]:
-    """The steps whose run_step activity the run scheduled after the signal ``name`` reached
-    it, from its history. A signal that arrives while a workflow task runs is written after
-    that task's commands, so a step scheduled after it was scheduled by a task that saw it."""
+    """The steps whose run_step activity the run scheduled after the signal ``name`` reached it.
+
+    They are read from its history. A signal that arrives while a workflow task runs is written
+    after that task's commands, so a step scheduled after it was scheduled by a task that saw it."""
     started: list[int] | None = None
     async for event in handle.fetch_history_events():
         if (event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
@@ -375,8 +377,10 @@ async def test_an_undecidable_step_ends_the_run_as_needs_decision(
 async def test_a_halt_that_arrives_before_any_step_is_written_and_nothing_runs(
         temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
         task_queue: str) -> None:
-    """Signal-with-start: the halt is there before the first step, when no attempt is under
-    way to meet the stop state; the run must still write it, so that no restart acts."""
+    """A halt that arrives before any step is written, and nothing runs.
+
+    Signal-with-start. The halt is there before the first step, when no attempt is under way to
+    meet the stop state; the run must still write it, so that no restart acts."""
     workers.start()
     doc = ledger_plan(tmp_path, "halt-early", 3)
     handle = await temporal_env.client.start_workflow(

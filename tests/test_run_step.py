@@ -200,7 +200,9 @@ def test_two_threads_racing_one_step_execute_it_once(store: JournalStore,
 
 def test_a_twin_that_writes_the_intent_first_makes_the_other_busy_and_nothing_runs_twice(
         store: JournalStore, tmp_path: Path) -> None:
-    """Two attempts begin on a step with no intent yet, and both run its gates and snapshot
+    """A twin that writes the intent first makes the other busy, and nothing runs twice.
+
+    Two attempts begin on a step with no intent yet, and both run its gates and snapshot
     (nothing is locked before the intent). The one whose intent lands first owns the step; the
     other's intent is refused (StepBusy) and it acts on nothing."""
     task = persist(store, [ledger_step(tmp_path)])
@@ -277,7 +279,9 @@ def test_postgres_down_from_the_start_is_a_clear_retryable_error(tmp_path: Path)
 
 def test_a_probe_that_cannot_reach_the_journal_is_retried_not_stopped_for_a_person(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """A probe whose own use of the journal fails (the grant of its credential read from a pool
+    """A probe that cannot reach the journal is retried, not stopped for a person.
+
+    A probe whose own use of the journal fails (the grant of its credential read from a pool
     with no free connection, Postgres away) learned nothing about the target: the attempt fails
     as retryable StoreUnavailable, and no person is asked to decide."""
     task = persist(store, [ledger_step(tmp_path)])

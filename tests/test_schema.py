@@ -59,8 +59,9 @@ OUTCOME_FIELDS = {"outcome": "'{}'::jsonb", "status": "'done'",
 
 @pytest.mark.parametrize("missing", [None, *OUTCOME_FIELDS])
 def test_outcome_fields_are_written_together(store: JournalStore, missing: str | None) -> None:
-    """An outcome is its value, status, time and resolver at once: any one of them alone, or
-    all but one, is refused."""
+    """An outcome's value, status, time and resolver are written together.
+
+    An outcome is all four at once. Any one of them alone, or all but one, is refused."""
     with psycopg.connect(store.conninfo, autocommit=True) as conn:
         seed_task(conn)
         open_intent(conn, 1, "a" * 32)
@@ -130,9 +131,11 @@ def test_two_processes_migrating_at_once_both_succeed(db_url: str, tmp_path: Pat
 
 
 def test_a_migration_waits_while_another_process_holds_the_migration_lock(db_url: str) -> None:
-    """Deterministic counterpart of the race above: while the lock is held, a migrator applies
-    nothing (it waits on the lock, as Postgres shows), and it applies everything once the lock
-    is let go."""
+    """A migration waits while another process holds the migration lock.
+
+    It is the deterministic counterpart of the race above. While the lock is held, a migrator
+    applies nothing (it waits on the lock, as Postgres shows), and it applies everything once the
+    lock is let go."""
     code = ("import sys, json, psycopg; from tidemark.migrate import migrate;"
             "print(json.dumps(migrate(psycopg.connect(sys.argv[1], autocommit=True))))")
     waiting_sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"

@@ -1,8 +1,10 @@
-"""Secrets never reach a log (case 5 of "Hostile input and the emergency controls"): a database
-password holding ``%``, a space, ``@`` and a quote, written into DATABASE_URL as it is (which no
-driver reads) or percent-encoded (which connects), at every log level, through the `tidemark`
-command and the worker. A URL that does not read is reported by naming DATABASE_URL, with no
-part of its value; one that reads connects, and says nothing of its password either."""
+"""Secrets never reach a log, at any level, from the command or the worker.
+
+This is case 5 of "Hostile input and the emergency controls". A database password holding ``%``,
+a space, ``@`` and a quote, written into DATABASE_URL as it is (which no driver reads) or
+percent-encoded (which connects), at every log level, through the `tidemark` command and the
+worker. A URL that does not read is reported by naming DATABASE_URL, with no part of its value;
+one that reads connects, and says nothing of its password either."""
 
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ def environment() -> dict[str, str]:
 
 
 def fragments(secret: str) -> set[str]:
-    """Every piece of ``secret`` four characters long, as written and as percent-encoded: a
-    log that holds one of them holds part of the password."""
+    """Every piece of ``secret`` four characters long, as written and as percent-encoded.
+
+    A log that holds one of them holds part of the password."""
     encoded = urllib.parse.quote(secret, safe="")
     return {s[i:i + 4] for s in (secret, encoded) for i in range(len(s) - 3)}
 
@@ -69,8 +72,9 @@ def secret_role(store: JournalStore) -> str:
 def command(url: str, level: str, monkeypatch: pytest.MonkeyPatch,
             capsys: pytest.CaptureFixture[str],
             caplog: pytest.LogCaptureFixture) -> tuple[int, str]:
-    """`tidemark status some-task` on ``url``, every log record at ``level`` and above caught:
-    its exit code and all it said (stdout, stderr, log)."""
+    """`tidemark status some-task` on ``url``, every log record at ``level`` and above caught.
+
+    Returns its exit code and all it said (stdout, stderr, log)."""
     monkeypatch.setenv("DATABASE_URL", url)
     caplog.set_level(level)
     code = main(["status", "some-task"])

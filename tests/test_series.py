@@ -1,6 +1,7 @@
-"""Series, scheduled runs with a planner, `tidemark kill` in layers, and end states the Web UI
-tells apart — on a real Temporal dev server, real worker processes, real Postgres and the
-staging servers."""
+"""Series, scheduled runs with a planner, `tidemark kill` in layers, and their end states.
+
+The Web UI tells the end states apart. On a real Temporal dev server, real worker processes, real
+Postgres and the staging servers."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ def temporal_cli(address: str, *args: str) -> str:
 
 async def triggered_run(client: Client, address: str, series_name: str,
                         seen: set[str]) -> RunResult:
-    """Triggers the series' schedule as an operator would and returns that run's result (not
-    that of a run an earlier test of the session started for a series of the same name)."""
+    """Triggers the series' schedule as an operator would, and returns that run's result.
+
+    Not that of a run an earlier test of the session started for a series of the same name."""
     known = seen | {wf.id async for wf in client.list_workflows('WorkflowType="ScheduledRun"')}
     temporal_cli(address, "schedule", "trigger", "--schedule-id",
                  schedules.schedule_id(series_name))

@@ -1,6 +1,8 @@
-"""One configuration, read once: the Temporal connection through the SDK's environment
-configuration (a temporal.toml profile, TLS, API key) for the worker, the CLI and the agent
-client; the embedded Postgres only where asked for; a command line without library warnings."""
+"""One configuration, read once.
+
+The Temporal connection through the SDK's environment configuration (a temporal.toml profile,
+TLS, API key) for the worker, the CLI and the agent client; the embedded Postgres only where
+asked for; a command line without library warnings."""
 
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ NAMESPACE = "tidemark-profile"  # exists on this module's dev server only
 
 @pytest.fixture(scope="module")
 async def profiled_server() -> AsyncIterator[WorkflowEnvironment]:
-    """A dev server whose only workflow namespace besides ``default`` is NAMESPACE: a client
-    that ignores the profile's namespace finds nothing there."""
+    """A dev server whose only workflow namespace besides ``default`` is NAMESPACE.
+
+    A client that ignores the profile's namespace finds nothing there."""
     env = await WorkflowEnvironment.start_local(
         namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
         search_attributes=SEARCH_ATTRIBUTES, dev_server_log_level="error",
@@ -54,8 +57,10 @@ async def profiled_server() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture
 def profile_file(tmp_path: Path, profiled_server: WorkflowEnvironment) -> Path:
-    """temporal.toml as the `temporal` CLI writes it: the default profile leads nowhere, the
-    ``tidemark`` profile to this module's server and namespace."""
+    """temporal.toml as the `temporal` CLI writes it.
+
+    The default profile leads nowhere, the ``tidemark`` profile to this module's server and
+    namespace."""
     address = profiled_server.client.service_client.config.target_host
     path = tmp_path / "temporal.toml"
     path.write_text('[profile.default]\naddress = "127.0.0.1:1"\n\n'
@@ -88,8 +93,10 @@ async def test_a_temporal_profile_is_honoured_by_the_worker_the_cli_and_the_agen
         profile_file: Path, profiled_server: WorkflowEnvironment, db_url: str,
         store: JournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """No TEMPORAL_ADDRESS anywhere: only TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE name the
-    server and the namespace. The worker polls there, `tidemark resume` starts the run there
+    """A Temporal profile is honoured by the worker, the CLI and the agent client.
+
+    There is no TEMPORAL_ADDRESS anywhere: only TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE name
+    the server and the namespace. The worker polls there, `tidemark resume` starts the run there
     and the worker completes it, and the agent client reads its status there."""
     task_queue = "tq-profile"
     env = {**os.environ, "TEMPORAL_CONFIG_FILE": str(profile_file),
@@ -170,10 +177,12 @@ def test_tls_and_the_api_key_reach_the_connect_options(tmp_path: Path) -> None:
 def test_the_cli_connects_with_the_profiles_tls(
         tmp_path: Path, temporal_env: WorkflowEnvironment, db_url: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The dev server speaks clear text only: `tidemark schedule list` reaches it as
-    configured, and fails once the environment's API key turns TLS on (the key itself is not
-    printed). The journal is given too: the session's dev server may hold an earlier test's
-    schedule, whose series the listing reads there."""
+    """The CLI connects with the profile's TLS.
+
+    The dev server speaks clear text only. `tidemark schedule list` reaches it as configured, and
+    fails once the environment's API key turns TLS on (the key itself is not printed). The
+    journal is given too: the session's dev server may hold an earlier test's schedule, whose
+    series the listing reads there."""
     address = temporal_env.client.service_client.config.target_host
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     monkeypatch.setenv("DATABASE_URL", db_url)
@@ -204,8 +213,10 @@ def test_the_cli_connects_with_the_profiles_tls(
 ])
 def test_bad_configuration_is_one_clear_error(env: dict[str, str], message: str,
                                               tmp_path: Path) -> None:
-    """A TEMPORAL_CONFIG_FILE that does not exist would otherwise be ignored by the SDK: the
-    worker would go to localhost:7233 instead of the cluster the file names."""
+    """Bad configuration is one clear error.
+
+    A TEMPORAL_CONFIG_FILE that does not exist would otherwise be ignored by the SDK. The worker
+    would go to localhost:7233 instead of the cluster the file names."""
     if "TEMPORAL_PROFILE" in env:
         (tmp_path / "temporal.toml").write_text('[profile.default]\naddress = "a:1"\n')
         env = {**env, "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml")}
@@ -305,9 +316,11 @@ def test_without_database_url_the_worker_and_the_cli_refuse_and_say_how_to_fix_i
 
 
 def test_an_embedded_db_command_prints_no_library_warning(home: Path) -> None:
-    """Asked for explicitly, the embedded Postgres starts (in $TIDEMARK_HOME) and the command
-    prints its answer and nothing else: XDG_RUNTIME_DIR unset (root shells, cron, CI) made
-    platformdirs warn on stderr at every start."""
+    """An embedded-database command prints no library warning.
+
+    Asked for explicitly, the embedded Postgres starts (in $TIDEMARK_HOME) and the command prints
+    its answer and nothing else. XDG_RUNTIME_DIR unset (root shells, cron, CI) made platformdirs
+    warn on stderr at every start."""
     fresh = cli(["--embedded-db", "status", "t-1"], bare_env(home))
     assert (fresh.returncode, fresh.stdout) == (1, "")
     assert fresh.stderr == ("tidemark: the journal database has no Tidemark schema yet: "
@@ -323,9 +336,11 @@ def test_an_embedded_db_command_prints_no_library_warning(home: Path) -> None:
 
 async def test_the_dev_stacks_worker_is_not_sent_to_the_callers_cluster(
         home: Path, db_url: str, tmp_path: Path) -> None:
-    """A shell set up for Temporal Cloud (a profile, an API key, a namespace) runs `tidemark
-    dev`: its worker reaches the dev server, in namespace default, without TLS; and the
-    profile the stack writes says the same to the `temporal` CLI and the commands."""
+    """The dev stack's worker is not sent to the caller's cluster.
+
+    A shell set up for Temporal Cloud (a profile, an API key, a namespace) runs `tidemark dev`.
+    Its worker reaches the dev server, in namespace default, without TLS; and the profile the
+    stack writes says the same to the `temporal` CLI and the commands."""
     cloud = tmp_path / "temporal.toml"
     cloud.write_text('[profile.default]\naddress = "acme.a1b2c.tmprl.cloud:7233"\n'
                      'namespace = "acme.a1b2c"\n')

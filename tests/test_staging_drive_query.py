@@ -1,5 +1,6 @@
-"""The staging Drive's ``q`` language: each supported term form, what it matches, and the
-refusal of everything else with a reason (the route turns the refusal into Drive's 400)."""
+"""The staging Drive's ``q`` language: each supported term form, and what it matches.
+
+Everything else is refused with a reason (the route turns the refusal into Drive's 400)."""
 
 from __future__ import annotations
 

@@ -247,9 +247,11 @@ def test_trashed_message_needs_include_spam_trash(mail: StagingServer) -> None:
 
 
 def test_plain_httplib2_resends_a_send_whose_response_was_dropped(mail: StagingServer) -> None:
-    """The hazard probes.google_http.OneShotHttp guards against: httplib2 (the client's default
-    transport) sends the POST again when the connection closes before the answer, and reports
-    the second message as the result."""
+    """Plain httplib2 resends a send whose response was dropped.
+
+    This is the hazard probes.google_http.OneShotHttp guards against. httplib2 (the client's
+    default transport) sends the POST again when the connection closes before the answer, and
+    reports the second message as the result."""
     arm(mail, "gmail", "messages.send", "drop_after_commit")
     authed = google_auth_httplib2.AuthorizedHttp(Credentials(SEND_TOKEN),
                                                  http=httplib2.Http(timeout=CLIENT_TIMEOUT_S))

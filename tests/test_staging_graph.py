@@ -222,7 +222,9 @@ def test_list_fault_answers_503(mail: StagingServer) -> None:
 
 
 def test_send_reply_with_retry_after_and_the_sdks_default_retry(mail: StagingServer) -> None:
-    """The hazard graph_client guards against: msgraph-sdk's default middleware resends a
+    """msgraph-sdk's default retry resends a sendMail answered 503 with Retry-After.
+
+    This is the hazard graph_client guards against. msgraph-sdk's default middleware resends a
     sendMail that was answered 503 with Retry-After, after the service had queued it."""
     post(mail, "/_staging/graph/send_reply", {"status": 503, "retry_after": 1})
 

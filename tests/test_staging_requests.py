@@ -1,5 +1,6 @@
-"""The staging servers' request log: every write request, whatever became of it, so that a
-test counts what reached the provider rather than what the journal says."""
+"""The staging servers' request log: every write request, whatever became of it.
+
+So that a test counts what reached the provider rather than what the journal says."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The staging core's switches: a target declares the provider behaviours it can show, a test
-sets one (or all to the worst case) over HTTP, and a reset returns them to the baseline."""
+"""The staging core's switches for provider behaviours.
+
+A target declares the provider behaviours it can show, a test sets one (or all to the worst case)
+over HTTP, and a reset returns them to the baseline."""
 
 from __future__ import annotations
 

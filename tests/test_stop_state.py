@@ -1,5 +1,7 @@
-"""The durable stop state: a stopped task acts on nothing, whatever starts it, until released;
-unwind needs it and never touches an irreversible step."""
+"""The durable stop state: a stopped task acts on nothing until released.
+
+A stopped task acts on nothing, whatever starts it. Unwind needs it and never touches an
+irreversible step."""
 
 from __future__ import annotations
 
@@ -76,8 +78,10 @@ def test_unwind_never_touches_an_irreversible_step(store: JournalStore, tmp_path
 
 def test_a_stop_or_kill_holds_the_task_it_names_and_no_task_whose_id_it_begins(
         store: JournalStore, tmp_path: Path) -> None:
-    """A stop's scope is a task id matched whole: stopping or killing ``sync-1`` leaves
-    ``sync-10`` and ``sync-1-retry`` running, whatever the ids have in common."""
+    """A stop or kill holds the task it names, and no task whose id it begins.
+
+    A stop's scope is a task id matched whole. Stopping or killing ``sync-1`` leaves ``sync-10``
+    and ``sync-1-retry`` running, whatever the ids have in common."""
     named = persist(store, SPECS, [ledger_step(tmp_path, "a")], task_id="sync-1")
     others = [persist(store, SPECS, [ledger_step(tmp_path, t)], task_id=t)
               for t in ("sync-10", "sync-1-retry")]

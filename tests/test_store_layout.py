@@ -1,6 +1,8 @@
-"""The journal store's shape: one module per concern, none over 600 lines; JournalStore composed
-of one mixin per concern where no method of one silently replaces another's (Python's method
-resolution would pick one without a word); and no SQL statement outside the store."""
+"""The journal store's shape: one module per concern, and no SQL outside the store.
+
+No module is over 600 lines. JournalStore is composed of one mixin per concern where no method of
+one silently replaces another's (Python's method resolution would pick one without a word); and
+no SQL statement is outside the store."""
 
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ def too_long(root: Path) -> list[tuple[str, int]]:
 
 
 def shadowed(cls: type) -> dict[str, list[str]]:
-    """Methods (and properties) defined by more than one class ``cls`` is built from: each with
-    the classes that define it, the one that wins first."""
+    """Methods (and properties) defined by more than one class ``cls`` is built from.
+
+    Each comes with the classes that define it, the one that wins first."""
     owners: dict[str, list[str]] = {}
     for base in cls.__mro__[:-1]:  # object defines what every class has
         for name, value in vars(base).items():

@@ -1,6 +1,7 @@
-"""The plan-level gates of a stored plan, as every start of a task runs them: only the steps of
-actions that have a plan gate are read (a resume of a long plan without one reads no step), and
-they refuse exactly as check_plan_gates over the whole plan does."""
+"""The plan-level gates of a stored plan, as every start of a task runs them.
+
+Only the steps of actions that have a plan gate are read (a resume of a long plan without one
+reads no step), and they refuse exactly as check_plan_gates over the whole plan does."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""``stripe.payment_intent`` awaiting its call (``execute_async``) through stripe-python's
-asynchronous client against the Stripe staging server: the same request, key and outcome as
-``execute``, the same handling of a saved 5xx and of a lost answer, per-task grants on the
-wire, and a wait that holds no thread."""
+"""``stripe.payment_intent`` awaiting its call (``execute_async``) as ``execute`` does.
+
+It goes through stripe-python's asynchronous client against the Stripe staging server: the same
+request, key and outcome as ``execute``, the same handling of a saved 5xx and of a lost answer,
+per-task grants on the wire, and a wait that holds no thread."""
 
 from __future__ import annotations
 
@@ -49,8 +50,9 @@ def threads() -> int:
 
 
 async def until_held(staging: Staging, n: int, calls: list[asyncio.Task[Any]]) -> None:
-    """Returns once ``n`` creates have reached Stripe and are being held there (the calls
-    still waiting on them); fails as soon as a call ended instead."""
+    """Returns once ``n`` creates have reached Stripe and are being held there.
+
+    The calls still wait on them. Fails as soon as a call ended instead."""
     while sum(r.status is None for r in staging.requests_of("stripe")) < n:
         assert not any(c.done() for c in calls), [c.exception() for c in calls if c.done()]
         await asyncio.sleep(0.02)
@@ -92,9 +94,11 @@ async def test_fifty_held_creates_wait_without_a_thread_each(server: StagingServ
 
 async def test_each_event_loop_gets_connections_of_its_own(server: StagingServer,
                                                            staging: Staging) -> None:
-    """httpx keeps a connection for the loop it was opened on: a client awaited from a loop
-    after another one ended must not reuse that loop's connections (each call here would
-    fail before it left, in doubt for nothing)."""
+    """Each event loop gets connections of its own.
+
+    httpx keeps a connection for the loop it was opened on. A client awaited from a loop after
+    another one ended must not reuse that loop's connections (each call here would fail before it
+    left, in doubt for nothing)."""
     action = make_action(server)
     first = await action.execute_async(context(amount=100))  # on the tests' loop
     for amount in (200, 300):  # each on a loop of its own that ends with the call

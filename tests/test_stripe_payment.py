@@ -1,5 +1,6 @@
-"""stripe.payment_intent through the real stripe-python against the staging server: directly,
-and through run_step with a real journal."""
+"""stripe.payment_intent through the real stripe-python against the staging server.
+
+Directly, and through run_step with a real journal."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A worker SIGKILLed while its take-over's probe is at the target: the lease its take-over wrote
-keeps every later attempt out until it has passed, and the step then ends exactly once at the
-target, settled by whoever may settle it.
+"""A worker SIGKILLed while its take-over's probe is at the target: the step ends once.
+
+The lease its take-over wrote keeps every later attempt out until it has passed, and the step then
+ends exactly once at the target, settled by whoever may settle it.
 
 Attempt A wrote the intent and failed ambiguously (its request dropped after or refused before
 Drive committed it); its lease, held for Drive's horizon, passes. Attempt B, a worker process of

@@ -1,5 +1,7 @@
-"""The test tiers: tests/conftest.py gives every test exactly one of unit, postgres, temporal
-(and slow in addition to the long ones), so `pytest -m unit` and the rest select by them."""
+"""The test tiers: every test has exactly one of unit, postgres, temporal.
+
+tests/conftest.py gives each test its tier, and slow in addition to the long ones. So
+`pytest -m unit` and the rest select by them."""
 
 from __future__ import annotations
 

@@ -48,9 +48,10 @@ def setup_task(store: JournalStore, tmp_path: Path, n: int = 3) -> str:
 
 
 def documented_undo_key(task_id: str, step: int, action: str, args: dict[str, Any]) -> str:
-    """A compensation's key as documented, computed here without the code's own functions:
-    the forward key's recipe (sha256 of the JSON of task, step, action and args,
-    keys sorted, first 32 hex digits) with ``#undo`` after the action's name."""
+    """A compensation's key as documented, computed without the code's own functions.
+
+    It is the forward key's recipe (sha256 of the JSON of task, step, action and args, keys
+    sorted, first 32 hex digits) with ``#undo`` after the action's name."""
     payload = json.dumps([task_id, step, action + "#undo", args], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -170,9 +171,11 @@ def test_drive_rename_compensation_is_journaled_and_restores_the_name(
 
 def test_a_partly_unwound_run_blocks_its_series_until_every_step_is_undone(
         store: JournalStore, tmp_path: Path) -> None:
-    """A run counts as settled by its unwind only once every reversible step it did is
-    compensated: with one of two renames still in place it leaves wreckage the next run of
-    its series must not act on."""
+    """A partly unwound run blocks its series until every step is undone.
+
+    A run counts as settled by its unwind only once every reversible step it did is compensated.
+    With one of two renames still in place it leaves wreckage the next run of its series must not
+    act on."""
     store.declare_series("pu", "ops", "ops")
     for i in range(2):
         (tmp_path / f"draft-{i}.txt").write_text(str(i))

@@ -1,9 +1,11 @@
-"""Unwind as a person runs it at 03:14: through the `tidemark` command, real worker processes,
-real Postgres, the Temporal dev server and the staging Drive. Compensations act under a grant
-scoped to the undo of the task, on any worker and at any later time; a kill stops an unwind and
-an unwind after a kill needs the kill released for it; a task with any compensation never runs
-forward; a trashed file fails the verification gate; an unwind never replaces a file that took
-the original name, and waits out the lease of an attempt that may still be acting."""
+"""Unwind as a person runs it at 03:14, through the `tidemark` command.
+
+It uses real worker processes, real Postgres, the Temporal dev server and the staging Drive.
+Compensations act under a grant scoped to the undo of the task, on any worker and at any later
+time; a kill stops an unwind and an unwind after a kill needs the kill released for it; a task
+with any compensation never runs forward; a trashed file fails the verification gate; an unwind
+never replaces a file that took the original name, and waits out the lease of an attempt that may
+still be acting."""
 
 from __future__ import annotations
 

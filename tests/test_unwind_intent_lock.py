@@ -54,8 +54,9 @@ def names(tmp_path: Path) -> list[str]:
 
 
 def waits_on_a_lock(db_url: str, statement: str) -> bool:
-    """Whether a session of the database runs a statement containing ``statement`` and waits
-    for a lock."""
+    """Whether a session runs a statement containing ``statement`` and waits for a lock.
+
+    The session is any session of the database."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -72,8 +73,9 @@ UNWIND_STEPS = "JOIN tidemark.plan_steps"
 
 @pytest.fixture
 def gate(db_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """The gate row, locked in an open transaction: step 2's intent waits in its INSERT until
-    the test commits."""
+    """The gate row, locked in an open transaction.
+
+    Step 2's intent waits in its INSERT until the test commits."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(GATE)
     with psycopg.connect(db_url) as conn:
@@ -96,7 +98,9 @@ class HeldRename(FsRename):
 def test_an_unwind_waits_for_an_intent_being_written_and_lists_its_step(
         store: JournalStore, db_url: str, tmp_path: Path,
         gate: psycopg.Connection[Any]) -> None:
-    """Step 2's intent has read the task as running and is being written when the stop is
+    """An unwind waits for an intent being written, and lists its step.
+
+    Step 2's intent has read the task as running and is being written when the stop is
     committed and the unwind starts: the unwind waits for it, lists step 2, and leaves it to
     the attempt that owns it (StepBusy) until that attempt has settled it; then both steps
     are compensated. Without the plan row's lock the list would be [1]: an unwind planned
@@ -133,9 +137,11 @@ def test_an_unwind_waits_for_an_intent_being_written_and_lists_its_step(
 def test_an_unwind_that_waits_too_long_for_an_intent_says_so_and_plans_nothing(
         store: JournalStore, db_url: str, tmp_path: Path,
         gate: psycopg.Connection[Any]) -> None:
-    """An intent's transaction held open past LOCK_WAIT_MS: the unwind's list ends in StepBusy
-    (retryable, naming the intent being written), not in a list without step 2; retried once
-    the intent has committed, it lists step 2."""
+    """An unwind that waits too long for an intent says so and plans nothing.
+
+    An intent's transaction is held open past LOCK_WAIT_MS. The unwind's list ends in StepBusy
+    (retryable, naming the intent being written), not in a list without step 2; retried once the
+    intent has committed, it lists step 2."""
     task = two_renames(store, tmp_path, "unwind-times-out")
     forward = Attempts(lambda step: run_step(store, REGISTRY, task, step), [2])
     try:
@@ -159,7 +165,9 @@ def test_an_unwind_that_waits_too_long_for_an_intent_says_so_and_plans_nothing(
 
 def test_an_intent_attempted_while_an_unwind_reads_its_list_waits_and_is_refused(
         store: JournalStore, db_url: str, tmp_path: Path) -> None:
-    """Step 2's attempt read the task as running and is in its snapshot when the stop is
+    """An intent attempted while an unwind reads its list waits, and is refused.
+
+    Step 2's attempt read the task as running and is in its snapshot when the stop is
     committed; the unwind then holds the plan row while it reads its list (held open here).
     The intent's transaction waits for the unwind's, then its statement sees the stop: no
     intent, nothing renamed, and the list the unwind read ([1]) was complete."""
@@ -200,7 +208,9 @@ def test_an_intent_attempted_while_an_unwind_reads_its_list_waits_and_is_refused
 def test_an_intent_never_stands_beside_an_unwound_mark_that_did_not_see_it(
         store: JournalStore, db_url: str, tmp_path: Path,
         gate: psycopg.Connection[Any]) -> None:
-    """Nothing of the task had run when it was stopped; its unwind's mark has found nothing
+    """An intent never stands beside an unwound mark that did not see it.
+
+    Nothing of the task had run when it was stopped; its unwind's mark has found nothing
     to compensate and is being written when a person releases the task and step 1's attempt
     writes its intent (nothing was compensated, so only the stop and the mark could refuse
     it). The intent waits for the mark and is refused as an unwound task requires. Written

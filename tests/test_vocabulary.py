@@ -1,9 +1,11 @@
-"""One word per state (cases 6 and 7 of "Hostile input and the emergency controls"): a task's
-state is said in one word (tidemark.words.TaskState) by `tidemark status` and its JSON, by
-`tidemark inbox` (an entry's ``why``), by its Web UI worklist row (TidemarkState) and by the
-state table of docs/operate.md; the inbox lists every task the worklist shows, with the one
-command that works now and, where a person must put something right first, what; a command
-that changes a task ends with what happens next. Real CLI, worker, dev server and Postgres."""
+"""One word per state, the same on every surface.
+
+These are cases 6 and 7 of "Hostile input and the emergency controls". A task's state is said in
+one word (tidemark.words.TaskState) by `tidemark status` and its JSON, by `tidemark inbox` (an
+entry's ``why``), by its Web UI worklist row (TidemarkState) and by the state table of
+docs/operate.md; the inbox lists every task the worklist shows, with the one command that works
+now and, where a person must put something right first, what; a command that changes a task ends
+with what happens next. Real CLI, worker, dev server and Postgres."""
 
 from __future__ import annotations
 
@@ -49,8 +51,10 @@ def test_every_inbox_why_is_a_state_word_with_a_need() -> None:
 
 
 async def said(cli: Any, temporal_env: WorkflowEnvironment, task: str) -> dict[str, Any]:
-    """What each surface says of ``task``: status --json's state, the inbox entry (its why,
-    need, command and what to put right first) and its worklist row's TidemarkState."""
+    """What each surface says of ``task``.
+
+    It is status --json's state, the inbox entry (its why, need, command and what to put right
+    first) and its worklist row's TidemarkState."""
     code, out, err = await cli("status", task, "--json")
     assert code == 0, err
     state = json.loads(out)["state"]

@@ -1,8 +1,9 @@
-"""`--wait` tells the truth in its exit code: `tidemark resume --wait`, `unwind --wait` and
-`approve/reject --wait` exit 0 only when the run ends in the command's success state
-(resume and approve: completed; unwind: unwound; reject: stopped), and exit 3 with one line
-naming the end state otherwise — through the real CLI, a real worker process, the Temporal dev
-server and Postgres."""
+"""`--wait` tells the truth in its exit code.
+
+`tidemark resume --wait`, `unwind --wait` and `approve/reject --wait` exit 0 only when the run
+ends in the command's success state (resume and approve: completed; unwind: unwound; reject:
+stopped), and exit 3 with one line naming the end state otherwise — through the real CLI, a real
+worker process, the Temporal dev server and Postgres."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""What a user installs: the wheel built from the tracked tree holds the product (the core, the
-worker's packages, the staging emulators, the command and the harnesses a user runs against
-their own stack) and none of the developers' harnesses (dev/), tests or benchmarks; the worker
-image copies no developer tool."""
+"""What a user installs: the product, and none of the developers' harnesses.
+
+The wheel built from the tracked tree holds the product (the core, the worker's packages, the
+staging emulators, the command and the harnesses a user runs against their own stack) and none of
+the developers' harnesses (dev/), tests or benchmarks; the worker image copies no developer tool."""
 from __future__ import annotations
 
 import configparser

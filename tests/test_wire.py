@@ -1,8 +1,9 @@
-"""The checks at the wire (tidemark.wire), each alone, through the real client transports
-against the staging servers: a write never leaves once the lease committed for its call no
-longer covers it, on the worker's monotonic clock (the Google clients' blocking and awaited
-transports, the Graph client's), nor within the margin of its cover; the mark is refused once
-a twin owns the intent; a renewal extends only the cover of a lease it renewed."""
+"""The checks at the wire (tidemark.wire), each alone, through the real client transports.
+
+They run against the staging servers. A write never leaves once the lease committed for its call
+no longer covers it, on the worker's monotonic clock (the Google clients' blocking and awaited
+transports, the Graph client's), nor within the margin of its cover; the mark is refused once a
+twin owns the intent; a renewal extends only the cover of a lease it renewed."""
 
 from __future__ import annotations
 
@@ -35,17 +36,20 @@ ARGS = {"to": ["bob@example.com"], "subject": "Invoice 42", "body": "Details bel
 
 @pytest.fixture
 def keeper_store(store: JournalStore, db_url: str) -> Iterator[JournalStore]:
-    """A store on the test's (migrated) database whose lease keeper notes a lapse instead of
-    ending the process."""
+    """A store on the test's (migrated) database whose lease keeper notes a lapse.
+
+    The keeper notes it instead of ending the process."""
     lapsed: list[list[str]] = []
     with JournalStore(db_url, on_lapse=lapsed.append) as store:
         yield store
 
 
 def held(store: JournalStore, task: str, covered_for: float) -> str:
-    """Step 1's intent, written by one attempt, and a call on it held by the lease keeper for
-    an owner that is not the row's (a twin took it over: no renewal extends it), covered for
-    ``covered_for`` seconds from now (negative: the cover has run out)."""
+    """Step 1's intent, and a call on it held by the lease keeper for another owner.
+
+    The intent is written by one attempt. The call's owner is not the row's (a twin took it over:
+    no renewal extends it). It is covered for ``covered_for`` seconds from now (negative: the
+    cover has run out)."""
     with store.execution(task, 1) as s:
         key = key_for(task, 1, s.spec.action, s.spec.args)
         s.begin(task_id=task, step=1, key=key, action=s.spec.action, args=s.spec.args,
@@ -105,8 +109,10 @@ def test_a_drive_write_covered_by_its_lease_leaves(
 
 def test_a_request_within_the_margin_of_its_cover_does_not_leave(
         keeper_store: JournalStore, server: StagingServer, drive: DriveTarget) -> None:
-    """Covered for a moment more, within the margin the deadline watch keeps too (it would end
-    the process there): the request does not leave."""
+    """A request within the margin of its cover does not leave.
+
+    The call is covered for a moment more, within the margin the deadline watch keeps too (it
+    would end the process there)."""
     _, ctx = drive_task(keeper_store, drive, "at-the-edge")
     key = held(keeper_store, ctx.task_id, covered_for=LAPSE_MARGIN_S / 2)
     with calling(wire(keeper_store, key)), pytest.raises(NotSent):

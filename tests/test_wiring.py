@@ -1,5 +1,6 @@
-"""How a worker binds its targets from the environment: credentials never go where they do not
-belong, and fs.rename reaches only the roots it was given."""
+"""How a worker binds its targets from the environment.
+
+Credentials never go where they do not belong, and fs.rename reaches only the roots it was given."""
 
 from __future__ import annotations
 
@@ -76,8 +77,10 @@ def test_fs_rename_is_bound_only_with_roots(tmp_path: Path) -> None:
 
 
 def test_worker_code_never_imports_the_staging_servers() -> None:
-    """activities/, probes/ and worker.py reach staging only over HTTP; the staging default
-    tokens they need live in tidemark/staging_tokens.py."""
+    """Worker code never imports the staging servers.
+
+    activities/, probes/ and worker.py reach staging only over HTTP. The staging default tokens
+    they need live in tidemark/staging_tokens.py."""
     import ast
     root = Path(__file__).resolve().parent.parent
     files = [root / "worker.py", *(root / "activities").glob("*.py"),

@@ -1,6 +1,8 @@
-"""The journal's words as types: each StrEnum of tidemark.words says exactly what the schema's
-CHECK constraints allow, as a migrated database holds them (later migrations replace earlier
-constraints, so the migration files alone do not say it)."""
+"""The journal's words as types, exactly as the schema's CHECK constraints allow.
+
+Each StrEnum of tidemark.words says exactly what the schema's CHECK constraints allow, as a
+migrated database holds them (later migrations replace earlier constraints, so the migration
+files alone do not say it)."""
 
 from __future__ import annotations
 
@@ -89,8 +91,10 @@ def test_every_check_that_lists_words_has_an_enum(store: JournalStore) -> None:
 
 
 def test_the_parser_reads_the_checks_as_postgres_renders_them(store: JournalStore) -> None:
-    """The two tests above are only as good as the parsing: read one CHECK whose words are
-    known from the migration text, and the attempt CHECK that compares phase with one word."""
+    """The parser reads the CHECK constraints as Postgres renders them.
+
+    The two tests above are only as good as the parsing. It reads one CHECK whose words are known
+    from the migration text, and the attempt CHECK that compares phase with one word."""
     defs = {name: d for _t, name, d in check_constraints(store.conninfo)}
     assert set(LITERAL.findall(defs["controls_state_check"])) == {"stopped", "killed",
                                                                    "released"}
@@ -99,8 +103,10 @@ def test_the_parser_reads_the_checks_as_postgres_renders_them(store: JournalStor
 
 
 def test_a_word_missing_from_the_enum_is_caught(store: JournalStore) -> None:
-    """Add a kind of event to the schema only, as a migration that forgot tidemark.words
-    would: the enum no longer matches."""
+    """A word missing from the enum is caught.
+
+    A kind of event is added to the schema only, as a migration that forgot tidemark.words would.
+    The enum no longer matches."""
     with psycopg.connect(store.conninfo, autocommit=True) as conn:
         conn.execute("ALTER TABLE tidemark.events DROP CONSTRAINT events_kind_check")
         conn.execute("ALTER TABLE tidemark.events ADD CONSTRAINT events_kind_check CHECK"
@@ -146,8 +152,10 @@ def test_a_verdict_typed_wrong_is_refused_in_one_line_naming_the_words(
                                   if isinstance(e, type) and issubclass(e, StrEnum)
                                   and e is not StrEnum])
 def test_every_word_is_lower_case_and_its_own_name(enum: type[StrEnum]) -> None:
-    """One spelling per word: the member's name is its value in capitals, so that a reader
-    who meets ``"partly_unwound"`` in a payload finds ``TaskState.PARTLY_UNWOUND``."""
+    """Every word is lower case and its own name.
+
+    One spelling per word. The member's name is its value in capitals, so that a reader who meets
+    ``"partly_unwound"`` in a payload finds ``TaskState.PARTLY_UNWOUND``."""
     for member in enum:
         assert member.name == member.value.upper() and member.value.islower()
 

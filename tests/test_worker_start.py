@@ -1,5 +1,6 @@
-"""A worker refuses, at start and in one line, a namespace whose search attributes the
-workflows would fail to upsert (every run would hang on its first workflow task)."""
+"""A worker refuses a namespace whose search attributes the workflows could not upsert.
+
+It refuses at start and in one line: every run would otherwise hang on its first workflow task."""
 
 from __future__ import annotations
 

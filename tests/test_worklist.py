@@ -1,9 +1,11 @@
-"""Who needs me, in the Temporal Web UI: the worklist link `tidemark inbox` prints selects, on a
-real dev server with real worker processes, exactly the runs that wait for a person among a
-completed, a halted, an awaiting-approval, a needs-a-decision, a killed and an unwound task
-(tests/helpers/worklist.py reaches them); every run's TidemarkNeeds says what its task needs;
-and every run that ends needing a person opens its failure, as the Web UI shows it, with one
-plain sentence of what happened and what to do next, the line `tidemark status T` prints first.
+"""Who needs me, in the Temporal Web UI: the worklist link selects exactly those runs.
+
+The worklist link `tidemark inbox` prints selects, on a real dev server with real worker processes,
+exactly the runs that wait for a person among a completed, a halted, an awaiting-approval, a
+needs-a-decision, a killed and an unwound task (tests/helpers/worklist.py reaches them); every run's
+TidemarkNeeds says what its task needs; and every run that ends needing a person opens its failure,
+as the Web UI shows it, with one plain sentence of what happened and what to do next, the line
+`tidemark status T` prints first.
 """
 
 from __future__ import annotations
@@ -127,7 +129,9 @@ async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_p
 
 async def test_a_run_whose_input_is_wrong_opens_its_failure_with_one_sentence(
         temporal_env: WorkflowEnvironment, workers: Any, task_queue: str) -> None:
-    """The quickest end of all (no plan stored): the Web UI's first line still says what
+    """A run whose input is wrong opens its failure with one sentence.
+
+    This is the quickest end of all (no plan stored). The Web UI's first line still says what
     happened and what to do, and the run's TidemarkNeeds says it failed. It names no task (only
     its workflow id does), so it opens no worklist row: the journal, and so the inbox, knows
     nothing of it either."""
@@ -159,8 +163,9 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
 
 
 def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, dict[str, Any]]:
-    """A task named ``prefix-…`` of one rename of ``root/a.txt``, stopped before any run: its
-    id and its plan."""
+    """A stopped task of one rename of ``root/a.txt``, named ``prefix-…``.
+
+    It is stopped before any run. Returns its id and its plan."""
     task = f"{prefix}-{uuid.uuid4().hex[:8]}"
     target = root / "a.txt"
     target.write_text("a")
@@ -171,9 +176,11 @@ def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, d
 
 
 async def reopened_after_its_release(run: Any) -> None:
-    """The run's history shows the result of the release it sent at its start (signalled, or
-    failed: no row was open) before the command that opens its row again (a child started, or
-    the ``need`` signal to a row still open)."""
+    """The release's result shows in the history before the row is opened again.
+
+    The run's history shows the result of the release it sent at its start (signalled, or failed:
+    no row was open) before the command that opens its row again (a child started, or the
+    ``need`` signal to a row still open)."""
     kinds = [e.event_type async for e in run.fetch_history_events()]
     E = EventType
     released = next(i for i, k in enumerate(kinds) if k in (
@@ -188,7 +195,9 @@ async def reopened_after_its_release(run: Any) -> None:
 async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_release_reached_it(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:
-    """A new run sends the release of its task's open row without waiting for it, and goes on
+    """A run that ends at its start reopens the row only after its release reached it.
+
+    A new run sends the release of its task's open row without waiting for it, and goes on
     to its steps; a run that ends needing a person at once (its task is still stopped) must
     not let its own row's signal cross that release on the way to the holder, or the holder
     could close last and the worklist lose a task that needs a person. The history shows the
@@ -209,8 +218,9 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
 
 
 async def rows_say(client: Any, task: str, want: dict[str, str]) -> None:
-    """Waits (up to 10 s) until the task's open rows of the worklist are ``want``: a command
-    signals a row and returns; the row takes the signal in its own workflow task."""
+    """Waits (up to 10 s) until the task's open rows of the worklist are ``want``.
+
+    A command signals a row and returns; the row takes the signal in its own workflow task."""
     async def said() -> bool:
         return await open_needs(client, task) == want
     try:
@@ -221,8 +231,10 @@ async def rows_say(client: Any, task: str, want: dict[str, str]) -> None:
 
 async def held_in_step_2(client: Any, store: JournalStore, task: str, task_queue: str,
                          root: Path) -> Any:
-    """Starts ``task``: a rename of ``root/docs/d0.txt``, then two lines of ``root/ledger``,
-    the first held while ``root/hold`` exists; returns the run's handle once step 2 began."""
+    """Starts ``task`` and returns the run's handle once step 2 began.
+
+    The task is a rename of ``root/docs/d0.txt``, then two lines of ``root/ledger``, the first
+    held while ``root/hold`` exists."""
     docs = root / "docs"
     docs.mkdir(parents=True)
     (docs / "d0.txt").write_text("0")
@@ -245,7 +257,9 @@ async def held_in_step_2(client: Any, store: JournalStore, task: str, task_queue
 async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_reached_it(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:
-    """The same order for a killed run, which opens its row before it journals its end (a
+    """A run killed as it starts reopens the row only after its release reached it.
+
+    The same order for a killed run, which opens its row before it journals its end (a
     kill may terminate it at once): the run is started with the kill signal, so it ends
     ``killed`` in the workflow task that sees its prepare's result, the one that also sends
     the release of the row the first run opened. The row must be opened again only after the
@@ -275,12 +289,14 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
 async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_waits(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """Stop, then unwind, while a step is under way: the unwind begins (it tells the run and
+    """A stop and unwind during a step leave one row, which says the task waits.
+
+    A stop, then an unwind, while a step is under way. The unwind begins (it tells the run and
     releases the task's row), meets the step in doubt and ends ``failed``, opening the row and
-    journaling that it did not finish; then the step completes and the run meets the stop at
-    its next step and ends ``stopped``. The run was told the unwind began, so the row stays
-    the unwind's: the task waits for its unwind, and `tidemark inbox` says the same from the
-    journal. Nothing was undone, and nothing after the stop ran."""
+    journaling that it did not finish; then the step completes and the run meets the stop at its
+    next step and ends ``stopped``. The run was told the unwind began, so the row stays the
+    unwind's: the task waits for its unwind, and `tidemark inbox` says the same from the journal.
+    Nothing was undone, and nothing after the stop ran."""
     workers.start()
     task = f"crossed-{uuid.uuid4().hex[:8]}"
     docs, hold, ledger = tmp_path / "docs", tmp_path / "hold", tmp_path / "ledger"
@@ -319,7 +335,9 @@ async def test_a_stop_and_unwind_during_a_step_leave_one_row_that_says_the_task_
 async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, db_url: str) -> None:
-    """The unwind releases its task's row when it begins; a run of the task that ends while
+    """An unwind that ends unwound closes a row opened while it ran.
+
+    The unwind releases its task's row when it begins; a run of the task that ends while
     the unwind is still at work (a start the stop turns back, or a step that met the stop)
     opens the row again. Once the task is unwound nothing is left for a person, so the
     unwind's end closes that row too: the worklist never shows an unwound task."""
@@ -368,11 +386,13 @@ async def test_an_unwind_that_ends_unwound_closes_a_row_opened_while_it_ran(
 async def test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_row_and_inbox(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """A stop during step 2: the run finishes the step and ends ``stopped`` at step 3, its row
-    saying so. `tidemark release T` lifts the stop, but nothing runs the task: the run has
-    ended. From the journal alone `tidemark inbox` and `status` must say that the task waits
-    for its resume (its run journaled its end, and no run began since), and the row must
-    stop asking for the release it already had. The resume then settles it everywhere."""
+    """A run that ended stopped, then released, waits for its resume in row and inbox.
+
+    A stop comes during step 2. The run finishes the step and ends ``stopped`` at step 3, its row
+    saying so. `tidemark release T` lifts the stop, but nothing runs the task: the run has ended.
+    From the journal alone `tidemark inbox` and `status` must say that the task waits for its
+    resume (its run journaled its end, and no run began since), and the row must stop asking for
+    the release it already had. The resume then settles it everywhere."""
     workers.start()
     task = f"released-{uuid.uuid4().hex[:8]}"
     hold, ledger = tmp_path / "hold", tmp_path / "ledger"
@@ -411,7 +431,9 @@ async def test_a_run_that_ended_stopped_then_released_waits_for_its_resume_in_ro
 async def test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_decision(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """The last step's intent has no outcome and its probe is blind: the run ends
+    """A step resolved as done closes the row its run opened for the decision.
+
+    The last step's intent has no outcome and its probe is blind: the run ends
     ``needs_decision`` and opens the row asking for a decision. A person looks and resolves
     the step as done: the task is completed, so nobody is needed any more, in the row as in
     the inbox. The decision is a journal command that starts no run, so no run would close
@@ -443,7 +465,9 @@ async def test_a_step_resolved_as_done_closes_the_row_its_run_opened_for_the_dec
 async def test_a_run_killed_at_once_then_released_waits_for_its_resume(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """`tidemark kill T --grace 0` terminates the run waiting for approval as soon as it took
+    """A run killed at once, then released, waits for its resume.
+
+    `tidemark kill T --grace 0` terminates the run waiting for approval as soon as it took
     the signal: the run cannot journal its end, so the kill does. Once the kill is released,
     nothing runs the task: the journal says it waits for its resume, and so does its row."""
     workers.start()
@@ -473,7 +497,9 @@ async def test_a_run_killed_at_once_then_released_waits_for_its_resume(
 async def test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_released(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """A run waits for approval at the boundary; a person stops the task. The run reads the
+    """A stop holds a run waiting for approval, and it says so until released.
+
+    A run waits for approval at the boundary; a person stops the task. The run reads the
     stop and waits on, saying it is stopped (the open run is its own row of the worklist), and
     the inbox says the same with the one command that helps: the release (a resume would meet
     the open run). Released, the run asks for the approval again; approved, it completes."""
@@ -506,7 +532,9 @@ async def test_a_stop_holds_a_run_waiting_for_approval_and_it_says_so_until_rele
 async def test_a_resumed_run_waiting_for_approval_is_not_read_as_ended(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """A halted run journaled its end; `tidemark resume T` starts a new one, which waits for
+    """A resumed run waiting for approval is not read as ended.
+
+    A halted run journaled its end; `tidemark resume T` starts a new one, which waits for
     approval. Its beginning is journaled before anything else it does, so the journal reads a
     run going on: the inbox asks for the approval, not for a resume that would meet the open
     run."""
@@ -534,7 +562,9 @@ async def test_a_resumed_run_waiting_for_approval_is_not_read_as_ended(
 async def test_a_release_of_every_task_brings_each_row_of_this_journal_in_line(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """`tidemark stop --all` while two tasks are each in a step: both runs end ``stopped`` at
+    """A release of every task brings each row of this journal in line.
+
+    `tidemark stop --all` comes while two tasks are each in a step. Both runs end ``stopped`` at
     their next step, each with its row. `tidemark release --all` lifts the stop of every task:
     each row, found by listing the open rows, now asks for its resume, as the inbox does."""
     workers.start()
@@ -559,7 +589,9 @@ async def test_a_release_of_every_task_brings_each_row_of_this_journal_in_line(
 async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path, cli: Any) -> None:
-    """A person terminates a run from the Web UI (or `temporal workflow terminate`) during its
+    """A run terminated outside tidemark is listed as ended by the inbox.
+
+    A person terminates a run from the Web UI (or `temporal workflow terminate`) during its
     step 2: the run journals no end and opens no row. The journal alone reads a run going on;
     the inbox asks Temporal, finds the run closed, and lists the task as waiting for its
     resume, which then completes it, every step once."""
@@ -599,7 +631,9 @@ async def test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox
 async def test_a_row_opened_for_a_task_settled_meanwhile_closes_itself(
         temporal_env: WorkflowEnvironment, store: JournalStore, workers: Any, task_queue: str,
         tmp_path: Path) -> None:
-    """A row opens in the words of a run that read the journal a moment earlier; if its task
+    """A row opened for a task settled meanwhile closes itself.
+
+    A row opens in the words of a run that read the journal a moment earlier; if its task
     was settled in between (an unwind ended `unwound` and sent its release before the row
     existed), nothing would ever close it. So a row reads the journal once it is open: for a
     completed task it closes by itself, for a task that needs a person it stays."""

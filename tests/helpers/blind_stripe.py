@@ -10,9 +10,11 @@ from tidemark.actions import ProbeResult, StepContext
 
 
 class AlwaysAbsent(StripePaymentIntent):
-    """The real stripe.payment_intent, bound exactly as a worker binds it, whose probe always
-    answers *absent*: after a crash past the payment it pays again, and only Stripe's
-    Idempotency-Key keeps the second request from becoming a second payment."""
+    """stripe.payment_intent bound as a worker binds it, with a probe that always says *absent*.
+
+    The real stripe.payment_intent, bound exactly as a worker binds it. After a crash past the
+    payment it pays again, and only Stripe's Idempotency-Key keeps the second request from
+    becoming a second payment."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AlwaysAbsent:

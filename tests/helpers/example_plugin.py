@@ -1,5 +1,7 @@
-"""The example plugin (examples/ledger-plugin) on the path of the tests and of every process
-they start, without installing it, so that the README's test command is the whole of it.
+"""Puts the example plugin (examples/ledger-plugin) on the path without installing it.
+
+It is on the path of the tests and of every process they start, so that the README's test command is
+the whole of it.
 
 A plugin is found by its entry points (``tidemark.actions``, ``tidemark.staging``), which
 importlib.metadata reads from a distribution's metadata on ``sys.path``. This writes that
@@ -24,8 +26,9 @@ PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "ledger-plugin"
 
 
 def write_dist_info(pyproject: Path, into: Path) -> Path:
-    """The ``NAME-VERSION.dist-info`` directory of the project ``pyproject`` describes, with
-    the metadata importlib.metadata reads: its name, version and entry points."""
+    """Writes the ``NAME-VERSION.dist-info`` directory of the project ``pyproject`` describes.
+
+    It holds the metadata importlib.metadata reads: its name, version and entry points."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     name, version = project["name"], project["version"]
     dist = into / f"{name.replace('-', '_')}-{version}.dist-info"

@@ -22,8 +22,9 @@ def wait_stopped(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
 
 
 def wake(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
-    """SIGCONT: the process goes on from where it froze; returns its exit status and output
-    once it has ended."""
+    """SIGCONT: the process goes on from where it froze.
+
+    Returns its exit status and output once it has ended."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGCONT)
     out, err = proc.communicate(timeout=timeout)

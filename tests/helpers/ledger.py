@@ -109,10 +109,11 @@ class LedgerRecord(Action):
 
 
 class AwaitedLedgerRecord(LedgerRecord):
-    """``ledger.await``: ``ledger.record`` whose call is awaited (Action.awaits): its hold is an
-    ``asyncio.sleep``, so a held step keeps no thread. As a remote target does, the ledger
-    applies an entry it was sent once the hold ends, whether or not the caller still waits for
-    the answer. ``execute`` stays as the parent's, for the paths that do not await."""
+    """``ledger.await``: ``ledger.record`` whose call is awaited (Action.awaits).
+
+    Its hold is an ``asyncio.sleep``, so a held step keeps no thread. As a remote target does,
+    the ledger applies an entry it was sent once the hold ends, whether or not the caller still
+    waits for the answer. ``execute`` stays as the parent's, for the paths that do not await."""
 
     name: ClassVar[str] = "ledger.await"
     awaits: ClassVar[bool] = True
@@ -148,7 +149,8 @@ def ledger_registry() -> Registry:
 
 def persisted(store: JournalStore, tmp_path: Path, task_id: str, n: int,
               **per_step: dict[str, Any]) -> None:
-    """Stores a plan of ``n`` ledger steps (entries e1..en); ``per_step["s<k>"]`` adds arguments
-    to step k."""
+    """Stores a plan of ``n`` ledger steps (entries e1..en).
+
+    ``per_step["s<k>"]`` adds arguments to step k."""
     steps = [ledger_step(tmp_path, f"e{i}", **per_step.get(f"s{i}", {})) for i in range(1, n + 1)]
     store.persist_plan(load_plan({"task_id": task_id, "steps": steps}, ledger_registry()))

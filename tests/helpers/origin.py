@@ -1,5 +1,7 @@
-"""A plain HTTP server of the test's own, for answers the staging servers never give (a
-compressed body, a redirect): the client libraries' side of the wire, not a provider."""
+"""A plain HTTP server of the test's own, for answers the staging servers never give.
+
+Those answers are a compressed body or a redirect: the client libraries' side of the wire, not a
+provider."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Planners for the scheduled-run tests: each call is counted in a file, so a test can show
-that a blocked run never called its planner."""
+"""Planners for the scheduled-run tests, each call counted in a file.
+
+So a test can show that a blocked run never called its planner."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 
 def nightly(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
-    """Appends a line to ``args["calls"]`` and plans ``args["n"]`` ledger entries (each held
-    ``args["hold_s"]`` seconds, if given, so that a test finds the run under way)."""
+    """Appends a line to ``args["calls"]`` and plans ``args["n"]`` ledger entries.
+
+    Each entry is held ``args["hold_s"]`` seconds, if given, so that a test finds the run under
+    way."""
     with Path(args["calls"]).open("a") as f:
         f.write(scheduled.isoformat() + "\n")
     stamp = f"{scheduled:%H%M%S%f}"
@@ -26,9 +29,10 @@ def calls(path: str | Path) -> list[str]:
 
 
 def paying(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
-    """A planner whose plan ends in a mail and a payment (``args["amount"]`` of
-    ``args["currency"]``), and that may try to set its own ``approval`` (``args["approval"]``):
-    what a model might return."""
+    """A planner whose plan ends in a mail and a payment: what a model might return.
+
+    The payment is ``args["amount"]`` of ``args["currency"]``. The planner may try to set its own
+    ``approval`` (``args["approval"]``)."""
     doc: dict[str, Any] = {"steps": [
         {"action": "ledger.record", "args": {"ledger": args["ledger"],
                                              "entry": f"{scheduled:%H%M%S%f}"}},
@@ -42,9 +46,10 @@ def paying(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
 
 
 def reads_twice(args: dict[str, Any], scheduled: datetime) -> dict[str, Any]:
-    """Lists the Drive, says so in ``args["ready"]``, waits (up to 30 s) for ``args["go"]`` to
-    exist, lists again, and plans one ledger entry: a planner still reading when its task is
-    killed."""
+    """A planner still reading when its task is killed.
+
+    It lists the Drive, says so in ``args["ready"]``, waits (up to 30 s) for ``args["go"]`` to
+    exist, lists again, and plans one ledger entry."""
     import os
     import time
 

@@ -23,20 +23,23 @@ class Restartable:
     server: EmbeddedPostgres
 
     def stop(self) -> None:
-        """Ends the postmaster as a restart does (a fast shutdown: every session is ended,
-        no new one is accepted) and waits until it is gone."""
+        """Ends the postmaster as a restart does, and waits until it is gone.
+
+        A fast shutdown: every session is ended, no new one is accepted."""
         stop_postmaster(self.data)
 
     def start(self) -> None:
-        """Starts it again on the same data directory and socket (pg_ctl start -w: it returns
-        once the server accepts connections)."""
+        """Starts it again on the same data directory and socket.
+
+        pg_ctl start -w: it returns once the server accepts connections."""
         self.server._server.ensure_postgres_running()
         with psycopg.connect(self.url, connect_timeout=10):
             pass
 
     def restart(self, down_s: float = 0.0) -> float:
-        """Stops it, waits ``down_s`` and starts it again; returns the monotonic time at which
-        it accepts connections again."""
+        """Stops it, waits ``down_s`` and starts it again.
+
+        Returns the monotonic time at which it accepts connections again."""
         self.stop()
         time.sleep(down_s)
         self.start()

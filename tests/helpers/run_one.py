@@ -1,5 +1,7 @@
-"""Runs one step in a separate process: ``python tests/helpers/run_one.py URL TASK STEP``
-(``... STEP undo`` runs its compensation through unwind_step instead).
+"""Runs one step in a separate process.
+
+Usage: ``python tests/helpers/run_one.py URL TASK STEP`` (``... STEP undo`` runs its compensation
+through unwind_step instead).
 
 Used by tests that race processes or SIGKILL one (via TIDEMARK_CRASH_AT). Prints the result as
 JSON on stdout, or the error's class name on stderr with exit code 3. With

@@ -1,5 +1,6 @@
-"""Runs every step of a stored plan through run_step in this process, in order:
-``python tests/helpers/run_plan_local.py DB_URL TASK STAGING_URL [POOL_MAX]``.
+"""Runs every step of a stored plan through run_step in this process, in order.
+
+Usage: ``python tests/helpers/run_plan_local.py DB_URL TASK STAGING_URL [POOL_MAX]``.
 
 The chaos test starts it with TIDEMARK_CRASH_AT set, so it SIGKILLs itself at one named point
 of one step; the same actions (real SDKs, staging servers) as a worker configured with
@@ -38,9 +39,10 @@ STAGING_DEFAULTS = {"TIDEMARK_DRIVE_HORIZON_S": "0", "TIDEMARK_GMAIL_HORIZON_S":
 
 
 def short_deadlines(registry: Registry, env: dict[str, str] | None = None) -> Registry:
-    """Gives every bound action of ``registry`` the test deadline (horizons stay as they are),
-    except a target whose client timeout ``env`` sets (TIDEMARK_<T>_TIMEOUT_S): a test that
-    sets one arms a slow provider for it, and that action keeps the deadline its timeout
+    """Gives every bound action of ``registry`` the test deadline; horizons stay as they are.
+
+    The exception is a target whose client timeout ``env`` sets (TIDEMARK_<T>_TIMEOUT_S): a test
+    that sets one arms a slow provider for it, and that action keeps the deadline its timeout
     implies."""
     for name in registry.names():
         if f"TIDEMARK_{name.partition('.')[0].upper()}_TIMEOUT_S" in (env or {}):

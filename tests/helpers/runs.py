@@ -13,8 +13,9 @@ from workflows.outcome import run_result
 
 async def start(client: Client, doc: dict[str, Any], task_queue: str,
                 task_id: str | None = None) -> WorkflowHandle[Any, RunResult]:
-    """RunPlan with ``doc`` as input, under the workflow id of its task (``task_id``, for an
-    input that names none or names another)."""
+    """Starts RunPlan with ``doc`` as input, under the workflow id of its task.
+
+    ``task_id`` is the task, for an input that names none or names another."""
     return await client.start_workflow("RunPlan", doc,
                                        id=f"tidemark-{task_id or doc['task_id']}",
                                        task_queue=task_queue, result_type=RunResult)
@@ -22,8 +23,9 @@ async def start(client: Client, doc: dict[str, Any], task_queue: str,
 
 async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
                      timeout: float = 90) -> None:
-    """Waits until the run's ``status`` query says ``state``; AssertionError with the last
-    status otherwise."""
+    """Waits until the run's ``status`` query says ``state``.
+
+    Otherwise an AssertionError with the last status."""
     status: dict[str, Any] = {}
     for _ in range(int(timeout / 0.1)):
         status = await handle.query("status")
@@ -34,8 +36,9 @@ async def wait_state(handle: WorkflowHandle[Any, RunResult], state: str,
 
 
 async def stuck(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """What shows that a run cannot end by itself as it should: a failed workflow task (the
-    server retries it for ever) or an activity that is being retried."""
+    """What shows that a run cannot end by itself as it should.
+
+    A failed workflow task (the server retries it for ever) or an activity that is being retried."""
     found = [f"workflow task failed: {e.workflow_task_failed_event_attributes.failure.message}"
              async for e in handle.fetch_history_events()
              if e.HasField("workflow_task_failed_event_attributes")]
@@ -46,8 +49,10 @@ async def stuck(handle: WorkflowHandle[Any, Any]) -> list[str]:
 
 
 async def ended_in_one_go(handle: WorkflowHandle[Any, Any], timeout: float) -> RunResult:
-    """The run's result, for a run that must end without a failed workflow task or a retried
-    activity: fails as soon as it shows either (it could then only end by the timeout)."""
+    """The run's result, for a run that must end in one go.
+
+    That is, without a failed workflow task or a retried activity. Fails as soon as it shows
+    either (it could then only end by the timeout)."""
     result = asyncio.ensure_future(run_result(handle))
     try:
         async with asyncio.timeout(timeout):
@@ -62,9 +67,10 @@ async def ended_in_one_go(handle: WorkflowHandle[Any, Any], timeout: float) -> R
 
 async def signal_handled(handle: WorkflowHandle[Any, Any], name: str,
                          timeout: float = 60) -> None:
-    """Waits until a workflow task that started after the run's latest ``name`` signal
-    completed: by then the run's handler has seen the signal, or the worker dropped it. A
-    workflow task that failed on it instead is an AssertionError at once."""
+    """Waits until a workflow task that started after the run's latest ``name`` signal completed.
+
+    By then the run's handler has seen the signal, or the worker dropped it. A workflow task that
+    failed on it instead is an AssertionError at once."""
     async with asyncio.timeout(timeout):
         while True:
             signaled, done, failed = 0, [], []

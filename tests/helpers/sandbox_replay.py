@@ -71,8 +71,10 @@ def shape_id(s: Shape) -> str:
 
 
 def claim(claims: Path | None, ids: list[str]) -> set[str]:
-    """Which of ``ids`` this process replays: those no other process has claimed in
-    ``claims`` (one id a line, appended under an exclusive lock). All of them without a file."""
+    """Which of ``ids`` this process replays: those no other process has claimed in ``claims``.
+
+    ``claims`` holds one id a line, appended under an exclusive lock. Without a file, all of
+    them."""
     if claims is None:
         return set(ids)
     with claims.open("a+") as f:
@@ -87,8 +89,9 @@ def claim(claims: Path | None, ids: list[str]) -> set[str]:
 
 async def replay_in_sandbox(client: Client, claims: Path | None = None
                             ) -> tuple[int, int, list[str]]:
-    """(runs found, runs replayed: one of each shape not in ``claims``, one line per replayed
-    run that failed)."""
+    """Replays one run of each shape not in ``claims``.
+
+    Returns (runs found, runs replayed, one line per replayed run that failed)."""
     names = [_Definition.must_from_class(w).name for w in worker.WORKFLOWS]
     runs = client.list_workflows(" OR ".join(f"WorkflowType = '{n}'" for n in names))
     found = 0

@@ -1,6 +1,7 @@
-"""The staging server for the target tests: one server with all four targets for the session,
-reset before every test that uses it, and its control endpoints driven over HTTP as an
-operator would.
+"""The staging server for the target tests: one server with all four targets.
+
+It serves the whole session, reset before every test that uses it, and its control endpoints driven
+over HTTP as an operator would.
 
 Registered as a pytest plugin in ``conftest.py``, so test modules take the fixtures by name
 and import only the helper functions.
@@ -30,8 +31,9 @@ T = TypeVar("T", bound=Target)
 
 @pytest.fixture(scope="session")
 def staging_server() -> Iterator[StagingServer]:
-    """The one staging server of the session (Drive, Gmail, Graph, Stripe), as it is: use
-    ``server`` for a reset one."""
+    """The one staging server of the session (Drive, Gmail, Graph, Stripe), as it is.
+
+    Use ``server`` for a reset one."""
     with StagingServer(build_staging()) as s:
         yield s
 
@@ -43,9 +45,10 @@ LEFT_IN_FLIGHT_S = 20.0
 
 @pytest.fixture
 def server(staging_server: StagingServer) -> StagingServer:
-    """The staging server with no files, messages, payments, faults or extra tokens, and no
-    write of an earlier test still held: one that landed after the reset would be this test's
-    effect (a mail sent twice that was sent once)."""
+    """The staging server with no files, messages, payments, faults or extra tokens.
+
+    No write of an earlier test is still held: one that landed after the reset would be this
+    test's effect (a mail sent twice that was sent once)."""
     staging = staging_server.staging
     deadline = time.monotonic() + LEFT_IN_FLIGHT_S
     while (held := staging.in_flight()) and time.monotonic() < deadline:

@@ -52,12 +52,12 @@ def persist(store: JournalStore, specs: Registry, steps: list[dict[str, Any]],
 
 
 def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) -> None:
-    """Waits until a killed attempt is presumed dead, as a worker's retry would find it: no
-    open intent's attempt lease is fresh, on the database's clock and on this process's own
-    (tidemark.sightings: this process has seen each open intent unchanged for its lease's
-    whole length, so a take-over by this process that follows need not wait). Without
-    ``leases`` there is nothing to wait for (an attempt holds no session state: ownership is
-    the lease, StepSession).
+    """Waits until a killed attempt is presumed dead, as a worker's retry would find it.
+
+    That is, no open intent's attempt lease is fresh, on the database's clock and on this process's
+    own (tidemark.sightings: this process has seen each open intent unchanged for its lease's whole
+    length, so a take-over by this process that follows need not wait). Without ``leases`` there is
+    nothing to wait for (an attempt holds no session state: ownership is the lease, StepSession).
 
     A SIGKILLed attempt's lease lapses once the action's deadline_s + horizon_s (written before
     the call) or the last renewal's LEASE_S have passed, whichever is later: about a second for
@@ -86,8 +86,10 @@ def wait_unlocked(db_url: str, timeout: float = 10.0, *, leases: bool = True) ->
 
 
 def cut_sessions(db_url: str) -> int:
-    """Terminates every other session of the database (pooled connections, lease keepers), as
-    a Postgres restart, a failover or a network cut does to a worker; returns how many.
+    """Terminates every other session of the database, and returns how many.
+
+    The sessions are pooled connections and lease keepers. This is what a Postgres restart, a
+    failover or a network cut does to a worker.
 
     Each termination is waited for (up to 5 s): when this returns the sessions are gone, as
     after a restart. Without the wait a pooled connection could still look idle and alive to
@@ -105,9 +107,10 @@ T = TypeVar("T")
 
 
 class Attempts(Generic[T]):
-    """``run(item)`` for every item at once, each in a thread of its own (attempts racing or
-    waiting side by side in one process), started on construction. What each returned or
-    raised is kept by item: ``results`` and ``errors``."""
+    """Runs ``run(item)`` for every item at once, each in a thread of its own.
+
+    The threads are attempts racing or waiting side by side in one process. They start on
+    construction. What each returned or raised is kept by item: ``results`` and ``errors``."""
 
     def __init__(self, run: Callable[[T], Any], items: Iterable[T]) -> None:
         self.results: dict[T, Any] = {}
@@ -130,8 +133,9 @@ class Attempts(Generic[T]):
             self.results[item] = result
 
     def join(self, timeout: float = 30.0) -> dict[T, BaseException]:
-        """Waits for every attempt, ``timeout`` seconds in all; returns the errors. An attempt
-        still running then fails the test: its outcome would otherwise go unchecked."""
+        """Waits for every attempt, ``timeout`` seconds in all; returns the errors.
+
+        An attempt still running then fails the test: its outcome would otherwise go unchecked."""
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -146,17 +150,19 @@ RUN_ONE = str(Path(__file__).parent / "run_one.py")
 
 
 def run_one(db_url: str, task_id: str, step: int, **env: str) -> subprocess.Popen[str]:
-    """Starts tests/helpers/run_one.py on one step in a process of its own, with ``env``
-    added (e.g. TIDEMARK_CRASH_AT to make it SIGKILL itself at a crash point)."""
+    """Starts tests/helpers/run_one.py on one step in a process of its own.
+
+    ``env`` is added, e.g. TIDEMARK_CRASH_AT to make it SIGKILL itself at a crash point."""
     return subprocess.Popen([sys.executable, RUN_ONE, db_url, task_id, str(step)],
                             env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
 def crash_at(db_url: str, task_id: str, step: int, point: str) -> None:
-    """Runs ``step`` in a process of its own that SIGKILLs itself at crash point ``point``;
-    fails unless the process was in fact killed there (a point never reached proves nothing),
-    then waits until its lock and lease are gone, as a later worker would find them."""
+    """Runs ``step`` in a process that SIGKILLs itself at crash point ``point``.
+
+    It fails unless the process was in fact killed there (a point never reached proves nothing).
+    Then it waits until its lock and lease are gone, as a later worker would find them."""
     proc = run_one(db_url, task_id, step, TIDEMARK_CRASH_AT=f"{point}:{step}")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL, (

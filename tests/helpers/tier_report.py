@@ -1,5 +1,7 @@
-"""A pytest plugin for tests/test_tiers.py: writes every collected test's tier markers as JSON
-to the file named by TIDEMARK_TIER_REPORT (``-p helpers.tier_report``)."""
+"""A pytest plugin for tests/test_tiers.py that writes every test's tier markers as JSON.
+
+The file is named by TIDEMARK_TIER_REPORT (``-p helpers.tier_report``). Every collected test is
+written."""
 
 from __future__ import annotations
 

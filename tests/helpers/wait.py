@@ -7,8 +7,10 @@ from typing import Any
 
 def assert_eventually(check: Callable[[], Any], timeout: float = 10.0,
                       interval: float = 0.05) -> Any:
-    """Calls ``check`` until it returns a truthy value, which is returned. An AssertionError
-    inside ``check`` counts as "not yet"; the last one is raised at the timeout."""
+    """Calls ``check`` until it returns a truthy value, which is returned.
+
+    An AssertionError inside ``check`` counts as "not yet"; the last one is raised at the
+    timeout."""
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -1,8 +1,9 @@
-"""Six tasks in the states the person on call meets, reached by real runs: a completed one, a
-halted one, one awaiting approval, one that needs a decision (its irreversible step in doubt, the
-probe blind), a killed one (`tidemark kill` while it waited) and an unwound one (`tidemark
-unwind` while it waited). tests/test_worklist.py checks the Web UI's worklist query against them;
-dev/screenshots.py photographs them.
+"""Six tasks in the states the person on call meets, reached by real runs.
+
+They are a completed one, a halted one, one awaiting approval, one that needs a decision (its
+irreversible step in doubt, the probe blind), a killed one (`tidemark kill` while it waited) and an
+unwound one (`tidemark unwind` while it waited). tests/test_worklist.py checks the Web UI's worklist
+query against them; dev/screenshots.py photographs them.
 
 Each task renames two files (reversible) and writes a ledger line (irreversible, the test action
 ``ledger.record`` of tests/helpers/ledger.py): the worker must be tests/helpers/worker_main.py.
@@ -101,8 +102,9 @@ async def _cli(*args: str) -> None:
 
 async def make_tasks(client: Client, store: JournalStore, task_queue: str,
                      root: Path, prefix: str = "wl") -> dict[str, str]:
-    """Brings one task to each state of NEEDS_A_PERSON (``resumed``: halted, resumed, approved
-    and completed); returns their ids by state. A worker
+    """Brings one task to each state of NEEDS_A_PERSON; returns their ids by state.
+
+    ``resumed`` is halted, resumed, approved and completed. A worker
     (tests/helpers/worker_main.py) must poll ``task_queue``."""
     address = client.service_client.config.target_host
     ids = {state: f"{prefix}-{state.replace('_', '-')}-{uuid.uuid4().hex[:6]}"

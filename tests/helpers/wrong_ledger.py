@@ -8,9 +8,10 @@ from tidemark.actions import ProbeResult, StepContext
 
 
 class ByReference(PostInvoice):
-    """The essay's Drive mistake, on the ledger: the probe matches an invoice on what it is
-    called (customer and reference), not on who posted it, so another invoice of the same name
-    (a second instalment, a clerk's entry) passes for ours."""
+    """The essay's Drive mistake, on the ledger: the probe matches an invoice by its name.
+
+    It matches on what the invoice is called (customer and reference), not on who posted it. So
+    another invoice of the same name (a second instalment, a clerk's entry) passes for ours."""
 
     def probe(self, ctx: StepContext) -> ProbeResult:
         found = [i for i in self.reader.invoices(customer=ctx.args["customer"],
