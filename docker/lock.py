@@ -1,8 +1,9 @@
-"""Writes requirements.lock, what the worker and staging images install: every package that
-`pip install '.[all,staging]'` would install (every provider's client library, docs/install.md,
-and the staging servers'), pinned, each with the sha256 of the file pip resolved,
-plus setuptools, the build backend that then installs the project itself with no network and no
-dependency resolution (`pip install --no-deps --no-build-isolation .`).
+"""Writes requirements.lock, what the worker and staging images install.
+
+Every package that `pip install '.[all,staging]'` would install (every provider's client
+library, docs/install.md, and the staging servers'), pinned, each with the sha256 of the file
+pip resolved, plus setuptools, the build backend that then installs the project itself with
+no network and no dependency resolution (`pip install --no-deps --no-build-isolation .`).
 
     python docker/lock.py            from the repository root; rewrites requirements.lock
 

@@ -103,8 +103,10 @@ def defined_errors() -> list[type[BaseException]]:
 
 
 def drawn_tree(doc: str) -> dict[str, str | None]:
-    """Class name -> its parent's name, as the module docstring draws the hierarchy: one class
-    a line, four more spaces for each level down, a family's line ending in what it means."""
+    """Each class's parent, as the module docstring draws the hierarchy.
+
+    Class name -> its parent's name: one class a line, four more spaces for each level down, a
+    family's line ending in what it means."""
     lines = doc.splitlines()
     first = lines.index("    TidemarkError")
     parents: dict[str, str | None] = {}

@@ -57,7 +57,9 @@ async def test_a_recorded_history_replays_against_the_current_workflows(path: Pa
 
 
 def test_each_activity_is_named_once_by_the_names_the_histories_recorded() -> None:
-    """The activities a worker registers are named by ActivityName, one member each, and the
+    """Each activity is named once, by ActivityName, and the histories recorded only those.
+
+    The activities a worker registers are named by ActivityName, one member each, and the
     recorded histories scheduled no other name: a value changed in tidemark/activity_names.py
     would leave the runs already open waiting for an activity nobody registers."""
     # Imported here: the sandbox re-imports this module for the workflows defined below.

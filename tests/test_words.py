@@ -179,7 +179,9 @@ NOT_WORDS = {("set_control", "scope"), ("set_killed", "scope")}
 
 
 def unworded(*classes: type) -> tuple[list[str], int]:
-    """The parameters of the store's methods (those of ``classes`` defined in tidemark.store)
+    """The store's parameters named like a word but not typed with its enum, and the count.
+
+    The parameters of the store's methods (those of ``classes`` defined in tidemark.store)
     named like a word but not annotated with its enum (``| None`` allowed), and how many
     such parameters were looked at."""
     wrong, seen = [], 0
