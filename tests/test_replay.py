@@ -41,8 +41,7 @@ def test_every_recorded_history_is_indexed_and_the_cases_are_all_there() -> None
     assert on_disk == set(WORKFLOW_IDS)
     stems = {name.split(".")[0] for name in on_disk}
     assert {"run_completed", "run_halted", "run_resumed_in_doubt", "run_continued_as_new",
-            "run_fast", "run_fast_halted", "run_fast_continued_as_new", "run_fast_unbatched",
-            "run_completed_described", "run_fast_described",
+            "run_fast", "run_fast_halted", "run_fast_continued_as_new",
             "run_fast_resumed_in_doubt", "unwind", "run_killed", "unwind_failed",
             "unwind_awaiting_approval"} <= stems
 
