@@ -98,12 +98,11 @@ def test_the_patch_count_sees_every_spelling_of_a_patch() -> None:
 
 @workflow.defn(name="RunPlan")
 class ReorderedRunPlan:
-    """RunPlan as a careless edit could leave it: the step descriptions read before the plan
-    is prepared."""
+    """RunPlan as a careless edit could leave it: a step run before the plan is prepared."""
 
     @workflow.run
     async def run(self, document: Any) -> None:
-        for name in ("describe_steps", "prepare"):
+        for name in ("run_step", "prepare"):
             await workflow.execute_activity(name, document,
                                             start_to_close_timeout=timedelta(seconds=30))
 

@@ -62,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         StepInput,
         StepOutput,
         TaskNeed,
-        WindowInput,
     )
     from tidemark.words import Decision
     from workflows.needs_person import hold, release
@@ -326,10 +325,8 @@ class RunPlan:
         first = prep.next_step
         assert first is not None  # _prepare ended a run with nothing left to do
         last = min(prep.step_count, first + self._window() - 1)
-        # prepare describes the window; a result recorded before it did has no lines, and that
-        # run asked describe_steps (decided by the recorded result, so it replays as it ran)
-        lines = prep.lines if prep.lines is not None else await self._describe(
-            prep.task_id, first, last)
+        lines = prep.lines  # prepare describes the window of a run that goes on
+        assert lines is not None
         reached = await self._run_window(prep, first, last, lines)
         if isinstance(reached, RunResult):
             return reached
@@ -411,14 +408,6 @@ class RunPlan:
             return self._end(FAILED) if prep.failed else await self._complete(
                 prep.task_id, prep.step_count)
         return prep
-
-    async def _describe(self, task_id: str, first: int, last: int) -> list[str]:
-        """One line per step of the window, for the Web UI's details and activity summaries."""
-        lines: list[str] = await workflow.execute_activity(
-            "describe_steps", WindowInput(task_id, first, last), result_type=list[str],
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
-            summary=f"describe steps {first}-{last}")
-        return lines
 
     async def _run_window(self, prep: Prepared, first: int, last: int,
                           lines: list[str]) -> RunResult | int:
