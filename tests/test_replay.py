@@ -60,8 +60,9 @@ async def test_a_recorded_history_replays_against_the_current_workflows(path: Pa
 
 
 def patch_calls(source: str) -> list[str]:
-    """The name each workflow.patched or workflow.deprecate_patch call of ``source`` passes: the
-    string itself, or the module constant that holds it (its name when it holds none)."""
+    """The patch name of each workflow.patched or deprecate_patch call in ``source``.
+
+    A name is the string passed, or the module constant's string (its name if it holds none)."""
     tree = ast.parse(source)
     constants = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)

@@ -121,10 +121,11 @@ class UnwindPlan:
             dataclasses.asdict(result), type=failure_type(result.state), non_retryable=True)
 
     async def _hold(self, result: UnwindResult, need: Need) -> None:
-        """Opens the task's worklist row for an unwind that did not finish. The row says what
-        the journal says the task needs, as `tidemark inbox` does (a step in doubt asks for
-        its resolution before any unwind can go on); where the journal reads nothing to ask
-        for, the unwind's own word stands."""
+        """Opens the task's worklist row for an unwind that did not finish.
+
+        The row says what the journal says the task needs, as `tidemark inbox` does (a step in
+        doubt asks for its resolution before any unwind can go on); where the journal reads
+        nothing to ask for, the unwind's own word stands."""
         state, said = result.state, unwind_sentence(result)
         with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
             word: TaskNeed = await workflow.execute_activity(
@@ -162,10 +163,11 @@ class UnwindPlan:
         return result
 
     def _unfinished(self) -> dict[str, Any]:
-        """What end_unwind journals of an unwind that leaves its task waiting for its unwind
-        (``unfinished``: its end state, error, the steps it put back and those refused), so
-        that `tidemark inbox` and `status` read the task as its row does; an empty detail for
-        any other end."""
+        """What end_unwind journals of an unwind that leaves its task to be unwound again.
+
+        ``unfinished`` holds its end state, error, the steps it put back and those refused, so
+        that `tidemark inbox` and `status` read the task as its row does; any other end
+        journals an empty detail."""
         r = self._result
         if not r.task_id or self._need() != Need.UNWIND:
             return {}
