@@ -58,7 +58,6 @@ from tidemark.payloads import (
     UndoOutput,
     UnwindPlanned,
     UnwoundInput,
-    WindowInput,
 )
 from tidemark.plan import Step, load_plan
 from tidemark.run_step import (
@@ -237,13 +236,6 @@ class StepActivities:
                 info.workflow_id or "a run", run_id=info.workflow_run_id)
             raise
 
-    @activity.defn(name=ActivityName.DESCRIBE_STEPS)
-    def describe_steps(self, inp: WindowInput) -> list[str]:
-        """One readable line per step in [first, last], for activity summaries.
-
-        Runs whose prepare gave no lines ask for them here (those recorded before it gave them)."""
-        return self._lines(inp.task_id, inp.first, inp.last)
-
     def _lines(self, task_id: str, first: int, last: int) -> list[str]:
         return [self._describe(s) for s in self.store.load_window(task_id, first, last)]
 
@@ -408,7 +400,7 @@ class StepActivities:
             raise _as_application_error(e) from e
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare, self.describe_steps, self.run_step, self.run_steps,
+        return [self.prepare, self.run_step, self.run_steps,
                 self.record_halt, self.record_run_end, self.task_need, self.plan_unwind,
                 self.unwind_step, self.record_unwound, self.end_unwind]
 

@@ -15,7 +15,6 @@ class ActivityName(StrEnum):
 
     # RunPlan's steps (activities/steps.py)
     PREPARE = "prepare"
-    DESCRIBE_STEPS = "describe_steps"
     RUN_STEP = "run_step"
     RUN_STEPS = "run_steps"  # the fast path: a batch of steps in one activity
     RECORD_HALT = "record_halt"

@@ -49,7 +49,7 @@ class PrepareInput:
     # only a ScheduledRun may take a task id of the scheduled namespace (``sched-<S>-…``).
     parent_workflow_id: str | None = None
     # The most steps the run takes from its next step: Prepared.lines describes them, so that
-    # the run needs no activity of its own for that (0: no lines, as before the field existed).
+    # the run needs no activity of its own for that (0: no lines).
     window: int = 0
 
 
@@ -66,8 +66,7 @@ class Prepared:
     first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
     unwound: bool = False  # the task was unwound: it never runs forward again
     # One line per step of the run's window (PrepareInput.window), for the Web UI's details and
-    # activity summaries. None when the run was not asked for them or goes no further, and in
-    # every result recorded before the field existed: such a run asks describe_steps instead.
+    # activity summaries. None when the run was not asked for them or goes no further.
     lines: list[str] | None = None
 
 
@@ -126,13 +125,6 @@ class StepBatchOutput:
     skipped: int = 0
     failed: int | None = None  # the step whose target refused it (its outcome is ``failed``)
     error: StepError | None = None  # the next step's error, when it raised one
-
-
-@dataclass
-class WindowInput:
-    task_id: str
-    first: int
-    last: int
 
 
 @dataclass

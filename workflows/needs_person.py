@@ -34,11 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.shared import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT, NEEDS, STATE, TASK_ID
 
 # A row reads the journal once it is open (the task_need activity): a task settled in the
-# moment before the row existed closes it. Rows from before this read nothing
-# (workflow.patched).
-CHECKS_AT_OPEN = "row-checks-at-open"
-# The check is worth a few attempts, not a row that waits on Postgres: if the journal cannot
-# be read, the row stands as its run opened it.
+# moment before the row existed closes it. The check is worth a few attempts, not a row that
+# waits on Postgres: if the journal cannot be read, the row stands as its run opened it.
 CHECK_RETRY = RetryPolicy(initial_interval=BOOKKEEPING_RETRY.initial_interval,
                           backoff_coefficient=2.0, maximum_attempts=5)
 
@@ -80,8 +77,7 @@ class NeedsPerson:
     @workflow.run
     async def run(self, need: dict[str, Any]) -> str:
         self._show(need)
-        if workflow.patched(CHECKS_AT_OPEN):
-            await self._check(str(need.get("task_id", "")))
+        await self._check(str(need.get("task_id", "")))
         await workflow.wait_condition(lambda: self._settled is not None)
         workflow.upsert_search_attributes([NEEDS.value_set(Need.NOTHING)])
         return f"settled: {self._settled}"
@@ -110,9 +106,6 @@ class NeedsPerson:
         workflow.set_current_details(str(need.get("sentence", "")))
 
 
-# A run releases its task's holder when it starts and starts one when it ends needing a person
-# under workflows.shared.NEEDS_PATCH, as it upserts TidemarkNeeds: histories from before it
-# issue neither command (workflow.patched).
 # A start that meets a holder closing at that moment tries again this many times.
 HOLD_ATTEMPTS = 3
 

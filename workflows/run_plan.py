@@ -63,7 +63,6 @@ with workflow.unsafe.imports_passed_through():
         StepInput,
         StepOutput,
         TaskNeed,
-        WindowInput,
     )
     from tidemark.words import Decision
     from workflows.needs_person import hold, release
@@ -76,7 +75,6 @@ with workflow.unsafe.imports_passed_through():
         GATE_PER_STEP,
         KILL_WAIT,
         NEEDS,
-        NEEDS_PATCH,
         NO_INPUT,
         STATE,
         STEP_HEARTBEAT,
@@ -111,45 +109,6 @@ FAST_BATCH_BUDGET = timedelta(milliseconds=150)
 # of the workflow task timeout (8 s by default), and forcing a workflow task between local
 # activities costs a timer (about 1 s on the dev server: timers fire at a second's
 # granularity) or an activity (more than the local activity saved). See docs/benchmarks.md.
-# Runs started before batches existed ran one local activity per step; their histories replay
-# that way (workflow.patched), new runs batch.
-BATCHED_FAST_PATH = "fast-path-batches"
-# Runs from before batches (one local activity per step): a step that fails is retried inside
-# the worker while the backoff is at most this long; a longer backoff becomes a durable timer.
-FAST_LOCAL_RETRY_THRESHOLD = timedelta(seconds=2)
-# A new run sends the release of its task's worklist row and goes on to its first step; the
-# run waits for the signal's result only at its end, before anything it opens there. Runs from
-# before waited for it at once, a workflow task of its own (workflow.patched).
-RELEASE_UNAWAITED = "tidemark-release-unawaited"
-# A run told that its task's unwind began (the ``unwinding`` signal) opens no worklist row at
-# its end: the unwind owns the task's row from then on. Runs from before opened one when they
-# ended needing a person (workflow.patched).
-UNWIND_OWNS_ROW = "unwind-owns-the-row"
-# A run whose prepare journaled its beginning journals its end when it ends other than
-# completed (record_run_end), before it opens a worklist row: from the journal alone, `tidemark
-# inbox` and `status` then tell a task nothing runs (its stop released since, say) from one
-# whose run goes on between steps. The row it opens then says what the journal says the task
-# needs (tidemark.waiting), as the inbox does. Runs from before journaled neither, and opened
-# their row in their own words (workflow.patched).
-RUN_END_JOURNALED = "run-end-journaled"
-
-# A run waiting for approval that reads a stop (`tidemark stop` sends it ``recheck``) waits on,
-# saying it is stopped, and asks for the approval again once released; a run that arrives at the
-# boundary stopped ends ``stopped``. Runs from before ended on any stop they read there
-# (workflow.patched).
-WAITS_UNDER_STOP = "waits-under-stop"
-
-# A run whose steps are all done verifies, before it says completed, the steps it can check
-# cheaply (the last step of each target the plan set more than once: verify_end,
-# tidemark/boundary.py): a mismatch ends it verification_failed. Runs from before completed at
-# once (workflow.patched).
-VERIFIED_END = "wire-verified-end"
-
-# A run refused before it read a plan (its input is not an object, cannot be decoded, or asks
-# for an unknown execution mode) opens no worklist row: it names no task, only its workflow id
-# does, and a row under that id would speak for a task the journal may hold and know better.
-# Runs from before opened one for the task the workflow id names (workflow.patched).
-UNREAD_OPENS_NO_ROW = "input-unread-opens-no-row"
 
 
 @workflow.defn(name="RunPlan")
@@ -161,42 +120,22 @@ class RunPlan:
         self._current: int | None = None
         self._approval_news = False
         self._fast = False
-        self._batched = False
         self._killed: dict[str, Any] | None = None
         self._unwinding: str | None = None
-        self._needs_patched: bool | None = None
         self._releasing: asyncio.Task[None] | None = None
         self._began = False  # prepare returned: it journaled this run's beginning
         self._unread = False  # refused before it read a plan: it opens no worklist row
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
 
-    def _holds(self) -> bool:
-        """Whether this run keeps its task's worklist row (workflows/needs_person.py).
-
-        Every run under NEEDS_PATCH does; a history from before it issues neither command."""
-        if self._needs_patched is None:
-            self._needs_patched = workflow.patched(NEEDS_PATCH)
-        return self._needs_patched
-
     async def _released(self) -> None:
         """Waits for the answer to the worklist release this run sent at its start.
 
-        The release was sent without waiting (RELEASE_UNAWAITED). The wait comes before the run
-        opens a row or closes. A row it opens (hold) must reach the holder after the release,
-        not cross it on the way, and Temporal drops a signal whose run closed before it was
-        sent. Runs that awaited the release at once, and continue-as-new hops, which send none,
-        have nothing to wait for."""
+        A new run sends the release of its task's worklist row and goes on to its first step
+        without waiting; it waits here, before it opens a row or closes: a row it opens (hold)
+        must reach the holder after the release, not cross it on the way, and Temporal drops a
+        signal whose run closed before it was sent. A continue-as-new hop sends none."""
         if self._releasing is not None:
             await self._releasing
-
-    def _needs(self, need: Need) -> list[Any]:
-        """The TidemarkNeeds update to upsert with the state, under NEEDS_PATCH.
-
-        A history from before NEEDS_PATCH upserts the state alone. Decided once per run, at its
-        first upsert, so that a run never mixes the two."""
-        if self._needs_patched is None:
-            self._needs_patched = workflow.patched(NEEDS_PATCH)
-        return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
     def kill(self, note: RawValue = NO_INPUT) -> None:
@@ -211,7 +150,7 @@ class RunPlan:
             return
         self._killed = dict(signal_note(note, "kill signal"))
         self._result.state = KILLED
-        workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
+        workflow.upsert_search_attributes([STATE.value_set(KILLED), NEEDS.value_set(Need.KILLED)])
         said = f"by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}"
         workflow.set_current_details(
             sentence(self._result.task_id, KILLED, {"message": f"killed {said}"})
@@ -338,8 +277,11 @@ class RunPlan:
         state, need = result.state, need_of(result.state, result.error)
         said = sentence(result.task_id, result.state, result.error,
                         f"{result.confirmed}/{result.steps} steps confirmed")
-        journaled = self._began and result.state != COMPLETED and \
-            workflow.patched(RUN_END_JOURNALED)
+        # A run whose prepare journaled its beginning journals its end when it ends other
+        # than completed (record_run_end), before it opens a worklist row: from the journal
+        # alone, `tidemark inbox` and `status` then tell a task nothing runs (its stop
+        # released since, say) from one whose run goes on between steps.
+        journaled = self._began and result.state != COMPLETED
         if journaled and self._killed is None:
             word = await self._journal_end(result)
             # The row says what the journal says, as `tidemark inbox` and `status` do: a
@@ -348,15 +290,16 @@ class RunPlan:
             # still under its lease) does the run's own word stand.
             if word.need != Need.NOTHING or word.settled:
                 state, need, said = word.state, Need(word.need), word.sentence
-        if need != Need.NOTHING and self._unwinding is not None and \
-                workflow.patched(UNWIND_OWNS_ROW):
+        if need != Need.NOTHING and self._unwinding is not None:
             # Its task's unwind began while it ran (UnwindPlan told it before it released the
             # row): whatever ended the run, the unwind says what the task needs, in the row
             # it opens if it does not finish. Once the unwind ended, the journal's word is the
             # unwind's too; while it still works, the run's word (stopped) would be wrong.
             need = Need.NOTHING
-        if need != Need.NOTHING and result.task_id and self._holds() and not (
-                self._unread and workflow.patched(UNREAD_OPENS_NO_ROW)):
+        # A run refused before it read a plan opens no row: it names no task, only its
+        # workflow id does, and a row under that id would speak for a task the journal may
+        # hold and know better.
+        if need != Need.NOTHING and result.task_id and not self._unread:
             await hold(result.task_id, state, need, said)
         if self._killed is not None:
             # Ended by `tidemark kill`, which terminates the run as soon as it took the kill
@@ -398,10 +341,8 @@ class RunPlan:
         first = prep.next_step
         assert first is not None  # _prepare ended a run with nothing left to do
         last = min(prep.step_count, first + self._window() - 1)
-        # prepare describes the window; a result recorded before it did has no lines, and that
-        # run asked describe_steps (decided by the recorded result, so it replays as it ran)
-        lines = prep.lines if prep.lines is not None else await self._describe(
-            prep.task_id, first, last)
+        lines = prep.lines  # prepare describes the window of a run that goes on
+        assert lines is not None
         reached = await self._run_window(prep, first, last, lines)
         if isinstance(reached, RunResult):
             return reached
@@ -470,14 +411,11 @@ class RunPlan:
         r.resolved_by_probe = carried.get("resolved_by_probe", 0)
         r.skipped = carried.get("skipped", 0)
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
-            KILLED if self._killed is not None else RUNNING), *self._needs(
+            KILLED if self._killed is not None else RUNNING), NEEDS.value_set(
             Need.KILLED if self._killed is not None else Need.NOTHING)])
-        if not hop and self._holds():  # a new run of the task: its worklist row, if any, closes
-            releasing = release(prep.task_id, workflow.info().workflow_id)
-            if workflow.patched(RELEASE_UNAWAITED):
-                self._releasing = asyncio.create_task(releasing)
-            else:
-                await releasing
+        if not hop:  # a new run of the task: its worklist row, if any, closes (_released)
+            self._releasing = asyncio.create_task(
+                release(prep.task_id, workflow.info().workflow_id))
         if prep.unwound:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "
@@ -491,24 +429,12 @@ class RunPlan:
                 prep.task_id, prep.step_count)
         return prep
 
-    async def _describe(self, task_id: str, first: int, last: int) -> list[str]:
-        """One line per step of the window, for the Web UI's details and activity summaries."""
-        lines: list[str] = await workflow.execute_activity(
-            ActivityName.DESCRIBE_STEPS, WindowInput(task_id, first, last), result_type=list[str],
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
-            summary=f"describe steps {first}-{last}")
-        return lines
-
     async def _run_window(self, prep: Prepared, first: int, last: int,
                           lines: list[str]) -> RunResult | int:
-        """Runs steps ``first``..``last``.
+        """Runs steps ``first``..``last``, and returns the run's end or the last step done.
 
-        On the fast path they run in batches (runs from before batches: one local activity per
-        step, replay as they ran), else one activity per step. Returns the run's end, or the
-        last step it completed."""
+        On the fast path the steps run in batches, else one activity per step."""
         if self._fast:
-            self._batched = workflow.patched(BATCHED_FAST_PATH)
-        if self._batched:
             return await self._run_batches(prep, first, last, lines)
         for step in range(first, last + 1):
             ended_at = await self._run_one(prep, step, lines[step - first])
@@ -537,8 +463,10 @@ class RunPlan:
             f"**step {step}/{prep.step_count}** {line}\n\n"
             f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
             "resolved by probe in this run")
-        attempt = self._start_step(StepInput(prep.task_id, step),
-                                   f"{step}/{prep.step_count} {line}"[:400])
+        attempt = workflow.start_activity(
+            ActivityName.RUN_STEP, StepInput(prep.task_id, step), result_type=StepOutput,
+            start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
+            retry_policy=STEP_RETRY, summary=f"{step}/{prep.step_count} {line}"[:400])
         # A halt that arrives while the step runs is written at once: the attempt under
         # way finishes, but a step that keeps failing (its target is down) meets the stop
         # state at its next attempt instead of retrying until the target is back.
@@ -583,12 +511,11 @@ class RunPlan:
         return await self._complete(prep.task_id, prep.step_count)
 
     async def _complete(self, task_id: str, count: int) -> RunResult:
-        """Every step is done: the run completes once the end verification holds.
+        """Every step is done: the run completes once the verification at the end holds.
 
-        That is VERIFIED_END. The run ends verification_failed, never completed, when a target
-        shows an earlier step's state."""
-        if not workflow.patched(VERIFIED_END):
-            return self._end(COMPLETED)
+        It verifies the steps it can check cheaply (the last step of each target the plan set
+        more than once: verify_end, tidemark/boundary.py), and ends verification_failed, never
+        completed, when a target shows an earlier step's state."""
         workflow.set_current_details(f"**verifying** the targets steps 1-{count} set more "
                                      "than once")
         try:
@@ -713,21 +640,6 @@ class RunPlan:
                 self._result.stopped_at = step
         return self._end(state, error)
 
-    def _start_step(self, inp: StepInput, summary: str) -> workflow.ActivityHandle[StepOutput]:
-        """One attempt series of a step.
-
-        An activity task, or for a fast run from before batches a local activity (kept so that
-        such a run replays as it ran)."""
-        if self._fast:
-            return workflow.start_local_activity(
-                ActivityName.RUN_STEP, inp, result_type=StepOutput,
-                start_to_close_timeout=STEP_START_TO_CLOSE, retry_policy=STEP_RETRY,
-                local_retry_threshold=FAST_LOCAL_RETRY_THRESHOLD, summary=summary)
-        return workflow.start_activity(
-            ActivityName.RUN_STEP, inp, result_type=StepOutput,
-            start_to_close_timeout=STEP_START_TO_CLOSE, heartbeat_timeout=STEP_HEARTBEAT,
-            retry_policy=STEP_RETRY, summary=summary)
-
     @staticmethod
     def _parent_id() -> str | None:
         parent = workflow.info().parent
@@ -743,7 +655,10 @@ class RunPlan:
         After a decision arrives the gate runs once more: the world may have changed while
         the run waited, and a gate is never trusted from earlier."""
         self._current = step
-        waited = False  # a stop found after the run waited holds it waiting (WAITS_UNDER_STOP)
+        # A run waiting for approval that reads a stop (`tidemark stop` sends it ``recheck``)
+        # waits on, saying it is stopped, and asks for the approval again once released; a run
+        # that arrives at the boundary stopped ends ``stopped``.
+        waited = False
         while True:
             workflow.set_current_details(f"**verifying** the reversible steps before "
                                          f"irreversible step {step}/{count}")
@@ -773,7 +688,7 @@ class RunPlan:
                     f"{out.decided_by} rejected the irreversible steps; nothing from step "
                     f"{step} on was attempted. Unwind with `tidemark unwind {task_id}`"})
             release = out.release or f"tidemark release {task_id}"
-            if out.stopped is not None and not (waited and workflow.patched(WAITS_UNDER_STOP)):
+            if out.stopped is not None and not waited:
                 return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
                                            f"task is stopped ({out.stopped}); release it with "
                                            f"`{release}`"})
@@ -781,7 +696,7 @@ class RunPlan:
                 if self._result.state != RUNNING:
                     self._result.state = RUNNING
                     workflow.upsert_search_attributes([STATE.value_set(RUNNING),
-                                                       *self._needs(Need.NOTHING)])
+                                                       NEEDS.value_set(Need.NOTHING)])
                 return None
             if out.stopped is not None:
                 # Stopped while it waited (`tidemark stop` told it): it waits on, its
@@ -794,7 +709,7 @@ class RunPlan:
                     "for the approval again, `tidemark unwind "
                     f"{task_id} --yes` puts its reversible steps back.")
                 workflow.upsert_search_attributes([STATE.value_set(STOPPED),
-                                                   *self._needs(Need.STOPPED)])
+                                                   NEEDS.value_set(Need.STOPPED)])
             else:
                 self._ask(task_id, step, count, out)
             ended = await self._wait_for_person(task_id, step)
@@ -823,7 +738,7 @@ class RunPlan:
             + (f"\n- … and {more} more irreversible steps (`tidemark status {task_id}` lists "
                "every one)" if more else ""))
         workflow.upsert_search_attributes([STATE.value_set(AWAITING_APPROVAL),
-                                           *self._needs(Need.APPROVAL)])
+                                           NEEDS.value_set(Need.APPROVAL)])
 
     async def _wait_for_person(self, task_id: str, step: int) -> RunResult | None:
         """Waits at the boundary for news.
@@ -894,7 +809,7 @@ class RunPlan:
             + f"\n\n**{state}**: {r.confirmed}/{r.steps} steps confirmed"
             + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""))
         workflow.upsert_search_attributes([STATE.value_set(state),
-                                           *self._needs(need_of(state, error))])
+                                           NEEDS.value_set(need_of(state, error))])
         return self._result
 
 

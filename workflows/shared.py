@@ -26,10 +26,6 @@ NEEDS = SearchAttributeKey.for_keyword(NEEDS_ATTRIBUTE)
 # benches' dev servers, tools/stack/devstack.py, docker/temporal-setup.sh), or the upsert fails the
 # workflow task.
 SEARCH_ATTRIBUTES = [TASK_ID, STATE, NEEDS]
-# The patch under which a run keeps TidemarkNeeds up to date and its task's worklist row
-# (workflows/needs_person.py): histories from before it upsert TidemarkTaskId and TidemarkState
-# only, and start and signal no NeedsPerson (workflow.patched).
-NEEDS_PATCH = "tidemark-needs"
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
 STEP_START_TO_CLOSE = timedelta(minutes=5)
@@ -94,8 +90,8 @@ def end_state_of(e: ActivityError | ApplicationError,
 
     Any other failure (a bug) is re-raised, which fails the workflow task visibly in the Web UI.
 
-    An activity's failure arrives as an ActivityError around our ApplicationError; a local
-    activity's (the fast path) as the ApplicationError itself."""
+    An activity's failure arrives as an ActivityError around our ApplicationError; a step's
+    error that a batch reports (the fast path) as the ApplicationError itself."""
     cause = e.cause if isinstance(e, ActivityError) else e
     if not isinstance(cause, ApplicationError) or cause.type not in END_STATES:
         raise e

@@ -53,7 +53,6 @@ with workflow.unsafe.imports_passed_through():
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,
         NEEDS,
-        NEEDS_PATCH,
         NO_INPUT,
         STATE,
         STEP_HEARTBEAT,
@@ -65,34 +64,9 @@ with workflow.unsafe.imports_passed_through():
         signal_note,
     )
 
-# The patch that revokes the undo grants when an unwind ends (workflow.patched).
-UNDO_GRANTS = "undo-grants"
 # The candidates are listed again after each pass; a pass finds new ones only when an intent
 # landed while the previous one ran, so a few passes are plenty.
 MAX_PASSES = 5
-# Runs started before an unwind that did not unwind ended Failed completed with that state in
-# their result; they replay that way.
-UNWIND_ENDS_FAILED = "unwind-ends-failed"
-# The patch that tells the task's run, once the task is found stopped, that its unwind began:
-# a run waiting for a person at the boundary ends then. Histories from before it send nothing.
-CLOSE_WAITING_RUN = "close-waiting-run"
-# The patch under which an unwind that ends ``unwound`` releases its task's worklist row once
-# more: a run of the task that ended while the unwind was at work (a start that met the task
-# partly unwound, a step that met the stop) opened it after the release the unwind sent as it
-# began, and an unwound task needs nobody. Histories from before it send one release.
-RELEASE_AT_END = "unwind-releases-at-its-end"
-# The patch under which an unwind that found its task not stopped before it began (it released
-# no row and undid nothing) asks nobody for anything: the task is as the unwind found it.
-# Histories from before it said the task needs its unwind, and opened a row saying so.
-NOT_BEGUN_ASKS_NOTHING = "unwind-not-begun-asks-nothing"
-# The patch under which an unwind that ends leaving its task to be unwound again journals so
-# (an unwind_unfinished event, written by end_unwind): `tidemark inbox` and `status` read the
-# task as its row does. Histories from before it journal nothing.
-UNFINISHED_JOURNALED = "unwind-unfinished-journaled"
-# The patch under which the row an unwind that did not finish opens says what the journal says
-# the task needs (tidemark.waiting, read by the task_need activity), as `tidemark inbox` does.
-# Histories from before it opened the row in the unwind's own words.
-ROW_FROM_JOURNAL = "unwind-row-from-journal"
 
 
 @workflow.defn(name="UnwindPlan")
@@ -101,22 +75,6 @@ class UnwindPlan:
         self._result = UnwindResult(task_id="", state=RUNNING)
         self._killed: dict[str, Any] | None = None
         self._run_told = False
-        self._needs_patched: bool | None = None
-
-    def _holds(self) -> bool:
-        """Whether this unwind keeps its task's worklist row (workflows/needs_person.py)."""
-        if self._needs_patched is None:
-            self._needs_patched = workflow.patched(NEEDS_PATCH)
-        return self._needs_patched
-
-    def _needs(self, need: Need) -> list[Any]:
-        """The TidemarkNeeds update to upsert with the state, under NEEDS_PATCH.
-
-        A history from before NEEDS_PATCH upserts the state alone. An unwind that does not end
-        ``unwound`` needs a person to finish it (or, killed, to release the task)."""
-        if self._needs_patched is None:
-            self._needs_patched = workflow.patched(NEEDS_PATCH)
-        return [NEEDS.value_set(need)] if self._needs_patched else []
 
     @workflow.signal
     def kill(self, note: RawValue = NO_INPUT) -> None:
@@ -128,7 +86,7 @@ class UnwindPlan:
             return
         self._killed = signal_note(note, "kill signal")
         self._result.state = KILLED
-        workflow.upsert_search_attributes([STATE.value_set(KILLED), *self._needs(Need.KILLED)])
+        workflow.upsert_search_attributes([STATE.value_set(KILLED), NEEDS.value_set(Need.KILLED)])
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -149,14 +107,16 @@ class UnwindPlan:
             read = e
         result = await self._run(read)
         need = self._need()
-        if need != Need.NOTHING and result.task_id and self._holds():
+        if need != Need.NOTHING and result.task_id:
             await self._hold(result, need)
-        elif result.state == UNWOUND and self._run_told and self._holds() and \
-                workflow.patched(RELEASE_AT_END):
+        elif result.state == UNWOUND and self._run_told:
+            # Once more: a run of the task that ended while the unwind was at work (a start
+            # that met the task partly unwound, a step that met the stop) opened its row after
+            # the release the unwind sent as it began, and an unwound task needs nobody.
             await release(result.task_id, workflow.info().workflow_id)
         if self._killed is not None:
             await workflow.sleep(KILL_WAIT)  # `tidemark kill` terminates it meanwhile
-        if result.state == UNWOUND or not workflow.patched(UNWIND_ENDS_FAILED):
+        if result.state == UNWOUND:
             return result
         err = result.error or {}
         raise ApplicationError(
@@ -168,20 +128,18 @@ class UnwindPlan:
         """Opens the task's worklist row for an unwind that did not finish.
 
         The row says what the journal says the task needs, as `tidemark inbox` does (a step in
-        doubt asks for its resolution before any unwind can go on). Where the journal reads
-        nothing to ask for, the unwind's own word stands. Histories from before ROW_FROM_JOURNAL
-        say the unwind's own word."""
+        doubt asks for its resolution before any unwind can go on); where the journal reads
+        nothing to ask for, the unwind's own word stands."""
         state, said = result.state, unwind_sentence(result)
-        if workflow.patched(ROW_FROM_JOURNAL):
-            with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
-                word: TaskNeed = await workflow.execute_activity(
-                    ActivityName.TASK_NEED, result.task_id, result_type=TaskNeed,
-                    start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
-                    summary="read what the task needs now")
-                if word.need != Need.NOTHING:
-                    state, need, said = word.state, Need(word.need), word.sentence
-                elif word.settled:
-                    return
+        with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
+            word: TaskNeed = await workflow.execute_activity(
+                ActivityName.TASK_NEED, result.task_id, result_type=TaskNeed,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+                summary="read what the task needs now")
+            if word.need != Need.NOTHING:
+                state, need, said = word.state, Need(word.need), word.sentence
+            elif word.settled:
+                return
         await hold(result.task_id, state, need, said)
 
     async def _run(self, document: Any) -> UnwindResult:
@@ -196,29 +154,27 @@ class UnwindPlan:
             return self._end(FAILED, {"type": "PlanError", "message":
                                       f"task_id: must be {ID_RULE}"})
         result = await self._unwind(task_id)
-        # The compensations' undo grants end with the unwind, however it ended. Histories from
-        # before undo grants existed schedule no such activity.
-        if workflow.patched(UNDO_GRANTS):
-            # If it cannot, they expire on their own (GRANT_TTL_S); the result stands.
-            unfinished = self._unfinished()
-            with contextlib.suppress(ActivityError):
-                await workflow.execute_activity(
-                    ActivityName.END_UNWIND, UnwoundInput(task_id, workflow.info().workflow_id,
-                                                          unfinished),
-                    result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                    retry_policy=BOOKKEEPING_RETRY,
-                    summary=("journal the unfinished unwind, " if unfinished else "")
-                    + "revoke the undo grants")
+        # The compensations' undo grants end with the unwind, however it ended. If it cannot,
+        # they expire on their own (GRANT_TTL_S); the result stands.
+        unfinished = self._unfinished()
+        with contextlib.suppress(ActivityError):
+            await workflow.execute_activity(
+                ActivityName.END_UNWIND,
+                UnwoundInput(task_id, workflow.info().workflow_id, unfinished),
+                result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+                summary=("journal the unfinished unwind, " if unfinished else "")
+                + "revoke the undo grants")
         return result
 
     def _unfinished(self) -> dict[str, Any]:
-        """What end_unwind journals of an unwind that leaves its task waiting for its unwind.
+        """What end_unwind journals of an unwind that leaves its task to be unwound again.
 
-        That is ``unfinished``: its end state, error, the steps it put back and those refused.
-        An empty detail for any other end, and for histories from before UNFINISHED_JOURNALED."""
+        ``unfinished`` holds its end state, error, the steps it put back and those refused, so
+        that `tidemark inbox` and `status` read the task as its row does; any other end
+        journals an empty detail."""
         r = self._result
-        if not r.task_id or self._need() != Need.UNWIND or \
-                not workflow.patched(UNFINISHED_JOURNALED):
+        if not r.task_id or self._need() != Need.UNWIND:
             return {}
         return {"unfinished": {"state": r.state, "error": r.error, "undone": r.undone,
                                "refused": r.refused}}
@@ -239,7 +195,7 @@ class UnwindPlan:
                 return self._end(KILLED)
             workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
                                                STATE.value_set("unwinding"),
-                                               *self._needs(Need.NOTHING)])
+                                               NEEDS.value_set(Need.NOTHING)])
             r.irreversible_done = planned.irreversible_done
             if planned.stopped is None:
                 return self._end(STOPPED, {"type": "NotStopped", "message":
@@ -247,8 +203,8 @@ class UnwindPlan:
             if not self._run_told:  # the task is stopped: the unwind goes ahead
                 self._run_told = True
                 await self._close_waiting_run(task_id)
-                if self._holds():  # the unwind settles the task: its worklist row closes
-                    await release(task_id, workflow.info().workflow_id)
+                # the unwind settles the task: its worklist row closes
+                await release(task_id, workflow.info().workflow_id)
             todo = [(n, line) for n, line in zip(planned.steps, planned.summaries, strict=True)
                     if n not in visited]
             visited.update(n for n, _ in todo)
@@ -283,8 +239,6 @@ class UnwindPlan:
 
         So a run waiting for a person at the boundary ends rather than stays open for a decision
         that can no longer come. No run open (it ended, or never ran here): nothing to tell."""
-        if not workflow.patched(CLOSE_WAITING_RUN):
-            return
         run = workflow.get_external_workflow_handle(f"tidemark-{task_id}")
         with contextlib.suppress(FailureError):
             await run.signal("unwinding", workflow.info().workflow_id)
@@ -332,8 +286,7 @@ class UnwindPlan:
             return Need.NOTHING
         if r.state == KILLED:
             return Need.KILLED
-        if r.error.get("type") == "NotStopped" and not self._run_told and \
-                workflow.patched(NOT_BEGUN_ASKS_NOTHING):  # the SDK keeps its first answer
+        if r.error.get("type") == "NotStopped" and not self._run_told:
             return Need.NOTHING
         return Need.UNWIND
 
@@ -346,7 +299,7 @@ class UnwindPlan:
             state = KILLED
         self._result.state = state
         self._result.error = error or {}
-        workflow.upsert_search_attributes([STATE.value_set(state), *self._needs(self._need())])
+        workflow.upsert_search_attributes([STATE.value_set(state), NEEDS.value_set(self._need())])
         workflow.set_current_details(unwind_sentence(self._result))
         return self._result
 

@@ -210,8 +210,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "it_ran",)),
     Mutant("unwindplan: an unwind that never began says its task needs its unwind",
            "workflows/unwind_plan.py",
-           'if r.error.get("type") == "NotStopped" and not self._run_told and',
-           'if r.error.get("type") == "NotStopped" and False and',
+           'if r.error.get("type") == "NotStopped" and not self._run_told:',
+           'if r.error.get("type") == "NotStopped" and False:',
            ("tests/test_control_matrix.py::test_control_matrix[unwinding-release]",)),
     Mutant("an unwind that did not finish is not journaled", "activities/steps.py",
            'if inp.detail.get("unfinished"):',
@@ -255,10 +255,10 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_control_matrix.py::test_control_matrix[killed-start]")),
     Mutant("unwindplan: the row an unfinished unwind opens says the unwind's word",
            "workflows/unwind_plan.py",
-           "                if word.need != Need.NOTHING:\n"
-           "                    state, need, said = word.state",
-           "                if False:\n"
-           "                    state, need, said = word.state",
+           "            if word.need != Need.NOTHING:\n"
+           "                state, need, said = word.state",
+           "            if False:\n"
+           "                state, need, said = word.state",
            ("tests/test_control_matrix.py::test_control_matrix[in_doubt-unwind]",)),
     Mutant("a person's command leaves the task's row as its run left it", "tools/operate/rows.py",
            "    with open_store(url) as store:\n"
