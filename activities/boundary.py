@@ -13,9 +13,10 @@ from activities.steps import _as_application_error, _heartbeating
 from tidemark.actions import Registry
 from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
-from tidemark.errors import TidemarkError, release_command
+from tidemark.errors import TidemarkError
 from tidemark.grants import GrantBroker
 from tidemark.limits import within
+from tidemark.needs import release_of
 from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
@@ -64,7 +65,7 @@ class BoundaryActivities:
             waiting=len(asked["lines"]) if asked else 0,
             glance=asked["glance"] if asked else None, why=asked["policy"] if asked else None,
             stopped=(stop["reason"] or "stopped") if stop else None,
-            release=release_command(inp.task_id, stop["scope"]) if stop else None)
+            release=release_of(inp.task_id, stop))
 
     @activity.defn(name="verify_end")
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:

@@ -37,10 +37,10 @@ from tidemark.errors import (
     Throttled,
     TidemarkError,
     UnknownTask,
-    release_command,
 )
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
+from tidemark.needs import release_of
 from tidemark.payloads import (
     HaltInput,
     Prepared,
@@ -209,7 +209,7 @@ class StepActivities:
                         next_step=first, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
-                        release=release_command(task_id, stop["scope"]) if stop else None,
+                        release=release_of(task_id, stop),
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None, lines=lines)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
-from tidemark.needs import worklist_query
+from tidemark.needs import Act, command, worklist_query
 from tidemark.settings import Settings
 from tidemark.waiting import Entry, at_stake, entry_of
 from tidemark.words import TaskState
@@ -57,7 +57,7 @@ def _blocked(event: dict[str, Any]) -> Entry:
            f"earlier run(s) {', '.join(d.get('blockers') or [])} of series {series} "
            "not settled")
     return Entry(t, "blocked", event["at"], f"its start was refused before its plan was "
-                 f"stored: {why}", f"tidemark status --series {series}",
+                 f"stored: {why}", command(Act.STATUS, t, scope=f"series:{series}"),
                  fix=f"settle the earlier runs of series {series} (or release it), then start "
                      f"{t} again")
 
@@ -80,7 +80,7 @@ def _refused(event: dict[str, Any]) -> Entry:
     return Entry(t, TaskState.FAILED, event["at"],
                  f"its start ({event['actor']}) was refused before its plan was stored: "
                  f"{err.get('type')}: {' '.join(str(err.get('message') or '').split())}",
-                 "tidemark plan check PLAN",
+                 command(Act.PLAN_CHECK, "PLAN"),
                  fix=f"correct the plan (or the worker's configuration) as said, then start "
                      f"{t} again: nothing of the refused start was stored")
 
@@ -145,7 +145,7 @@ def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) ->
     return Entry(task_id, TaskState.ENDED, began_at,
                  f"its run tidemark-{task_id} is {status.lower()} in Temporal and journaled no "
                  "end (ended outside tidemark: the Web UI's Terminate, `temporal workflow "
-                 "terminate`); nothing runs the task", f"tidemark resume {task_id}",
+                 "terminate`); nothing runs the task", command(Act.RESUME, task_id),
                  at_stake(store, task_id))
 
 
