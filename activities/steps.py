@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.acting import acting_for
-from tidemark import metrics, series, waiting
+from tidemark import metrics, needs_journal, series
 from tidemark.actions import Registry
 from tidemark.errors import (
     ActionNotConfigured,
@@ -318,16 +318,16 @@ class StepActivities:
             self.store.record_run_ended(inp.task_id, inp.state, inp.error,
                                         info.workflow_id or "a run", confirmed=inp.confirmed,
                                         steps=inp.steps, run_id=info.workflow_run_id)
-            return waiting.task_need(self.store, inp.task_id)
+            return needs_journal.task_need(self.store, inp.task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
     @activity.defn(name="task_need")
     def task_need(self, task_id: str) -> TaskNeed:
-        """What the journal says the task needs from a person now (tidemark.waiting): the
+        """What the journal says the task needs from a person now (tidemark.needs_journal): the
         word of the worklist row an unwind that did not finish opens."""
         try:
-            return waiting.task_need(self.store, task_id)
+            return needs_journal.task_need(self.store, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
 

@@ -3,7 +3,7 @@
 The word is the value of the ``TidemarkNeeds`` search attribute every RunPlan and UnwindPlan run
 keeps up to date (workflows/shared.py): ``nothing`` while a run goes on by itself and once its
 task is settled, otherwise what the person on call is asked for. The Temporal Web UI's list
-filtered on it (``TidemarkNeeds IN (...)``, see ``worklist_query``) is the worklist of runs
+filtered on it (``TidemarkNeeds IN (...)``, see ``needs_query``) is the worklist of runs
 that wait for someone; docs/who-needs-me.md shows it.
 
 The sentence is the first line of the failure a run ends with (workflows/outcome.py), so that
@@ -122,7 +122,7 @@ _BY_STATE: dict[str, Need] = {
     TaskState.IN_DOUBT: Need.DECISION, TaskState.ENDED: Need.RESUME,
 }
 # Every value but ``nothing``: the worklist.
-WAITING: tuple[Need, ...] = tuple(n for n in Need if n != Need.NOTHING)
+NEEDED: tuple[Need, ...] = tuple(n for n in Need if n != Need.NOTHING)
 ATTRIBUTE = "TidemarkNeeds"
 # The errors of a run that acted on nothing: the plan, the input or the worker is wrong.
 _NOT_RUN = {"PlanError", "InputError", "PlanChanged", "UnknownTask", "ActionNotConfigured"}
@@ -143,14 +143,14 @@ def need_of(state: str, error: dict[str, Any] | None = None) -> Need:
     return _BY_STATE.get(state, Need.FAILED)
 
 
-def worklist_query() -> str:
+def needs_query() -> str:
     """The visibility query that selects the runs waiting for a person (Web UI, CLI, SDK):
     the open executions that need one. Open only: a closed run's attributes cannot change,
     so a run that ended needing a person keeps saying so after a later run settled its task;
     while its task needs a person, its open NeedsPerson row (workflows/needs_person.py) says
     it instead."""
     return (f'ExecutionStatus = "Running" AND '
-            f"{ATTRIBUTE} IN ({', '.join(repr_q(n) for n in WAITING)})")
+            f"{ATTRIBUTE} IN ({', '.join(repr_q(n) for n in NEEDED)})")
 
 
 def repr_q(value: str) -> str:

@@ -148,7 +148,7 @@ class RunEndInput:
 
 @dataclass
 class TaskNeed:
-    """What the journal says a task needs from a person now (tidemark.waiting.task_need): the
+    """What the journal says a task needs from a person now (tidemark.needs_journal.task_need): the
     word its worklist row shows (a tidemark.needs.Need; ``nothing`` when nobody is needed),
     the task's state and the first line `tidemark status` prints. ``settled``: the task is
     completed or unwound, so nobody is needed and no run goes on with it."""

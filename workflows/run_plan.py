@@ -128,7 +128,7 @@ UNWIND_OWNS_ROW = "unwind-owns-the-row"
 # completed (record_run_end), before it opens a worklist row: from the journal alone, `tidemark
 # inbox` and `status` then tell a task nothing runs (its stop released since, say) from one
 # whose run goes on between steps. The row it opens then says what the journal says the task
-# needs (tidemark.waiting), as the inbox does. Runs from before journaled neither, and opened
+# needs (tidemark.needs_journal), as the inbox does. Runs from before journaled neither, and opened
 # their row in their own words (workflow.patched).
 RUN_END_JOURNALED = "run-end-journaled"
 

@@ -89,7 +89,7 @@ NOT_BEGUN_ASKS_NOTHING = "unwind-not-begun-asks-nothing"
 # task as its row does. Histories from before it journal nothing.
 UNFINISHED_JOURNALED = "unwind-unfinished-journaled"
 # The patch under which the row an unwind that did not finish opens says what the journal says
-# the task needs (tidemark.waiting, read by the task_need activity), as `tidemark inbox` does.
+# the task needs (tidemark.needs_journal, read by the task_need activity), as `tidemark inbox` does.
 # Histories from before it opened the row in the unwind's own words.
 ROW_FROM_JOURNAL = "unwind-row-from-journal"
 

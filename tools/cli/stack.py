@@ -126,7 +126,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
-              f"needs a person {stack.worklist_url}\n"
+              f"needs a person {stack.needs_url}\n"
               f"Postgres       {redacted(stack.db_url)}"
               f"{'' if a.settings.database_url else '   (export TIDEMARK_EMBEDDED_DB=1)'}\n"
               f"staging        {staging}\n"

@@ -122,11 +122,11 @@ def status(url: str, task_id: str) -> Report:
 
 def status_with_first_line(url: str, task_id: str) -> tuple[Report, str]:
     """The interruption report of a task and the sentence `tidemark status T` opens with
-    (tidemark.waiting.first_line), read on one pool and without a migration: a status only reads,
-    so it answers from a database that refuses writes (a standby, a read-only role), and an
-    out-of-date schema is `tidemark db migrate`'s to change, not a reader's."""
+    (tidemark.needs_journal.first_line), read on one pool and without a migration: a status
+    only reads, so it answers from a database that refuses writes (a standby, a read-only
+    role), and an out-of-date schema is `tidemark db migrate`'s to change, not a reader's."""
+    from tidemark.needs_journal import first_line
     from tidemark.report import build_report
-    from tidemark.waiting import first_line
 
     with journal_store(url) as store:
         report = build_report(store, task_id)

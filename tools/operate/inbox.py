@@ -1,6 +1,6 @@
 """`tidemark inbox`: every task that waits for a person, one entry per task, oldest first.
 
-Read from the journal (tidemark/waiting.py says what a task waits for, the same reading as
+Read from the journal (tidemark/needs_journal.py says what a task waits for, the same reading as
 `tidemark status` and the Web UI's worklist rows). Temporal is asked two things the journal
 cannot tell: which tasks have an unwind under way (a person's `tidemark unwind T --yes` sets a
 plain stop first; while it runs, the task is being settled, not waiting), and whether the run
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
-from tidemark.needs import Act, command, worklist_query
+from tidemark.needs import Act, command, needs_query
+from tidemark.needs_journal import Entry, at_stake, entry_of
 from tidemark.settings import Settings
-from tidemark.waiting import Entry, at_stake, entry_of
 from tidemark.words import TaskState
 from tools.operate.commands import open_store
 
@@ -171,7 +171,7 @@ def web_ui_url(base: str, namespace: str) -> str:
     takes a list filter in its ``query`` URL parameter): TidemarkNeeds, which each run keeps
     up to date and sets to ``nothing`` when it goes on or its task is settled (tidemark.needs;
     docs/who-needs-me.md)."""
-    query = worklist_query()
+    query = needs_query()
     return (f"{base.rstrip('/')}/namespaces/{urllib.parse.quote(namespace, safe='')}"
             f"/workflows?query={urllib.parse.quote(query, safe='')}")
 
