@@ -236,7 +236,7 @@ SHOWN = 5
 def entry_for(store: JournalStore, task_id: str,
               report: Report | None = None) -> Entry | None:
     """The inbox entry of one task, or None when it does not wait for a person."""
-    found = store.inbox_candidates(task_id)
+    found = store.needs_candidates(task_id)
     return entry_of(store, found[0], report) if found else None
 
 

@@ -155,7 +155,7 @@ def inbox(store: JournalStore, seen: Seen | None = None,
     tasks whose unwind is under way are being settled and left out, and a task of
     ``going_on`` (store.runs_going_on) whose run is not open waits for its resume."""
     unwinding = seen.unwinding if seen is not None else set()
-    entries = {c["task_id"]: e for c in store.inbox_candidates()
+    entries = {c["task_id"]: e for c in store.needs_candidates()
                if c["task_id"] not in unwinding and (e := entry_of(store, c)) is not None}
     for run in going_on or []:
         status = seen.gone.get(run["task_id"]) if seen is not None else None
