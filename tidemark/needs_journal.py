@@ -180,21 +180,30 @@ def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
 
 
 def entry_of(store: JournalStore, candidate: dict[str, Any],
-           report: Report | None = None) -> Entry | None:
+             report: Report | None = None) -> Entry | None:
     """The task's entry, or None when it does not wait for a person. ``report``: the task's
     interruption report when the caller has read it already."""
     t = candidate["task_id"]
     report = report or _report(store, t)
-    p, state = report.progress, report.state
+    p = report.progress
     unfinished = store.unwind_unfinished(t) if p.stop else None
-    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None
-                                      and not report.end_unverified):
+    if report.state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None
+                                             and not report.end_unverified):
         return None  # settled: a stop or kill of a completed task holds nothing back
     last = _when(candidate["last_at"] or candidate["created_at"])
     stake = at_stake(store, t)
+    return (_held(store, t, report, unfinished, last, stake)
+            or _asked(store, t, report, last, stake))
+
+
+def _held(store: JournalStore, t: str, report: Report, unfinished: dict[str, Any] | None,
+          last: datetime, stake: list[str]) -> Entry | None:
+    """The entry of a fact that holds the task, in the order they count: a kill, a
+    compensation, a step in doubt, an unwind that did not finish, a stop, a run that ended."""
+    p = report.progress
     if p.stop and p.stop.get("state") == ControlState.KILLED:
         return _stopped(store, t, report, p.stop, stake)  # nothing else acts until it is released
-    if state == TaskState.PARTLY_UNWOUND:
+    if report.state == TaskState.PARTLY_UNWOUND:
         return Entry(t, "partly_unwound", last, f"{p.undo_rows} compensation row(s) journaled, "
                      "the task is not unwound", command(Act.UNWIND, t), stake)
     if p.in_doubt is not None and p.in_doubt.phase == "do":
@@ -203,21 +212,27 @@ def entry_of(store: JournalStore, candidate: dict[str, Any],
         return _unwind_unfinished(t, report, unfinished, stake)
     if p.stop:
         return _stopped(store, t, report, p.stop, stake)
-    if report.run_end is not None and not p.failed and state in (
+    if report.run_end is not None and not p.failed and report.state in (
             TaskState.ENDED, TaskState.PRECONDITION_FAILED, TaskState.FAILED):
         # nothing runs it (no run asks for an approval either: it asks again when resumed)
         return _ended(t, report, report.run_end, stake)
-    if state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
-        return None  # nothing a person must decide: a run goes on by itself
-    if state == TaskState.FAILED:
+    return None
+
+
+def _asked(store: JournalStore, t: str, report: Report, last: datetime,
+           stake: list[str]) -> Entry | None:
+    """The entry of a task nothing holds, by its state: a refused step, a failed gate, an
+    approval asked. Not started or partial: a run goes on by itself, nobody is asked."""
+    if report.state == TaskState.FAILED:
         # A refused step's outcome is final: the task never runs forward again, and a resume
         # ends failed at once. Putting its reversible steps back is what settles it.
-        return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target for good; "
-                     "the task does not run forward again", command(Act.UNWIND, t), stake)
-    if state == TaskState.VERIFICATION_FAILED:
+        return Entry(t, "failed", last, f"{report.progress.failed} step(s) refused by the "
+                     "target for good; the task does not run forward again",
+                     command(Act.UNWIND, t), stake)
+    if report.state == TaskState.VERIFICATION_FAILED:
         v = report.boundary["end_verification" if report.end_unverified else "verification"]
         return _verification_failed(t, v, stake)
-    if state == TaskState.AWAITING_APPROVAL:
+    if report.state == TaskState.AWAITING_APPROVAL:
         asked = store.approval_request(t) or {}
         who = ", ".join(asked.get("approvers") or []) or "nobody configured"
         return Entry(t, "awaiting_approval", _when(asked.get("asked_at") or last),
