@@ -28,6 +28,16 @@ def test_every_need_a_person_is_asked_for_has_its_command() -> None:
         assert next_command(need, "t", step=3).startswith("tidemark "), need
 
 
+def test_the_docs_table_of_needs_opens_each_row_with_its_next_command() -> None:
+    """docs/who-needs-me.md's "decide with" column names first the command NEXT names first."""
+    text = (ROOT / "docs" / "who-needs-me.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` +\|.*\| (.*?) *\|$", text, re.M))
+    assert set(rows) == set(Need)
+    for need, acts in NEXT.items():
+        verb = re.search(r"tidemark (\w+)", rows[need])
+        assert verb is not None and verb.group(1) == command(acts[0]).split()[1], need
+
+
 @pytest.mark.parametrize(("act", "line"), [
     (Act.APPROVE, "tidemark approve t"),
     (Act.REJECT, "tidemark reject t"),

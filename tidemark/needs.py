@@ -72,7 +72,7 @@ NEXT: dict[Need, tuple[Act, ...]] = {
     Need.STOPPED: (Act.RELEASE,),
     Need.KILLED: (Act.RELEASE, Act.RELEASE_FOR_UNWIND, Act.UNWIND),
     Need.BLOCKED: (Act.STATUS,),
-    Need.VERIFICATION: (Act.STATUS, Act.RESUME, Act.UNWIND),
+    Need.VERIFICATION: (Act.RESUME, Act.UNWIND),  # once what the gate found is put back
     Need.FAILED: (Act.STATUS, Act.RESUME, Act.UNWIND),
     Need.UNWIND: (Act.UNWIND,),
     Need.RESUME: (Act.RESUME, Act.UNWIND),
