@@ -181,11 +181,11 @@ class Report:
         ]
 
     def _irreversible_lines(self) -> list[str]:
-        last = self.progress.last_step
+        p = self.progress
         lines = []
         for n, action, status, _ in self.irreversible:
-            if n > last:
-                verdict = f"provably not attempted (last journal row is step {last})"
+            if n > p.last_step:
+                verdict = f"provably not attempted (last journal row is step {p.last_step})"
             elif status is None:
                 verdict = "IN DOUBT: only its probe may say whether it happened"
             else:
