@@ -15,9 +15,10 @@ from tidemark.actions import Registry
 from tidemark.activity_names import ActivityName
 from tidemark.approval import ApprovalPolicy, policy_from_env
 from tidemark.boundary import approval_needed, verify_reversible
-from tidemark.errors import TidemarkError, release_command
+from tidemark.errors import TidemarkError
 from tidemark.grants import GrantBroker
 from tidemark.limits import within
+from tidemark.needs import release_of
 from tidemark.payloads import BoundaryInput, BoundaryOutcome
 from tidemark.run_step import check_plan_gates
 from tidemark.store import JournalStore
@@ -68,7 +69,7 @@ class BoundaryActivities:
             waiting=len(asked["lines"]) if asked else 0,
             glance=asked["glance"] if asked else None, why=asked["policy"] if asked else None,
             stopped=(stop["reason"] or "stopped") if stop else None,
-            release=release_command(inp.task_id, stop["scope"]) if stop else None)
+            release=release_of(inp.task_id, stop))
 
     @activity.defn(name=ActivityName.VERIFY_END)
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:

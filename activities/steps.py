@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.acting import acting_for
-from tidemark import metrics, series, waiting
+from tidemark import metrics, needs_journal, series
 from tidemark.actions import Registry
 from tidemark.activity_names import ActivityName
 from tidemark.errors import (
@@ -40,10 +40,10 @@ from tidemark.errors import (
     Throttled,
     TidemarkError,
     UnknownTask,
-    release_command,
 )
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
+from tidemark.needs import release_of
 from tidemark.payloads import (
     HaltInput,
     Prepared,
@@ -216,7 +216,7 @@ class StepActivities:
                         next_step=first, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
-                        release=release_command(task_id, stop["scope"]) if stop else None,
+                        release=release_of(task_id, stop),
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None, lines=lines)
 
@@ -327,17 +327,17 @@ class StepActivities:
             self.store.record_run_ended(inp.task_id, TaskState(inp.state), inp.error,
                                         info.workflow_id or "a run", confirmed=inp.confirmed,
                                         steps=inp.steps, run_id=info.workflow_run_id)
-            return waiting.task_need(self.store, inp.task_id)
+            return needs_journal.task_need(self.store, inp.task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
 
     @activity.defn(name=ActivityName.TASK_NEED)
     def task_need(self, task_id: str) -> TaskNeed:
-        """What the journal says the task needs from a person now (tidemark.waiting).
+        """What the journal says the task needs from a person now (tidemark.needs_journal).
 
         It is the word of the worklist row an unwind that did not finish opens."""
         try:
-            return waiting.task_need(self.store, task_id)
+            return needs_journal.task_need(self.store, task_id)
         except TidemarkError as e:
             raise _as_application_error(e) from e
 

@@ -38,6 +38,7 @@ from tidemark.actions import (
 )
 from tidemark.errors import ConfigError, NeedsDecision
 from tidemark.money import shown
+from tidemark.needs import Act, command
 from tidemark.payment_limits import DEFAULT_LIMITS, PaymentLimits
 from tidemark.wire import at_wire, at_wire_async, effect
 
@@ -325,7 +326,9 @@ class StripePaymentIntent(Action):
                  f"and replays it (Idempotent-Replayed: true, original request "
                  f"{headers.get('Original-Request') or 'unknown'}); the listing says: "
                  f"{probed.reason}. A 5xx leaves the outcome unknown. Look in the Dashboard for "
-                 "a payment of this amount: `tidemark resolve --as done` if it is there; "
+                 "a payment of this amount: "
+                 f"`{command(Act.RESOLVE, ctx.task_id, step=ctx.step, verdict='done')}` if it "
+                 "is there; "
                  "`--as absent` runs it under the same key, which Stripe answers with the saved "
                  "error until it prunes the key (24 h after the first request) and then pays "
                  "once; `--as never` on a stopped task if it must not happen")

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot(a.browser_python, [  # a fresh server: the list holds this scene's runs only
             {"url": base,
              "path": str(OUT / "web-ui-all-runs.png")},
-            {"url": stack.worklist_url, "path": str(OUT / "web-ui-needs-a-person.png")},
+            {"url": stack.needs_url, "path": str(OUT / "web-ui-needs-a-person.png")},
             # the run's current details (the one sentence first) are on its User Metadata tab
             {"url": f"{base}/{waiting}", "click": "User Metadata",
              "path": str(OUT / "web-ui-awaiting-approval-details.png")},

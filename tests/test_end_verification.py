@@ -25,11 +25,11 @@ from staging.core import StagingServer
 from staging.drive import DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, DriveTarget
 from tidemark.actions import Registry
 from tidemark.boundary import verify_reversible
+from tidemark.needs_journal import entry_for
 from tidemark.payloads import RunResult
 from tidemark.report import build_report
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tidemark.waiting import entry_for
 from tidemark.words import TaskState
 from workflows.outcome import run_result
 

@@ -14,7 +14,9 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.steps import StepActivities
 from helpers.ledger import ledger_registry, persisted
-from tidemark.errors import TaskStopped, release_command
+from tidemark.errors import TaskStopped
+from tidemark.needs import Act
+from tidemark.needs import command as render
 from tidemark.payloads import PrepareInput
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -28,7 +30,7 @@ from tidemark.words import ControlState
     (None, "tidemark release t"),
 ])
 def test_each_scope_of_a_stop_has_its_own_release(scope: str | None, command: str) -> None:
-    assert release_command("t", scope) == command
+    assert render(Act.RELEASE, "t", scope=scope) == command
     assert f"`{command}`" in str(TaskStopped("t", "why", scope))
 
 

@@ -21,9 +21,9 @@ from test_control_matrix import Task, verification_failed
 from helpers.steps import crash_at, run_one
 from helpers.worklist import SPECS, attribute, awaiting, plan, until
 from tidemark.needs import Need, need_of
+from tidemark.needs_journal import NEED_OF_WHY
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tidemark.waiting import NEED_OF_WHY
 from tidemark.words import TaskState
 from tools.operate.starter import start_plan
 from workflows.outcome import run_result

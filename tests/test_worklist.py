@@ -38,11 +38,11 @@ from helpers.worklist import (
     until,
 )
 from tidemark.activity_names import ActivityName
-from tidemark.needs import Need, need_of, worklist_query
+from tidemark.needs import Need, need_of, needs_query
+from tidemark.needs_journal import entry_for
 from tidemark.payloads import RunResult, UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
-from tidemark.waiting import entry_for
 from tools.operate.inbox import DEFAULT_UI
 from workflows.outcome import run_result, unwind_result
 
@@ -81,7 +81,7 @@ async def test_the_printed_worklist_query_selects_exactly_the_runs_that_need_a_p
     code, out, _ = await cli("inbox")
     assert code == 0
     query = printed_query(out)
-    assert query == worklist_query()
+    assert query == needs_query()
     ours = {f"{prefix}{t}" for t in ids.values()
             for prefix in ("tidemark-", "tidemark-unwind-", "tidemark-needs-")}
     listed = [w async for w in client.list_workflows(query) if w.id in ours]
@@ -158,8 +158,8 @@ def test_every_end_state_has_a_need_and_only_settled_runs_need_nothing() -> None
                   "precondition_failed", "verification_failed", "partly_unwound",
                   "awaiting_approval"):
         assert need_of(state) != Need.NOTHING, state
-        assert f'"{need_of(state)}"' in worklist_query()
-    assert '"nothing"' not in worklist_query()
+        assert f'"{need_of(state)}"' in needs_query()
+    assert '"nothing"' not in needs_query()
 
 
 def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, dict[str, Any]]:

@@ -57,6 +57,7 @@ tests/test_error_states.py holds this tree to the classes below.
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from tidemark.needs import Act, command
 from tidemark.words import TaskState
 
 
@@ -266,19 +267,6 @@ class NeedsDecision(ControlError):
         return {"step": self.step, "action": self.action, "reason": self.reason}
 
 
-def release_command(task_id: str, scope: str | None) -> str:
-    """The command that lifts the stop ``scope`` holds on a task.
-
-    The command that lifts the stop ``scope`` (its controls row) holds on a task: the task's
-    own, its series' (``series:S``) or every task's (``*``). Releasing the task by name does not
-    lift a stop of its series or of every task."""
-    if scope == "*":
-        return "tidemark release --all"
-    if scope is not None and scope.startswith("series:"):
-        return f"tidemark release --series {scope.removeprefix('series:')}"
-    return f"tidemark release {task_id}"
-
-
 class TaskStopped(ControlError):
     """The task's durable stop state is set; nothing acts until a person releases it."""
 
@@ -287,7 +275,7 @@ class TaskStopped(ControlError):
 
     def __init__(self, task_id: str, reason: str, scope: str | None = None) -> None:
         super().__init__(f"task {task_id!r} is stopped ({reason}); "
-                         f"release it with `{release_command(task_id, scope)}`")
+                         f"release it with `{command(Act.RELEASE, task_id, scope=scope)}`")
         self.task_id = task_id
         self.reason = reason
 
@@ -319,8 +307,8 @@ class TaskKilled(ControlError):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} is killed; nothing acts on it, compensations "
-                         f"included. `tidemark release {task_id} --for-unwind` lets an unwind "
-                         f"run (the task stays stopped), then `tidemark unwind {task_id} --yes`")
+                         f"included. `{command(Act.RELEASE_FOR_UNWIND, task_id)}` lets an unwind "
+                         f"run (the task stays stopped), then `{command(Act.UNWIND, task_id)}`")
         self.task_id = task_id
 
     def details(self) -> dict[str, Any]:
@@ -336,7 +324,7 @@ class PartlyUnwound(ControlError):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} is partly unwound; it never runs forward again. "
-                         f"Finish the unwind (`tidemark unwind {task_id} --yes`) or leave it "
+                         f"Finish the unwind (`{command(Act.UNWIND, task_id)}`) or leave it "
                          "stopped; new work is a new task id")
         self.task_id = task_id
 
@@ -443,7 +431,7 @@ class ApprovalRequired(ControlError):
     def __init__(self, task_id: str, step: int) -> None:
         super().__init__(f"task {task_id!r} step {step}: no approval of its irreversible steps "
                          "holds now (a stop, kill, release or reject since voids one); the run "
-                         f"asks again: `tidemark approve {task_id}`")
+                         f"asks again: `{command(Act.APPROVE, task_id)}`")
         self.task_id = task_id
         self.step = step
 
@@ -494,7 +482,7 @@ class SeriesBlocked(ControlError):
         if stop is not None:
             why = (f"series {series} is {stop.get('state')} ({stop.get('scope')}: "
                    f"{stop.get('reason') or 'no reason given'}, by {stop.get('set_by')}); "
-                   f"`tidemark release --series {series}` lifts it")
+                   f"`{command(Act.RELEASE, task_id, scope=f'series:{series}')}` lifts it")
         else:
             listed = ", ".join(f"{b['task_id']} ({b['state']})" for b in self.blockers)
             why = (f"an earlier run of series {series} is not settled: {listed}; settle it "

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from tidemark.errors import TargetUnavailable, TidemarkError, Unauthorized
+from tidemark.needs import Act, command
 from tidemark.store import JournalStore
 from tidemark.words import EventKind, GrantKind, GrantPurpose, GrantScope
 
@@ -189,8 +190,9 @@ class GrantBroker:
         return token
 
 
-UNDO_REFUSED = ("no undo grant is issued: the task is killed (`tidemark release T "
-                "--for-unwind` lifts the kill for an unwind), not stopped, or unwound")
+UNDO_REFUSED = ("no undo grant is issued: the task is killed "
+                f"(`{command(Act.RELEASE_FOR_UNWIND, 'T')}` lifts the kill for an unwind), "
+                "not stopped, or unwound")
 
 
 def revoke_task_grants(store: JournalStore, task_id: str | None, by: str,

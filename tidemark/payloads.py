@@ -61,7 +61,7 @@ class Prepared:
     confirmed: int
     failed: int
     stopped: str | None  # the stop reason when the durable stop state is set
-    # The command that lifts that stop (tidemark.errors.release_command); None: not stopped.
+    # The command that lifts that stop (tidemark.needs.release_of); None: not stopped.
     release: str | None = None
     first_irreversible: int | None = None  # where the boundary is (tidemark/boundary.py)
     unwound: bool = False  # the task was unwound: it never runs forward again
@@ -152,7 +152,7 @@ class RunEndInput:
 class TaskNeed:
     """What the journal says a task needs from a person now.
 
-    From tidemark.waiting.task_need: the word its worklist row shows (a tidemark.needs.Need;
+    From tidemark.needs_journal.task_need: the word its worklist row shows (a tidemark.needs.Need;
     ``nothing`` when nobody is needed), the task's state and the first line `tidemark status`
     prints. ``settled``: the task is completed or unwound, so nobody is needed and no run goes on
     with it."""
@@ -251,7 +251,7 @@ class BoundaryOutcome:
     decided_by: str | None = None
     irreversible: list[str] = field(default_factory=list)  # what those steps will do
     stopped: str | None = None  # the stop reason when the durable stop state is set
-    release: str | None = None  # the command that lifts it (tidemark.errors.release_command)
+    release: str | None = None  # the command that lifts it (tidemark.needs.release_of)
     failed: int = 0  # the steps that no longer hold, all of them (``failures`` lists the first)
     # The irreversible steps that wait, all of them (``irreversible`` describes the first;
     # `tidemark approve` shows every one from the journal). 0: as many as listed.

@@ -157,28 +157,12 @@ class Report:
         ]
         if p.failed:
             lines.append(f"  failed         {p.failed}")
-        if p.in_doubt is None:
-            lines.append("  in doubt       none")
-        else:
-            d = p.in_doubt
-            lines += [
-                f"  in doubt       step {d.step} {d.action} ({d.phase}), intent at "
-                f"{d.started_at:%Y-%m-%d %H:%M:%S%z}, key {d.idem_key}",
-                f"                 args          {json.dumps(d.args, sort_keys=True)}",
-                f"                 before_state  {json.dumps(d.before_state, sort_keys=True)}",
-            ]
+        lines += self._doubt_lines()
         not_started = p.step_count - p.rows
         span = f" (steps {p.last_step + 1}-{p.step_count})" if not_started > 1 else (
             f" (step {p.step_count})" if not_started == 1 else "")
         lines.append(f"  not started    {not_started}{span}")
-        for n, action, status, _ in self.irreversible:
-            if n > p.last_step:
-                verdict = f"provably not attempted (last journal row is step {p.last_step})"
-            elif status is None:
-                verdict = "IN DOUBT: only its probe may say whether it happened"
-            else:
-                verdict = f"{status} (journaled)"
-            lines.append(f"  irreversible   step {n} {action}: {verdict}")
+        lines += self._irreversible_lines()
         if p.stop:
             at = str(p.stop.get("set_at") or "")[:19].replace("T", " ")
             lines.append(f"  stop state     {p.stop['state']} by {p.stop['set_by']}"
@@ -187,6 +171,42 @@ class Report:
                             else f" (scope {p.stop['scope']})"))
         if p.undo_rows:
             lines.append(f"  unwind rows    {p.undo_rows}")
+        lines += self._gate_lines() + self._approval_lines()
+        will_do = self.will_do
+        if will_do:
+            lines.append("  will do        " + "\n                 ".join(will_do))
+        if p.unwound:
+            lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
+                         f"{p.unwound['unwound_at']}; the task does not run again")
+        return "\n".join(lines)
+
+    def _doubt_lines(self) -> list[str]:
+        d = self.progress.in_doubt
+        if d is None:
+            return ["  in doubt       none"]
+        return [
+            f"  in doubt       step {d.step} {d.action} ({d.phase}), intent at "
+            f"{d.started_at:%Y-%m-%d %H:%M:%S%z}, key {d.idem_key}",
+            f"                 args          {json.dumps(d.args, sort_keys=True)}",
+            f"                 before_state  {json.dumps(d.before_state, sort_keys=True)}",
+        ]
+
+    def _irreversible_lines(self) -> list[str]:
+        p = self.progress
+        lines = []
+        for n, action, status, _ in self.irreversible:
+            if n > p.last_step:
+                verdict = f"provably not attempted (last journal row is step {p.last_step})"
+            elif status is None:
+                verdict = "IN DOUBT: only its probe may say whether it happened"
+            else:
+                verdict = f"{status} (journaled)"
+            lines.append(f"  irreversible   step {n} {action}: {verdict}")
+        return lines
+
+    def _gate_lines(self) -> list[str]:
+        """The boundary's verification gate, and the one at the end of the plan if it failed."""
+        lines = []
         v = self.boundary.get("verification")
         if v:
             failures = v["failures"]
@@ -202,23 +222,20 @@ class Report:
             lines.append("  at the end     FAILED: " + "; ".join(
                 f"step {f['step']} {f['action']} {f.get('describe', '')}: {f['reason']}"
                 for f in end["failures"]))
+        return lines
+
+    def _approval_lines(self) -> list[str]:
         a = self.approval
-        if a:
-            who = (", ".join(a["approvers"]) if a["approvers"]
-                   else "any member of tidemark_approver")
-            said = (f"{a['decision']} by {a['by']}" + (f" ({a['label']})" if a["label"] else "")
-                    if a["decision"] else "awaited")
-            if a["decision"] and not a["holds"]:
-                said += (", stopped since" if a["decision"] == "reject" else
-                         ", void since (a stop, kill or release came after it): asked again")
-            lines.append(f"  approval       {said} (may decide: {who})")
-        will_do = self.will_do
-        if will_do:
-            lines.append("  will do        " + "\n                 ".join(will_do))
-        if p.unwound:
-            lines.append(f"  unwound        by {p.unwound['unwound_by']} at "
-                         f"{p.unwound['unwound_at']}; the task does not run again")
-        return "\n".join(lines)
+        if not a:
+            return []
+        who = (", ".join(a["approvers"]) if a["approvers"]
+               else "any member of tidemark_approver")
+        said = (f"{a['decision']} by {a['by']}" + (f" ({a['label']})" if a["label"] else "")
+                if a["decision"] else "awaited")
+        if a["decision"] and not a["holds"]:
+            said += (", stopped since" if a["decision"] == "reject" else
+                     ", void since (a stop, kill or release came after it): asked again")
+        return [f"  approval       {said} (may decide: {who})"]
 
 
 def build_report(store: JournalStore, task_id: str) -> Report:

@@ -6,7 +6,7 @@ failed, blocked, rejected, or in a failed unwind.
 A closed run's search attributes cannot change any more (Temporal writes them only from the
 running workflow). Each resume of a task is a new run under the same workflow id: a run that
 ended ``halted`` would keep saying so after a later run completed the task. So the worklist
-counts open executions only (tidemark.needs.worklist_query). A run waiting for approval is
+counts open executions only (tidemark.needs.needs_query). A run waiting for approval is
 itself open, and a run that ends needing a person starts this workflow, id
 ``tidemark-needs-<task>``, as an abandoned child that outlives it. It holds the task's
 TidemarkTaskId, TidemarkState and TidemarkNeeds and, as its summary, the sentence of what

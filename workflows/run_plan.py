@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.activity_names import ActivityName
     from tidemark.errors import END_STATES, InputError
     from tidemark.limits import ID_RE, LABEL_MAX, NOTE_MAX, cut, within
-    from tidemark.needs import Need, need_of, sentence
+    from tidemark.needs import Act, Need, command, need_of, sentence
     from tidemark.payloads import (
         AWAITING_APPROVAL,
         COMPLETED,
@@ -423,7 +423,7 @@ class RunPlan:
         if prep.stopped is not None:
             return self._end(STOPPED, {"type": "TaskStopped", "message":
                                        f"task is stopped ({prep.stopped}); release it with "
-                                       f"`{prep.release or f'tidemark release {prep.task_id}'}`"})
+                                       f"`{prep.release or command(Act.RELEASE, prep.task_id)}`"})
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
             return self._end(FAILED) if prep.failed else await self._complete(
                 prep.task_id, prep.step_count)
@@ -686,8 +686,8 @@ class RunPlan:
                 return self._end(STOPPED, {
                     "type": "Rejected", "step": step, "message":
                     f"{out.decided_by} rejected the irreversible steps; nothing from step "
-                    f"{step} on was attempted. Unwind with `tidemark unwind {task_id}`"})
-            release = out.release or f"tidemark release {task_id}"
+                    f"{step} on was attempted. Unwind with `{command(Act.UNWIND, task_id)}`"})
+            release = out.release or command(Act.RELEASE, task_id)
             if out.stopped is not None and not waited:
                 return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
                                            f"task is stopped ({out.stopped}); release it with "
@@ -706,8 +706,8 @@ class RunPlan:
                 workflow.set_current_details(
                     f"Task {task_id} is stopped ({out.stopped}) while it waits for approval of "
                     f"its irreversible steps from step {step}/{count}; `{release}` lets it ask "
-                    "for the approval again, `tidemark unwind "
-                    f"{task_id} --yes` puts its reversible steps back.")
+                    "for the approval again, "
+                    f"`{command(Act.UNWIND, task_id)}` puts its reversible steps back.")
                 workflow.upsert_search_attributes([STATE.value_set(STOPPED),
                                                    NEEDS.value_set(Need.STOPPED)])
             else:
@@ -728,8 +728,8 @@ class RunPlan:
         workflow.set_current_details(
             f"Task {task_id} waits for approval of its irreversible steps from step "
             f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
-                                 else "") + f" — `tidemark approve {task_id}` or "
-            f"`tidemark reject {task_id}`, by a database role the journal lets decide: "
+                                 else "") + f" — `{command(Act.APPROVE, task_id)}` or "
+            f"`{command(Act.REJECT, task_id)}`, by a database role the journal lets decide: "
             f"{who}.\n\n**awaiting approval** ({out.summary})"
             + (f"; {out.why}" if out.why else "") + "."
             + (f"\n\n**In all:** {out.glance}" if out.glance else "")
@@ -823,7 +823,7 @@ def _decider_refusal(e: ActivityError, task_id: str) -> str:
     if isinstance(cause, TemporalTimeout):
         return (f"no decider took the decision within {DECIDER_WAIT.total_seconds():g} s: run "
                 "`tidemark decider` with an approver's DATABASE_URL for this task queue, or "
-                f"`tidemark approve {task_id}`; nothing was decided")
+                f"`{command(Act.APPROVE, task_id)}`; nothing was decided")
     return f"the decider failed: {cause}; nothing was decided"
 
 

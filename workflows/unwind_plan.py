@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.activity_names import ActivityName
     from tidemark.errors import InputError
     from tidemark.limits import ID_RE, ID_RULE
-    from tidemark.needs import Need
+    from tidemark.needs import Act, Need, command
     from tidemark.payloads import (
         FAILED,
         KILLED,
@@ -216,7 +216,7 @@ class UnwindPlan:
                 return self._end(FAILED, {"type": "CompensationRefused", "message":
                                           f"the target refused to restore step(s) {steps}; "
                                           "nothing else was left undone. Clear the way, then "
-                                          f"`tidemark unwind {task_id} --yes` tries again",
+                                          f"`{command(Act.UNWIND, task_id)}` tries again",
                                           "steps": r.refused, "reasons": r.reasons})
             try:
                 left: list[int] = await workflow.execute_activity(
@@ -314,7 +314,8 @@ def unwind_sentence(result: UnwindResult) -> str:
                 f"{len(result.already_undone)} already were; nothing to do.")
     msg = " ".join(str(err.get("message") or err.get("type") or "").split()).rstrip(".")
     if result.state == KILLED:
-        return (f"The unwind of task {t} was killed ({msg}); `tidemark release {t} "
-                f"--for-unwind`, then `tidemark unwind {t} --yes` finishes it.")
+        return (f"The unwind of task {t} was killed ({msg}); "
+                f"`{command(Act.RELEASE_FOR_UNWIND, t)}`, then `{command(Act.UNWIND, t)}` "
+                "finishes it.")
     return (f"The unwind of task {t} ended {result.state}: {msg}; when the cause is cleared, "
-            f"`tidemark unwind {t} --yes` runs it again.")
+            f"`{command(Act.UNWIND, t)}` runs it again.")

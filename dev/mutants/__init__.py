@@ -130,7 +130,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/steps.py": (T_UC, T_UW, T_WL),
     "tools/operate/rows.py": (T_WL, "tests/test_inbox.py", inputs.T_HI),
     "tools/operate/inbox.py": (T_WL, "tests/test_inbox.py"),
-    "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
+    "tidemark/needs_journal.py": (T_WL, "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
     "tidemark/wire.py": (T_WI, T_LR, T_GL),

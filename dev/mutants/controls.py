@@ -241,7 +241,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '        if False:\n            gone[task_id] = status',
            (f"{T_WL}::test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox",)),
     Mutant("status: a task whose run journaled its beginning alone needs nothing, flatly",
-           "tidemark/waiting.py",
+           "tidemark/needs_journal.py",
            '        if run is not None and "began" in run["detail"]:',
            "        if False:",
            (f"{T_WL}::test_a_run_terminated_outside_tidemark_is_listed_as_ended_by_the_inbox",)),

@@ -14,7 +14,7 @@ parameters. One module per concern, each a set of JournalStore's methods over th
   its StepSession (intent, take-over, claim, stage, outcome, all fenced by the attempt's owner
   token); ``leases`` the attempt lease and its keeper;
 * ``plans``, ``reports``, ``unwinds``, ``controls`` (stop, kill, release), ``approvals`` (the
-  irreversible boundary, the operator's policy, decisions), ``series``, ``grants``, ``inbox``
+  irreversible boundary, the operator's policy, decisions), ``series``, ``grants``, ``needs``
   (who waits for a person) and ``roles`` (login roles for a laptop stack);
 * ``journal``: the row shapes and the conditions on a task's state the statements share;
   ``connection``: timeouts, pool size, and what a lost connection means.
@@ -27,7 +27,6 @@ from tidemark.store.base import StoreBase
 from tidemark.store.connection import CONNECT_TIMEOUT_S, POOL_MAX, POOL_TIMEOUT_S
 from tidemark.store.controls import ControlsMixin
 from tidemark.store.grants import GrantsMixin
-from tidemark.store.inbox import InboxMixin
 from tidemark.store.journal import JournalRow, Progress
 from tidemark.store.leases import (
     EXIT_LEASE_LAPSED,
@@ -41,6 +40,7 @@ from tidemark.store.leases import (
     LeaseKeeper,
     end_process,
 )
+from tidemark.store.needs import NeedsMixin
 from tidemark.store.plans import PlansMixin
 from tidemark.store.reports import ReportsMixin
 from tidemark.store.roles import RolesMixin
@@ -51,7 +51,7 @@ from tidemark.store.unwinds import UnwindsMixin
 
 
 class JournalStore(StepsMixin, PlansMixin, ReportsMixin, UnwindsMixin, ControlsMixin,
-                   ApprovalsMixin, SeriesMixin, GrantsMixin, InboxMixin, RolesMixin, StoreBase):
+                   ApprovalsMixin, SeriesMixin, GrantsMixin, NeedsMixin, RolesMixin, StoreBase):
     """The journal on one Postgres database: every concern's statements over one pool."""
 
 

@@ -27,6 +27,7 @@ from tidemark.errors import (
     TaskStopped,
     TaskUnwound,
 )
+from tidemark.needs import Act, command
 from tidemark.plan import Step
 from tidemark.store.connection import _translated
 from tidemark.store.journal import (
@@ -187,8 +188,9 @@ class StepSession:
                 raise InvariantViolation(
                     f"task {task_id!r} already has a step in doubt ({self._open_row(task_id)});"
                     f" step {step} ({phase}) may not start until it is settled: resume the "
-                    f"task, or record what happened with `tidemark resolve {task_id} --step N "
-                    "--as done` (or `--as never` for a stopped task)") from e
+                    "task, or record what happened with "
+                    f"`{command(Act.RESOLVE, task_id, verdict='done')}` (or `--as never` for "
+                    "a stopped task)") from e
             raise JournalMismatch(
                 f"task {task_id!r} step {step}: the journal already holds a different "
                 f"entry ({constraint})") from e

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from tidemark.errors import PartlyUnwound, TaskUnwound, TidemarkError, UnknownTask
+from tidemark.needs import Act, command
 from tidemark.words import Decision, Verdict
 from tools.cli.common import (
     EXIT_ERROR,
@@ -55,7 +56,7 @@ def add_decision_commands(sub: Any, user: str) -> None:
         if name == "release":
             c.add_argument("--for-unwind", action="store_true",
                            help="lift a task's kill for an unwind only: compensations may act, "
-                                "nothing runs it forward until `tidemark release T`")
+                                f"nothing runs it forward until `{command(Act.RELEASE, 'T')}`")
             c.add_argument("--unpause-schedule", action="store_true",
                            help="with --series: also resume the series' schedule, which a "
                                 "kill paused (without it, the schedule stays as it is)")
@@ -137,15 +138,17 @@ def _cmd_stop(a: argparse.Namespace) -> int:
         commands.stop(journal_url(a), "series:" + a.series, a.reason, a.by, force_unknown=True)
         _rows(a, "series:" + a.series)
         print(f"series {a.series} is stopped; no run of it starts until "
-              f"`tidemark release --series {a.series}`")
+              f"`{command(Act.RELEASE, scope=f'series:{a.series}')}`")
         return 0
     scope = _scope(a, "stop")
     commands.stop(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
     _rows(a, scope)
     if scope == commands.ALL_TASKS:
-        print("every task is stopped; nothing will act until `tidemark release --all`")
+        print("every task is stopped; nothing will act until "
+              f"`{command(Act.RELEASE, scope=commands.ALL_TASKS)}`")
     else:
-        print(f"task {scope} is stopped; nothing will act on it until `tidemark release {scope}`")
+        print(f"task {scope} is stopped; nothing will act on it until "
+              f"`{command(Act.RELEASE, scope)}`")
     return 0
 
 
@@ -156,15 +159,16 @@ def _cmd_release(a: argparse.Namespace) -> int:
         commands.release_for_unwind(journal_url(a), a.task, a.reason, a.by)
         _rows(a, a.task)
         print(f"task {a.task}'s kill is lifted for an unwind only; it stays killed for "
-              f"everything else. `tidemark unwind {a.task} --yes` puts its reversible steps "
-              f"back (`tidemark release {a.task}` would lift the kill itself)")
+              f"everything else. `{command(Act.UNWIND, a.task)}` puts its reversible steps "
+              f"back (`{command(Act.RELEASE, a.task)}` would lift the kill itself)")
         return 0
     if _series_scope(a):
         commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
                          force_unknown=True)
         _rows(a, "series:" + a.series)
         print(f"series {a.series} is released; {_series_schedule(a)}; its runs start again "
-              f"when started or resumed (`tidemark status --series {a.series}` lists them)")
+              f"when started or resumed (`{command(Act.STATUS, scope=f'series:{a.series}')}` "
+              "lists them)")
         return 0
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
@@ -194,7 +198,8 @@ def _cmd_resume(a: argparse.Namespace) -> int:
         # Releasing the task alone would start a run that meets the global stop at once.
         raise commands.GloballyStopped(
             f"every task is stopped (by {every['set_by']}: {every['reason'] or 'no reason'}); "
-            f"nothing was released or started. `tidemark release --all` first, then resume")
+            "nothing was released or started. "
+            f"`{command(Act.RELEASE, scope=commands.ALL_TASKS)}` first, then resume")
     if report.progress.stop is not None:
         commands.check_not_killed(report.progress.stop, a.task)  # a kill is released by name
     # Nor while an unwind of it is under way: releasing the unwind's stop would run the task
@@ -267,7 +272,7 @@ def _cmd_decide(a: argparse.Namespace) -> int:
         return code
     if decision == Decision.REJECT:
         print(f"the task is stopped; nothing from its first irreversible step on will run. "
-              f"`tidemark unwind {a.task} --yes` puts the reversible steps back")
+              f"`{command(Act.UNWIND, a.task)}` puts the reversible steps back")
     if woke is not None:
         print(f"the waiting run of tidemark-{a.task} was told" if woke else
               f"no run of tidemark-{a.task} is open; the decision counts when it is next "

@@ -9,6 +9,7 @@ import json
 import sys
 from typing import Any
 
+from tidemark.needs import Act, command
 from tidemark.words import SeriesAdmits
 from tools.cli.common import (
     EXIT_ERROR,
@@ -68,9 +69,8 @@ def _cmd_kill(a: argparse.Namespace) -> int:
     if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
         bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
     if not a.json:
-        release = (f"--series {a.series}" if a.series else "--all" if a.all else a.task)
         print(f"next: nothing acts on {scope if scope != '*' else 'any task'} until a person "
-              f"runs `tidemark release {release}`")
+              f"runs `{command(Act.RELEASE, scope=scope)}`")
     return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
 
 

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tidemark.needs import Act, command
 from tools.cli.common import (
     EXIT_ERROR,
     add_temporal_arguments,
@@ -121,12 +122,12 @@ def _cmd_dev(a: argparse.Namespace) -> int:
         interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
         decider = ("the Web UI's approve and reject updates decide as you" if stack.worker
-                   else "no decider: approve with `tidemark approve`")
+                   else f"no decider: approve with `{command(Act.APPROVE)}`")
         metrics = f"http://{stack.worker_env[METRICS_ENV]}/metrics" if stack.worker else "-"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
-              f"needs a person {stack.worklist_url}\n"
+              f"needs a person {stack.needs_url}\n"
               f"Postgres       {redacted(stack.db_url)}"
               f"{'' if a.settings.database_url else '   (export TIDEMARK_EMBEDDED_DB=1)'}\n"
               f"staging        {staging}\n"
@@ -160,7 +161,7 @@ def _cmd_decider(a: argparse.Namespace) -> int:
                          daemon=True).start()
         print(f"deciding for the runs of task queue {queue} (on {decisions_queue(queue)}) as "
               f"the login role {login_role(url)}: the journal checks each decision as it "
-              "checks `tidemark approve`. Ctrl-C stops.", flush=True)
+              f"checks `{command(Act.APPROVE)}`. Ctrl-C stops.", flush=True)
         await run_decider(client, url, queue, stop)
 
     asyncio.run(go())

@@ -22,6 +22,7 @@ from tidemark.errors import (
     TidemarkError,
     UnknownTask,
 )
+from tidemark.needs import Act, command
 from tidemark.plan import TASK_ID_RE, Plan
 from tidemark.words import (
     ControlState,
@@ -126,12 +127,12 @@ def status(url: str, task_id: str) -> Report:
 def status_with_first_line(url: str, task_id: str) -> tuple[Report, str]:
     """The interruption report of a task and the sentence `tidemark status T` opens with.
 
-    The sentence is tidemark.waiting.first_line. Both are read on one pool and without a
+    The sentence is tidemark.needs_journal.first_line. Both are read on one pool and without a
     migration: a status only reads, so it answers from a database that refuses writes (a
     standby, a read-only role). An out-of-date schema is `tidemark db migrate`'s to change, not
     a reader's."""
+    from tidemark.needs_journal import first_line
     from tidemark.report import build_report
-    from tidemark.waiting import first_line
 
     with journal_store(url) as store:
         report = build_report(store, task_id)
@@ -250,9 +251,9 @@ def release_for_unwind(url: str, task_id: str, reason: str, by: str) -> None:
     if stop is not None and stop["state"] == ControlState.KILLED:
         raise DecisionError(f"task {task_id!r} is under the kill of {stop['scope']!r} (by "
                             f"{stop['set_by']}), which is not lifted task by task; nothing was "
-                            f"changed. `tidemark release {_release_args(task_id, stop['scope'])}`"
-                            f" lifts it, then `tidemark unwind {task_id} --yes`")
-    raise DecisionError(f"task {task_id!r} is not killed; `tidemark unwind {task_id} --yes` "
+                            f"changed. `{command(Act.RELEASE, task_id, scope=stop['scope'])}`"
+                            f" lifts it, then `{command(Act.UNWIND, task_id)}`")
+    raise DecisionError(f"task {task_id!r} is not killed; `{command(Act.UNWIND, task_id)}` "
                         "works as it is, nothing was changed")
 
 
@@ -271,8 +272,8 @@ def check_unwind_allowed(url: str, task_id: str) -> None:
     raise KilledNotReleased(
         f"task {task_id!r} is killed through {stop['scope']} by {stop['set_by']}: "
         f"{stop['reason'] or 'no reason'}; nothing acts on it, compensations included, and "
-        f"nothing was changed. `tidemark release {_release_args(task_id, stop['scope'])}` "
-        f"lifts the kill, then `tidemark unwind {task_id} --yes`")
+        f"nothing was changed. `{command(Act.RELEASE, task_id, scope=stop['scope'])}` "
+        f"lifts the kill, then `{command(Act.UNWIND, task_id)}`")
 
 
 def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
@@ -286,13 +287,13 @@ def check_not_killed(stop: dict[str, Any], task_id: str) -> None:
         raise KilledNotReleased(
             f"task {task_id!r} is killed by {stop['set_by']}: {stop['reason'] or 'no reason'}; "
             "its kill is lifted for an unwind only, and resume does not run it forward. "
-            f"`tidemark unwind {task_id} --yes` puts its reversible steps back; `tidemark "
-            f"release {task_id}` lifts the kill, then resume runs it on")
+            f"`{command(Act.UNWIND, task_id)}` puts its reversible steps back; "
+            f"`{command(Act.RELEASE, task_id)}` lifts the kill, then resume runs it on")
     scope = "" if stop["scope"] == task_id else f" (through {stop['scope']})"
     raise KilledNotReleased(
         f"task {task_id!r} is killed{scope} by {stop['set_by']}: "
         f"{stop['reason'] or 'no reason'}; resume does not release a kill, nothing was "
-        f"released or started. `tidemark release {_release_args(task_id, stop['scope'])}` "
+        f"released or started. `{command(Act.RELEASE, task_id, scope=stop['scope'])}` "
         "first, then resume")
 
 
@@ -413,12 +414,6 @@ def decide_approval(url: str, task_id: str, decision: str, by: str, note: str = 
             "irreversible": lines,
             "glance": at_a_glance([(s.action, s.args) for s in plan.steps if s.irreversible]),
             "waiting": list(asked["steps"]) if asked else []}
-
-
-def _release_args(task_id: str, scope: str) -> str:
-    if scope == ALL_TASKS:
-        return "--all"
-    return f"--series {scope.removeprefix('series:')}" if scope.startswith("series:") else task_id
 
 
 def series_policy(series: str, approval: str | None,

@@ -1,6 +1,6 @@
 """`tidemark inbox`: every task that waits for a person, one entry per task, oldest first.
 
-Read from the journal (tidemark/waiting.py says what a task waits for, the same reading as
+Read from the journal (tidemark/needs_journal.py says what a task waits for, the same reading as
 `tidemark status` and the Web UI's worklist rows). Temporal is asked two things the journal
 cannot tell: which tasks have an unwind under way (a person's `tidemark unwind T --yes` sets a
 plain stop first; while it runs, the task is being settled, not waiting), and whether the run
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.database import database_url
 from tidemark.errors import TidemarkError
-from tidemark.needs import worklist_query
+from tidemark.needs import Act, command, needs_query
+from tidemark.needs_journal import Entry, at_stake, entry_of
 from tidemark.settings import Settings
-from tidemark.waiting import Entry, at_stake, entry_of
 from tidemark.words import TaskState
 from tools.operate.commands import open_store
 
@@ -57,7 +57,7 @@ def _blocked(event: dict[str, Any]) -> Entry:
            f"earlier run(s) {', '.join(d.get('blockers') or [])} of series {series} "
            "not settled")
     return Entry(t, "blocked", event["at"], f"its start was refused before its plan was "
-                 f"stored: {why}", f"tidemark status --series {series}",
+                 f"stored: {why}", command(Act.STATUS, t, scope=f"series:{series}"),
                  fix=f"settle the earlier runs of series {series} (or release it), then start "
                      f"{t} again")
 
@@ -82,7 +82,7 @@ def _refused(event: dict[str, Any]) -> Entry:
     return Entry(t, TaskState.FAILED, event["at"],
                  f"its start ({event['actor']}) was refused before its plan was stored: "
                  f"{err.get('type')}: {' '.join(str(err.get('message') or '').split())}",
-                 "tidemark plan check PLAN",
+                 command(Act.PLAN_CHECK, "PLAN"),
                  fix=f"correct the plan (or the worker's configuration) as said, then start "
                      f"{t} again: nothing of the refused start was stored")
 
@@ -151,7 +151,7 @@ def _gone(store: JournalStore, task_id: str, status: str, began_at: datetime) ->
     return Entry(task_id, TaskState.ENDED, began_at,
                  f"its run tidemark-{task_id} is {status.lower()} in Temporal and journaled no "
                  "end (ended outside tidemark: the Web UI's Terminate, `temporal workflow "
-                 "terminate`); nothing runs the task", f"tidemark resume {task_id}",
+                 "terminate`); nothing runs the task", command(Act.RESUME, task_id),
                  at_stake(store, task_id))
 
 
@@ -163,7 +163,7 @@ def inbox(store: JournalStore, seen: Seen | None = None,
     left out, and a task of ``going_on`` (store.runs_going_on) whose run is not open waits for
     its resume."""
     unwinding = seen.unwinding if seen is not None else set()
-    entries = {c["task_id"]: e for c in store.inbox_candidates()
+    entries = {c["task_id"]: e for c in store.needs_candidates()
                if c["task_id"] not in unwinding and (e := entry_of(store, c)) is not None}
     for run in going_on or []:
         status = seen.gone.get(run["task_id"]) if seen is not None else None
@@ -180,7 +180,7 @@ def web_ui_url(base: str, namespace: str) -> str:
     The UI takes a list filter in its ``query`` URL parameter. The filter is on TidemarkNeeds,
     which each run keeps up to date and sets to ``nothing`` when it goes on or its task is
     settled (tidemark.needs; docs/who-needs-me.md)."""
-    query = worklist_query()
+    query = needs_query()
     return (f"{base.rstrip('/')}/namespaces/{urllib.parse.quote(namespace, safe='')}"
             f"/workflows?query={urllib.parse.quote(query, safe='')}")
 

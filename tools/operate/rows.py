@@ -6,7 +6,7 @@ that changes what the task needs without starting a run (`tidemark stop`, `relea
 `kill`, an `approve` or `reject` that no open run takes) would leave the row saying what no
 longer holds: a released task's row would still ask for its release, a step
 resolved as done would still ask for a decision. So such a command, once its journal write
-is done, reads each task it touched as `tidemark inbox` reads it (tidemark.waiting.task_need)
+is done, reads each task it touched as `tidemark inbox` reads it (tidemark.needs_journal.task_need)
 and tells the task's open row:
 
 - the task waits for a person: the row says why and the one command (the ``refresh`` signal,
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 from tidemark.errors import TidemarkError, UnknownTask
 from tidemark.limits import ID_RE, ID_RULE
 from tidemark.needs import Need
+from tidemark.needs_journal import task_need
 from tidemark.settings import Settings
-from tidemark.waiting import task_need
 from tools.operate.commands import ALL_TASKS, open_store
 from tools.operate.inbox import ROW_PREFIX, ROWS_OPEN, TEMPORAL_WAIT_S
 

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from tidemark.database import redacted
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
+from tidemark.needs import Act, command
 from tidemark.report import build_report
 from tidemark.settings import Settings, load_settings
 from tidemark.store import JournalStore
@@ -138,7 +139,7 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
             await handle.signal("approval", {"decision": "approve", "by": approved["by"]})
             say(f"the gate passed and the run waits for a person to approve its irreversible "
                 f"steps ({approved['glance']}); the demo approves as you, the journal's "
-                f"approver on this stack (`tidemark approve {task_id}`)")
+                f"approver on this stack (`{command(Act.APPROVE, task_id)}`)")
         result = await run_result(handle)
         say(f"workflow ended: {result.state}, {result.confirmed}/{result.steps} confirmed, "
             f"{result.resolved_by_probe} resolved by probe, {time.monotonic() - killed_at:.1f}s "

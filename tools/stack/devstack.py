@@ -205,7 +205,7 @@ class DevStack:
         return f"http://127.0.0.1:{self.ui_port}"
 
     @property
-    def worklist_url(self) -> str:
+    def needs_url(self) -> str:
         """The Web UI's list of the runs that need a person (docs/who-needs-me.md)."""
         from tools.operate.inbox import web_ui_url  # the inbox's link: one query, one place
 

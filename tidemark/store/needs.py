@@ -35,10 +35,10 @@ _LATEST_RUN = """SELECT e.detail, e.actor, e.at FROM tidemark.events e
 _RUN_ENDED = f"(SELECT r.detail ? 'ended' FROM ({_LATEST_RUN}) r) IS TRUE"
 
 
-class InboxMixin(StoreBase):
+class NeedsMixin(StoreBase):
     """The inbox's reads over every task."""
 
-    def inbox_candidates(self, task_id: str | None = None) -> list[dict[str, Any]]:
+    def needs_candidates(self, task_id: str | None = None) -> list[dict[str, Any]]:
         """Every task with a fact a person may have to act on, oldest plan first.
 
         Every task neither unwound nor completed (a completed task with a compensation is

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.limits import NOTE_MAX, cut
-from tidemark.needs import Need, sentence
+from tidemark.needs import Act, Need, command, sentence
 from tidemark.payloads import TaskNeed
 from tidemark.will_do import what_it_will_do
 from tidemark.words import ControlState, Decision, TaskState, Verdict, lifted_for_unwind
@@ -55,9 +55,9 @@ class Entry:
         """The TidemarkNeeds word of the Web UI's worklist for this entry.
 
         The why's, but ``unwind`` whenever the one command is an unwind (a rejected task, say)."""
-        if self.command.startswith("tidemark unwind "):
+        if self.command == command(Act.UNWIND, self.task_id):
             return Need.UNWIND
-        if self.command.startswith("tidemark resume ") and self.why == TaskState.IN_DOUBT:
+        if self.command == command(Act.RESUME, self.task_id) and self.why == TaskState.IN_DOUBT:
             return Need.RESUME  # a person decided the step: the run that takes it is next
         return NEED_OF_WHY[self.why]
 
@@ -80,15 +80,6 @@ def _when(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
-def _release(task_id: str, scope: str | None) -> str:
-    """The release of the stop that holds the task: its own, its series' or everything's."""
-    if scope == "*":
-        return "tidemark release --all"
-    if scope and scope.startswith("series:"):
-        return f"tidemark release --series {scope.removeprefix('series:')}"
-    return f"tidemark release {task_id}"
-
-
 def _report(store: JournalStore, task_id: str) -> Report:
     from tidemark.report import build_report  # see TYPE_CHECKING above
 
@@ -105,23 +96,24 @@ def _stopped(store: JournalStore, t: str, report: Report, stop: dict[str, Any],
              stake: list[str]) -> Entry:
     since, scope = _when(stop["set_at"]), stop.get("scope")
     said = f"by {stop['set_by']}: {stop['reason']}"
+    release = command(Act.RELEASE, t, scope=scope)
     if lifted_for_unwind(stop):  # an unwind may act; nothing runs it forward, resume included
         return Entry(t, "killed", since, f"{said}; its kill is lifted for an unwind only",
-                     f"tidemark unwind {t} --yes", stake)
+                     command(Act.UNWIND, t), stake)
     if stop.get("state") == ControlState.KILLED:
-        return Entry(t, "killed", since, said, _release(t, scope), stake)
+        return Entry(t, "killed", since, said, release, stake)
     if scope not in (None, t):
-        return Entry(t, "stopped", since, f"{said} (scope {scope})", _release(t, scope), stake)
+        return Entry(t, "stopped", since, f"{said} (scope {scope})", release, stake)
     if report.state == TaskState.HALTED:
-        return Entry(t, "halted", since, f"halted: {stop['reason']}", f"tidemark resume {t}",
+        return Entry(t, "halted", since, f"halted: {stop['reason']}", command(Act.RESUME, t),
                      stake)
     if (report.approval or {}).get("decision") == Decision.REJECT:
-        return Entry(t, "stopped", since, said, f"tidemark unwind {t} --yes", stake)
+        return Entry(t, "stopped", since, said, command(Act.UNWIND, t), stake)
     if report.asks_approval and "began" in (store.latest_run(t) or {}).get("detail", {}):
         # its run waits at the boundary, held by the stop (a resume would meet it open)
         return Entry(t, "stopped", since, f"{said}; its run waits for approval",
-                     _release(t, scope), stake)
-    return Entry(t, "stopped", since, said, f"tidemark resume {t}", stake)
+                     release, stake)
+    return Entry(t, "stopped", since, said, command(Act.RESUME, t), stake)
 
 
 def _unwind_unfinished(t: str, report: Report, event: dict[str, Any],
@@ -140,7 +132,7 @@ def _unwind_unfinished(t: str, report: Report, event: dict[str, Any],
     return Entry(t, report.state, _when(event["at"]),
                  f"its unwind {event['actor']} ended {d.get('state')} ({why}) with "
                  f"{len(d.get('undone') or [])} step(s) put back{refused}",
-                 f"tidemark unwind {t} --yes", stake, fix)
+                 command(Act.UNWIND, t), stake, fix)
 
 
 def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Entry:
@@ -159,7 +151,7 @@ def _ended(t: str, report: Report, run: dict[str, Any], stake: list[str]) -> Ent
         fix, why = f"put right what its gate refused ({message})", f" ({err.get('type')})"
     return Entry(t, report.state, _when(run["at"]),
                  f"its run ended {d['ended']}{at}{why}; no run of it began since",
-                 f"tidemark resume {t}", stake, fix)
+                 command(Act.RESUME, t), stake, fix)
 
 
 def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> Entry:
@@ -171,11 +163,11 @@ def _in_doubt(store: JournalStore, t: str, d: JournalRow, stake: list[str]) -> E
         return Entry(t, "in_doubt", _when(said["at"]),
                      f"step {d.step} {d.action}: {said['actor']} said it did not happen "
                      "(absent); a resumed run probes it once more, then executes it",
-                     f"tidemark resume {t}", stake)
+                     command(Act.RESUME, t), stake)
     return Entry(t, "in_doubt", d.started_at,
                  f"step {d.step} {d.action}: intent journaled, no outcome; only its probe "
                  "or a person can say whether it happened",
-                 f"tidemark resolve {t} --step {d.step} --as done|absent|never --yes", stake)
+                 command(Act.RESOLVE, t, step=d.step), stake)
 
 
 def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
@@ -189,56 +181,75 @@ def _verification_failed(t: str, v: dict[str, Any], stake: list[str]) -> Entry:
     where = "at the end of the plan" if v.get("at_end") else f"before step {v['boundary']}"
     return Entry(t, "verification_failed", _when(v["at"]),
                  f"{where}, {len(failures)} reversible step(s) no longer "
-                 f"hold: {named}{more}", f"tidemark resume {t}", stake,
-                 f"put back what the gate found changed (or `tidemark unwind {t} --yes` puts "
+                 f"hold: {named}{more}", command(Act.RESUME, t), stake,
+                 f"put back what the gate found changed (or `{command(Act.UNWIND, t)}` puts "
                  "the reversible steps back instead): a resume runs the gate again, which "
                  "refuses until they hold")
 
 
 def entry_of(store: JournalStore, candidate: dict[str, Any],
-           report: Report | None = None) -> Entry | None:
+             report: Report | None = None) -> Entry | None:
     """The task's entry, or None when it does not wait for a person.
 
     ``report``: the task's interruption report when the caller has read it already."""
     t = candidate["task_id"]
     report = report or _report(store, t)
-    p, state = report.progress, report.state
+    p = report.progress
     unfinished = store.unwind_unfinished(t) if p.stop else None
-    if state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None
-                                      and not report.end_unverified):
+    if report.state == TaskState.UNWOUND or (p.finished and not p.undo_rows and unfinished is None
+                                             and not report.end_unverified):
         return None  # settled: a stop or kill of a completed task holds nothing back
     last = _when(candidate["last_at"] or candidate["created_at"])
     stake = at_stake(store, t)
+    return (_held(store, t, report, unfinished, last, stake)
+            or _asked(store, t, report, last, stake))
+
+
+def _held(store: JournalStore, t: str, report: Report, unfinished: dict[str, Any] | None,
+          last: datetime, stake: list[str]) -> Entry | None:
+    """The entry of the first fact that holds the task.
+
+    In the order they count: a kill, a compensation, a step in doubt, an unwind that did not finish,
+    a stop, a run that ended."""
+    p = report.progress
     if p.stop and p.stop.get("state") == ControlState.KILLED:
         return _stopped(store, t, report, p.stop, stake)  # nothing else acts until it is released
-    if state == TaskState.PARTLY_UNWOUND:
+    if report.state == TaskState.PARTLY_UNWOUND:
         return Entry(t, "partly_unwound", last, f"{p.undo_rows} compensation row(s) journaled, "
-                     "the task is not unwound", f"tidemark unwind {t} --yes", stake)
+                     "the task is not unwound", command(Act.UNWIND, t), stake)
     if p.in_doubt is not None and p.in_doubt.phase == "do":
         return _in_doubt(store, t, p.in_doubt, stake)
     if unfinished is not None:
         return _unwind_unfinished(t, report, unfinished, stake)
     if p.stop:
         return _stopped(store, t, report, p.stop, stake)
-    if report.run_end is not None and not p.failed and state in (
+    if report.run_end is not None and not p.failed and report.state in (
             TaskState.ENDED, TaskState.PRECONDITION_FAILED, TaskState.FAILED):
         # nothing runs it (no run asks for an approval either: it asks again when resumed)
         return _ended(t, report, report.run_end, stake)
-    if state in (TaskState.NOT_STARTED, TaskState.PARTIAL):
-        return None  # nothing a person must decide: a run goes on by itself
-    if state == TaskState.FAILED:
+    return None
+
+
+def _asked(store: JournalStore, t: str, report: Report, last: datetime,
+           stake: list[str]) -> Entry | None:
+    """The entry of a task nothing holds, by its state.
+
+    A refused step, a failed gate, an approval asked. Not started or partial: a run goes on by
+    itself, nobody is asked."""
+    if report.state == TaskState.FAILED:
         # A refused step's outcome is final: the task never runs forward again, and a resume
         # ends failed at once. Putting its reversible steps back is what settles it.
-        return Entry(t, "failed", last, f"{p.failed} step(s) refused by the target for good; "
-                     "the task does not run forward again", f"tidemark unwind {t} --yes", stake)
-    if state == TaskState.VERIFICATION_FAILED:
+        return Entry(t, "failed", last, f"{report.progress.failed} step(s) refused by the "
+                     "target for good; the task does not run forward again",
+                     command(Act.UNWIND, t), stake)
+    if report.state == TaskState.VERIFICATION_FAILED:
         v = report.boundary["end_verification" if report.end_unverified else "verification"]
         return _verification_failed(t, v, stake)
-    if state == TaskState.AWAITING_APPROVAL:
+    if report.state == TaskState.AWAITING_APPROVAL:
         asked = store.approval_request(t) or {}
         who = ", ".join(asked.get("approvers") or []) or "nobody configured"
         return Entry(t, "awaiting_approval", _when(asked.get("asked_at") or last),
-                     f"may decide: {who}", f"tidemark approve {t}",
+                     f"may decide: {who}", command(Act.APPROVE, t),
                      list(asked.get("lines") or stake))
     return None
 
@@ -253,7 +264,7 @@ SHOWN = 5
 def entry_for(store: JournalStore, task_id: str,
               report: Report | None = None) -> Entry | None:
     """The inbox entry of one task, or None when it does not wait for a person."""
-    found = store.inbox_candidates(task_id)
+    found = store.needs_candidates(task_id)
     return entry_of(store, found[0], report) if found else None
 
 
@@ -285,15 +296,15 @@ def _line(report: Report, e: Entry | None) -> str:
     if e.why == TaskState.ENDED:
         return (f"Task {task_id} waits for a person: {e.detail}, so nothing runs it; continue "
                 f"it with `{e.command}` or put its steps back with "
-                f"`tidemark unwind {task_id} --yes`.")
+                f"`{command(Act.UNWIND, task_id)}`.")
     if e.fix:
         return (f"Task {task_id} waits for a person: {e.detail}. First {e.fix}; then "
                 f"`{e.command}`.")
-    if e.why == TaskState.IN_DOUBT and e.command.startswith("tidemark resume "):
+    if e.why == TaskState.IN_DOUBT and e.command == command(Act.RESUME, task_id):
         return f"Task {task_id} waits for a person: {e.detail}; continue it with `{e.command}`."
     if e.why == "awaiting_approval":
         return (f"Task {task_id} waits for approval of its irreversible steps ({e.detail}); "
-                f"approve with `{e.command}` or reject with `tidemark reject {task_id}`.")
+                f"approve with `{e.command}` or reject with `{command(Act.REJECT, task_id)}`.")
     if e.why == TaskState.FAILED and e.need == Need.UNWIND:  # a step refused for good
         return (f"Task {task_id} failed: {e.detail}; put its reversible steps back with "
                 f"`{e.command}`.")
