@@ -163,13 +163,16 @@ def test_an_error_declared_outside_the_module_does_not_change_what_the_workflow_
 
 
 def test_errors_and_words_import_nothing_but_the_standard_library() -> None:
-    """Workflow code imports tidemark.errors: it must stay free of I/O (no store, no SDK)."""
+    """Workflow code imports tidemark.errors: it must stay free of I/O (no store, no SDK).
+
+    It renders its advice through tidemark.needs, which imports only the words."""
     code = ("import json, sys; before = set(sys.modules); import tidemark.errors; "
             "print(json.dumps(sorted(m for m in set(sys.modules) - before "
             "if m.split('.')[0] not in sys.stdlib_module_names)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert set(json.loads(out.stdout)) == {"tidemark", "tidemark.errors", "tidemark.words"}
+    assert set(json.loads(out.stdout)) == {"tidemark", "tidemark.errors", "tidemark.needs",
+                                           "tidemark.words"}
 
 
 class Counted(metrics.Metrics):
