@@ -71,6 +71,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "return int(ctx.started_at.timestamp()) - 300 if ctx.started_at else None",
            ("tests/test_stripe_payment.py::test_clock_skew_and_a_forgotten_key_never_pay_"
             "twice[-600]",)),
+    Mutant("stripe: the probe's window starts at Stripe's Date, with no margin",
+           "probes/stripe.py",
+           "return anchor - STRIPE_CLOCK_MARGIN",
+           "return anchor",
+           ("tests/test_stripe_payment.py::test_the_window_starts_a_margin_before_stripes_date",)),
+    Mutant("stripe: a listing cut off after its last page is judged", "probes/stripe.py",
+           "            params = {**params, \"starting_after\": items[-1][\"id\"]}\n"
+           "        return None\n",
+           "            params = {**params, \"starting_after\": items[-1][\"id\"]}\n"
+           "        return listed\n",
+           ("tests/test_stripe_payment.py::test_a_listing_cut_off_after_its_last_page_is_unknown_"
+            "never_judged",)),
     Mutant("stripe: a payment like ours with its metadata hidden reads as absent",
            "probes/stripe.py",
            "    if like:\n",
