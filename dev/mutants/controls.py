@@ -376,6 +376,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "        # Safe for writes: a 401 was not processed (see GrantedCredentials).\n"
            "        return self.request(uri, method, body, headers, **kwargs)",
            (f"{T_CR}::test_after_a_401_a_request_is_sent_again_at_most_once",)),
+    Mutant("graph: after a 401 a request is sent again with the token it presented",
+           "probes/graph.py",
+           "if not fresh or fresh == presented:",
+           "if not fresh:",
+           (f"{T_CR}::test_graphs_transport_never_sends_again_with_the_token_graph_refused",)),
     # -- kill's four layers ------------------------------------------------------------------------
     Mutant("kill: a kill of a series stops its first run, not the series", "tools/operate/kill.py",
            "self.store.set_killed(self.t.scope, self.reason, self.by)",

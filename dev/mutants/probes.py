@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dev.mutants.base import (
     T_GF,
+    T_GL,
     T_MF,
     T_PR,
     Mutant,
@@ -143,6 +144,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if True:\n                raise failure from e",
            (f"{T_GF}::test_a_send_slower_than_the_client_is_waited_out_not_sent_again[window, "
             "sent again]",)),
+    Mutant("graph: a send answered 504 is not watched like an unanswered one",
+           "activities/graph.py",
+           "        return e.response_status_code == 504",
+           "        return False",
+           (f"{T_GL}::test_a_send_answered_504_is_watched_like_one_that_went_unanswered",)),
     Mutant("graph: a refused send of a submitted draft fails the step", "activities/graph.py",
            "            if why is not None:\n                return TargetUnavailable(",
            "            if False:\n                return TargetUnavailable(",
