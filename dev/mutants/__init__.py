@@ -131,7 +131,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "activities/steps.py": (T_UC, T_UW, T_WL),
     "tools/operate/rows.py": (T_WL, "tests/test_inbox.py", inputs.T_HI),
     "tools/operate/inbox.py": (T_WL, "tests/test_inbox.py"),
-    "tidemark/waiting.py": (T_WL, "tests/test_inbox.py"),
+    "tidemark/waiting.py": (T_WL, "tests/test_inbox.py", "tests/test_release_hint.py"),
     "workflows/needs_person.py": (T_WL,),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
     "tidemark/wire.py": (T_WI, T_LR, T_GL),

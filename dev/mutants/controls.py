@@ -12,6 +12,7 @@ from dev.mutants.base import (
     S_REPORTS,
     S_SERIES,
     S_SESSION,
+    S_STEPS,
     S_UNWINDS,
     T_AP,
     T_AU,
@@ -135,6 +136,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "acting_for(self.grants, inp.task_id)",
            (f"{T_UC}::test_unwind_after_reject_restores_drive_files_on_a_worker_that_holds_no_"
             "grant",)),
+    Mutant("resolve: the lease is read from the intent's start, not lease_until", S_STEPS,
+           "extract(epoch FROM coalesce(j.lease_until, j.started_at",
+           "extract(epoch FROM coalesce(j.started_at",
+           (f"{T_CT}::test_resolve_waits_out_the_lease_it_reads_from_lease_until",)),
+    Mutant("inbox: a series' stop names the release of the task", "tidemark/waiting.py",
+           "        return f\"tidemark release --series {scope.removeprefix('series:')}\"\n",
+           "        return f\"tidemark release {task_id}\"\n",
+           ("tests/test_release_hint.py::test_the_inbox_names_the_release_of_a_series_stop"
+            "[stopped]",
+            "tests/test_release_hint.py::test_the_inbox_names_the_release_of_a_series_stop"
+            "[killed]")),
     Mutant("resume silently releases a kill", "tools/operate/commands.py",
            'if stop["state"] != ControlState.KILLED:\n        return\n    if lifted_for_unwind',
            'if True:\n        return\n    if lifted_for_unwind',
