@@ -236,6 +236,22 @@ def test_the_policy_setting_is_parsed_and_bad_values_are_one_line() -> None:
         load_settings({"TIDEMARK_APPROVERS": "ana,bad name"})
 
 
+def test_a_series_policy_that_no_longer_parses_makes_every_irreversible_step_wait() -> None:
+    """A series policy this version cannot read makes every irreversible step wait.
+
+    A series declared with a policy this version no longer reads (written by another one,
+    say) is read as strictly as can be: every irreversible step waits for a person, whatever
+    the operator's and the worker's policies let through."""
+    from tidemark.approval import parse_policy, series_policy, why_asked
+
+    none = parse_policy("none")
+    unreadable = series_policy({"series": "nightly", "approval": "amount>usd:1.001"})
+    for steps in ([{"to": ["x@y.example"], "subject": "s"}],
+                  [{"amount": 1, "currency": "usd"}]):
+        assert why_asked([none, unreadable, none], False, steps) is not None, steps
+    assert unreadable is not None and "unreadable" in unreadable.text
+
+
 def test_amounts_are_shown_in_the_currencys_own_units() -> None:
     from tidemark.will_do import what_it_will_do
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ from tidemark.errors import (
     TaskUnwound,
 )
 from tidemark.faults import CRASH_ENV
+from tidemark.keys import key_for
 from tidemark.run_step import run_step
-from tidemark.store import JournalStore
+from tidemark.store import LEASE_S, JournalStore
 from tidemark.unwind import undo_key, unwind_step
 from tools.cli.main import main
 from tools.operate import commands
@@ -178,6 +180,24 @@ def test_a_refused_compensation_is_tried_again_after_the_way_is_cleared(
 
 
 # -- 5. "it did not happen and must not happen" -----------------------------------------------
+
+def test_resolve_waits_out_the_lease_it_reads_from_lease_until(
+        store: JournalStore, db_url: str, tmp_path: Path) -> None:
+    """Resolve waits while the lease it reads from lease_until still runs.
+
+    An attempt whose lease (lease_until, written with its intent for its call and horizon)
+    still runs may still act: what a person saw at the target says nothing yet, however long
+    ago the intent began."""
+    task = persist(store, SPECS, [ledger_step(tmp_path)], "resolve-lease")
+    with store.execution(task, 1) as s:
+        s.begin(task_id=task, step=1, key=key_for(task, 1, s.spec.action, s.spec.args),
+                action=s.spec.action, args=s.spec.args, before_state={}, lease_s=60.0)
+    time.sleep(LEASE_S + 0.3)  # longer ago than a row without lease_until is leased for
+    with pytest.raises(StepBusy, match="may still be acting on it"):
+        commands.resolve(db_url, task, 1, "done", "looked", "ops")
+    row = store.step_row(task, 1)
+    assert row is not None and row.outcome is None
+
 
 def test_resolve_never_closes_an_irreversible_step_in_doubt_and_unwind_proceeds(
         store: JournalStore, db_url: str, tmp_path: Path,

@@ -29,10 +29,13 @@ from googleapiclient.errors import HttpError
 
 from activities.drive import drive_client
 from activities.granted import acting_for, granted_google
+from activities.graph import GraphSendMail
 from activities.wiring import credentials, worker_registry
+from helpers.steps import step_context
+from probes.graph import graph_client
 from staging.core import DEFAULT_ACCOUNT, StagingServer
 from staging.drive import DEFAULT_WRITE_TOKEN, DriveTarget
-from staging.graph import GraphTarget
+from staging.graph import SEND_TOKEN, GraphTarget
 from staging.targets import build_staging
 from tidemark.actions import StepContext
 from tidemark.credentials import RefreshingSource
@@ -521,6 +524,21 @@ def test_a_refused_token_that_cannot_be_renewed_is_not_sent_again(
     assert refused.value.resp.status == 401
     assert drive_writes(oauth) == [401]  # sent once, never again with the same token
     assert drive.files[f.id].name == "static.pdf"
+
+
+def test_graphs_transport_never_sends_again_with_the_token_graph_refused(
+        oauth: StagingServer) -> None:
+    """Graph's transport never resends after a 401 with the token Graph refused.
+
+    A static token renews to itself, so after its 401 the draft is
+    not posted again with the very token Graph refused, and the 401 stands."""
+    control(oauth, "/_staging/tokens", {"token": "static-graph", "like": SEND_TOKEN})
+    control(oauth, "/_staging/tokens/static-graph/revoke", {})
+    client = graph_client(oauth.url, "static-graph", timeout=5.0)
+    args = {"to": ["bob@example.com"], "subject": "Invoice 42", "body": "Details below."}
+    with pytest.raises(Unauthorized):
+        GraphSendMail(writer=client, reader=client).stage(step_context("graph.send_mail", args))
+    assert [r.status for r in oauth.staging.requests if r.target == "graph"] == [401]
 
 
 class RefusedOnArrival(RefreshingSource):

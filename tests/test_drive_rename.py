@@ -262,6 +262,20 @@ def test_compensate_refuses_to_overwrite_someone_elses_rename(server: StagingSer
     assert drive.files["f1"].name == "theirs.pdf"
 
 
+def test_compensate_never_renames_back_a_file_someone_trashed(action: DriveRename,
+                                                              drive: DriveTarget) -> None:
+    """An unwind never renames back a file somebody trashed.
+
+    Someone put our renamed file in the trash: it still has our name and stamp, but putting
+    its old name back would undo a person's change nobody explained. Refused; it stays as is."""
+    ctx = intent(action)
+    action.execute(ctx)
+    drive.files["f1"].trashed = True
+    with pytest.raises(Refused, match="in the trash"):
+        action.compensate(context(before=ctx.before_state))
+    assert (drive.files["f1"].name, drive.files["f1"].trashed) == ("2026-Q3 report.pdf", True)
+
+
 # -- through run_step -------------------------------------------------------------------------
 
 def persist(store: JournalStore, task_id: str = "t", name: str = "2026-Q3 report.pdf") -> str:

@@ -154,6 +154,22 @@ def test_a_lost_202_in_the_unflagged_window_sends_one_mail(
     assert len(mails(mail)) == 1
 
 
+def test_a_send_answered_504_is_watched_like_one_that_went_unanswered(
+        mail: StagingServer, store: JournalStore) -> None:
+    """A send answered 504 is watched like an unanswered one, and sends once.
+
+    Graph's gateway answers 504 while the mailbox goes on with the send, whose flag shows
+    late: the send may still land, so execute watches the draft as after a send it got no
+    answer to, sees it submitted, and the step is done by that attempt, with one send."""
+    switches(mail, second_send="sent_again", submitted_flag_after_s=1.0)  # seen at one poll
+    task = persist(store, SPECS, [{"action": "graph.send_mail", "args": ARGS}])
+    reg = Registry([action(mail)])
+    post(mail, "/_staging/graph/send_reply", {"status": 504, "retry_after": 0})
+    first = in_window(store, reg, task)
+    assert first == "done", f"a send answered 504 was not watched out (it ended {first})"
+    assert len(sends(mail)) == 1 and len(mails(mail)) == 1
+
+
 def test_a_send_that_went_unanswered_in_the_unflagged_window_sends_one_mail(
         mail: StagingServer, store: JournalStore) -> None:
     """A send unanswered in the unflagged window sends one mail.

@@ -95,18 +95,20 @@ def test_a_batch_ending_on_a_later_steps_error_flushes_the_outcomes_it_reports(
         crashable: tuple[str, Path], tmp_path: Path) -> None:
     """A batch ending on a later step's error flushes the outcomes it reports.
 
-    Step 4's gate refuses, so the batch ends on its error before step 4 writes anything: no
-    intent of step 4 flushes step 3's outcome, only the batch's own flush does. The batch
-    reports steps 1-3, so all three must be on disk when it returns."""
+    Step 4's snapshot cannot read its ledger (the path is a directory), so the batch ends on its
+    error before step 4 commits anything: no intent, no event. Nothing but the batch's own flush
+    puts step 3's outcome on disk, and the batch reports steps 1-3, so all three must be there
+    when it returns."""
     url, data = crashable
-    gate = tmp_path / "gate"
-    gate.write_text("")
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
     with JournalStore(url) as store:
         store.migrate()
         unattended(store, "tests")  # its ledger steps are irreversible
-        persisted(store, tmp_path, "flushed-err", 5, s4={"gate_file": str(gate)})
+        persisted(store, tmp_path, "flushed-err", 5, s4={"ledger": str(unreadable)})
         batch = run_steps(store, ledger_registry(), "flushed-err", 1, 5, max_steps=64,
                           budget_s=60)
         assert [r.step for r in batch.results] == [1, 2, 3]
-        assert type(batch.error).__name__ == "PreconditionFailed"
+        assert type(batch.error).__name__ == "IsADirectoryError"
+        assert [e["kind"] for e in store.events("flushed-err") if e["step"] == 4] == []
     assert crash_and_read(data) == [["flushed-err", n, "done"] for n in range(1, 4)]

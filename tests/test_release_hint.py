@@ -17,6 +17,7 @@ from helpers.ledger import ledger_registry, persisted
 from tidemark.errors import TaskStopped
 from tidemark.needs import Act
 from tidemark.needs import command as render
+from tidemark.needs_journal import entry_for
 from tidemark.payloads import PrepareInput
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
@@ -50,3 +51,18 @@ def test_a_step_that_meets_a_stop_names_the_release_of_that_stop(
     prepared = ActivityEnvironment().run(activities.prepare,
                                          PrepareInput(document={"task_id": "t"}))
     assert prepared.stopped == "incident" and prepared.release == command
+
+
+@pytest.mark.parametrize("state", [ControlState.STOPPED, ControlState.KILLED])
+def test_the_inbox_names_the_release_of_a_series_stop(store: JournalStore, tmp_path: Path,
+                                                      state: ControlState) -> None:
+    """The inbox names `release --series S` for a run of a stopped or killed series.
+
+    Such a run waits in the inbox for `release --series S`:
+    releasing the run by name would leave the series' stop holding it."""
+    store.declare_series("nightly", "ops", "ops")
+    persisted(store, tmp_path, "nightly-7", 1)
+    assert store.admit_to_series("nightly-7", "nightly", lambda runs: []) == (None, [])
+    store.set_control("series:nightly", state, "incident", "ops@example")
+    entry = entry_for(store, "nightly-7")
+    assert entry is not None and entry.command == "tidemark release --series nightly", entry

@@ -139,6 +139,26 @@ def test_the_probe_ignores_other_keys_and_pages_through_the_list(
     assert probed.status is ProbeStatus.DONE and probed.observed["id"] == outcome["id"]
 
 
+def test_a_listing_cut_off_after_its_last_page_is_unknown_never_judged(
+        server: StagingServer, action: StripePaymentIntent,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing cut off before its last page is never judged: the probe says unknown.
+
+    The window holds more PaymentIntents than the probe lists (here two pages of one): the
+    listing stops with more to come, and what it did not see may be ours. So the probe answers
+    unknown; judged, the pages it saw would say absent, and the resume would pay again."""
+    ctx = context()
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    action.execute(ctx)
+    for i in range(2):  # newer than ours: listed first
+        other_payment(server, f"later-{i}", amount=100 + i)
+    monkeypatch.setattr("probes.stripe.PAGE_SIZE", 1)
+    monkeypatch.setattr("probes.stripe.MAX_PAGES", 2)
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.UNKNOWN, probed.reason
+    assert "gave up listing" in probed.reason
+
+
 def test_a_duplicate_carrying_our_key_is_unknown(server: StagingServer,
                                                  action: StripePaymentIntent) -> None:
     ctx = context()
@@ -361,6 +381,23 @@ def test_clock_skew_and_a_forgotten_key_never_pay_twice(server: StagingServer,
     [effect] = staging.effects_of("stripe", "payment_intents.create")
     assert (resumed.status, resumed.resolved_by) == ("done", "probe")
     assert resumed.outcome["id"] == effect.detail["id"]
+
+
+def test_the_window_starts_a_margin_before_stripes_date(server: StagingServer,
+                                                         action: StripePaymentIntent) -> None:
+    """The probe's window starts a margin before Stripe's own Date.
+
+    The server that answered the snapshot's Date need not agree with the one that creates
+    the payment: ours, created a minute before the Date the snapshot read (within the margin),
+    is in the probe's window."""
+    switch(server, "clock_offset_s", 60)  # the server the snapshot reads runs a minute ahead
+    ctx = context()
+    ctx = StepContext(**{**ctx.__dict__, "before_state": action.snapshot(ctx)})
+    switch(server, "clock_offset_s", 0)  # the one that creates the payment does not
+    outcome = action.execute(ctx)
+    probed = action.probe(ctx)
+    assert probed.status is ProbeStatus.DONE, probed.reason
+    assert probed.observed["id"] == outcome["id"]
 
 
 def test_a_saved_500_whose_payment_was_created_is_done_under_clock_skew(

@@ -67,6 +67,7 @@ T_TK = "tests/test_takeover_kill.py"  # a worker killed in its take-over's probe
 T_IL = "tests/test_unwind_intent_lock.py"  # the plan row's lock: an unwind against an intent
 # Time: the checks at the wire, requests that leave late, the clocks of a take-over.
 T_WI = "tests/test_wire.py"
+T_LC = "tests/test_lease_cover.py"  # the cover the lease keeper counts, and its watch
 T_LR = "tests/test_late_requests.py"
 T_GL = "tests/test_graph_late.py"
 T_EV = "tests/test_end_verification.py"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dev.mutants.base import (
     T_GF,
+    T_GL,
     T_MF,
     T_PR,
     Mutant,
@@ -71,6 +72,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "return int(ctx.started_at.timestamp()) - 300 if ctx.started_at else None",
            ("tests/test_stripe_payment.py::test_clock_skew_and_a_forgotten_key_never_pay_"
             "twice[-600]",)),
+    Mutant("stripe: the probe's window starts at Stripe's Date, with no margin",
+           "probes/stripe.py",
+           "return anchor - STRIPE_CLOCK_MARGIN",
+           "return anchor",
+           ("tests/test_stripe_payment.py::test_the_window_starts_a_margin_before_stripes_date",)),
+    Mutant("stripe: a listing cut off after its last page is judged", "probes/stripe.py",
+           "            params = {**params, \"starting_after\": items[-1][\"id\"]}\n"
+           "        return None\n",
+           "            params = {**params, \"starting_after\": items[-1][\"id\"]}\n"
+           "        return listed\n",
+           ("tests/test_stripe_payment.py::test_a_listing_cut_off_after_its_last_page_is_unknown_"
+            "never_judged",)),
     Mutant("stripe: a payment like ours with its metadata hidden reads as absent",
            "probes/stripe.py",
            "    if like:\n",
@@ -131,6 +144,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if True:\n                raise failure from e",
            (f"{T_GF}::test_a_send_slower_than_the_client_is_waited_out_not_sent_again[window, "
             "sent again]",)),
+    Mutant("graph: a send answered 504 is not watched like an unanswered one",
+           "activities/graph.py",
+           "        return e.response_status_code == 504",
+           "        return False",
+           (f"{T_GL}::test_a_send_answered_504_is_watched_like_one_that_went_unanswered",)),
     Mutant("graph: a refused send of a submitted draft fails the step", "activities/graph.py",
            "            if why is not None:\n                return TargetUnavailable(",
            "            if False:\n                return TargetUnavailable(",

@@ -5,7 +5,7 @@ unanswered mark, the take-over's own clock, and the verification at a plan's end
 
 from __future__ import annotations
 
-from dev.mutants.base import AT, S_LEASES, S_SESSION, T_GL, T_LR, T_WI, Mutant
+from dev.mutants.base import AT, S_LEASES, S_SESSION, T_GL, T_LC, T_LR, T_WI, Mutant
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("a write leaves once the lease no longer covers it", "tidemark/wire.py",
@@ -18,6 +18,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "return h is not None and time.monotonic() + LAPSE_MARGIN_S < h.cover_until",
            "return h is not None and time.monotonic() < h.cover_until",
            (f"{T_WI}::test_a_request_within_the_margin_of_its_cover_does_not_leave",)),
+    Mutant("a renewal's cover counts the horizon in", S_LEASES,
+           "h.cover_until = max(h.cover_until, sent + renew - horizon)",
+           "h.cover_until = max(h.cover_until, sent + renew)",
+           (f"{T_LC}::test_a_renewal_covers_a_request_only_while_it_can_land_before_the_lease_"
+            "ends",)),
+    Mutant("a renewal's cover runs from its statement's return", S_LEASES,
+           "            renewed = {r[0] for r in cur.fetchall()}\n",
+           "            renewed = {r[0] for r in cur.fetchall()}\n"
+           "            sent = time.monotonic()\n",
+           (f"{T_LC}::test_a_renewal_covers_from_before_its_statement_was_sent",)),
+    Mutant("the overrun watch fires only once the cover has ended", S_LEASES,
+           "if now >= h.cover_until - LAPSE_MARGIN_S:",
+           "if now >= h.cover_until:",
+           (f"{T_LC}::test_the_overrun_watch_fires_a_margin_before_the_cover_ends",)),
     Mutant("a renewal extends a lease it did not renew", S_LEASES,
            "            for key in renewed:\n",
            "            for key in held:\n",

@@ -58,7 +58,8 @@ Control endpoints besides the core's (all JSON; ``account`` picks the mailbox, d
   that reaches Sent Items on to that folder, as an Outlook rule would (null: no rule);
 * ``POST /_staging/graph/deliver`` — moves every waiting message to Sent Items now;
 * ``POST /_staging/graph/send_reply`` — ``{"status": 202, "retry_after": 5, "times": 1}``: the
-  next sendMail commits and then answers with this status and a ``Retry-After`` header;
+  next send (a sendMail, or a draft's send) commits and then answers with this status and a
+  ``Retry-After`` header (a 504: Graph's gateway gave up while the mailbox went on);
 * ``POST /_staging/graph/messages/{id}/move`` — ``{"folder": …}`` (a name or id): moves a
   message as a person, a rule or a retention policy would; answers ``{"id": new id}``; a
   message still waiting to be sent cannot be moved (409);

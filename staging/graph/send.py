@@ -57,6 +57,7 @@ class SendRoutes(MailboxTarget):
             again = m.submitted
             submitted = self._send_again(box, m, draft_id) if again \
                 else self._submit(box, m, source)
+            reply = self._take_reply()
             detail = {"id": m.id, "draft": draft_id,
                       "folder": box.folders[m.fields["parentFolderId"]].name,
                       "account": box.account, "stalled": not submitted, "again": again,
@@ -65,10 +66,10 @@ class SendRoutes(MailboxTarget):
                       "subject": m.fields["subject"]}
         if again and not submitted:  # ignored: 202, and nothing more went out
             self.after_commit(request, fault)
-            return web.Response(status=202)
+            return self._answer(reply)
         self.record("message.send", effect_key(m), **detail)
         self.after_commit(request, fault)
-        return web.Response(status=202)
+        return self._answer(reply)
 
     async def _h_send_mail(self, request: web.Request) -> web.Response:
         box = self._caller(request, *SEND_SCOPES)
@@ -89,6 +90,10 @@ class SendRoutes(MailboxTarget):
                     to=[r["emailAddress"]["address"] for r in message.fields["toRecipients"]],
                     subject=message.fields["subject"])
         self.after_commit(request, fault)
+        return self._answer(reply)
+
+    def _answer(self, reply: dict[str, Any] | None) -> web.Response:
+        """A committed send's answer: 202, or the status ``send_reply`` armed for it."""
         if reply is None:
             return web.Response(status=202)
         headers = {"Retry-After": str(reply["retry_after"])}
