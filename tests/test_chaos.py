@@ -32,14 +32,18 @@ The seed is printed; TIDEMARK_CHAOS_SEED=<seed> replays a run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,7 @@ from helpers.run_plan_local import STAGING_DEFAULTS
 from helpers.staging_fixtures import post
 from staging.core import Fault, StagingServer
 from staging.drive import DEFAULT_READ_TOKEN
+from staging.targets import build_staging
 from tidemark.actions import Action, ProbeResult, Registry, StepContext
 from tidemark.errors import StepBusy, StoreUnavailable, TargetUnavailable
 from tidemark.faults import CRASH_ENV
@@ -80,6 +85,9 @@ RESUME_DEADLINE_S = 90.0  # a worker retries StepBusy/TargetUnavailable this lon
 # With a blind probe a resume may retry without end (a fenced send of a consumed draft answers
 # 404, the blind probe says absent again); its killed attempt's lease is TEST_DEADLINE_S.
 BLIND_RESUME_S = 15.0
+# Rounds at once, each on a staging server of its own (Chaos.run_all): three, as CI's `tidemark
+# chaos` runs go, since a round mostly waits for a lease to lapse or a provider to answer.
+LANES = 3
 
 
 def step_numbers(action: str) -> list[int]:
@@ -149,24 +157,66 @@ def expected_resolved_by(r: Round, step: int, unreachable: bool) -> set[str]:
     return {"execute"}
 
 
-class Chaos:
-    """Runs rounds against one staging server and one journal database."""
+def runner_name(r: Round) -> str:
+    """The application_name of a round's runner sessions (Postgres keeps 63 bytes of it)."""
+    return f"chaos-runner-{r.name}"[:63]
 
-    def __init__(self, server: StagingServer, store: JournalStore, db_url: str, tmp: Path,
-                 registry: Registry) -> None:
-        self.server, self.store, self.db_url, self.tmp = server, store, db_url, tmp
-        self.registry = registry
+
+@dataclass(frozen=True)
+class Lane:
+    """A staging server and the registry bound to it: one round at a time runs on a lane."""
+
+    server: StagingServer
+    registry: Registry
+
+
+def lane_on(server: StagingServer) -> Lane:
+    registry = worker_registry({"TIDEMARK_STAGING_URL": server.url,
+                                "TIDEMARK_FS_ROOTS": FS_ROOTS, **STAGING_DEFAULTS})
+    registry.register(LedgerRecord())
+    return Lane(server, registry)
+
+
+class Chaos:
+    """Runs rounds against staging servers (lanes) and one journal database.
+
+    A round resets its lane's staging server and counts what that server received, so two
+    rounds never share a lane; rounds on different lanes run at once (``run_all``). A round
+    mostly waits (a killed attempt's lease, a slow provider), so LANES of them share the
+    test's share of two cores well."""
+
+    def __init__(self, lanes: list[Lane], store: JournalStore, db_url: str, tmp: Path) -> None:
+        self.lanes, self.store, self.db_url, self.tmp = lanes, store, db_url, tmp
+        self.server, self.registry = lanes[0].server, lanes[0].registry
         self.unreachable: set[tuple[str, str]] = set()
 
+    def run_all(self, rounds: list[Round]) -> list[Observed]:
+        """Runs ``rounds``, one at a time on each lane, and returns what each one showed."""
+        free: queue.Queue[Lane] = queue.Queue()
+        for lane in self.lanes:
+            free.put(lane)
+
+        def on_a_lane(r: Round) -> Observed:
+            lane = free.get()
+            try:
+                return self.run(r, lane=lane)
+            finally:
+                free.put(lane)
+
+        with ThreadPoolExecutor(len(self.lanes)) as pool:
+            return list(pool.map(on_a_lane, rounds))
+
     def run(self, r: Round, resume_registry: Registry | None = None,
-            patience: float = RESUME_DEADLINE_S) -> Observed:
-        staging = self.server.staging
+            patience: float = RESUME_DEADLINE_S, lane: Lane | None = None) -> Observed:
+        lane = lane or self.lanes[0]
+        server, registry = lane.server, lane.registry
+        staging = server.staging
         staging.reset()  # this round's requests only: every request counts, keyed or not
-        doc = make_plan(self.server, self.tmp / r.name, r.name)
-        plan = load_plan(doc, self.registry)
+        doc = make_plan(server, self.tmp / r.name, r.name)
+        plan = load_plan(doc, registry)
         self.store.persist_plan(plan)
         env = dict(os.environ)
-        args = [sys.executable, RUNNER, self.db_url, r.name, self.server.url]
+        args = [sys.executable, RUNNER, self.db_url, r.name, server.url]
         problems: list[str] = []
         if r.phase in PHASES:
             env[CRASH_ENV] = f"{r.phase}:{r.step}"
@@ -190,8 +240,9 @@ class Chaos:
                 # than the delay would leave the round to one.
                 env["TIDEMARK_GRAPH_LATE_S"] = str(SLOW_DELAY_S + 1.0)
             if r.phase == "sessions_lost":
+                # Named by its round: another lane's round loses its own sessions meanwhile.
                 args[2] = psycopg.conninfo.make_conninfo(self.db_url,
-                                                         application_name="chaos-runner")
+                                                         application_name=runner_name(r))
                 args.append("1")  # a pool of one connection: lost, the step must get another
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -199,8 +250,8 @@ class Chaos:
             # A worker retrying at once (Temporal's next attempt, another worker) while the
             # first attempt, its sessions gone, is still acting; the first then records its
             # outcome on a new connection (it held none across its call).
-            problems += self.lose_sessions(r) or self.resume(plan, resume_registry or self.registry,
-                                                          patience)
+            problems += self.lose_sessions(r, server) or self.resume(
+                plan, resume_registry or registry, patience)
         _, err = proc.communicate(timeout=120)
         killed = proc.returncode == -signal.SIGKILL
         unreachable = False
@@ -208,7 +259,7 @@ class Chaos:
             assert r.action is not None and r.step is not None
             if not killed:
                 assert proc.returncode == 0, (str(r), err[-2000:])
-                if r.phase == "after_stage" and not stages(self.registry, r.action):
+                if r.phase == "after_stage" and not stages(registry, r.action):
                     unreachable = True
                     self.unreachable.add((r.action, r.phase))
                 else:
@@ -233,13 +284,13 @@ class Chaos:
         if staging.faults:
             problems.append(f"armed faults never fired: {staging.faults} (the action's write "
                             "op is not the one WRITE_OPS names)")
-        problems += self.resume(plan, resume_registry or self.registry,  # whatever is left
+        problems += self.resume(plan, resume_registry or registry,  # whatever is left
                                 patience)
-        seen = self.observe(plan, killed, unreachable)
+        seen = self.observe(plan, killed, unreachable, server)
         seen.problems = problems + seen.problems
         return seen
 
-    def lose_sessions(self, r: Round) -> list[str]:
+    def lose_sessions(self, r: Round, server: StagingServer) -> list[str]:
         """Terminates the runner's journal backends once the round's write request is in flight.
 
         Those are its pool's idle connection and its lease keeper's: what a Postgres restart or
@@ -247,7 +298,7 @@ class Chaos:
         assert r.action is not None
         target, _ = WRITE_OPS[r.action]
         deadline = time.monotonic() + 60
-        staging = self.server.staging
+        staging = server.staging
         # The armed delay is taken when the write op itself arrives; another request of the
         # target in flight (the draft being created) is not yet the write.
         while staging.faults or not any(q.status is None for q in staging.requests_of(target)):
@@ -255,10 +306,10 @@ class Chaos:
                 return ["the write request never arrived; no session was lost mid-step"]
             time.sleep(0.01)
         with psycopg.connect(self.db_url, autocommit=True) as admin:
-            runner = ("SELECT a.pid FROM pg_stat_activity a WHERE a.datname = current_database()"
-                      " AND a.application_name = 'chaos-runner'")
-            ended = admin.execute(f"SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
-                                  f" FROM ({runner}) r").fetchone()
+            ended = admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid))"
+                " FROM pg_stat_activity a WHERE a.datname = current_database()"
+                " AND a.application_name = %s", (runner_name(r),)).fetchone()
         assert ended is not None
         if ended[0] < 1:
             return ["the runner had no journal session to lose"]
@@ -282,9 +333,10 @@ class Chaos:
                 return [f"resuming step {step} failed: {type(e).__name__}: {e}"]
         return []
 
-    def observe(self, plan: Plan, killed: bool, unreachable: bool) -> Observed:
+    def observe(self, plan: Plan, killed: bool, unreachable: bool,
+                server: StagingServer) -> Observed:
         """What an observer sees afterwards, from the staging servers' own logs."""
-        staging = self.server.staging
+        staging = server.staging
         deadline = time.monotonic() + 30  # a late commit lands before anything is counted
         while (in_flight := sum(q.status is None for q in staging.requests_of())) > 0:
             if time.monotonic() > deadline:
@@ -292,7 +344,7 @@ class Chaos:
             time.sleep(0.02)
         task_id = plan.task_id
         work = self.tmp / task_id
-        reader = drive_client(self.server.url, DEFAULT_READ_TOKEN)
+        reader = drive_client(server.url, DEFAULT_READ_TOKEN)
         drive = [reader.files().get(fileId=s.args["file_id"]).execute()["name"]
                  .replace(task_id, "T") for s in plan.steps if s.action == "drive.rename"]
         requests = staging.requests_of()
@@ -337,12 +389,12 @@ def violations(r: Round, got: Observed, base: Observed) -> list[str]:
 
 
 @pytest.fixture
-def chaos(server: StagingServer, store: JournalStore, db_url: str, tmp_path: Path) -> Chaos:
+def chaos(server: StagingServer, store: JournalStore, db_url: str,
+          tmp_path: Path) -> Iterator[Chaos]:
     print(f"chaos seed {SEED} (TIDEMARK_CHAOS_SEED={SEED} replays it)")
-    registry: Registry = worker_registry({"TIDEMARK_STAGING_URL": server.url,
-                                          "TIDEMARK_FS_ROOTS": FS_ROOTS, **STAGING_DEFAULTS})
-    registry.register(LedgerRecord())
-    return Chaos(server, store, db_url, tmp_path, registry)
+    with contextlib.ExitStack() as more:
+        others = [more.enter_context(StagingServer(build_staging())) for _ in range(LANES - 1)]
+        yield Chaos([lane_on(s) for s in (server, *others)], store, db_url, tmp_path)
 
 
 def baseline_of(chaos: Chaos) -> Observed:
@@ -364,8 +416,8 @@ def test_every_crash_point_of_every_action_then_random_ones(chaos: Chaos) -> Non
         rounds.append(Round(f"chaos-random-{n}", a, rng.choice(step_numbers(a)),
                             rng.choice(PHASES)))
     failures = []
-    for r in rounds:
-        found = violations(r, chaos.run(r), base)
+    for r, seen in zip(rounds, chaos.run_all(rounds), strict=True):
+        found = violations(r, seen, base)
         if found:
             failures.append(f"{r}: " + "; ".join(found))
     print(f"unreachable crash points (the action does not stage): {sorted(chaos.unreachable)}")
@@ -377,14 +429,14 @@ def test_every_crash_point_of_every_action_then_random_ones(chaos: Chaos) -> Non
 
 def test_slow_providers_and_lost_locks_duplicate_nothing(chaos: Chaos) -> None:
     base = baseline_of(chaos)
+    # The first step of the kind: the fault meets the action's first write.
+    rounds = [Round(f"chaos-{phase}-{a.replace('.', '-')}", a, step_numbers(a)[0], phase)
+              for phase in ("slow", "sessions_lost") for a in WRITE_OPS]
     failures = []
-    for phase in ("slow", "sessions_lost"):
-        for a in WRITE_OPS:
-            # The first step of the kind: the fault meets the action's first write.
-            r = Round(f"chaos-{phase}-{a.replace('.', '-')}", a, step_numbers(a)[0], phase)
-            found = violations(r, chaos.run(r), base)
-            if found:
-                failures.append(f"{r}: " + "; ".join(found))
+    for r, seen in zip(rounds, chaos.run_all(rounds), strict=True):
+        found = violations(r, seen, base)
+        if found:
+            failures.append(f"{r}: " + "; ".join(found))
     assert not failures, f"seed {SEED}:\n" + "\n".join(failures)
 
 

@@ -21,6 +21,7 @@ shape is replayed once in the whole session, by the worker that finishes first w
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import itertools
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowExecution, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
@@ -37,6 +38,10 @@ from temporalio.workflow import _Definition
 import worker
 
 E = EventType
+# Each xdist worker waits for this at its session's end (24-59 s in a full run's --durations),
+# and its dev server holds hundreds of runs by then: their histories are fetched sixteen at a
+# time rather than one after another, few enough to keep the dev server's queue short.
+FETCHES_AT_ONCE = 16
 Shape = tuple[str, frozenset[tuple[str, str]]]
 
 
@@ -93,13 +98,19 @@ async def replay_in_sandbox(client: Client, claims: Path | None = None
 
     Returns (runs found, runs replayed, one line per replayed run that failed)."""
     names = [_Definition.must_from_class(w).name for w in worker.WORKFLOWS]
-    runs = client.list_workflows(" OR ".join(f"WorkflowType = '{n}'" for n in names))
-    found = 0
+    listed = [r async for r in client.list_workflows(
+        " OR ".join(f"WorkflowType = '{n}'" for n in names))]
+    fetching = asyncio.Semaphore(FETCHES_AT_ONCE)
+
+    async def shaped(run: WorkflowExecution) -> tuple[str, WorkflowHistory]:
+        async with fetching:
+            history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        return shape_id(shape(run.workflow_type, history)), history
+
     first: dict[str, WorkflowHistory] = {}
-    async for run in runs:
-        found += 1
-        history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
-        first.setdefault(shape_id(shape(run.workflow_type, history)), history)
+    for sid, history in await asyncio.gather(*(shaped(r) for r in listed)):
+        first.setdefault(sid, history)  # gather keeps the listing's order: the same first
+    found = len(listed)
     mine = claim(claims, list(first))
     kept = [h for i, h in first.items() if i in mine]
     return found, len(kept), await replay(kept)
