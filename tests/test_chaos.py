@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,8 +190,13 @@ class Chaos:
         self.server, self.registry = lanes[0].server, lanes[0].registry
         self.unreachable: set[tuple[str, str]] = set()
 
-    def run_all(self, rounds: list[Round]) -> list[Observed]:
-        """Runs ``rounds``, one at a time on each lane, and returns what each one showed."""
+    def run_all(self, rounds: list[Round],
+                resume_with: Callable[[Round, Lane], Registry] | None = None,
+                patience: float = RESUME_DEADLINE_S) -> list[Observed]:
+        """Runs ``rounds``, one at a time on each lane, and returns what each one showed.
+
+        ``resume_with`` gives the registry a round's resume uses on its lane (default: the
+        lane's own)."""
         free: queue.Queue[Lane] = queue.Queue()
         for lane in self.lanes:
             free.put(lane)
@@ -199,7 +204,8 @@ class Chaos:
         def on_a_lane(r: Round) -> Observed:
             lane = free.get()
             try:
-                return self.run(r, lane=lane)
+                resume = resume_with(r, lane) if resume_with else None
+                return self.run(r, resume_registry=resume, patience=patience, lane=lane)
             finally:
                 free.put(lane)
 
@@ -458,17 +464,20 @@ def test_the_oracle_fails_a_probe_that_always_answers_absent(chaos: Chaos) -> No
     after its effect must then be caught by the oracle, on every seed."""
     base = baseline_of(chaos)
     rng = random.Random(SEED)
+
+    def blind_on(r: Round, lane: Lane) -> Registry:
+        assert r.action is not None
+        wrong = lane_on(lane.server).registry
+        wrong.register(blind(wrong.bound(r.action)))
+        return wrong
+
+    rounds = [Round(f"chaos-blind-{a.replace('.', '-')}", a, rng.choice(step_numbers(a)),
+                    "after_execute") for a in ACTIONS]
     caught: dict[str, list[str]] = {}
-    for a in ACTIONS:
-        wrong = worker_registry({"TIDEMARK_STAGING_URL": chaos.server.url,
-                                 "TIDEMARK_FS_ROOTS": FS_ROOTS, **STAGING_DEFAULTS})
-        wrong.register(LedgerRecord())
-        wrong.register(blind(wrong.bound(a)))
-        r = Round(f"chaos-blind-{a.replace('.', '-')}", a, rng.choice(step_numbers(a)),
-                  "after_execute")
-        got = chaos.run(r, resume_registry=wrong, patience=BLIND_RESUME_S)
+    for r, got in zip(rounds, chaos.run_all(rounds, blind_on, BLIND_RESUME_S), strict=True):
         assert got.killed, r
-        caught[a] = violations(r, got, base)
+        assert r.action is not None
+        caught[r.action] = violations(r, got, base)
     for a, found in caught.items():
         assert found, f"a blind {a} probe went unnoticed (seed {SEED})"
         if a != "fs.rename":  # a local rename cannot happen twice: its gate refuses instead
