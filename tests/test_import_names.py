@@ -43,3 +43,15 @@ def test_the_command_refuses_to_run_beside_a_shadowing_package(tmp_path: Path) -
     assert line.startswith("tidemark: ConfigError: another project's code shadows"), line
     assert f"'probes' from {tmp_path.resolve()}" in line
     assert got.stdout == ""
+
+
+def test_a_name_a_finder_refuses_is_absent_not_an_error(tmp_path: Path) -> None:
+    """A package left out on purpose (the worker image has no staging) is not a shadow."""
+    refuse = ("class Refuse:\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name == 'staging':\n"
+              "            raise ModuleNotFoundError(name)\n"
+              "sys.meta_path.insert(0, Refuse())\n")
+    got = run_with_first_on_path(
+        tmp_path, refuse + "from tidemark.import_names import shadowed; print(shadowed())")
+    assert (got.returncode, got.stdout.strip()) == (0, "[]"), got.stderr

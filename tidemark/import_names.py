@@ -18,7 +18,10 @@ OURS = ("workflows", "activities", "probes", "staging", "tools", "worker")
 
 def home_of(name: str) -> Path | None:
     """The folder that holds the top-level package or module ``name``, or None if not found."""
-    spec = importlib.util.find_spec(name)
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:  # a finder that refuses the name (an image without the package)
+        return None
     if spec is None:
         return None
     if spec.origin and spec.origin not in ("namespace", "built-in", "frozen"):
