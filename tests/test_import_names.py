@@ -12,7 +12,7 @@ ROOT = Path(__file__).parent.parent
 
 def run_with_first_on_path(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with ``folder`` first on sys.path."""
-    prelude = f"import sys; sys.path.insert(0, {str(folder)!r}); "
+    prelude = f"import sys\nsys.path.insert(0, {str(folder)!r})\n"
     return subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
@@ -26,7 +26,7 @@ def test_an_applications_package_and_module_of_our_names_are_named(tmp_path: Pat
     (tmp_path / "staging" / "__init__.py").write_text("")
     (tmp_path / "worker.py").write_text("")
     got = run_with_first_on_path(
-        tmp_path, "from tidemark.import_names import shadowed; print(shadowed())")
+        tmp_path, "from tidemark.import_names import shadowed\nprint(shadowed())")
     assert got.returncode == 0, got.stderr
     assert f"'staging' from {tmp_path.resolve()}" in got.stdout
     assert f"'worker' from {tmp_path.resolve()}" in got.stdout
@@ -37,7 +37,7 @@ def test_the_command_refuses_to_run_beside_a_shadowing_package(tmp_path: Path) -
     (tmp_path / "probes").mkdir()
     (tmp_path / "probes" / "__init__.py").write_text("")
     got = run_with_first_on_path(
-        tmp_path, "from tools.cli.main import main; sys.exit(main(['status', 'any-task']))")
+        tmp_path, "from tools.cli.main import main\nsys.exit(main(['status', 'any-task']))")
     assert got.returncode == 1, (got.stdout, got.stderr)
     [line] = got.stderr.splitlines()
     assert line.startswith("tidemark: ConfigError: another project's code shadows"), line
@@ -53,5 +53,5 @@ def test_a_name_a_finder_refuses_is_absent_not_an_error(tmp_path: Path) -> None:
               "            raise ModuleNotFoundError(name)\n"
               "sys.meta_path.insert(0, Refuse())\n")
     got = run_with_first_on_path(
-        tmp_path, refuse + "from tidemark.import_names import shadowed; print(shadowed())")
+        tmp_path, refuse + "from tidemark.import_names import shadowed\nprint(shadowed())")
     assert (got.returncode, got.stdout.strip()) == (0, "[]"), got.stderr
