@@ -220,11 +220,16 @@ async def temporal_env(tmp_path_factory: pytest.TempPathFactory
         # Under xdist, the workers' base directories share a parent of this session alone.
         claims = (tmp_path_factory.getbasetemp().parent / "sandbox-replayed"
                   if os.environ.get("PYTEST_XDIST_WORKER") else None)
-        found, replayed, failed = await replay_in_sandbox(env.client, claims)
-        assert not failed, (f"{len(failed)} of the {replayed} workflow runs replayed (one of each "
-                            f"shape among {found} not replayed by another xdist worker) fail in "
-                            "the workflow sandbox:\n"
-                            + "\n".join(failed))
+        done = await replay_in_sandbox(env.client, claims)
+        # What the replay cost this worker's end, for `--durations`' longest teardowns.
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        session = tmp_path_factory.getbasetemp()
+        with ((session.parent if worker else session) / "sandbox-replay.txt").open("a") as f:
+            f.write(f"{worker or 'main'}: {done.summary()}\n")
+        assert not done.failed, (f"{len(done.failed)} of the {done.replayed} workflow runs "
+                                 f"replayed (one of each shape among {done.found} not replayed "
+                                 "by another xdist worker) fail in the workflow sandbox:\n"
+                                 + "\n".join(done.failed))
     finally:
         await env.shutdown()
 

@@ -25,7 +25,9 @@ import asyncio
 import fcntl
 import hashlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -92,14 +94,30 @@ def claim(claims: Path | None, ids: list[str]) -> set[str]:
     return mine
 
 
-async def replay_in_sandbox(client: Client, claims: Path | None = None
-                            ) -> tuple[int, int, list[str]]:
-    """Replays one run of each shape not in ``claims``.
+@dataclass
+class Replayed:
+    """What a replay of a dev server's runs found, and where its time went."""
 
-    Returns (runs found, runs replayed, one line per replayed run that failed)."""
+    found: int = 0  # runs of our workflows on the server
+    shapes: int = 0  # distinct shapes among them
+    replayed: int = 0  # runs replayed here: one of each shape no other process claimed
+    failed: list[str] = field(default_factory=list)  # one line per replayed run that failed
+    seconds: dict[str, float] = field(default_factory=dict)  # list, fetch, replay
+
+    def summary(self) -> str:
+        took = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
+        return (f"{self.found} runs, {self.shapes} shapes, {self.replayed} replayed here, "
+                f"{len(self.failed)} failed; {took}")
+
+
+async def replay_in_sandbox(client: Client, claims: Path | None = None) -> Replayed:
+    """Replays one run of each shape not in ``claims``."""
+    out = Replayed()
+    started = time.monotonic()
     names = [_Definition.must_from_class(w).name for w in worker.WORKFLOWS]
     listed = [r async for r in client.list_workflows(
         " OR ".join(f"WorkflowType = '{n}'" for n in names))]
+    out.seconds["list"] = time.monotonic() - started
     fetching = asyncio.Semaphore(FETCHES_AT_ONCE)
 
     async def shaped(run: WorkflowExecution) -> tuple[str, WorkflowHistory]:
@@ -110,10 +128,14 @@ async def replay_in_sandbox(client: Client, claims: Path | None = None
     first: dict[str, WorkflowHistory] = {}
     for sid, history in await asyncio.gather(*(shaped(r) for r in listed)):
         first.setdefault(sid, history)  # gather keeps the listing's order: the same first
-    found = len(listed)
+    out.seconds["fetch"] = time.monotonic() - started - out.seconds["list"]
+    out.found, out.shapes = len(listed), len(first)
     mine = claim(claims, list(first))
     kept = [h for i, h in first.items() if i in mine]
-    return found, len(kept), await replay(kept)
+    replaying = time.monotonic()
+    out.failed = await replay(kept)
+    out.replayed, out.seconds["replay"] = len(kept), time.monotonic() - replaying
+    return out
 
 
 async def replay(histories: list[WorkflowHistory],
