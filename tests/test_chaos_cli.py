@@ -39,18 +39,19 @@ LEDGER_PHASES = {"before_intent", "after_intent", "after_execute", "after_outcom
 
 def tidemark_chaos(db_url: str, server: StagingServer, *args: str, plan: Path = LEDGER_PLAN,
                    second: StagingServer | None = None) -> tuple[int, dict[str, Any]]:
-    """Runs ``tidemark chaos`` over ``server`` and a second staging server.
+    """Runs ``tidemark chaos`` over ``server`` and two more staging servers.
 
-    The second is a fresh one unless given. One run at a time on each, as CI's runs go three at a
-    time."""
+    The second is a fresh one unless given, the third always is. One run at a time on each,
+    three at a time, as CI's runs go."""
     env = {**os.environ, "DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     with contextlib.ExitStack() as stack:
         if second is None:
             second = stack.enter_context(StagingServer(build_staging()))
+        third = stack.enter_context(StagingServer(build_staging()))
         proc = subprocess.run([sys.executable, "-m", "tools.cli.main", "chaos", str(plan),
                                "--staging-url", server.url, "--staging-url", second.url,
-                               "--json", *args],
+                               "--staging-url", third.url, "--json", *args],
                               env=env, capture_output=True, text=True, timeout=280)
     assert proc.stdout, proc.stderr[-2000:]
     assert "] " in proc.stderr  # the progress bar went to stderr
@@ -59,7 +60,7 @@ def tidemark_chaos(db_url: str, server: StagingServer, *args: str, plan: Path = 
 
 def test_the_ledger_plugin_passes_twenty_interrupted_runs(db_url: str,
                                                           server: StagingServer) -> None:
-    # Over two staging servers, one run at a time on each: both must take runs, and a run's
+    # Over three staging servers, one run at a time on each: these two must take runs, and a run's
     # judgement reads its own server (a run judged on the other would miss its writes).
     with StagingServer(build_staging()) as second:
         code, out = tidemark_chaos(db_url, server, "--runs", "20", "--seed", "5",
