@@ -12,7 +12,7 @@ Each class declares what it means to a run, once, here:
 
 An error crosses to the workflow as an ApplicationError whose ``type`` is its class name, so the
 workflow looks the end state up by name: END_STATES, derived from the classes below. Pure (the
-standard library and tidemark.words only), so that workflow code may import it.
+standard library, tidemark.words and tidemark.needs only), so that workflow code may import it.
 
 The classes, in four families by what the caller does with them (each family is a class, so
 ``except ControlError`` catches every error that holds a task for a person)::
