@@ -50,6 +50,17 @@ async def batches_started(handle: WorkflowHandle[Any, Any],
     return firsts
 
 
+async def first_batch_span(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
+    """The steps (first, last) the run's first run_steps batch was scheduled for."""
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == ActivityName.RUN_STEPS:
+                batch = json.loads(attrs.input.payloads[0].data)
+                return batch["first"], batch["last"]
+    raise AssertionError("the run scheduled no batch")
+
+
 def fast_plan(tmp_path: Path, task_id: str, n: int, **extra: Any) -> dict[str, Any]:
     return {"task_id": task_id, "execution": "fast", "steps": [
         {"action": "ledger.record",
@@ -392,6 +403,9 @@ async def test_a_batch_stops_before_the_boundary_and_waits_for_approval(
     assert sorted(p.name for p in docs.iterdir()) == [f"invoice {i}.pdf" for i in range(1, 6)]
     assert entries(tmp_path) == []  # nothing irreversible ran before the approval
     assert store.progress("fast-appr").confirmed == 5
+    # The batch ended before the boundary: the workflow asks for the approval first, rather
+    # than sending step 6 for the journal to refuse (which would also hold it, later).
+    assert await first_batch_span(handle) == (1, 5)
     commands.decide_approval(store.conninfo, "fast-appr", "approve", "ana")
     await handle.signal("approval", {"decision": "approve", "by": "ana"})
     result = await run_result(handle)

@@ -22,7 +22,6 @@ S_SERIES = "tidemark/store/series.py"
 S_GRANTS = "tidemark/store/grants.py"
 AT = "tidemark/attempt.py"  # the attempt sequence shared by run_step and unwind_step
 M1 = "tidemark/migrations/0001_journal.sql"
-M_STOP = "tidemark/migrations/0007_stop_of_plpgsql.sql"  # tidemark.stop_of: every stop check
 # Who may decide, declare and release; epochs; decisions; the approval check of an intent.
 M_AUTH = "tidemark/migrations/0016_authority.sql"
 T_RS = "tests/test_run_step.py"
