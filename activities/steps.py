@@ -492,8 +492,8 @@ def _heartbeating() -> Iterator[None]:
     So a worker that dies mid-step is noticed within the heartbeat timeout, while a slow but
     live step is not.
 
-    A local activity (RunPlan's fast path) has no heartbeat: the worker keeps its workflow task
-    alive instead, and a dead worker is noticed when that task times out."""
+    A local activity has no heartbeat: the worker keeps its workflow task alive instead, and a
+    dead worker is noticed when that task times out. (RunPlan schedules none since 0.1.0.)"""
     if activity.info().is_local:
         yield
         return

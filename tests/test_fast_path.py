@@ -1,6 +1,6 @@
 """RunPlan's fast path keeps the activity path's guarantees.
 
-The fast path is ``"execution": "fast"``: batches of steps as local activities. On the real dev
+The fast path is ``"execution": "fast"``: batches of steps, each one activity. On the real dev
 server, with real worker processes and a real Postgres: the same guarantees as the activity path,
 and a batch ends where the single-step path would have stopped."""
 

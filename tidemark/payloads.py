@@ -86,10 +86,10 @@ class StepOutput:
 
 @dataclass
 class StepBatchInput:
-    """Steps ``first``..``last`` of a task, run in one local activity (the fast path).
+    """Steps ``first``..``last`` of a task, run in one activity (the fast path).
 
-    Steps ``first``..``last`` of a task, run one after another in one local activity (the
-    fast path) until one does not complete, ``max_steps`` have run or ``budget_s`` is spent."""
+    They run one after another until one does not complete, ``max_steps`` have run or
+    ``budget_s`` is spent."""
 
     task_id: str
     first: int
