@@ -242,7 +242,8 @@ def _cmd_resume(a: argparse.Namespace) -> int:
                   flush=True)
 
     result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait or a.follow,
-                                     task_queue=a.task_queue, say=sayer(a), started=started))
+                                     task_queue=a.task_queue, say=sayer(a), started=started,
+                                     confirmed=report.progress.confirmed))
     committed = {"released": released, "workflow_id": wid,
                  "from_step": report.progress.next_step, "task_queue": a.task_queue}
     if a.json:

@@ -68,9 +68,12 @@ async def _status(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
 
 
 async def follow(handle: WorkflowHandle[Any, Any], task_id: str, say: Callable[[str], None],
-                 poll_s: float = POLL_S) -> RunResult:
-    """Says how the run of ``handle`` goes until it ends; returns its RunResult."""
-    seen = _Seen()
+                 poll_s: float = POLL_S, confirmed_before: int = 0) -> RunResult:
+    """Says how the run of ``handle`` goes until it ends; returns its RunResult.
+
+    ``confirmed_before``: the steps confirmed before this run (a resumed task's), not said
+    again."""
+    seen = _Seen(confirmed=confirmed_before)
     wid = handle.id
     while True:
         desc = await handle.describe()

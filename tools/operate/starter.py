@@ -81,7 +81,7 @@ async def launch_plan(settings: Settings, document: dict[str, Any], task_id: str
 
 
 async def _outcome(handle: WorkflowHandle[Any, RunResult], task_id: str, wait: bool,
-                   say: Callable[[str], None] | None) -> RunResult | None:
+                   say: Callable[[str], None] | None, confirmed: int = 0) -> RunResult | None:
     """The end of a started run: None without ``wait``, said as it goes with ``say``."""
     if not wait:
         return None
@@ -89,22 +89,24 @@ async def _outcome(handle: WorkflowHandle[Any, RunResult], task_id: str, wait: b
         return await run_result(handle)
     from tools.operate.follow import follow
 
-    return await follow(handle, task_id, say)
+    return await follow(handle, task_id, say, confirmed_before=confirmed)
 
 
 async def resume_task(settings: Settings, task_id: str, *, wait: bool,
                       task_queue: str = TASK_QUEUE,
                       say: Callable[[str], None] | None = None,
-                      started: Callable[[str], None] | None = None) -> RunResult | None:
+                      started: Callable[[str], None] | None = None,
+                      confirmed: int = 0) -> RunResult | None:
     """Starts RunPlan on the stored plan of ``task_id`` (the caller has released it).
 
-    ``started`` and ``say`` as for ``launch_plan``."""
+    ``started`` and ``say`` as for ``launch_plan``; ``confirmed``: the steps the journal has
+    confirmed already, which ``say`` is not told again."""
     client = await connect(settings)
     handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
                           RunResult)
     if started is not None:
         started(handle.result_run_id or "")
-    return await _outcome(handle, task_id, wait, say)
+    return await _outcome(handle, task_id, wait, say, confirmed)
 
 
 async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
