@@ -16,6 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.steps import outcome_category
 from tidemark.activity_names import ActivityName
 from tidemark.errors import TidemarkError
 from tidemark.payloads import DecisionInput
@@ -41,7 +42,8 @@ class DecisionActivities:
                                     label=inp.by or None, note=inp.note,
                                     via=DecisionVia.TEMPORAL)
         except TidemarkError as e:
-            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True,
+                                   category=outcome_category(e)) from None
         return {"task_id": inp.task_id, "decision": row["decision"], "by": row["decided_by"],
                 "label": row["label"], "epoch": row["epoch"], "holds": row["holds"],
                 "at": row["at"].isoformat()}

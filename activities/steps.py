@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.acting import acting_for
 from tidemark import metrics, needs_journal, series
@@ -32,6 +32,8 @@ from tidemark.errors import (
     ActionNotConfigured,
     ActionUnavailable,
     InputError,
+    InvariantViolation,
+    JournalMismatch,
     PartlyUnwound,
     PlanChanged,
     PlanError,
@@ -40,6 +42,7 @@ from tidemark.errors import (
     Throttled,
     TidemarkError,
     UnknownTask,
+    one_line,
 )
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
@@ -90,6 +93,25 @@ HEARTBEAT_EVERY_S = 0.5
 LINE_CHARS = 200
 
 
+# Our errors that say the journal broke a rule of its own: a bug, whose trace must be seen. Every
+# other TidemarkError is an outcome the design expects (a step busy, a task stopped or killed, an
+# approval asked, a target refusing): one log line says it, and the SDK logs the activity's
+# failure at DEBUG only (the BENIGN category), so no traceback buries the log.
+BUGS = (InvariantViolation, JournalMismatch)
+
+
+def outcome_category(e: TidemarkError) -> ApplicationErrorCategory:
+    """The category of ``e``'s ApplicationError; for an expected outcome, logs its one line."""
+    if isinstance(e, BUGS):
+        return ApplicationErrorCategory.UNSPECIFIED
+    where = ""
+    if activity.in_activity():
+        info = activity.info()
+        where = f"{info.workflow_id} {info.activity_type} attempt {info.attempt}: "
+    log.info("%s%s: %s", where, type(e).__name__, one_line(str(e)))
+    return ApplicationErrorCategory.BENIGN
+
+
 def _as_application_error(e: TidemarkError) -> ApplicationError:
     """Carries our error class across to the workflow by name, with its fields."""
     # A target that turned a request away says when to come back: the next attempt waits that
@@ -97,7 +119,8 @@ def _as_application_error(e: TidemarkError) -> ApplicationError:
     after = e.retry_after if isinstance(e, Throttled) else None
     return ApplicationError(str(e), e.details(), type=type(e).__name__,
                             non_retryable=not e.retryable,
-                            next_retry_delay=timedelta(seconds=after) if after else None)
+                            next_retry_delay=timedelta(seconds=after) if after else None,
+                            category=outcome_category(e))
 
 
 def _count_stop(e: BaseException) -> None:

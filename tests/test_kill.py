@@ -172,7 +172,7 @@ async def test_kill_during_a_slow_step_lets_it_finish_so_it_is_not_left_in_doubt
     assert_eventually(lambda: store.task_known("slow-1")
                       and store.progress("slow-1").in_doubt is not None, timeout=30)
     code, out, _ = await cli("kill", "slow-1", "--by", "ops", "--json")
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 0 and all(x["done"] for x in layers)
     progress = store.progress("slow-1")
     assert progress.in_doubt is None and progress.confirmed == 1
@@ -208,7 +208,7 @@ async def test_kill_with_grace_0_terminates_without_waiting_for_the_step_yet_say
         resume.join()
         worker.send_signal(signal.SIGCONT)
     took = time.monotonic() - started
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 0 and all(x["done"] for x in layers), layers
     assert await tidemark_state(handle) == ("TERMINATED", "killed")
     said = layers[3]["detail"]["tidemark-slow-0"]
@@ -245,7 +245,7 @@ async def test_kill_series_k_leaves_the_running_scheduled_run_of_series_k_b_alon
                       and ledger_lines(tmp_path / "ledger-k"), timeout=30)
 
     code, out, _ = await cli("kill", "--series", "k", "--by", "ops", "--json")
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 0 and layers[1]["detail"] == {"k": "paused"}
     killed = layers[3]["detail"]
     assert kb not in killed and not any(w.startswith("tidemark-sched-k-b-") for w in killed)
@@ -464,7 +464,7 @@ async def test_kill_without_temporal_still_sets_the_stop_state_and_revokes_the_g
         tmp_path / "ledger", "e", 1)}, SPECS))
     code, out, err = await cli("kill", "dark-1", "--by", "ops", "--address", "127.0.0.1:1",
                                "--json")
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 1 and err == ""
     assert [(x["layer"], x["done"]) for x in layers] == [(1, True), (2, True), (3, True),
                                                          (4, False)]
@@ -488,7 +488,7 @@ async def test_a_kill_of_a_series_whose_schedule_cannot_be_paused_still_kills_an
     GrantBroker(store).token("dark-s1", "ledger", "write", "base-token", LocalMinter("local"))
     code, out, err = await cli("kill", "--series", "dark", "--by", "ops", "--address",
                                "127.0.0.1:1", "--json")
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 1 and err == ""
     assert [(x["layer"], x["done"]) for x in layers] == [(1, True), (2, False), (3, True),
                                                          (4, False)], layers

@@ -342,7 +342,7 @@ async def test_cli_series_stop_release_status_schedule_and_kill(
     assert (await asyncio.to_thread(main, ["kill", "--all"])) == 2  # needs --yes
     code, out = await asyncio.to_thread(cli, "kill", "--series", "cli", "--reason", "drill",
                                         "--by", "ops", "--json")
-    layers = json.loads(out)
+    layers = json.loads(out)["committed"]["layers"]
     assert code == 0 and [x["layer"] for x in layers] == [1, 2, 3, 4]
     assert layers[1]["detail"] == {"cli": "paused"}
     assert store.stop_state("cli-1")["state"] == "killed"

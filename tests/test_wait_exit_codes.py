@@ -151,7 +151,7 @@ async def test_json_wait_carries_the_same_exit_code(
     code, out, err = await cli("approve", task.id, "--wait", "--json", "--task-queue",
                                task_queue)
     assert code == EXIT_NOT_DONE, (code, out, err)
-    stands = json.loads(out)["stands"]
+    stands = json.loads(out)["run"]
     assert (stands["open"], stands["state"]) == (False, "failed")
     one_line(err, f"tidemark-{task.id} ended failed")
 

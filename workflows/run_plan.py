@@ -126,6 +126,7 @@ class RunPlan:
         self._began = False  # prepare returned: it journaled this run's beginning
         self._unread = False  # refused before it read a plan: it opens no worklist row
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
+        self._approvers = ""  # who may decide the approval it asks for, in words (status query)
 
     async def _released(self) -> None:
         """Waits for the answer to the worklist release this run sent at its start.
@@ -263,7 +264,8 @@ class RunPlan:
                 "steps": r.steps, "confirmed": r.confirmed, "executed": r.executed,
                 "resolved_by_probe": r.resolved_by_probe, "skipped": r.skipped,
                 "halt_requested": self._halt_reason, "killed": self._killed,
-                "execution": "fast" if self._fast else "activity"}
+                "execution": "fast" if self._fast else "activity",
+                "approvers": self._approvers}
 
     @workflow.run
     async def run(self, document: RawValue = NO_INPUT) -> RunResult:
@@ -723,6 +725,7 @@ class RunPlan:
         waiting = max(out.waiting, len(out.irreversible))  # results from before: all listed
         who = (", ".join(out.approvers) if out.approvers
                else "any member of tidemark_approver")
+        self._approvers = who
         listed = within(out.irreversible)
         more = waiting - len(listed)
         workflow.set_current_details(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tidemark.database import database_url
@@ -18,9 +19,11 @@ EXIT_USAGE = 2
 EXIT_NOT_DONE = 3
 # What each waiting command set out to reach. A reject succeeds when the run it told ends
 # stopped with nothing irreversible done.
-SUCCESS = {"resume": "completed", "unwind": "unwound", "approve": "completed",
+SUCCESS = {"start": "completed", "resume": "completed", "unwind": "unwound", "approve": "completed",
            "reject": "stopped"}
-# The commands that are a laptop stack or a test harness: they may use the embedded Postgres
+# The help of --json on the commands that change state (tools/operate/outcome.py).
+JSON_HELP = ("print one JSON object: command, task, committed, run, next (docs/reference.md, "
+             "\"--json of the commands that change state\")")
 
 
 class UsageError(Exception):
@@ -52,3 +55,19 @@ async def temporal(a: argparse.Namespace) -> Any:
     from tools.operate.starter import connect
 
     return await connect(a.settings)
+
+
+def ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | None) -> int:
+    """The exit code of a waiting command whose run ended in ``state``.
+
+    It is 0 for the command's success state. Otherwise: one line on stderr naming the end state,
+    and EXIT_NOT_DONE, so that a script (or a person's `&&`) never takes a run that needs a
+    person for done."""
+    want = SUCCESS[command]
+    if state == want:
+        return 0
+    err = error or {}
+    why = f" ({err.get('type')}: {err.get('message')})" if err.get("type") else ""
+    print(f"tidemark: {workflow_id} ended {state}, not {want}{why}".replace("\n", " "),
+          file=sys.stderr)
+    return EXIT_NOT_DONE

@@ -14,15 +14,17 @@ from tidemark.needs import Act, command
 from tidemark.words import Decision, Verdict
 from tools.cli.common import (
     EXIT_ERROR,
-    EXIT_NOT_DONE,
     EXIT_USAGE,
-    SUCCESS,
+    JSON_HELP,
     UsageError,
     add_temporal_arguments,
+    ended,
     journal_url,
     print_json,
 )
+from tools.cli.start import add_follow_argument, sayer
 from tools.operate import commands
+from tools.operate.outcome import envelope, next_of, next_of_open_run, next_of_run
 from tools.operate.rows import bring_rows_in_line
 
 
@@ -39,6 +41,8 @@ def add_decision_commands(sub: Any, user: str) -> None:
     rs.add_argument("--by", default=user)
     rs.add_argument("--yes", action="store_true")
     add_temporal_arguments(rs)  # where the task's worklist row is told (tools/operate/rows.py)
+    rs.add_argument("--json", action="store_true", help=f"{JSON_HELP} (without it: the "
+                    "decision's JSON, then the next line on stderr)")
     rs.set_defaults(func=_cmd_resolve)
 
     for name, func, what in (("stop", _cmd_stop, "set the durable stop state of a task"),
@@ -53,6 +57,7 @@ def add_decision_commands(sub: Any, user: str) -> None:
         c.add_argument("--reason", default="", help="recorded in the journal")
         c.add_argument("--by", default=user, help=f"who decides (default: {user})")
         add_temporal_arguments(c)  # where the worklist rows are told (tools/operate/rows.py)
+        c.add_argument("--json", action="store_true", help=JSON_HELP)
         if name == "release":
             c.add_argument("--for-unwind", action="store_true",
                            help="lift a task's kill for an unwind only: compensations may act, "
@@ -74,8 +79,10 @@ def add_decision_commands(sub: Any, user: str) -> None:
                                 "as the command meant (resume, approve: completed; unwind: "
                                 "unwound; reject: stopped), else 3 with one line naming the "
                                 "end state; 1 when refused")
+    user_args.add_argument("--json", action="store_true", help=JSON_HELP)
     res = sub.add_parser("resume", parents=[user_args],
                          help="release a stopped task and start it again on its stored plan")
+    add_follow_argument(res)
     res.set_defaults(func=_cmd_resume)
     unw = sub.add_parser("unwind", parents=[user_args],
                          help="stop a task and compensate its reversible steps, last first")
@@ -86,7 +93,6 @@ def add_decision_commands(sub: Any, user: str) -> None:
                        ("reject", "refuse a waiting task's irreversible steps; it stays "
                                   "stopped, ready for unwind")):
         c = sub.add_parser(name, parents=[user_args], help=what)
-        c.add_argument("--json", action="store_true")
         c.set_defaults(func=_cmd_decide)
 
 
@@ -95,8 +101,12 @@ def _cmd_resolve(a: argparse.Namespace) -> int:
         print(f"tidemark: recording that step {a.step} of {a.task} is {a.as_} is your decision; "
               "pass --yes to record it", file=sys.stderr)
         return EXIT_USAGE
-    print_json(commands.resolve(journal_url(a), a.task, a.step, a.as_, a.note, a.by))
+    out = commands.resolve(journal_url(a), a.task, a.step, a.as_, a.note, a.by)
     _rows(a, a.task)
+    if a.json:
+        print_json(envelope("resolve", a.task, out, next_of(journal_url(a), a.task)))
+        return 0
+    print_json(out)
     _next(a, a.task)
     return 0
 
@@ -133,23 +143,39 @@ def _scope(a: argparse.Namespace, verb: str) -> str:
     return str(a.task)
 
 
+def _said(a: argparse.Namespace, scope: str, control: str, line: str, *,
+          stopped: str | None = None, more: dict[str, Any] | None = None,
+          then_next: bool = False) -> int:
+    """How a stop or release ends: its line for people, or its --json object."""
+    if a.json:
+        committed = {"control": control, "scope": scope, "reason": a.reason, "by": a.by,
+                     **(more or {})}
+        print_json(envelope(a.command, scope, committed, next_of(journal_url(a), scope,
+                                                                  stopped)))
+        return 0
+    print(line)
+    if then_next:
+        _next(a, scope)
+    return 0
+
+
 def _cmd_stop(a: argparse.Namespace) -> int:
     if _series_scope(a):
-        commands.stop(journal_url(a), "series:" + a.series, a.reason, a.by, force_unknown=True)
-        _rows(a, "series:" + a.series)
-        print(f"series {a.series} is stopped; no run of it starts until "
-              f"`{command(Act.RELEASE, scope=f'series:{a.series}')}`")
-        return 0
+        scope = "series:" + a.series
+        commands.stop(journal_url(a), scope, a.reason, a.by, force_unknown=True)
+        _rows(a, scope)
+        return _said(a, scope, "stopped", f"series {a.series} is stopped; no run of it starts "
+                     f"until `{command(Act.RELEASE, scope=scope)}`", stopped="stopped")
     scope = _scope(a, "stop")
     commands.stop(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
     _rows(a, scope)
     if scope == commands.ALL_TASKS:
-        print("every task is stopped; nothing will act until "
-              f"`{command(Act.RELEASE, scope=commands.ALL_TASKS)}`")
+        line = ("every task is stopped; nothing will act until "
+                f"`{command(Act.RELEASE, scope=commands.ALL_TASKS)}`")
     else:
-        print(f"task {scope} is stopped; nothing will act on it until "
-              f"`{command(Act.RELEASE, scope)}`")
-    return 0
+        line = (f"task {scope} is stopped; nothing will act on it until "
+                f"`{command(Act.RELEASE, scope)}`")
+    return _said(a, scope, "stopped", line, stopped="stopped")
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
@@ -158,28 +184,26 @@ def _cmd_release(a: argparse.Namespace) -> int:
             raise UsageError("release --for-unwind: give one task id")
         commands.release_for_unwind(journal_url(a), a.task, a.reason, a.by)
         _rows(a, a.task)
-        print(f"task {a.task}'s kill is lifted for an unwind only; it stays killed for "
-              f"everything else. `{command(Act.UNWIND, a.task)}` puts its reversible steps "
-              f"back (`{command(Act.RELEASE, a.task)}` would lift the kill itself)")
-        return 0
+        return _said(a, a.task, "released_for_unwind",
+                     f"task {a.task}'s kill is lifted for an unwind only; it stays killed for "
+                     f"everything else. `{command(Act.UNWIND, a.task)}` puts its reversible "
+                     f"steps back (`{command(Act.RELEASE, a.task)}` would lift the kill itself)")
     if _series_scope(a):
-        commands.release(journal_url(a), "series:" + a.series, a.reason, a.by,
-                         force_unknown=True)
-        _rows(a, "series:" + a.series)
-        print(f"series {a.series} is released; {_series_schedule(a)}; its runs start again "
-              f"when started or resumed (`{command(Act.STATUS, scope=f'series:{a.series}')}` "
-              "lists them)")
-        return 0
+        scope = "series:" + a.series
+        commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=True)
+        _rows(a, scope)
+        schedule = _series_schedule(a)
+        return _said(a, scope, "released",
+                     f"series {a.series} is released; {schedule}; its runs start again when "
+                     f"started or resumed (`{command(Act.STATUS, scope=scope)}` lists them)",
+                     more={"schedule": schedule})
     scope = _scope(a, "release")
     commands.release(journal_url(a), scope, a.reason, a.by, force_unknown=a.force_unknown)
     _rows(a, scope)
     if scope == commands.ALL_TASKS:
-        print("the stop of every task is released (a task stopped by its own id stays "
-              "stopped until released by name)")
-    else:
-        print(f"task {scope} is released")
-        _next(a, scope)
-    return 0
+        return _said(a, scope, "released", "the stop of every task is released (a task "
+                     "stopped by its own id stays stopped until released by name)")
+    return _said(a, scope, "released", f"task {scope} is released", then_next=True)
 
 
 def _cmd_resume(a: argparse.Namespace) -> int:
@@ -207,31 +231,31 @@ def _cmd_resume(a: argparse.Namespace) -> int:
     check_no_unwind(a.settings, a.task, "resume")
     if report.progress.stop is not None:
         commands.release(url, a.task, a.reason or "resume", a.by)
-    result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait,
-                                     task_queue=a.task_queue))
+    released = report.progress.stop is not None
+    wid = f"tidemark-{a.task}"
+
+    def started(run_id: str) -> None:
+        if not a.json and (a.follow or not a.wait):  # `--wait` alone: the result's JSON only
+            print(f"started {wid} on the stored plan (from step {report.progress.next_step}); "
+                  + ("following it:" if a.follow else
+                     f"follow it in the Web UI or with `{command(Act.STATUS, a.task)}`"),
+                  flush=True)
+
+    result = asyncio.run(resume_task(a.settings, a.task, wait=a.wait or a.follow,
+                                     task_queue=a.task_queue, say=sayer(a), started=started,
+                                     confirmed=report.progress.confirmed))
+    committed = {"released": released, "workflow_id": wid,
+                 "from_step": report.progress.next_step, "task_queue": a.task_queue}
+    if a.json:
+        print_json(envelope("resume", a.task, committed, next_of_open_run(a.task)
+                            if result is None else
+                            next_of_run(a.task, result.state, result.error),
+                            None if result is None else dataclasses.asdict(result)))
     if result is None:
-        print(f"started tidemark-{a.task} on the stored plan (from step "
-              f"{report.progress.next_step}); follow it in the Web UI or with "
-              f"`tidemark status {a.task}`")
         return 0
-    print_json(dataclasses.asdict(result))
-    return _ended("resume", f"tidemark-{a.task}", result.state, result.error)
-
-
-def _ended(command: str, workflow_id: str, state: str, error: dict[str, Any] | None) -> int:
-    """The exit code of a waiting command whose run ended in ``state``.
-
-    It is 0 for the command's success state. Otherwise: one line on stderr naming the end state,
-    and EXIT_NOT_DONE, so that a script (or a person's `&&`) never takes a run that needs a
-    person for done."""
-    want = SUCCESS[command]
-    if state == want:
-        return 0
-    err = error or {}
-    why = f" ({err.get('type')}: {err.get('message')})" if err.get("type") else ""
-    print(f"tidemark: {workflow_id} ended {state}, not {want}{why}".replace("\n", " "),
-          file=sys.stderr)
-    return EXIT_NOT_DONE
+    if not a.json and not a.follow:
+        print_json(dataclasses.asdict(result))
+    return ended("resume", wid, result.state, result.error)
 
 
 def _cmd_decide(a: argparse.Namespace) -> int:
@@ -258,7 +282,9 @@ def _cmd_decide(a: argparse.Namespace) -> int:
     if not out["holds"]:
         code = EXIT_ERROR
     if a.json:
-        print_json({**out, "signalled": woke, **({"stands": stands} if a.wait else {})})
+        after = (next_of_run(a.task, stands["state"], stands["error"])
+                 if stands is not None and not stands["open"] else next_of(journal_url(a), a.task))
+        print_json(envelope(decision, a.task, {**out, "signalled": woke}, after, stands))
         return code
     label = f" ({out['label']})" if out["label"] and out["label"] != out["by"] else ""
     print(f"{decision} of task {a.task} by {out['by']}{label} is journaled (epoch "
@@ -285,8 +311,8 @@ def _cmd_decide(a: argparse.Namespace) -> int:
 def _decision_code(decision: str, task: str, stands: dict[str, Any]) -> int:
     """The exit code of `approve/reject --wait` once the run that took the decision ended."""
     if stands["open"]:  # not reached by decision_taken(until_end=True); never reported as done
-        return _ended(decision, f"tidemark-{task}", "running", None)
-    return _ended(decision, f"tidemark-{task}", stands["state"], stands["error"])
+        return ended(decision, f"tidemark-{task}", "running", None)
+    return ended(decision, f"tidemark-{task}", stands["state"], stands["error"])
 
 
 def _where_it_stands(task: str, stands: dict[str, Any]) -> str:
@@ -316,12 +342,19 @@ def _cmd_unwind(a: argparse.Namespace) -> int:
     commands.stop(url, a.task, a.reason or "unwind", a.by)
     result = asyncio.run(unwind_task(a.settings, a.task, wait=a.wait,
                                      task_queue=a.task_queue))
-    if result is None:
-        print(f"started tidemark-unwind-{a.task}: it puts the reversible steps back, last first; "
+    wid = f"tidemark-unwind-{a.task}"
+    if a.json:
+        committed = {"control": "stopped", "workflow_id": wid, "undo_steps": plan["undo_steps"],
+                     "task_queue": a.task_queue}
+        print_json(envelope("unwind", a.task, committed, next_of(url, a.task) if result is None
+                            else next_of_run(a.task, result.state, result.error),
+                            None if result is None else dataclasses.asdict(result)))
+    elif result is None:
+        print(f"started {wid}: it puts the reversible steps back, last first; "
               f"`tidemark status {a.task}` follows it, and the task does not run forward again")
-        return 0
-    print_json(dataclasses.asdict(result))
-    return _ended("unwind", f"tidemark-unwind-{a.task}", result.state, result.error)
+    else:
+        print_json(dataclasses.asdict(result))
+    return 0 if result is None else ended("unwind", wid, result.state, result.error)
 
 
 def _series_schedule(a: argparse.Namespace) -> str:

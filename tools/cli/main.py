@@ -35,6 +35,7 @@ from tools.cli.inputs import check_arguments
 from tools.cli.reports import add_report_commands
 from tools.cli.series import add_series_commands
 from tools.cli.stack import add_stack_commands
+from tools.cli.start import add_start_command
 from tools.operate import commands
 from tools.operate.inbox import add_inbox_command
 
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(as TIDEMARK_EMBEDDED_DB=1 does)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_report_commands(sub)
+    add_start_command(sub)
     user = getpass.getuser()
     add_decision_commands(sub, user)
     add_stack_commands(sub)

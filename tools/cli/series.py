@@ -14,6 +14,7 @@ from tidemark.words import SeriesAdmits
 from tools.cli.common import (
     EXIT_ERROR,
     EXIT_USAGE,
+    JSON_HELP,
     UsageError,
     add_temporal_arguments,
     journal_url,
@@ -21,6 +22,7 @@ from tools.cli.common import (
     temporal,
 )
 from tools.operate import commands
+from tools.operate.outcome import envelope, next_of
 from tools.operate.rows import bring_rows_in_line
 
 
@@ -52,9 +54,7 @@ def _cmd_kill(a: argparse.Namespace) -> int:
 
     layers = asyncio.run(go())
     # The four layers first, whatever follows: they ran, and a person must see how each went.
-    if a.json:
-        print_json(layers)
-    else:
+    if not a.json:
         for layer in layers:
             mark = "ok  " if layer["done"] else "FAIL"
             print(f"{mark} layer {layer['layer']}: {layer['what']}: "
@@ -68,7 +68,11 @@ def _cmd_kill(a: argparse.Namespace) -> int:
     scope = a.task if a.task is not None else (f"series:{a.series}" if a.series else "*")
     if layers[3]["done"]:  # Temporal answered (layer 4 says so when it did not)
         bring_rows_in_line(a.settings, journal_url(a), scope, f"tidemark kill by {a.by}")
-    if not a.json:
+    if a.json:
+        print_json(envelope("kill", scope, {"control": "killed", "scope": scope,
+                                            "reason": a.reason, "by": a.by, "layers": layers},
+                            next_of(journal_url(a), scope, "killed")))
+    else:
         print(f"next: nothing acts on {scope if scope != '*' else 'any task'} until a person "
               f"runs `{command(Act.RELEASE, scope=scope)}`")
     return 0 if all(layer["done"] for layer in layers) else EXIT_ERROR
@@ -180,8 +184,12 @@ def _approvers(a: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_series(a: argparse.Namespace) -> int:
-    print_json(commands.declare_series(journal_url(a), a.series, a.by, a.approval, _approvers(a),
-                                       a.admit))
+    out = commands.declare_series(journal_url(a), a.series, a.by, a.approval, _approvers(a),
+                                  a.admit)
+    if a.json:
+        scope = f"series:{a.series}"
+        out = envelope("series declare", scope, out, next_of(journal_url(a), scope))
+    print_json(out)
     return 0
 
 
@@ -222,6 +230,8 @@ def add_series_commands(sub: Any, user: str) -> None:
     de.add_argument("series")
     de.add_argument("--by", default=user, help=f"who declares (default: {user})")
     _policy_arguments(de)
+    de.add_argument("--json", action="store_true", help=f"{JSON_HELP} (without it: the "
+                    "series' declaration)")
     de.set_defaults(func=_cmd_series)
 
     po = sub.add_parser("policy", help="the operator's approval policy, in the journal")
@@ -256,7 +266,7 @@ def add_series_commands(sub: Any, user: str) -> None:
     k.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="how long to let the attempt under way finish before terminating "
                         "(default 10)")
-    k.add_argument("--json", action="store_true")
+    k.add_argument("--json", action="store_true", help=JSON_HELP)
     k.set_defaults(func=_cmd_kill)
 
     sc = sub.add_parser("schedule", help="Temporal Schedules that start runs of a series")

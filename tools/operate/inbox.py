@@ -185,6 +185,18 @@ def web_ui_url(base: str, namespace: str) -> str:
             f"/workflows?query={urllib.parse.quote(query, safe='')}")
 
 
+def ui_base(settings: Settings) -> str:
+    """The Temporal Web UI's base URL: TIDEMARK_UI_URL, else DEFAULT_UI."""
+    return settings.env.get("TIDEMARK_UI_URL") or DEFAULT_UI
+
+
+def run_url(settings: Settings, workflow_id: str) -> str:
+    """The Web UI's page of the run ``workflow_id`` (its latest run) in the configured namespace."""
+    ns = urllib.parse.quote(settings.temporal_namespace, safe="")
+    return (f"{ui_base(settings).rstrip('/')}/namespaces/{ns}/workflows/"
+            f"{urllib.parse.quote(workflow_id, safe='')}")
+
+
 def text(entries: list[Entry], ui: str) -> str:
     if not entries:
         return "inbox empty: no task waits for a person"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -15,6 +16,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from tidemark.needs import Act, command
 from tidemark.payloads import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 from tidemark.settings import Settings
 from workflows.outcome import run_result, unwind_result
@@ -59,13 +61,52 @@ async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
                              "--name halt)") from e
 
 
+async def launch_plan(settings: Settings, document: dict[str, Any], task_id: str,
+                      task_queue: str, *, started: Callable[[str], None], wait: bool,
+                      say: Callable[[str], None] | None = None) -> RunResult | None:
+    """Starts ``tidemark-<task_id>`` on ``document`` (`tidemark start`).
+
+    ``started`` is told the run id once it is started. With ``wait``, returns the RunResult once
+    the run ended; with ``say`` as well, tells it how the run goes meanwhile
+    (tools/operate/follow.py). AlreadyRunning (one line) while a run of the task is open."""
+    client = await connect(settings)
+    try:
+        handle = await start_plan(client, document, task_id, task_queue)
+    except WorkflowAlreadyStartedError as e:
+        raise AlreadyRunning(f"tidemark-{task_id} is running already: a task runs once at a "
+                             f"time, nothing was started. `{command(Act.STATUS, task_id)}` "
+                             "follows it") from e
+    started(handle.result_run_id or "")
+    return await _outcome(handle, task_id, wait, say)
+
+
+async def _outcome(handle: WorkflowHandle[Any, RunResult], task_id: str, wait: bool,
+                   say: Callable[[str], None] | None, confirmed: int = 0) -> RunResult | None:
+    """The end of a started run: None without ``wait``, said as it goes with ``say``."""
+    if not wait:
+        return None
+    if say is None:
+        return await run_result(handle)
+    from tools.operate.follow import follow
+
+    return await follow(handle, task_id, say, confirmed_before=confirmed)
+
+
 async def resume_task(settings: Settings, task_id: str, *, wait: bool,
-                      task_queue: str = TASK_QUEUE) -> RunResult | None:
-    """Starts RunPlan on the stored plan of ``task_id`` (the caller has released it)."""
+                      task_queue: str = TASK_QUEUE,
+                      say: Callable[[str], None] | None = None,
+                      started: Callable[[str], None] | None = None,
+                      confirmed: int = 0) -> RunResult | None:
+    """Starts RunPlan on the stored plan of ``task_id`` (the caller has released it).
+
+    ``started`` and ``say`` as for ``launch_plan``; ``confirmed``: the steps the journal has
+    confirmed already, which ``say`` is not told again."""
     client = await connect(settings)
     handle = await _start(client, "RunPlan", task_id, f"tidemark-{task_id}", task_queue,
                           RunResult)
-    return await run_result(handle) if wait else None
+    if started is not None:
+        started(handle.result_run_id or "")
+    return await _outcome(handle, task_id, wait, say, confirmed)
 
 
 async def unwind_task(settings: Settings, task_id: str, *, wait: bool,
