@@ -279,6 +279,7 @@ def postgres_of(pgdata: Path) -> list[int]:
             if b"postgres" in cmdline(pid) and str(pgdata).encode() in cmdline(pid)]
 
 
+@pytest.mark.temporal  # `tidemark dev` with its own Postgres: no fixture says so
 def test_ctrl_c_of_tidemark_dev_stops_its_embedded_postgres(tmp_path: Path) -> None:
     """Ctrl-C stops the embedded Postgres too, though a holder of it once died holding it.
 

@@ -135,7 +135,8 @@ class EmbeddedPostgres:
         server = self._server
         with server._lock:  # pgserver's own lock over the list (pgserver 0.1.4)
             holders = server.global_process_id_list
-            holders.put([pid for pid in holders.get() if pid == os.getpid() or _alive(pid)])
+            with contextlib.suppress(FileNotFoundError):  # deleted with its data already
+                holders.put([pid for pid in holders.get() if pid == os.getpid() or _alive(pid)])
         server.cleanup()
 
 
