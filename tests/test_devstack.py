@@ -167,6 +167,25 @@ async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
     assert [p for p in ports if listening(p)] == []
 
 
+async def test_two_stacks_run_side_by_side_on_one_home(home: Path) -> None:
+    """A stack with a data directory of its own (the demo's) runs beside `tidemark dev`.
+
+    Every port is its own, and the first stack's profile and Web UI record stay as they were."""
+    with DevStack(port=0, ui_port=0, staging_port=0, metrics_port=0, with_worker=False) as dev:
+        profile = dev.temporal_config_file.read_text()
+        with DevStack(port=0, ui_port=0, staging_port=0, metrics_port=0, with_worker=False,
+                      data_dir=home / "demo") as other:
+            ports = {s.port for s in (dev, other)} | {s.ui_port for s in (dev, other)} | {
+                s.staging_port for s in (dev, other)} | {s.metrics_port for s in (dev, other)}
+            assert len(ports) == 8
+            assert http_get(dev.ui_url)[0] == http_get(other.ui_url)[0] == 200
+        assert dev.temporal_config_file.read_text() == profile
+        shell = load_settings({"TEMPORAL_CONFIG_FILE": str(dev.temporal_config_file),
+                               ENV_HOME: str(home)})
+        assert base_url(shell) == dev.ui_url
+        assert http_get(dev.ui_url)[0] == 200  # the other's stop left this one up
+
+
 async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIDEMARK_FS_ROOTS", str(tmp_path))  # the worker's fs.rename reaches it
