@@ -41,14 +41,18 @@ def test_validation_is_local_and_names_the_bad_field() -> None:
 
 async def test_the_ten_line_example_runs_the_plugin_on_an_unmodified_worker(
         temporal_env: WorkflowEnvironment, workers: object, task_queue: str,
-        server: StagingServer) -> None:
+        server: StagingServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The example reads the CLI's settings: the dev server here is on a port of its own.
+    assert not address(temporal_env).endswith(":7233")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address(temporal_env))
+    monkeypatch.setenv("TIDEMARK_TASK_QUEUE", task_queue)
     workers.start(TIDEMARK_STAGING_URL=server.url)  # type: ignore[attr-defined]
     spec = importlib.util.spec_from_file_location("agent_example", EXAMPLE)
     assert spec and spec.loader
     example = importlib.util.module_from_spec(spec)
     sys.modules["agent_example"] = example
     spec.loader.exec_module(example)
-    state = await example.main(address(temporal_env), "agent-1", task_queue)
+    state = await example.main(task_id="agent-1")
     assert state == "completed"
     posted = effects(server, "ledger", "invoices.post")
     assert len(posted) == 1 and posted[0]["detail"]["customer"] == "acme"

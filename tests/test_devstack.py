@@ -27,11 +27,14 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from helpers.ports import free_ports
 from helpers.wait import assert_eventually
 from tidemark.database import ENV_HOME, ENV_URL, EmbeddedPostgres, tidemark_home
 from tidemark.errors import ConfigError
 from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
+from tidemark.web_ui import base_url
+from tools.cli.main import main
 from tools.operate.inbox import web_ui_url
 from tools.stack.devstack import DevStack, DevStackError, wait_until_serving
 from workflows.outcome import run_result
@@ -86,20 +89,6 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports.
-
-    The sockets are held together so the kernel cannot hand out the same port twice."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def http_get(url: str) -> tuple[int, bytes]:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.status, r.read()
@@ -121,7 +110,8 @@ async def wait_for_worker_poller(address: str) -> None:
 
 
 @pytest.mark.parametrize(("which", "flag"), [("port", "--port"), ("ui_port", "--ui-port"),
-                                             ("staging_port", "--staging-port")])
+                                             ("staging_port", "--staging-port"),
+                                             ("metrics_port", "--metrics-port")])
 def test_a_port_in_use_is_named_with_its_flag_and_nothing_starts(
         which: str, flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
@@ -177,6 +167,25 @@ async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
     assert [p for p in ports if listening(p)] == []
 
 
+async def test_two_stacks_run_side_by_side_on_one_home(home: Path) -> None:
+    """A stack with a data directory of its own (the demo's) runs beside `tidemark dev`.
+
+    Every port is its own, and the first stack's profile and Web UI record stay as they were."""
+    with DevStack(port=0, ui_port=0, staging_port=0, metrics_port=0, with_worker=False) as dev:
+        profile = dev.temporal_config_file.read_text()
+        with DevStack(port=0, ui_port=0, staging_port=0, metrics_port=0, with_worker=False,
+                      data_dir=home / "demo") as other:
+            ports = {s.port for s in (dev, other)} | {s.ui_port for s in (dev, other)} | {
+                s.staging_port for s in (dev, other)} | {s.metrics_port for s in (dev, other)}
+            assert len(ports) == 8
+            assert http_get(dev.ui_url)[0] == http_get(other.ui_url)[0] == 200
+        assert dev.temporal_config_file.read_text() == profile
+        shell = load_settings({"TEMPORAL_CONFIG_FILE": str(dev.temporal_config_file),
+                               ENV_HOME: str(home)})
+        assert base_url(shell) == dev.ui_url
+        assert http_get(dev.ui_url)[0] == 200  # the other's stop left this one up
+
+
 async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIDEMARK_FS_ROOTS", str(tmp_path))  # the worker's fs.rename reaches it
@@ -210,9 +219,9 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
     port, ui_port, staging_port, metrics_port = free_ports(4)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.cli.main", "dev", "--port", str(port), "--ui-port",
-         str(ui_port), "--staging-port", str(staging_port)],
+         str(ui_port), "--staging-port", str(staging_port), "--metrics-port", str(metrics_port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}"})
+        env={k: v for k, v in os.environ.items() if k != "TIDEMARK_METRICS_ADDRESS"})
     lines: list[str] = []
 
     def read_stdout() -> None:
@@ -246,6 +255,9 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                                 env={**other_shell, "TEMPORAL_CONFIG_FILE": config},
                                 capture_output=True, text=True, timeout=60)
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
+        # ... and every Web UI link there is this stack's (tidemark/web_ui.py).
+        there = load_settings({**other_shell, "TEMPORAL_CONFIG_FILE": config})
+        assert base_url(there) == f"http://127.0.0.1:{ui_port}"
         assert printed["metrics"] == f"http://127.0.0.1:{metrics_port}/metrics"
 
         def scraped() -> bytes:  # the worker's endpoint, once it has started
@@ -263,6 +275,69 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
             proc.kill()
             proc.wait()
     reader.join(timeout=5)
+    assert processes_of(home) == []
+    assert [p for p in (port, ui_port, staging_port, metrics_port) if listening(p)] == []
+
+
+def test_dev_and_demo_help_name_every_port_they_open(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    helps = {}
+    for cmd in ("dev", "demo"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        helps[cmd] = capsys.readouterr().out
+    for cmd, text in helps.items():
+        for flag in ("--port", "--ui-port", "--staging-port", "--metrics-port"):
+            assert flag in text, (cmd, flag)
+    assert "9464" in " ".join(helps["dev"].split())
+
+
+def postgres_of(pgdata: Path) -> list[int]:
+    """Live postgres processes whose command line names ``pgdata``."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+            if b"postgres" in cmdline(pid) and str(pgdata).encode() in cmdline(pid)]
+
+
+@pytest.mark.temporal  # `tidemark dev` with its own Postgres: no fixture says so
+def test_ctrl_c_of_tidemark_dev_stops_its_embedded_postgres(tmp_path: Path) -> None:
+    """Ctrl-C stops the embedded Postgres too, though a holder of it once died holding it.
+
+    pgserver counts the processes that hold the server and stops it with the last one; a
+    holder killed without letting go (SIGKILL, a closed terminal) stays counted."""
+    home = tidemark_home(tmp_path / "home")
+    pgdata = (home / "pgdata").resolve()
+    env = {k: v for k, v in os.environ.items() if k != ENV_URL}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from tidemark.database "
+         "import EmbeddedPostgres; EmbeddedPostgres(Path(sys.argv[1])); print('up', flush=True);"
+         " sys.stdin.read()", str(pgdata)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env=env)
+    assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+    holder.kill()  # killed holding the server: it never lets go
+    holder.wait()
+    assert postgres_of(pgdata)
+    port, ui_port, staging_port = free_ports(3)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.cli.main", "dev", "--no-worker", "--port", str(port),
+         "--ui-port", str(ui_port), "--staging-port", str(staging_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**env, ENV_HOME: str(home)})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("Ctrl-C stops everything started here."):
+                break
+        assert postgres_of(pgdata) and (pgdata / "postmaster.pid").exists()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = postgres_of(pgdata)
+        for pid in left:  # stop what the test failed to see stopped
+            os.kill(pid, signal.SIGQUIT)
+    assert left == [] and not (pgdata / "postmaster.pid").exists()
     assert processes_of(home) == []
     assert [p for p in (port, ui_port, staging_port) if listening(p)] == []
 

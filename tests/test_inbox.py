@@ -14,6 +14,7 @@ that decides it."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from test_control_matrix import (
 from helpers.steps import crash_at, run_one
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
+from tidemark.web_ui import write_stack_record
 from tools.operate.inbox import DEFAULT_UI, web_ui_url
 from tools.operate.starter import start_plan
 from workflows.outcome import run_result
@@ -241,3 +243,36 @@ async def test_without_temporal_the_inbox_answers_from_the_journal_and_says_so(
                           "way (")
     assert err.endswith("a task being unwound is listed as stopped, and a run ended outside "
                         "tidemark is not seen\n") and err.count("\n") == 1
+
+
+async def test_the_inbox_links_the_web_ui_of_the_stack_it_reads(
+        store: JournalStore, tmp_path: Path, cli: Any, monkeypatch: Any) -> None:
+    """The inbox's Web UI link follows TIDEMARK_UI_URL, else the dev stack's record.
+
+    A bad TIDEMARK_UI_URL is one line and exit 1 (tidemark/web_ui.py)."""
+    task = Task(tmp_path)
+    store.persist_plan(load_plan(task.doc, SPECS))
+    store.set_control(task.id, "stopped", "incident", "ops")
+    list_link = "/namespaces/default/workflows?query="
+
+    monkeypatch.setenv("TIDEMARK_UI_URL", "http://ui.example:8080/temporal/")
+    code, out, _ = await cli("inbox")
+    assert code == 0 and out.rstrip("\n").rsplit("\n", 1)[-1].startswith(
+        f"Web UI: http://ui.example:8080/temporal{list_link}"), out
+
+    # A `tidemark dev` stack on other ports records its Web UI beside its temporal.toml.
+    monkeypatch.delenv("TIDEMARK_UI_URL")
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    (stack / "temporal.toml").write_text("")
+    write_stack_record(stack, os.environ["TEMPORAL_ADDRESS"], "http://127.0.0.1:18233")
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(stack / "temporal.toml"))
+    code, out, _ = await cli("inbox")
+    assert code == 0 and out.rstrip("\n").rsplit("\n", 1)[-1].startswith(
+        f"Web UI: http://127.0.0.1:18233{list_link}"), out
+
+    monkeypatch.setenv("TIDEMARK_UI_URL", "localhost:8233")
+    code, out, err = await cli("inbox")
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert err.startswith("tidemark: ConfigError: TIDEMARK_UI_URL must be the Temporal Web UI's "
+                          "address")

@@ -35,7 +35,7 @@ from tidemark.settings import (
 ENV_URL = ENV_DATABASE_URL
 ENV_PASSWORD_FILE = ENV_DATABASE_PASSWORD_FILE
 __all__ = ["ENV_HOME", "ENV_PASSWORD_FILE", "ENV_URL", "EmbeddedPostgres", "database_url",
-           "private_file", "redacted", "tidemark_home", "with_password_file"]
+           "private_file", "redacted", "stop_embedded", "tidemark_home", "with_password_file"]
 
 
 def tidemark_home(path: Path) -> Path:
@@ -117,12 +117,37 @@ class EmbeddedPostgres:
 
         pgdata.mkdir(parents=True, exist_ok=True)
         self._server: Any = pgserver.get_server(pgdata, cleanup_mode="delete" if delete else "stop")
+        # A server this process let go of while another held it stays in pgserver's cache:
+        # holding it again must count this process again.
+        with self._server._lock:
+            self._server.global_process_id_list.get_and_add(os.getpid())
 
     def url(self, database: str = "postgres") -> str:
         return str(self._server.get_uri(database))
 
     def close(self) -> None:
-        self._server.cleanup()
+        """Lets go of the server: it stops unless another live process holds it.
+
+        pgserver counts its holders by process id in ``.handle_pids.json`` and stops the server
+        when the last one lets go. A holder that died without letting go (SIGKILL, a closed
+        terminal) stays in that list for ever, and no later holder would ever stop the server:
+        the ids of processes that no longer exist are dropped first."""
+        server = self._server
+        with server._lock:  # pgserver's own lock over the list (pgserver 0.1.4)
+            holders = server.global_process_id_list
+            with contextlib.suppress(FileNotFoundError):  # deleted with its data already
+                holders.put([pid for pid in holders.get() if pid == os.getpid() or _alive(pid)])
+        server.cleanup()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def redacted(url: str) -> str:
@@ -209,3 +234,13 @@ def database_url(settings: Settings) -> str:
         # that its own system user can reach it; take that back for our home.
         tidemark_home(settings.home)
     return _embedded.url()
+
+
+def stop_embedded() -> None:
+    """Lets go of the embedded server this process uses, if any (EmbeddedPostgres.close).
+
+    The stacks call it when they stop, so that a Ctrl-C stops the Postgres they started."""
+    global _embedded
+    if _embedded is not None:
+        embedded, _embedded = _embedded, None
+        embedded.close()

@@ -40,6 +40,7 @@ ENV_TEMPORAL_CONFIG_FILE = "TEMPORAL_CONFIG_FILE"
 ENV_MAX_CONCURRENT_STEPS = "TIDEMARK_MAX_CONCURRENT_STEPS"
 ENV_DB_POOL_MAX = "TIDEMARK_DB_POOL_MAX"
 ENV_STEP_THREADS = "TIDEMARK_STEP_THREADS"
+ENV_UI_URL = "TIDEMARK_UI_URL"
 
 DEFAULT_TASK_QUEUE = "tidemark"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -98,6 +99,9 @@ class Settings:
     db_pool_max: int = DEFAULT_DB_POOL_MAX
     # Threads for the blocking parts of its steps (TIDEMARK_STEP_THREADS).
     step_threads: int = DEFAULT_STEP_THREADS
+    # The Temporal Web UI our links point at (TIDEMARK_UI_URL), without a trailing slash; None:
+    # derived from the stack (tidemark.web_ui.base_url).
+    ui_url: str | None = None
 
     @property
     def temporal(self) -> ClientConfigProfile:
@@ -184,6 +188,28 @@ def whole_number(env: Mapping[str, str], name: str, default: int, least: int) ->
     return int(raw)
 
 
+def read_ui_url(env: Mapping[str, str]) -> str | None:
+    """``TIDEMARK_UI_URL`` without its trailing slash, None when unset or empty.
+
+    Anything but an http(s) URL with a host (and no query or fragment, which our links add) is
+    a ConfigError naming the variable."""
+    raw = env.get(ENV_UI_URL, "").strip()
+    if not raw:
+        return None
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        parts.port  # noqa: B018  # a port that is not a number raises here
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or parts.query or parts.fragment or any(c.isspace() for c in raw)):
+        raise ConfigError(f"{ENV_UI_URL} must be the Temporal Web UI's address, like "
+                          f"http://127.0.0.1:8233 (http or https, a host, no query), got {raw!r}")
+    return raw.rstrip("/")
+
+
 def default_home() -> Path:
     return Path.home() / ".local" / "share" / "tidemark"
 
@@ -244,4 +270,5 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
                                           DEFAULT_MAX_CONCURRENT_STEPS, 1),
         db_pool_max=whole_number(source, ENV_DB_POOL_MAX, DEFAULT_DB_POOL_MAX, MIN_DB_POOL),
         step_threads=whole_number(source, ENV_STEP_THREADS, DEFAULT_STEP_THREADS, 1),
+        ui_url=read_ui_url(source),
     )

@@ -106,3 +106,26 @@ def login_role(conninfo: str) -> str:
     except psycopg.ProgrammingError:
         user = None
     return str(user) if user else getpass.getuser()
+
+
+def database_beside(conninfo: str, name: str) -> str:
+    """The URL of the database ``name`` on the server of ``conninfo``, created if missing.
+
+    A journal of its own beside another (the demo's, tools/stack/demo.py). Creating it needs
+    CREATEDB (the embedded Postgres's owner has it); a role without it is a ConfigError that
+    says what to do."""
+    from psycopg import errors, sql
+
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        there = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                             (name,)).fetchone() is not None
+        if not there:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except errors.DuplicateDatabase:  # another process made it meanwhile
+                pass
+            except errors.InsufficientPrivilege:
+                raise ConfigError(f"the database {name} does not exist and login role "
+                                  f"{login_role(conninfo)} may not create it: create it "
+                                  f"(CREATE DATABASE {name}) or grant CREATEDB") from None
+    return psycopg.conninfo.make_conninfo(conninfo, dbname=name)

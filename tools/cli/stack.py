@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tidemark.metrics import DEV_PORT
 from tidemark.needs import Act, command
 from tools.cli.common import (
     EXIT_ERROR,
@@ -25,10 +26,13 @@ from tools.cli.common import (
 
 def add_stack_commands(sub: Any) -> None:
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
-                                     "server + Web UI, Postgres, staging servers, a worker")
-    dev.add_argument("--port", type=int, default=7233, help="Temporal gRPC port")
-    dev.add_argument("--ui-port", type=int, default=8233, help="Temporal Web UI port")
-    dev.add_argument("--staging-port", type=int, default=8900, help="staging servers port")
+                                     "server + Web UI, Postgres, staging servers, a worker "
+                                     "serving metrics")
+    add_port_arguments(dev, {"port": 7233, "ui_port": 8233, "staging_port": 8900})
+    dev.add_argument("--metrics-port", type=int,
+                     help=f"the port the worker serves Prometheus metrics on, at /metrics "
+                          f"(default: TIDEMARK_METRICS_ADDRESS, else {DEV_PORT}, else any free "
+                          f"port)")
     dev.add_argument("--no-worker", action="store_true", help="start no worker")
     dev.set_defaults(func=_cmd_dev)
 
@@ -55,6 +59,9 @@ def add_stack_commands(sub: Any) -> None:
                       help='print {"interrupted", "final", "effects"}: the two status objects '
                            "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
+    add_port_arguments(demo, {"port": 0, "ui_port": 0, "staging_port": 0})
+    demo.add_argument("--metrics-port", type=int,
+                      help="serve the workers' Prometheus metrics on this port (default: none)")
     demo.set_defaults(func=_cmd_demo)
 
     ch = sub.add_parser("chaos", help="kill a plan at random steps and phases on the staging "
@@ -101,6 +108,19 @@ def add_stack_commands(sub: Any) -> None:
     vf.set_defaults(func=_cmd_providers)
 
 
+PORTS = {"port": "Temporal gRPC port", "ui_port": "Temporal Web UI port",
+         "staging_port": "staging servers port"}
+
+
+def add_port_arguments(parser: argparse.ArgumentParser, defaults: dict[str, int]) -> None:
+    """--port, --ui-port and --staging-port of a stack; 0 is any free port."""
+    for name, what in PORTS.items():
+        default = defaults[name]
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default,
+                            help=f"{what} (default {default or 'any free port'}; 0: any free "
+                                 f"port)")
+
+
 def _cmd_dev(a: argparse.Namespace) -> int:
     from tidemark.approval import ENV_APPROVAL
     from tidemark.database import redacted
@@ -111,19 +131,28 @@ def _cmd_dev(a: argparse.Namespace) -> int:
     # On a laptop the person is the journal's operator and approver (the embedded Postgres's
     # owner): TIDEMARK_APPROVAL, if set, becomes the journal's policy, and a decider lets the
     # Web UI's approve and reject updates decide as the person.
+    # An address of TIDEMARK_METRICS_ADDRESS is taken as it is (another host, say); a port is
+    # checked free before anything starts, as the other ports are.
+    env_metrics = a.settings.env.get(METRICS_ENV) if a.metrics_port is None else None
+    metrics_port = (a.metrics_port if a.metrics_port is not None or env_metrics
+                    else int(dev_address({}).rsplit(":", 1)[1]))
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
+                     metrics_port=None if env_metrics else metrics_port,
                      with_worker=not a.no_worker, settings=a.settings,
                      approval=a.settings.env.get(ENV_APPROVAL), with_decider=not a.no_worker,
-                     worker_env={METRICS_ENV: dev_address(a.settings.env)})
-    # SIGTERM during start-up unwinds like Ctrl-C, so start() stops what it has started: the
-    # children run in sessions of their own and would outlive a plain SIGTERM of this process.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+                     worker_env={METRICS_ENV: env_metrics} if env_metrics else {})
+    # SIGTERM (or a closed terminal's SIGHUP) during start-up unwinds like Ctrl-C, so start()
+    # stops what it has started: the children run in sessions of their own and would outlive a
+    # plain SIGTERM of this process.
+    for sig in STOP_SIGNALS[1:]:
+        signal.signal(sig, signal.default_int_handler)
     with stack:
         interrupted = _interrupt_event()
         staging = stack.staging.url if stack.staging else "-"
         decider = ("the Web UI's approve and reject updates decide as you" if stack.worker
                    else f"no decider: approve with `{command(Act.APPROVE)}`")
-        metrics = f"http://{stack.worker_env[METRICS_ENV]}/metrics" if stack.worker else "-"
+        metrics_at = env_metrics or stack.metrics_address
+        metrics = f"http://{metrics_at}/metrics" if stack.worker else "-"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
@@ -185,8 +214,10 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
     # With --json the narration goes to stderr and stdout holds only the JSON document.
     out = sys.stderr if a.json else sys.stdout
+    ports = {name: getattr(a, name) for name in (*PORTS, "metrics_port")}
     outcome = run_demo(kill_at=a.kill_at, third_party=a.third_party, keep=a.keep,
-                       say=lambda line: print(line, file=out, flush=True), settings=a.settings)
+                       say=lambda line: print(line, file=out, flush=True), settings=a.settings,
+                       ports=ports)
     if a.json:
         print_json(outcome.as_json())
     print("demo: every check held" if outcome.ok else "demo: a check FAILED", file=out,
@@ -270,13 +301,17 @@ def _cmd_providers(a: argparse.Namespace) -> int:
     return 0 if all(r["status"] in ("held", "skipped") for r in results) else EXIT_ERROR
 
 
+# Ctrl-C, a kill, a closed terminal: each stops a stack the clean way.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _interrupt_event() -> threading.Event:
-    """An event that SIGINT and SIGTERM set from now on.
+    """An event that SIGINT, SIGTERM and SIGHUP set from now on.
 
     It is installed before the addresses are printed: a Ctrl-C that follows them at once must
     take the clean way out (exit 0), not raise KeyboardInterrupt wherever the main thread
     happens to be."""
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
     return stop

@@ -29,6 +29,7 @@ from tidemark.errors import TidemarkError
 from tidemark.needs import Act, command, needs_query
 from tidemark.needs_journal import Entry, at_stake, entry_of
 from tidemark.settings import Settings
+from tidemark.web_ui import DEFAULT_UI, base_url
 from tidemark.words import TaskState
 from tools.operate.commands import open_store
 
@@ -37,7 +38,7 @@ from tools.operate.commands import open_store
 if TYPE_CHECKING:
     from tidemark.store import JournalStore
 
-DEFAULT_UI = "http://localhost:8233"
+__all__ = ["DEFAULT_UI", "inbox", "web_ui_url"]
 # The unwinds under way (tools.operate.starter.unwind_task names them tidemark-unwind-<task>).
 UNWINDS_OPEN = 'WorkflowType = "UnwindPlan" AND ExecutionStatus = "Running"'
 UNWIND_PREFIX = "tidemark-unwind-"
@@ -219,8 +220,9 @@ def add_inbox_command(sub: Any) -> None:
     c.add_argument("--json", action="store_true",
                    help="a list of objects: task_id, why, need, since, detail, command, "
                         "at_stake, fix")
-    c.add_argument("--ui", default=DEFAULT_UI, metavar="URL",
-                   help=f"the Temporal Web UI the list link points at (default {DEFAULT_UI})")
+    c.add_argument("--ui", metavar="URL",
+                   help="the Temporal Web UI the list link points at (default: TIDEMARK_UI_URL, "
+                        f"else the one `tidemark dev` recorded for the stack, else {DEFAULT_UI})")
     c.add_argument("--namespace", help="Temporal namespace of the link (default: the "
                    "configured one)")
     c.set_defaults(func=run_inbox)
@@ -234,5 +236,6 @@ def run_inbox(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps([e.as_json() for e in entries], indent=2))
     else:
-        print(text(entries, web_ui_url(a.ui, a.settings.temporal_namespace)))
+        ui = a.ui or base_url(a.settings)
+        print(text(entries, web_ui_url(ui, a.settings.temporal_namespace)))
     return 0

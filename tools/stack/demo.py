@@ -37,12 +37,17 @@ from tidemark.supplier_sync import (
     seed_requests,
     supplier_sync_plan,
 )
+from tidemark.web_ui import workflow_url
 from tidemark.words import TaskState
 from tools.operate.commands import decide_approval
 from tools.operate.starter import start_plan
 from tools.stack.devstack import DevStack
 from workflows.outcome import run_result
 
+# The demo's journal: a database of its own on the same Postgres server, so that its tasks never
+# show in the inbox of the configured journal (rows are never deleted: the journal is also the
+# audit trail).
+DEMO_JOURNAL = "tidemark_demo"
 KILL_AT = 32  # the essay's step: 31 confirmed, one in doubt, steps 39-42 provably not attempted
 THIRD_PARTY_STEP = 7  # the file the supplier renames between the kill and the resume
 THIRD_PARTY_NAME = "2026-Q3 supplier 07 invoice (revised by supplier).pdf"
@@ -56,6 +61,7 @@ class DemoOutcome:
     final: dict[str, Any] = field(default_factory=dict)
     effects: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
+    run_url: str = ""  # the run's page in the Web UI, while the stack is up
 
     def as_json(self) -> dict[str, Any]:
         return {"interrupted": self.interrupted, "final": self.final, "effects": self.effects}
@@ -155,11 +161,10 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
     say(f"effects on the staging servers: {json.dumps(effects, sort_keys=True)}")
     for what, held in checks.items():
         say(f"  {'ok    ' if held else 'FAILED'} {what}")
-    run_id = (await handle.describe()).run_id  # the Web UI's page is per run
-    say(f"history in the Web UI: {stack.ui_url}/namespaces/default/workflows/tidemark-{task_id}"
-        f"/{run_id}/history")
+    run_url = workflow_url(stack.ui_url, "default", f"tidemark-{task_id}",
+                           (await handle.describe()).run_id)  # the Web UI's page is per run
     return DemoOutcome(ok=all(checks.values()), task_id=task_id, interrupted=interrupted,
-                       final=final, effects=effects, checks=checks)
+                       final=final, effects=effects, checks=checks, run_url=run_url)
 
 
 async def _reaches_approval(handle: Any) -> bool:
@@ -191,11 +196,13 @@ def _list_drive(base: str) -> list[dict[str, Any]]:
 
 
 def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = False,
-             say: Callable[[str], None] = print,
-             settings: Settings | None = None) -> DemoOutcome:
-    """Runs the demo on a stack of its own.
+             say: Callable[[str], None] = print, settings: Settings | None = None,
+             ports: dict[str, int | None] | None = None) -> DemoOutcome:
+    """Runs the demo on a stack of its own, in a journal of its own (DEMO_JOURNAL).
 
-    It runs under ``settings`` (default: this process's environment's)."""
+    It runs under ``settings`` (default: this process's environment's), on ``ports`` (DevStack's
+    port, ui_port, staging_port and metrics_port; default: any free ports, no metrics). Its
+    history and logs are in ``$TIDEMARK_HOME/demo``, beside a `tidemark dev` on the same home."""
     if not 1 <= kill_at <= RENAMES:
         raise ValueError(f"--kill-at must be a rename step, 1..{RENAMES}")
     if third_party and kill_at <= THIRD_PARTY_STEP:
@@ -203,16 +210,27 @@ def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = 
                          f"must come after it")
     # The essay's morning mails and pays once the gate passes and a person approved: the demo
     # approves as the person running it, who is the journal's approver on this stack.
-    with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False,
-                  settings=settings or load_settings()) as stack:
+    settings = settings or load_settings()
+    chosen = {"port": 0, "ui_port": 0, "staging_port": 0, **(ports or {})}
+    with DevStack(**chosen, with_worker=False, settings=settings,  # type: ignore[arg-type]
+                  data_dir=settings.home / "demo", journal_name=DEMO_JOURNAL) as stack:
+        metrics = f", metrics {stack.metrics_address}" if stack.metrics_address else ""
         say(f"stack: Temporal {stack.address}, Web UI {stack.ui_url}, staging "
-            f"{stack.staging.url if stack.staging else '-'}, journal {redacted(stack.db_url)}")
+            f"{stack.staging.url if stack.staging else '-'}{metrics}, journal (the demo's own) "
+            f"{redacted(stack.db_url)}")
         outcome = asyncio.run(_demo(stack, kill_at, third_party, say))
+        say(f"the demo's journal is its own, so no later inbox lists its task: "
+            f"DATABASE_URL='{redacted(stack.db_url)}' tidemark status {outcome.task_id}")
         if keep:
+            say(f"history in the Web UI: {outcome.run_url}")
             say("stack kept running for the Web UI; Ctrl-C stops it")
             try:
                 while True:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 pass
+        else:
+            say("the stack is stopped now, its Web UI too: `tidemark demo --keep` keeps it up to "
+                "read the run's history there")
     return outcome
+

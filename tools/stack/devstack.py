@@ -23,9 +23,11 @@ from pathlib import Path
 
 from staging.core import StagingServer
 from staging.targets import build_staging
-from tidemark.database import ENV_URL, database_url, private_file, tidemark_home
+from tidemark.database import ENV_URL, database_url, private_file, stop_embedded, tidemark_home
 from tidemark.errors import TidemarkError
+from tidemark.metrics import METRICS_ENV
 from tidemark.settings import ENV_FS_ROOTS, Settings, load_settings
+from tidemark.web_ui import write_stack_record
 
 # The login role a laptop stack's worker connects as: a member of tidemark_worker only, so that
 # on the laptop too the worker's credentials decide nothing.
@@ -170,12 +172,20 @@ class DevStack:
     port: int = 7233
     ui_port: int = 8233
     staging_port: int = 8900
+    # Where its workers serve Prometheus metrics (127.0.0.1); None: they serve none.
+    metrics_port: int | None = None
     with_worker: bool = True
     # The configuration it runs under (default: this process's environment); the embedded
     # Postgres is always allowed here.
     settings: Settings = field(default_factory=load_settings)
     # Where its data goes: settings.home ($TIDEMARK_HOME) unless given; made private.
     home: Path = None  # type: ignore[assignment]  # set in __post_init__
+    # Where Temporal's history, the logs and the stack's temporal.toml go: the home unless
+    # given (the demo's are its own, so that it runs beside a `tidemark dev` on the same home).
+    data_dir: Path = None  # type: ignore[assignment]  # set in __post_init__
+    # A journal of its own: the database of this name beside the configured one, created if
+    # missing (the demo's). None: the configured journal.
+    journal_name: str | None = None
     worker_env: dict[str, str] = field(default_factory=dict)
     # The directories the worker's fs.rename may touch: TIDEMARK_FS_ROOTS if set, else
     # $TIDEMARK_HOME/files (made on start).
@@ -195,6 +205,8 @@ class DevStack:
     def __post_init__(self) -> None:
         self.settings = self.settings.with_embedded_db()
         self.home = tidemark_home(self.settings.home if self.home is None else self.home)
+        if self.data_dir is None:
+            self.data_dir = self.home
 
     @property
     def address(self) -> str:
@@ -203,6 +215,11 @@ class DevStack:
     @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.ui_port}"
+
+    @property
+    def metrics_address(self) -> str | None:
+        """host:port of the workers' metrics endpoint, or None."""
+        return None if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
 
     @property
     def needs_url(self) -> str:
@@ -218,12 +235,20 @@ class DevStack:
         ensure_port_free(self.port, "Temporal gRPC frontend", "--port")
         ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
         ensure_port_free(self.staging_port, "staging servers", "--staging-port")
+        if self.metrics_port is not None:
+            self.metrics_port = self.metrics_port or free_port()
+            ensure_port_free(self.metrics_port, "workers' metrics endpoint", "--metrics-port")
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not self.fs_roots:
             self.fs_roots = self.settings.fs_roots or str(self.home / "files")
             if self.fs_roots == str(self.home / "files"):
                 (self.home / "files").mkdir(mode=0o700, exist_ok=True)
         try:
             self.db_url = database_url(self.settings)
+            if self.journal_name:
+                from tidemark.store.connection import database_beside
+
+                self.db_url = database_beside(self.db_url, self.journal_name)
             self.worker_db_url = self._journal_roles()
             self._start_temporal()
             self._write_temporal_profile()
@@ -262,12 +287,12 @@ class DevStack:
         return psycopg.conninfo.make_conninfo(self.db_url, user=WORKER_ROLE)
 
     def _start_temporal(self) -> None:
-        log = self.home / "temporal.log"
-        for db in self.home.glob("temporal.db*"):  # the history: plans, recipients, amounts
+        log = self.data_dir / "temporal.log"
+        for db in self.data_dir.glob("temporal.db*"):  # the history: plans, recipients, amounts
             db.chmod(0o600)
         cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
                "--port", str(self.port), "--ui-port", str(self.ui_port),
-               "--db-filename", str(self.home / "temporal.db"), "--log-level", "warn",
+               "--db-filename", str(self.data_dir / "temporal.db"), "--log-level", "warn",
                "--ui-disable-news-fetch", *dev_server_args()]
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
@@ -286,7 +311,7 @@ class DevStack:
 
         It is ``temporal.toml``, profile ``default``. ``TEMPORAL_CONFIG_FILE`` pointed at it lets
         the ``temporal`` CLI and the `tidemark` command in another shell reach this stack."""
-        return self.home / "temporal.toml"
+        return self.data_dir / "temporal.toml"
 
     def _write_temporal_profile(self) -> None:
         text = (f"# Written by `tidemark dev`: the Temporal profile of the stack on this home.\n"
@@ -294,6 +319,8 @@ class DevStack:
         with private_file(self.temporal_config_file) as f:
             f.truncate(0)
             f.write(text.encode())
+        # The profile has no field for the Web UI: the inbox and the other links find it here.
+        write_stack_record(self.data_dir, self.address, self.ui_url)
 
     def env(self) -> dict[str, str]:
         """The environment a worker (or the `temporal` CLI) needs to reach this stack.
@@ -304,6 +331,8 @@ class DevStack:
         env = {**inherited, "TEMPORAL_CONFIG_FILE": str(self.temporal_config_file),
                "TEMPORAL_ADDRESS": self.address, ENV_URL: self.worker_db_url or self.db_url,
                ENV_FS_ROOTS: self.fs_roots, **self.worker_env}
+        if self.metrics_address is not None:
+            env[METRICS_ENV] = self.metrics_address
         if self.staging is not None:
             env["TIDEMARK_STAGING_URL"] = self.staging.url
             for name, value in STAGING_CLIENTS.items():
@@ -312,7 +341,7 @@ class DevStack:
 
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         """Starts ``python -m worker`` against this stack (again, after a kill)."""
-        log = private_file(self.home / "worker.log")
+        log = private_file(self.data_dir / "worker.log")
         with interrupts_held():
             self.worker = subprocess.Popen([sys.executable, "-m", "worker"],
                                            env={**self.env(), **extra_env}, stdout=log,
@@ -325,7 +354,7 @@ class DevStack:
         """Starts `tidemark decider` as the person (tools/operate/decider.py).
 
         The approve and reject updates of this stack's runs decide through it."""
-        log_file = private_file(self.home / "decider.log")
+        log_file = private_file(self.data_dir / "decider.log")
         env = {**self.env(), ENV_URL: self.db_url}
         with interrupts_held():
             proc = subprocess.Popen([sys.executable, "-m", "tools.cli.main", "decider"], env=env,
@@ -348,6 +377,8 @@ class DevStack:
         if self.staging is not None:
             self.staging.stop()
             self.staging = None
+        if not self.settings.database_url:  # the embedded Postgres: stopped unless held elsewhere
+            stop_embedded()
 
     def __enter__(self) -> DevStack:
         return self.start()
