@@ -29,7 +29,7 @@ from tidemark.errors import TidemarkError
 from tidemark.needs import Act, command, needs_query
 from tidemark.needs_journal import Entry, at_stake, entry_of
 from tidemark.settings import Settings
-from tidemark.web_ui import DEFAULT_UI, base_url
+from tidemark.web_ui import DEFAULT_UI, base_url, workflow_url
 from tidemark.words import TaskState
 from tools.operate.commands import open_store
 
@@ -186,16 +186,9 @@ def web_ui_url(base: str, namespace: str) -> str:
             f"/workflows?query={urllib.parse.quote(query, safe='')}")
 
 
-def ui_base(settings: Settings) -> str:
-    """The Temporal Web UI's base URL: TIDEMARK_UI_URL, else DEFAULT_UI."""
-    return settings.env.get("TIDEMARK_UI_URL") or DEFAULT_UI
-
-
 def run_url(settings: Settings, workflow_id: str) -> str:
     """The Web UI's page of the run ``workflow_id`` (its latest run) in the configured namespace."""
-    ns = urllib.parse.quote(settings.temporal_namespace, safe="")
-    return (f"{ui_base(settings).rstrip('/')}/namespaces/{ns}/workflows/"
-            f"{urllib.parse.quote(workflow_id, safe='')}")
+    return workflow_url(base_url(settings), settings.temporal_namespace, workflow_id)
 
 
 def text(entries: list[Entry], ui: str) -> str:
