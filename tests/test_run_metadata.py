@@ -11,11 +11,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from helpers.runs import wait_state
 from tidemark.needs import Act, Need, command, metadata, next_command, series_metadata
-from tidemark.payloads import RunResult
+from tidemark.payloads import RunResult, UnwindResult
 from tidemark.store import JournalStore
 from tools.operate import commands
-from tools.operate.starter import start_plan
-from workflows.outcome import run_result
+from tools.operate.starter import _start, start_plan
+from workflows.outcome import run_result, unwind_result
 
 SUMMARY_BYTES = 200  # what Temporal keeps of a static summary
 
@@ -81,3 +81,24 @@ def test_a_summary_fits_in_what_temporal_keeps_whatever_the_task_id() -> None:
         assert len(summary.encode()) <= SUMMARY_BYTES and summary.endswith("...")
         assert f"`{command(Act.STATUS, 't' * 128)}`" in details
     assert len(series_metadata("s" * 128)[0].encode()) <= SUMMARY_BYTES
+
+
+async def test_an_unwind_says_what_it_needs_and_the_command(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    workers.start()
+    client = temporal_env.client
+    run = await start_plan(client, ledger_plan(tmp_path, "meta-unw", approval={"required": True}),
+                           "meta-unw", task_queue)
+    await wait_state(run, "awaiting_approval")
+    commands.stop(store.conninfo, "meta-unw", "put it back", "ops")
+    handle = await _start(client, "UnwindPlan", "meta-unw", "tidemark-unwind-meta-unw",
+                          task_queue, UnwindResult)
+    assert (await unwind_result(handle)).state == "unwound"
+    desc = await handle.describe()
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert await desc.static_summary() == ("Unwind of task meta-unw: puts its reversible steps "
+                                           f"back; {command(Act.STATUS, 'meta-unw')}")
+    assert f"- unwind: `{command(Act.UNWIND, 'meta-unw')}`" in (await desc.static_details() or "")
+    assert meta.current_details.splitlines()[0] == (
+        f"**unwound** · needs nothing · `{command(Act.STATUS, 'meta-unw')}`")
