@@ -102,3 +102,14 @@ async def test_an_unwind_says_what_it_needs_and_the_command(
     assert f"- unwind: `{command(Act.UNWIND, 'meta-unw')}`" in (await desc.static_details() or "")
     assert meta.current_details.splitlines()[0] == (
         f"**unwound** · needs nothing · `{command(Act.STATUS, 'meta-unw')}`")
+
+
+def test_the_worklist_page_gives_the_columns_its_screenshot_shows() -> None:
+    """docs/who-needs-me.md's one step adds the columns dev.screenshots photographs."""
+    from dev.screenshots import WORKLIST_COLUMNS
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "who-needs-me.md").read_text()
+    step = page[page.index("### The worklist's columns"):page.index("## What it looks like")]
+    ours = [c for c in WORKLIST_COLUMNS if c.startswith("Tidemark")]
+    assert ours == ["TidemarkNeeds", "TidemarkState", "TidemarkTaskId"]
+    assert "add `TidemarkNeeds`, `TidemarkState` and `TidemarkTaskId`" in " ".join(step.split())
