@@ -39,6 +39,12 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1600, "height": 1000}
+# The worklist's columns, as the Web UI's column settings keep them once a person added them:
+# in the browser's local storage, per namespace (the link and a saved view carry the filter
+# only; docs/who-needs-me.md). The shots after the worklist's have them too.
+WORKLIST_COLUMNS = ["Status", "Workflow ID", "TidemarkNeeds", "TidemarkState", "TidemarkTaskId",
+                    "Start"]
+COLUMNS_KEY = "namespace-workflow-table-columns"
 # The browser half runs in the other Python: standard library and playwright only.
 SHOOT = """
 import json, sys
@@ -48,6 +54,9 @@ with sync_playwright() as p:
     browser = p.chromium.launch(executable_path=job["chromium"], args=job["args"])
     page = browser.new_page(viewport=job["viewport"])
     for shot in job["shots"]:
+        for key, value in shot.get("storage", {}).items():  # before the page's own scripts
+            page.add_init_script(
+                f"window.localStorage.setItem({json.dumps(key)}, {json.dumps(value)});")
         page.goto(shot["url"], wait_until="networkidle")
         page.wait_for_timeout(shot.get("settle_ms", 2500))
         if shot.get("click"):
@@ -65,7 +74,7 @@ def shoot(browser_python: str, shots: list[dict[str, Any]]) -> None:
 
 
 async def scene(stack: Any, home: Path) -> dict[str, str]:
-    """The six tasks on the stack; returns their ids by state."""
+    """The seven tasks on the stack; returns their ids by state."""
     from temporalio.client import Client
 
     from helpers.worklist import make_tasks
@@ -89,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the stack up until Ctrl-C")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(TESTS))  # tests/helpers: the worklist scene and the test worker
+    from psycopg.conninfo import conninfo_to_dict
+
     from tidemark.settings import load_settings
     from tools.operate.inbox import web_ui_url
     from tools.stack.devstack import DevStack
@@ -98,10 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     stack = DevStack(port=0, ui_port=0, staging_port=0, with_worker=False,
                      settings=load_settings(env), home=home,
                      worker_env={"TIDEMARK_APPROVAL": "none",
-                                 "TIDEMARK_APPROVERS": getpass.getuser(),
                                  "TIDEMARK_LOG_LEVEL": "WARNING",
                                  "TIDEMARK_FS_ROOTS": str(home), "PYTHONPATH": str(ROOT)})
     with stack:
+        # `tidemark approve` of the scene decides as the journal's login role (postgres, when
+        # the embedded Postgres runs as root): the approver the worker names.
+        stack.worker_env["TIDEMARK_APPROVERS"] = str(
+            conninfo_to_dict(stack.db_url).get("user") or getpass.getuser())
         stack.worker = subprocess.Popen(
             [sys.executable, str(TESTS / "helpers" / "worker_main.py")], env=stack.env(),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -115,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         shoot(a.browser_python, [  # a fresh server: the list holds this scene's runs only
             {"url": base,
              "path": str(OUT / "web-ui-all-runs.png")},
-            {"url": stack.needs_url, "path": str(OUT / "web-ui-needs-a-person.png")},
+            {"url": stack.needs_url, "path": str(OUT / "web-ui-needs-a-person.png"),
+             "storage": {COLUMNS_KEY: json.dumps(
+                 {"default": [{"label": c} for c in WORKLIST_COLUMNS]})}},
             # the run's current details (the one sentence first) are on its User Metadata tab
             {"url": f"{base}/{waiting}", "click": "User Metadata",
              "path": str(OUT / "web-ui-awaiting-approval-details.png")},

@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,11 @@ MAX_LINES = 200
 ON_CALL = [["tidemark", "inbox"], ["tidemark", "status", "T"], ["tidemark", "resume", "T"],
            ["tidemark", "unwind", "T", "--yes"], ["tidemark", "kill", "T"]]
 ACTIVATE = [".", ".venv/bin/activate"]
+# The first plan of the front page, on the plan of its JSON block.
+FIRST_PLAN = [["tidemark", "start", "PLAN.json", "--follow"]]
+# The two commands: the demo on the embedded default (after the install), and the tests.
+DEMO = [".venv/bin/tidemark", "demo"]
+TESTS_COMMAND = [".venv/bin/python", "-m", "pytest", "-q", "-n", "3"]
 
 
 def shell_commands(markdown: str) -> list[list[str]]:
@@ -90,6 +97,8 @@ def who_runs(command: list[str]) -> str | None:
     """Which test runs ``command``, or None."""
     if command in ON_CALL:
         return "test_readme.py::test_the_on_call_commands_run_as_printed"
+    if command in FIRST_PLAN:
+        return "test_readme.py::test_the_first_plan_runs_as_printed"
     if command == ACTIVATE:
         return "test_readme.py::test_activating_the_venv_puts_its_tidemark_first"
     if command[:1] == [".venv/bin/tidemark"] and command[1:] in demo_test_argvs():
@@ -110,7 +119,7 @@ def test_every_command_on_the_front_page_is_run_by_a_test() -> None:
     unrun = [shlex.join(c) for c in commands if who_runs(c) is None]
     assert not unrun, f"no test runs these front-page commands: {unrun}"
     # and every on-call command this file runs is on the front page: none ran for nothing
-    assert [c for c in commands if c[:1] == ["tidemark"]] == ON_CALL
+    assert [c for c in commands if c[:1] == ["tidemark"]] == FIRST_PLAN + ON_CALL
 
 
 def test_the_extraction_sees_chains_comments_and_unknown_commands() -> None:
@@ -175,6 +184,54 @@ async def test_the_on_call_commands_run_as_printed(
     assert report.startswith(f"task {task.id}  (stopped)")
     stop = store.stop_state(task.id)
     assert stop is not None and stop["state"] == "killed", stop
+
+
+def test_the_front_page_has_the_two_commands_the_python_and_production() -> None:
+    text = README.read_text()
+    commands = shell_commands(text)
+    assert commands.index(DEMO) < commands.index(TESTS_COMMAND) < commands.index(FIRST_PLAN[0])
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = re.fullmatch(r">=\s*(\d+\.\d+)", required)
+    assert version, required
+    assert f"It needs Python {version.group(1)} or newer." in text
+    production = text[text.index("## Production"):]
+    assert "(docker-compose.yml)" in production and "(docs/install.md)" in production
+
+
+def test_the_index_by_reader_names_every_page_of_the_docs_once() -> None:
+    text = README.read_text()
+    index = text[text.index("## The docs, by reader"):]
+    readers = re.findall(r"^- \*\*([^*]+)\*\*", index, re.M)
+    assert readers == ["Operator", "Developer of actions", "Developer of Tidemark", "Evaluator"]
+    linked = re.findall(r"\]\(docs/([\w-]+\.md)\)", index)
+    assert sorted(linked) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+async def test_the_first_plan_runs_as_printed(
+        temporal_env: WorkflowEnvironment, workers: Any, task_queue: str, tmp_path: Path,
+        cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tidemark start PLAN.json --follow` runs the front page's plan to its end.
+
+    The plan is the JSON block of "Your first plan", its path made this test's own."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    if "start" not in (sub.choices or {}):
+        pytest.skip("no `tidemark start` in this tree")
+    text = README.read_text()
+    section = text[text.index("## Your first plan"):text.index("## Production")]
+    [block] = re.findall(r"^```json\n(.*?)^```", section, re.M | re.S)
+    plan = json.loads(block)
+    draft = tmp_path / "draft.txt"
+    draft.write_text("draft")
+    plan["steps"][0]["args"]["path"] = str(draft)
+    (tmp_path / "PLAN.json").write_text(json.dumps(plan))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIDEMARK_TASK_QUEUE", task_queue)
+    workers.start()
+    [command] = FIRST_PLAN
+    code, out, err = await cli(*command[1:])
+    assert code == 0, (out, err)
+    assert (tmp_path / "final.txt").read_text() == "draft" and not draft.exists()
+    assert plan["task_id"] in out
 
 
 def test_the_start_command_of_the_operators_guide_is_the_one_a_test_runs() -> None:

@@ -190,9 +190,9 @@ async def test_history_carries_summaries_and_search_attributes(
     # the end of the plan is verified before it says completed
     assert activities == [ActivityName.PREPARE, ActivityName.RUN_STEP, ActivityName.VERIFY_END]
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert metadata.current_details == (  # the UI shows it: the sentence first
-        "Task summary-1 completed (1/1 steps confirmed); nothing to do.\n\n"
-        "**completed**: 1/1 steps confirmed")
+    assert metadata.current_details == (  # the UI shows it: the state and need, then why
+        "**completed** · 1/1 steps confirmed · needs nothing · `tidemark status summary-1`\n\n"
+        "Task summary-1 completed (1/1 steps confirmed); nothing to do.")
     desc = await handle.describe()
     attrs = {k.name: v for k, v in desc.typed_search_attributes}
     assert attrs["TidemarkTaskId"] == "summary-1"

@@ -255,3 +255,66 @@ def sentence(task_id: str, state: str, error: dict[str, Any] | None = None,
 def _clean(message: Any) -> str:
     """A message as part of a sentence: one line, without a trailing full stop."""
     return " ".join(str(message or "").split()).rstrip(".")
+
+
+# Temporal's user metadata of a run (the Web UI): a summary of one line in the list, at most
+# 200 bytes, and details in Markdown on the run's page. They hold ids, state words and commands
+# only, never what a plan carries: a payload codec encrypts them as any payload, yet the list
+# shows them to whoever may open it.
+SUMMARY_BYTES = 200
+
+
+def fit(text: str, max_bytes: int = SUMMARY_BYTES) -> str:
+    """``text`` cut to ``max_bytes`` of UTF-8, on a character's edge."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes - 3].decode(errors="ignore") + "..."
+
+
+def metadata(workflow: str, task_id: str) -> tuple[str, str]:
+    """The static summary and details of a run of ``workflow`` (RunPlan, UnwindPlan) on the task.
+
+    The summary says what the run needs and the command that says where it stands; the details
+    list each need it may end with and the command that settles it."""
+    status = command(Act.STATUS, task_id)
+    if workflow == "UnwindPlan":
+        return (fit(f"Unwind of task {task_id}: puts its reversible steps back; {status}"),
+                f"**The unwind of task {task_id}** puts its completed reversible steps back, "
+                "last first; it needs nothing from a person while it goes on. Where it stands: "
+                f"`{status}`.\n\n"
+                f"- {Need.UNWIND}: `{command(Act.UNWIND, task_id)}` once the cause is cleared\n"
+                f"- {Need.KILLED}: `{command(Act.RELEASE_FOR_UNWIND, task_id)}`, then "
+                f"`{command(Act.UNWIND, task_id)}`")
+    each = "\n".join(f"- {need}: " + ", or ".join(f"`{command(act, task_id)}`" for act in acts)
+                     for need, acts in NEXT.items())
+    return (fit(f"Task {task_id}: needs a person only when TidemarkNeeds says so; {status}"),
+            f"**Task {task_id}** runs its plan: it needs nothing from a person while it goes "
+            "on. When it does, the TidemarkNeeds column names the need and the current details "
+            f"open with the command. Where it stands: `{status}`.\n\n{each}")
+
+
+def series_metadata(series: str) -> tuple[str, str]:
+    """The static summary and details of a scheduled run of the series (its schedule's action).
+
+    The run needs nobody itself: its task's own run says what it needs."""
+    return (fit(f"Series {series}: plans its next task and runs it; the task's own run says "
+                "what it needs"),
+            f"**A scheduled run of series {series}** asks the series' planner for a plan and "
+            "runs it as the child run `tidemark-<task>`, whose summary and current details say "
+            "what it needs and the command. This run needs nothing from a person; it ends "
+            f"{TaskState.BLOCKED} when the series refuses to start (see "
+            f"`{command(Act.STATUS, '<task>')}`).")
+
+
+def headline(task_id: str, state: str, need: Need, *, line: str | None = None,
+             step: int | str | None = None, progress: str = "") -> str:
+    """The first line of a run's current details: its state, its need and the command.
+
+    ``line`` is the command when the run knows a closer one (the release of a series' stop);
+    ``step`` the step a decision is about."""
+    said = f" · {progress}" if progress else ""
+    if need == Need.NOTHING:
+        return f"**{state}**{said} · needs nothing · `{command(Act.STATUS, task_id)}`"
+    the = line or next_command(need, task_id, step="N" if step is None else step)
+    return f"**{state}**{said} · needs {need}: `{the}`"

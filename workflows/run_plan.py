@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.activity_names import ActivityName
     from tidemark.errors import END_STATES, InputError
     from tidemark.limits import ID_RE, LABEL_MAX, NOTE_MAX, cut, within
-    from tidemark.needs import Act, Need, command, need_of, sentence
+    from tidemark.needs import Act, Need, command, headline, need_of, sentence
     from tidemark.payloads import (
         AWAITING_APPROVAL,
         COMPLETED,
@@ -127,6 +127,7 @@ class RunPlan:
         self._unread = False  # refused before it read a plan: it opens no worklist row
         self._waiting = False  # waits at the boundary for a person (or for a stop's release)
         self._approvers = ""  # who may decide the approval it asks for, in words (status query)
+        self._release: str | None = None  # the release of the stop it waits under, if any
 
     async def _released(self) -> None:
         """Waits for the answer to the worklist release this run sent at its start.
@@ -153,10 +154,10 @@ class RunPlan:
         self._result.state = KILLED
         workflow.upsert_search_attributes([STATE.value_set(KILLED), NEEDS.value_set(Need.KILLED)])
         said = f"by {self._killed.get('by', '?')}: {self._killed.get('reason', '')}"
-        workflow.set_current_details(
-            sentence(self._result.task_id, KILLED, {"message": f"killed {said}"})
-            + f"\n\n**killed** {said}; the attempt under way may finish, nothing after it "
-            "starts")
+        self._show(KILLED, Need.KILLED,
+                   sentence(self._result.task_id, KILLED, {"message": f"killed {said}"})
+                   + f"\n\n**killed** {said}; the attempt under way may finish, nothing after "
+                   "it starts")
 
     @workflow.signal
     def approval(self, decision: RawValue = NO_INPUT) -> None:
@@ -415,6 +416,9 @@ class RunPlan:
         workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
             KILLED if self._killed is not None else RUNNING), NEEDS.value_set(
             Need.KILLED if self._killed is not None else Need.NOTHING)])
+        if self._killed is None:
+            self._show(RUNNING, Need.NOTHING, f"{prep.step_count} steps, {prep.confirmed} "
+                       "confirmed before this run")
         if not hop:  # a new run of the task: its worklist row, if any, closes (_released)
             self._releasing = asyncio.create_task(
                 release(prep.task_id, workflow.info().workflow_id))
@@ -422,10 +426,11 @@ class RunPlan:
             return self._end(UNWOUND, {"type": "TaskUnwound", "message":
                                        f"task {prep.task_id!r} was unwound; it does not run "
                                        "again (a new plan needs a new task id)"})
+        line = prep.release or command(Act.RELEASE, prep.task_id)  # of the stop, if any
         if prep.stopped is not None:
             return self._end(STOPPED, {"type": "TaskStopped", "message":
                                        f"task is stopped ({prep.stopped}); release it with "
-                                       f"`{prep.release or command(Act.RELEASE, prep.task_id)}`"})
+                                       f"`{line}`"}, release=line)
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
             return self._end(FAILED) if prep.failed else await self._complete(
                 prep.task_id, prep.step_count)
@@ -461,8 +466,8 @@ class RunPlan:
                 return held
         self._current = step
         r = self._result
-        workflow.set_current_details(
-            f"**step {step}/{prep.step_count}** {line}\n\n"
+        self._show(
+            RUNNING, Need.NOTHING, f"**step {step}/{prep.step_count}** {line}\n\n"
             f"{r.confirmed} confirmed, {r.executed} executed, {r.resolved_by_probe} "
             "resolved by probe in this run")
         attempt = workflow.start_activity(
@@ -518,8 +523,8 @@ class RunPlan:
         It verifies the steps it can check cheaply (the last step of each target the plan set
         more than once: verify_end, tidemark/boundary.py), and ends verification_failed, never
         completed, when a target shows an earlier step's state."""
-        workflow.set_current_details(f"**verifying** the targets steps 1-{count} set more "
-                                     "than once")
+        self._show(RUNNING, Need.NOTHING,
+                   f"**verifying** the targets steps 1-{count} set more than once")
         try:
             out: BoundaryOutcome = await workflow.execute_activity(
                 ActivityName.VERIFY_END, BoundaryInput(task_id, count + 1),
@@ -568,8 +573,8 @@ class RunPlan:
                 end = min(last, prep.first_irreversible - 1)
             self._current = step
             r = self._result
-            workflow.set_current_details(
-                f"**steps {step}-{end}/{count}** (a batch ends within "
+            self._show(
+                RUNNING, Need.NOTHING, f"**steps {step}-{end}/{count}** (a batch ends within "
                 f"{FAST_BATCH_STEPS} steps or {FAST_BATCH_BUDGET.total_seconds():g} s) "
                 f"{lines[step - first]}\n\n{r.confirmed} confirmed, {r.executed} executed, "
                 f"{r.resolved_by_probe} resolved by probe in this run")
@@ -662,8 +667,10 @@ class RunPlan:
         # that arrives at the boundary stopped ends ``stopped``.
         waited = False
         while True:
-            workflow.set_current_details(f"**verifying** the reversible steps before "
-                                         f"irreversible step {step}/{count}")
+            self._show(self._result.state, need_of(self._result.state),
+                       f"**verifying** the reversible steps before irreversible step "
+                       f"{step}/{count}",
+                       line=self._release if self._result.state == STOPPED else None)
             try:
                 out: BoundaryOutcome = await workflow.execute_activity(
                     ActivityName.REACH_BOUNDARY, BoundaryInput(task_id, step),
@@ -693,7 +700,7 @@ class RunPlan:
             if out.stopped is not None and not waited:
                 return self._end(STOPPED, {"type": "TaskStopped", "step": step, "message":
                                            f"task is stopped ({out.stopped}); release it with "
-                                           f"`{release}`"})
+                                           f"`{release}`"}, release=release)
             if out.stopped is None and (not out.approval_required or out.decision == "approve"):
                 if self._result.state != RUNNING:
                     self._result.state = RUNNING
@@ -705,11 +712,13 @@ class RunPlan:
                 # irreversible steps held back by the stop as a run at work is held before its
                 # next step; released, it asks for the approval again.
                 self._result.state = STOPPED
-                workflow.set_current_details(
+                self._release = release
+                self._show(STOPPED, Need.STOPPED,
                     f"Task {task_id} is stopped ({out.stopped}) while it waits for approval of "
                     f"its irreversible steps from step {step}/{count}; `{release}` lets it ask "
                     "for the approval again, "
-                    f"`{command(Act.UNWIND, task_id)}` puts its reversible steps back.")
+                    f"`{command(Act.UNWIND, task_id)}` puts its reversible steps back.",
+                    line=release)
                 workflow.upsert_search_attributes([STATE.value_set(STOPPED),
                                                    NEEDS.value_set(Need.STOPPED)])
             else:
@@ -728,7 +737,8 @@ class RunPlan:
         self._approvers = who
         listed = within(out.irreversible)
         more = waiting - len(listed)
-        workflow.set_current_details(
+        self._show(
+            AWAITING_APPROVAL, Need.APPROVAL,
             f"Task {task_id} waits for approval of its irreversible steps from step "
             f"{step}/{count}" + (f", first {out.irreversible[0]}" if out.irreversible
                                  else "") + f" — `{command(Act.APPROVE, task_id)}` or "
@@ -794,7 +804,17 @@ class RunPlan:
     def _end_on(self, e: ActivityError, step: int | None) -> RunResult:
         return self._end(*end_state_of(e, step))
 
-    def _end(self, state: str, error: dict[str, Any] | None = None) -> RunResult:
+    def _show(self, state: str, need: Need, body: str, *, line: str | None = None,
+              step: int | str | None = None, progress: str = "") -> None:
+        """The run's current details: its state, need and command first, then ``body``.
+
+        The Web UI shows them on the run's page (tidemark.needs.headline)."""
+        workflow.set_current_details(
+            headline(self._result.task_id, state, need, line=line, step=step,
+                     progress=progress) + "\n\n" + body)
+
+    def _end(self, state: str, error: dict[str, Any] | None = None, *,
+             release: str | None = None) -> RunResult:
         if self._killed is not None:
             # Whatever ended the run after the kill (most often its next step meeting the stop
             # state `killed`), the run was killed: that is its state, the rest is the detail.
@@ -807,10 +827,12 @@ class RunPlan:
         self._result.state = state
         self._result.error = error or {}
         r = self._result
-        workflow.set_current_details(
-            sentence(r.task_id, state, error, f"{r.confirmed}/{r.steps} steps confirmed")
-            + f"\n\n**{state}**: {r.confirmed}/{r.steps} steps confirmed"
-            + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""))
+        self._show(state, need_of(state, error),
+                   sentence(r.task_id, state, error, f"{r.confirmed}/{r.steps} steps confirmed")
+                   + (f"\n\n{error.get('type')}: {error.get('message')}" if error else ""),
+                   line=release if state == STOPPED else None,
+                   step=(error or {}).get("step"),
+                   progress=f"{r.confirmed}/{r.steps} steps confirmed")
         workflow.upsert_search_attributes([STATE.value_set(state),
                                            NEEDS.value_set(need_of(state, error))])
         return self._result

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.activity_names import ActivityName
     from tidemark.errors import InputError
     from tidemark.limits import ID_RE, ID_RULE
-    from tidemark.needs import Act, Need, command
+    from tidemark.needs import Act, Need, command, headline
     from tidemark.payloads import (
         FAILED,
         KILLED,
@@ -87,6 +87,8 @@ class UnwindPlan:
         self._killed = signal_note(note, "kill signal")
         self._result.state = KILLED
         workflow.upsert_search_attributes([STATE.value_set(KILLED), NEEDS.value_set(Need.KILLED)])
+        self._show(KILLED, Need.KILLED, "**killed**: the compensation under way may finish, no "
+                   "other one starts")
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -196,6 +198,9 @@ class UnwindPlan:
             workflow.upsert_search_attributes([TASK_ID.value_set(task_id),
                                                STATE.value_set("unwinding"),
                                                NEEDS.value_set(Need.NOTHING)])
+            if self._killed is None:
+                self._show("unwinding", Need.NOTHING, f"{len(planned.steps)} reversible steps "
+                           "to put back, last first")
             r.irreversible_done = planned.irreversible_done
             if planned.stopped is None:
                 return self._end(STOPPED, {"type": "NotStopped", "message":
@@ -299,9 +304,19 @@ class UnwindPlan:
             state = KILLED
         self._result.state = state
         self._result.error = error or {}
-        workflow.upsert_search_attributes([STATE.value_set(state), NEEDS.value_set(self._need())])
-        workflow.set_current_details(unwind_sentence(self._result))
+        need = self._need()
+        workflow.upsert_search_attributes([STATE.value_set(state), NEEDS.value_set(need)])
+        self._show(state, need, unwind_sentence(self._result))
         return self._result
+
+    def _show(self, state: str, need: Need, body: str) -> None:
+        """The unwind's current details: its state, need and command first, then ``body``.
+
+        A killed unwind is released for its unwind only (tidemark.needs.headline)."""
+        line = command(Act.RELEASE_FOR_UNWIND, self._result.task_id) if need == Need.KILLED \
+            else command(Act.UNWIND, self._result.task_id) if need == Need.UNWIND else None
+        workflow.set_current_details(
+            headline(self._result.task_id, state, need, line=line) + "\n\n" + body)
 
 
 def unwind_sentence(result: UnwindResult) -> str:

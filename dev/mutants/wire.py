@@ -68,9 +68,11 @@ MUTANTS: tuple[Mutant, ...] = (
             "is_at_drive",)),
     Mutant("a plan ends completed without the verification at its end",
            "workflows/run_plan.py",
-           "        workflow.set_current_details(f\"**verifying** the targets steps 1-{count}",
+           "        self._show(RUNNING, Need.NOTHING,\n"
+           "                   f\"**verifying** the targets steps 1-{count}",
            "        return self._end(COMPLETED)\n"
-           "        workflow.set_current_details(f\"**verifying** the targets steps 1-{count}",
+           "        self._show(RUNNING, Need.NOTHING,\n"
+           "                   f\"**verifying** the targets steps 1-{count}",
            ("tests/test_end_verification.py::test_a_plan_never_ends_completed_over_a_file_that_"
             "shows_an_earlier_steps_name",)),
     Mutant("the verification at a plan's end checks nothing", "tidemark/boundary.py",

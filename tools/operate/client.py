@@ -33,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.actions import Registry
 from tidemark.errors import TidemarkError
+from tidemark.needs import metadata
 from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.plan import Plan, load_plan
 from tidemark.settings import Settings, load_settings
@@ -162,10 +163,12 @@ class TidemarkClient:
         Raises PlanError for a bad plan (nothing is sent) and AlreadySubmitted while a run of
         the task is open."""
         valid = self.validate(plan)
+        summary, details = metadata("RunPlan", valid.task_id)
         try:
             handle = await self.client.start_workflow(
                 "RunPlan", plan_document(plan), id=workflow_id(valid.task_id),
-                task_queue=self.task_queue, result_type=RunResult)
+                task_queue=self.task_queue, result_type=RunResult,
+                static_summary=summary, static_details=details)
         except WorkflowAlreadyStartedError as e:
             raise AlreadySubmitted(f"{workflow_id(valid.task_id)} is running already") from e
         return Run(valid.task_id, handle)

@@ -26,6 +26,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
+from tidemark.needs import series_metadata
 from tidemark.payloads import TASK_QUEUE
 from tidemark.plan import TASK_ID_RE
 
@@ -57,9 +58,11 @@ async def create(client: Client, series: str, cron: str, planner: str, args: dic
     if not (module and sep and function):
         raise ScheduleError(f"--planner must be MODULE:FUNCTION, got {planner!r}")
     sid = schedule_id(series)
+    summary, details = series_metadata(series)
     action = ScheduleActionStartWorkflow(
         "ScheduledRun", {"series": series, "planner": planner, "args": args},
-        id=f"tidemark-sched-{series}", task_queue=task_queue)
+        id=f"tidemark-sched-{series}", task_queue=task_queue,
+        static_summary=summary, static_details=details)
     try:
         await client.create_schedule(sid, Schedule(
             action=action, spec=ScheduleSpec(cron_expressions=[cron]),

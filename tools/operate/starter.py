@@ -16,7 +16,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tidemark.errors import TidemarkError
-from tidemark.needs import Act, command
+from tidemark.needs import Act, command, metadata
 from tidemark.payloads import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 from tidemark.settings import Settings
 from workflows.outcome import run_result, unwind_result
@@ -24,9 +24,13 @@ from workflows.outcome import run_result, unwind_result
 
 async def start_plan(client: Client, document: dict[str, Any], task_id: str,
                      task_queue: str = TASK_QUEUE) -> WorkflowHandle[Any, RunResult]:
-    """Starts ``tidemark-<task_id>``, as `temporal workflow start` would."""
+    """Starts ``tidemark-<task_id>``, as `temporal workflow start` would.
+
+    With the run's user metadata (``metadata``): the Web UI says what it needs and the command."""
+    summary, details = metadata("RunPlan", task_id)
     return await client.start_workflow("RunPlan", document, id=f"tidemark-{task_id}",
-                                       task_queue=task_queue, result_type=RunResult)
+                                       task_queue=task_queue, result_type=RunResult,
+                                       static_summary=summary, static_details=details)
 
 
 class TemporalUnavailable(TidemarkError):
@@ -52,9 +56,11 @@ async def connect(settings: Settings) -> Client:
 
 async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
                  task_queue: str, result_type: type[Any]) -> WorkflowHandle[Any, Any]:
+    summary, details = metadata(workflow, task_id)
     try:
         return await client.start_workflow(workflow, {"task_id": task_id}, id=workflow_id,
-                                           task_queue=task_queue, result_type=result_type)
+                                           task_queue=task_queue, result_type=result_type,
+                                           static_summary=summary, static_details=details)
     except WorkflowAlreadyStartedError as e:
         raise AlreadyRunning(f"{workflow_id} is running already; halt it first "
                              f"(temporal workflow signal --workflow-id {workflow_id} "
