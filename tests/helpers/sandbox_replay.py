@@ -38,6 +38,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
 
 import worker
+from helpers.codec_keys import suite_converter
 
 E = EventType
 # Each xdist worker waits for this at its session's end (24-59 s in a full run's --durations),
@@ -146,7 +147,10 @@ async def replay(histories: list[WorkflowHistory],
         for h in histories:
             yield h
 
-    replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner())
+    # With the payload codec: a run the codec tests encrypted replays too, and every other
+    # run, in clear, passes through it (tidemark/codec.py).
+    replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner(),
+                        data_converter=suite_converter())
     results = await replayer.replay_workflows(each(), raise_on_replay_failure=False)
     return [f"{run_id}: {type(e).__name__}: {e}"
             for run_id, e in results.replay_failures.items()]

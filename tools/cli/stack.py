@@ -124,6 +124,9 @@ def _cmd_dev(a: argparse.Namespace) -> int:
         decider = ("the Web UI's approve and reject updates decide as you" if stack.worker
                    else f"no decider: approve with `{command(Act.APPROVE)}`")
         metrics = f"http://{stack.worker_env[METRICS_ENV]}/metrics" if stack.worker else "-"
+        keys = " ".join(f"{k}={v}" for k, v in stack.codec_env.items()
+                        ) or "the key of TIDEMARK_CODEC_KEYS_FILE"
+        codec = f"{stack.codec.url if stack.codec else '-'}   (payloads encrypted: {keys})"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
@@ -136,6 +139,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"you            role {login_role(stack.db_url)}: operator and approver; "
               f"{decider}\n"
               f"metrics        {metrics}\n"
+              f"codec server   {codec}\n"
               f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()

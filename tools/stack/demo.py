@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.client import Client
-
 from tidemark.database import redacted
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -39,7 +37,7 @@ from tidemark.supplier_sync import (
 )
 from tidemark.words import TaskState
 from tools.operate.commands import decide_approval
-from tools.operate.starter import start_plan
+from tools.operate.starter import connect, start_plan
 from tools.stack.devstack import DevStack
 from workflows.outcome import run_result
 
@@ -109,7 +107,7 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
         f"Stripe payments); saved as {run_dir / 'plan.json'}")
 
     doomed = stack.start_worker(**{CRASH_ENV: f"after_execute:{kill_at}"})
-    client = await Client.connect(stack.address)
+    client = await connect(load_settings(stack.env()))  # the worker's codec too
     handle = await start_plan(client, doc, task_id)
     say(f"started workflow tidemark-{task_id}; the worker will be SIGKILLed during step "
         f"{kill_at}, after the Drive renamed its file and before the outcome is journaled")
