@@ -5,6 +5,9 @@ Unit tier: no server. The runs through Temporal are in tests/test_codec_history.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -217,3 +220,21 @@ def test_codec_server_and_codec_key_commands(tmp_path: Path, monkeypatch: pytest
     assert main(["codec-key", "key-2027"]) == 0
     line = capsys.readouterr().out.strip()
     assert list(parse_keys(line, "x")) == ["key-2027"]
+
+
+def test_a_worker_with_a_bad_key_file_refuses_to_start_in_one_line(tmp_path: Path) -> None:
+    """Before anything connects: a key that does not read is a line, never a key in a log."""
+    secret = key_line("key-a").partition("=")[2]
+    keys = tmp_path / "keys"
+    keys.write_text(f"key-a={secret}\n")
+    keys.chmod(0o600)
+    env = {"PATH": os.environ["PATH"], "TIDEMARK_CODEC_KEYS_FILE": str(keys),
+           "TIDEMARK_CODEC_KEY_ID": "key-b", "TIDEMARK_LOG_LEVEL": "INFO",
+           "TEMPORAL_CONFIG_FILE": os.environ["TEMPORAL_CONFIG_FILE"],
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(ROOT / "worker.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "cannot start: TIDEMARK_CODEC_KEY_ID is 'key-b', which TIDEMARK_CODEC_KEYS_FILE" \
+        in lines[0] and secret not in done.stderr + done.stdout
