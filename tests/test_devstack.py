@@ -267,6 +267,9 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                 raise AssertionError(f"no metrics yet: {e}") from e
 
         assert b"temporal_" in assert_eventually(scraped, timeout=DEADLINE_S)
+        # Payloads are encrypted: the line names the key another shell exports to read them.
+        codec = next(x for x in lines if x.startswith("codec server "))
+        assert f"TIDEMARK_CODEC_KEYS_FILE={home / 'codec-keys'} TIDEMARK_CODEC_KEY_ID=dev" in codec
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read()
