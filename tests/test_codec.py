@@ -122,7 +122,9 @@ def test_every_client_and_worker_connects_with_the_codec(tmp_path: Path) -> None
     assert codec is not None and codec.source.current() == ("key-b", KEYS["key-b"])
     assert converter.failure_converter._encode_common_attributes is True  # messages too
     # Without keys: nothing encrypted, and an encrypted payload refused in one line.
-    assert load_settings({}).temporal_connect()["data_converter"].payload_codec.source is None
+    plain = load_settings({}).temporal_connect()["data_converter"]
+    assert plain.payload_codec.source is None
+    assert plain.failure_converter._encode_common_attributes is False  # as before the codec
     with pytest.raises(ConfigError, match="TIDEMARK_CODEC_KEY_ID is set but"):
         load_settings({"TIDEMARK_CODEC_KEY_ID": "key-a"}).temporal_connect()
     with pytest.raises(ConfigError, match="TIDEMARK_CODEC_KEYS_FILE: cannot read"):
@@ -238,3 +240,18 @@ def test_a_worker_with_a_bad_key_file_refuses_to_start_in_one_line(tmp_path: Pat
     assert done.returncode != 0 and len(lines) == 1, done.stderr
     assert "cannot start: TIDEMARK_CODEC_KEY_ID is 'key-b', which TIDEMARK_CODEC_KEYS_FILE" \
         in lines[0] and secret not in done.stderr + done.stdout
+
+
+async def test_a_failures_message_is_encrypted_with_its_details() -> None:
+    """A provider's refusal can quote a recipient: with keys, no part of it stays in clear."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    failure = Failure()
+    error = ApplicationError(f"550 no mailbox {MARKER}@example.com", {"to": MARKER},
+                             type="Refused")
+    await data_converter(A).encode_failure(error, failure)
+    assert MARKER.encode() not in failure.SerializeToString()
+    back = await data_converter(A).decode_failure(failure)
+    assert isinstance(back, ApplicationError) and MARKER in back.message
+    assert back.type == "Refused"  # the type stays readable: the workflow decides by it

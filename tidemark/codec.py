@@ -214,7 +214,10 @@ def source_ids(source: KeySource) -> list[str]:
 def data_converter(source: KeySource | None) -> DataConverter:
     """Temporal's default converter with the codec, and failures' messages encoded too.
 
-    A failure's message and stack trace would otherwise stay in clear beside its encrypted
-    details (a provider's refusal can quote a recipient)."""
+    With keys, a failure's message and stack trace are encrypted with its details (in clear
+    they could quote a recipient: a provider's refusal does). Without keys they stay where
+    Temporal puts them, as before the codec."""
+    if source is None:
+        return DataConverter(payload_codec=EncryptionCodec(None))
     return DataConverter(payload_codec=EncryptionCodec(source),
                          failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
