@@ -129,8 +129,10 @@ def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
             if origin and origin in server.origins:
                 self.send_header("Access-Control-Allow-Origin", origin)
                 self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
-                self.send_header("Access-Control-Allow-Headers",
-                                 "content-type, x-namespace, authorization")
+                # What the preflight asks for (the Web UI's versions add headers over time),
+                # else the ones it sends today.
+                self.send_header("Access-Control-Allow-Headers", self.headers.get(
+                    "Access-Control-Request-Headers", "content-type, x-namespace, authorization"))
                 self.send_header("Access-Control-Allow-Credentials", "true")
                 self.send_header("Vary", "Origin")
             if kind:
