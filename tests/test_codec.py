@@ -5,7 +5,9 @@ Unit tier: no server. The runs through Temporal are in tests/test_codec_history.
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -255,3 +257,29 @@ async def test_a_failures_message_is_encrypted_with_its_details() -> None:
     back = await data_converter(A).decode_failure(failure)
     assert isinstance(back, ApplicationError) and MARKER in back.message
     assert back.type == "Refused"  # the type stays readable: the workflow decides by it
+
+
+def test_tidemark_codec_server_serves_until_ctrl_c(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys", "key-a")
+    (tmp_path / "token").write_text("t0ken\n")
+    env = {**os.environ, "TIDEMARK_CODEC_KEYS_FILE": str(keys),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli.main", "codec-server", "--port",
+                             "0", "--token-file", str(tmp_path / "token")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "bearer token required" in line and "keys key-a" in line, line
+        url = line.split()[3]
+        assert url.startswith("http://127.0.0.1:")
+        sealed = asyncio.run(data_converter(A).encode([MARKER]))
+        assert post(f"{url}/decode", payloads_json(sealed))[0] == 401
+        status, _, body = post(f"{url}/decode", payloads_json(sealed),
+                               Authorization="Bearer t0ken")
+        assert status == 200 and MARKER.encode() in b"".join(p.data for p in parsed(body))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

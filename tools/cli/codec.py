@@ -53,13 +53,15 @@ def _cmd_codec_server(a: argparse.Namespace) -> int:
     except OSError as e:
         raise ConfigError(f"cannot listen on {a.host}:{a.port}: {e.strerror}; choose another "
                           "with --port") from None
-    with server:
+    try:
         interrupted = _interrupt_event()
         print(f"codec server on {server.url} (POST /decode, /encode), keys "
               f"{', '.join(keys.keys)} (encrypting with {keys.current_id}); CORS for "
               f"{', '.join(origins)}; {'bearer token required' if token else 'no token'}. "
               "Ctrl-C stops.", flush=True)
         interrupted.wait()
+    finally:
+        server.stop()
     return 0
 
 
