@@ -27,7 +27,6 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from helpers.codec_keys import suite_converter
 from helpers.sandbox_replay import claim, replay, shape, shape_id
 from tidemark.activity_names import ActivityName
 from workflows.run_plan import RunPlan
@@ -66,6 +65,10 @@ async def test_a_recorded_history_replays_against_the_current_workflows(path: Pa
 
 async def test_the_recorded_histories_in_clear_replay_with_the_payload_codec_on() -> None:
     """Histories written before the codec (payloads in clear) replay on a worker that has it."""
+    # Imported here: the sandbox re-imports this module, and cryptography's native module does
+    # not load twice.
+    from helpers.codec_keys import suite_converter
+
     replayer = Replayer(workflows=[RunPlan, UnwindPlan], data_converter=suite_converter())
     async def recorded() -> AsyncIterator[WorkflowHistory]:
         for path in RECORDED:

@@ -38,7 +38,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import _Definition
 
 import worker
-from helpers.codec_keys import suite_converter
 
 E = EventType
 # Each xdist worker waits for this at its session's end (24-59 s in a full run's --durations),
@@ -148,7 +147,11 @@ async def replay(histories: list[WorkflowHistory],
             yield h
 
     # With the payload codec: a run the codec tests encrypted replays too, and every other
-    # run, in clear, passes through it (tidemark/codec.py).
+    # run, in clear, passes through it (tidemark/codec.py). Imported here: the sandbox
+    # re-imports a test module that defines workflows, and cryptography's native module does
+    # not load twice.
+    from helpers.codec_keys import suite_converter
+
     replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner(),
                         data_converter=suite_converter())
     results = await replayer.replay_workflows(each(), raise_on_replay_failure=False)
