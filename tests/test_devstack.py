@@ -34,7 +34,7 @@ from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.settings import load_settings
 from tools.operate.inbox import web_ui_url
 from tools.operate.starter import connect
-from tools.stack.devstack import DevStack, DevStackError, wait_until_serving
+from tools.stack.devstack import DevStack, DevStackError, temporal_binary, wait_until_serving
 from workflows.outcome import run_result
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
@@ -167,6 +167,12 @@ async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
         # The Web UI decodes payloads through the stack's codec server.
         ui = json.loads(http_get(f"{stack.ui_url}/api/v1/settings")[1])
         assert ui["Codec"]["Endpoint"] == stack.codec.url, ui
+        # And the `temporal` CLI, through the profile the stack writes for other shells.
+        shown = subprocess.run([temporal_binary(), "config", "get", "--prop", "codec.endpoint"],
+                               env={**os.environ, "TEMPORAL_CONFIG_FILE": str(
+                                   stack.temporal_config_file)},
+                               capture_output=True, text=True, timeout=30)
+        assert stack.codec.url in shown.stdout, shown
         assert stack.staging is not None
         status, body = http_get(f"{stack.staging.url}/_staging/effects")
         assert (status, json.loads(body)) == (200, [])

@@ -321,6 +321,12 @@ class DevStack:
         self.codec = CodecServer(keys, port=self.codec_port, origins=origins).start()
         self.codec_port = self.codec.port
 
+    def codec_profile(self) -> str:
+        """The profile's codec section: the `temporal` CLI decodes through the stack's server."""
+        if self.codec is None:
+            return ""
+        return f'[profile.default.codec]\nendpoint = "{self.codec.url}"\n'
+
     def codec_flags(self) -> list[str]:
         """The dev server's flag that points its Web UI at the codec server."""
         return ["--ui-codec-endpoint", self.codec.url] if self.codec is not None else []
@@ -335,7 +341,8 @@ class DevStack:
 
     def _write_temporal_profile(self) -> None:
         text = (f"# Written by `tidemark dev`: the Temporal profile of the stack on this home.\n"
-                f'[profile.default]\naddress = "{self.address}"\nnamespace = "default"\n')
+                f'[profile.default]\naddress = "{self.address}"\nnamespace = "default"\n'
+                f"{self.codec_profile()}")
         with private_file(self.temporal_config_file) as f:
             f.truncate(0)
             f.write(text.encode())
