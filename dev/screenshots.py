@@ -75,13 +75,13 @@ def shoot(browser_python: str, shots: list[dict[str, Any]]) -> None:
 
 async def scene(stack: Any, home: Path) -> dict[str, str]:
     """The seven tasks on the stack; returns their ids by state."""
-    from temporalio.client import Client
-
     from helpers.worklist import make_tasks
     from tidemark.approval import unattended
+    from tidemark.settings import load_settings
     from tidemark.store import JournalStore
+    from tools.operate.starter import connect
 
-    client = await Client.connect(stack.address)
+    client = await connect(load_settings(stack.env()))  # the stack's payload key
     store = JournalStore(stack.db_url).open()
     try:
         store.migrate()

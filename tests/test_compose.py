@@ -29,6 +29,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from activities.wiring import STAGING_URL, TARGETS, credentials
+from helpers.codec_keys import key_file
 from tidemark.credentials import StaticToken
 from tools.stack.devstack import DEV_SERVER_DYNAMIC_CONFIG, SEARCH_ATTRIBUTES, STAGING_CLIENTS
 from worker import GRACEFUL_SHUTDOWN
@@ -713,7 +714,8 @@ def test_the_staging_worker_reaches_every_provider_at_the_staging_service(
     for key in ("DATABASE_URL", "DATABASE_PASSWORD_FILE", "TEMPORAL_ADDRESS",
                 "TEMPORAL_NAMESPACE", "TIDEMARK_METRICS_ADDRESS"):
         assert env[key] == real["environment"][key], key
-    assert {s["source"] for s in worker["secrets"]} == {"tidemark_db_password"}
+    assert {s["source"] for s in worker["secrets"]} == {"tidemark_db_password", "codec_keys"}
+    assert env["TIDEMARK_CODEC_KEYS_FILE"] == real["environment"]["TIDEMARK_CODEC_KEYS_FILE"]
     # Its identity checks at start run against staging: it starts once staging answers.
     assert worker["depends_on"]["staging"]["condition"] == "service_healthy"
     # The production worker image (no staging/ in it); the emulators have their own.
@@ -874,7 +876,9 @@ def test_the_staging_profile_worker_starts_against_staging_and_reports_healthy(
             STAGING_URL: env[STAGING_URL].replace(f"staging:{staging_port}",
                                                   f"127.0.0.1:{here}"),
             "TIDEMARK_METRICS_ADDRESS": f"127.0.0.1:{metrics_here}",
-            "TIDEMARK_TASK_QUEUE": f"compose-staging-{here}", "TIDEMARK_LOG_LEVEL": "INFO"})
+            "TIDEMARK_TASK_QUEUE": f"compose-staging-{here}", "TIDEMARK_LOG_LEVEL": "INFO",
+            # The secret file codec_keys, as the operator makes it (one of the suite's keys).
+            "TIDEMARK_CODEC_KEYS_FILE": str(key_file(secrets_dir / "codec_keys", "key-a"))})
         assert health(worker["healthcheck"], metrics_port, on=metrics_here) != 0
         started = subprocess.Popen([sys.executable, "-c", AS_IN_THE_WORKER_IMAGE], cwd=ROOT,
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -452,6 +452,7 @@ def test_worker_reads_the_temporal_clis_tls_variables(tls_files: dict[str, Path]
     from worker import temporal_connect_config
 
     plain = temporal_connect_config({})
+    assert plain.pop("data_converter").payload_codec is not None  # tests/test_codec.py
     assert plain == {"target_host": "localhost:7233", "namespace": "default"}
     tls = temporal_connect_config({
         "TEMPORAL_ADDRESS": "temporal:7233", "TEMPORAL_NAMESPACE": "plans",

@@ -36,7 +36,8 @@ from tidemark.settings import load_settings
 from tidemark.web_ui import base_url
 from tools.cli.main import main
 from tools.operate.inbox import web_ui_url
-from tools.stack.devstack import DevStack, DevStackError, wait_until_serving
+from tools.operate.starter import connect
+from tools.stack.devstack import DevStack, DevStackError, temporal_binary, wait_until_serving
 from workflows.outcome import run_result
 
 # Generous for a loaded 2-core box; the stack itself is up in well under a second here.
@@ -149,9 +150,19 @@ def test_a_port_that_listens_is_not_taken_for_a_frontend_that_answers(tmp_path: 
 
 async def test_the_stack_answers_and_stop_leaves_no_process(home: Path) -> None:
     stack = DevStack(port=0, ui_port=0, staging_port=0).start()
-    ports = [stack.port, stack.ui_port, stack.staging_port]
+    assert stack.codec is not None
+    ports = [stack.port, stack.ui_port, stack.staging_port, stack.codec.port]
     try:
         assert http_get(stack.ui_url)[0] == 200
+        # The Web UI decodes payloads through the stack's codec server.
+        ui = json.loads(http_get(f"{stack.ui_url}/api/v1/settings")[1])
+        assert ui["Codec"]["Endpoint"] == stack.codec.url, ui
+        # And the `temporal` CLI, through the profile the stack writes for other shells.
+        shown = subprocess.run([temporal_binary(), "config", "get", "--prop", "codec.endpoint"],
+                               env={**os.environ, "TEMPORAL_CONFIG_FILE": str(
+                                   stack.temporal_config_file)},
+                               capture_output=True, text=True, timeout=30)
+        assert stack.codec.url in shown.stdout, shown
         assert stack.staging is not None
         status, body = http_get(f"{stack.staging.url}/_staging/effects")
         assert (status, json.loads(body)) == (200, [])
@@ -194,15 +205,22 @@ async def test_temporal_history_survives_a_restart(home: Path, tmp_path: Path,
     plan = {"task_id": "restart-1", "steps": [
         {"action": "fs.rename", "args": {"path": str(draft), "name": "final.txt"}}]}
     with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False) as stack:
-        client = await Client.connect(stack.address)
+        client = await connect(load_settings(stack.env()))  # with the stack's payload key
         handle = await client.start_workflow("RunPlan", plan, id="tidemark-restart-1",
                                              task_queue=TASK_QUEUE)
         run_id = (await handle.describe()).run_id
+        key = stack.codec_keys_file.read_text()
+        started = (await handle.fetch_history()).events[0]
+        plan_in_history = started.workflow_execution_started_event_attributes.input.payloads[0]
+        assert plan_in_history.metadata["encryption-key-id"] == b"dev"  # the codec is on
+        assert b"final.txt" not in plan_in_history.data
     assert processes_of(home) == []
 
     # Same home (from the environment), new ports: the history is in home/temporal.db.
     with DevStack(port=0, ui_port=0, staging_port=0, with_worker=False) as stack:
-        client = await Client.connect(stack.address)
+        # The key was made on the first start and kept in the home: the history still reads.
+        assert stack.codec_keys_file.read_text() == key
+        client = await connect(load_settings(stack.env()))
         handle = client.get_workflow_handle("tidemark-restart-1", result_type=RunResult)
         desc = await handle.describe()
         assert (desc.run_id, desc.status) == (run_id, WorkflowExecutionStatus.RUNNING)
@@ -267,6 +285,9 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
                 raise AssertionError(f"no metrics yet: {e}") from e
 
         assert b"temporal_" in assert_eventually(scraped, timeout=DEADLINE_S)
+        # Payloads are encrypted: the line names the key another shell exports to read them.
+        codec = next(x for x in lines if x.startswith("codec server "))
+        assert f"TIDEMARK_CODEC_KEYS_FILE={home / 'codec-keys'} TIDEMARK_CODEC_KEY_ID=dev" in codec
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read()
@@ -386,7 +407,7 @@ async def test_the_home_and_what_the_stack_writes_there_are_private(home: Path) 
     finally:
         os.umask(old_umask)
     assert mode(home) == 0o700
-    assert {"temporal.db", "temporal.log", "worker.log"} <= set(files)
+    assert {"temporal.db", "temporal.log", "worker.log", "codec-keys"} <= set(files)
     assert {name: m for name, m in files.items() if m & 0o077} == {}, files
     assert fs_root == home / "files" and mode(fs_root) == 0o700
 

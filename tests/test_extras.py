@@ -48,7 +48,9 @@ MICROSOFT_ONLY = (
     "msgraph", "msgraph_core", "kiota_abstractions", "kiota_authentication_azure", "kiota_http",
     "kiota_serialization_form", "kiota_serialization_json", "kiota_serialization_multipart",
     "kiota_serialization_text", "stduritemplate", "azure", "msal", "msal_extensions", "jwt",
-    "cryptography", "cffi", "_cffi_backend", "h2", "hpack", "hyperframe")
+    "h2", "hpack", "hyperframe")
+# cryptography (and its cffi) came with Microsoft's libraries; the payload codec
+# (tidemark/codec.py) makes it part of a base install.
 HTTPX = ("httpx", "httpcore", "h11", "anyio")
 STRIPE_ONLY = ("stripe",)
 SHARED = ("requests", "urllib3", "charset_normalizer", "idna", "certifi")

@@ -15,6 +15,7 @@ import ast
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,21 @@ def test_every_recorded_history_is_indexed_and_the_cases_are_all_there() -> None
 async def test_a_recorded_history_replays_against_the_current_workflows(path: Path) -> None:
     result = await Replayer(workflows=[RunPlan, UnwindPlan]).replay_workflow(history(path))
     assert result.replay_failure is None
+
+
+async def test_the_recorded_histories_in_clear_replay_with_the_payload_codec_on() -> None:
+    """Histories written before the codec (payloads in clear) replay on a worker that has it."""
+    # Imported here: the sandbox re-imports this module, and cryptography's native module does
+    # not load twice.
+    from helpers.codec_keys import suite_converter
+
+    replayer = Replayer(workflows=[RunPlan, UnwindPlan], data_converter=suite_converter())
+    async def recorded() -> AsyncIterator[WorkflowHistory]:
+        for path in RECORDED:
+            yield history(path)
+
+    results = await replayer.replay_workflows(recorded(), raise_on_replay_failure=False)
+    assert results.replay_failures == {}
 
 
 def test_each_activity_is_named_once_by_the_names_the_histories_recorded() -> None:

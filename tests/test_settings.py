@@ -145,6 +145,7 @@ def test_tls_and_the_api_key_reach_the_connect_options(tmp_path: Path) -> None:
 
     cloud = load_settings({"TEMPORAL_CONFIG_FILE": str(profile), "TEMPORAL_PROFILE": "cloud"})
     options = cloud.temporal_connect()
+    assert options.pop("data_converter").payload_codec is not None  # tests/test_codec.py
     assert options == {"target_host": "acme.a1b2c.tmprl.cloud:7233",
                        "namespace": "acme.a1b2c", "api_key": "key-from-the-profile",
                        "tls": True}
@@ -348,7 +349,9 @@ async def test_the_dev_stacks_worker_is_not_sent_to_the_callers_cluster(
            "TEMPORAL_API_KEY": "for-the-cloud", "TEMPORAL_NAMESPACE": "acme.a1b2c"}
     with DevStack(port=0, ui_port=0, staging_port=0, settings=load_settings(env)) as stack:
         worker_settings = load_settings(stack.env())
-        assert worker_settings.temporal_connect() == {"target_host": stack.address,
+        options = worker_settings.temporal_connect()
+        assert options.pop("data_converter").payload_codec.source is not None  # the stack's key
+        assert options == {"target_host": stack.address,
                                                       "namespace": "default"}
         await wait_for_poller(await connect_when_healthy(stack.address),
                               worker_settings.task_queue, "default")

@@ -28,6 +28,8 @@ from tidemark.secret_files import unreadable
 if TYPE_CHECKING:  # imported where a profile is loaded: a quarter of a command's start-up
     from temporalio.envconfig import ClientConfigProfile
 
+    from tidemark.codec import FileKeys
+
 ENV_DATABASE_URL = "DATABASE_URL"
 ENV_DATABASE_PASSWORD_FILE = "DATABASE_PASSWORD_FILE"
 ENV_EMBEDDED_DB = "TIDEMARK_EMBEDDED_DB"
@@ -41,6 +43,10 @@ ENV_MAX_CONCURRENT_STEPS = "TIDEMARK_MAX_CONCURRENT_STEPS"
 ENV_DB_POOL_MAX = "TIDEMARK_DB_POOL_MAX"
 ENV_STEP_THREADS = "TIDEMARK_STEP_THREADS"
 ENV_UI_URL = "TIDEMARK_UI_URL"
+# The payload codec's keys (tidemark/codec.py): a file of ID=BASE64 lines, and the id that
+# encrypts.
+ENV_CODEC_KEYS_FILE = "TIDEMARK_CODEC_KEYS_FILE"
+ENV_CODEC_KEY_ID = "TIDEMARK_CODEC_KEY_ID"
 
 DEFAULT_TASK_QUEUE = "tidemark"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -102,6 +108,10 @@ class Settings:
     # The Temporal Web UI our links point at (TIDEMARK_UI_URL), without a trailing slash; None:
     # derived from the stack (tidemark.web_ui.base_url).
     ui_url: str | None = None
+    # The payload codec's key file (TIDEMARK_CODEC_KEYS_FILE) and the id that encrypts
+    # (TIDEMARK_CODEC_KEY_ID); read when a client connects (temporal_connect), not before.
+    codec_keys_file: str | None = None
+    codec_key_id: str | None = None
 
     @property
     def temporal(self) -> ClientConfigProfile:
@@ -154,7 +164,26 @@ class Settings:
             raise ConfigError(unreadable(variable, str(e.filename), e)) from None
         config["target_host"] = self.temporal_address
         config["namespace"] = self.temporal_namespace
+        from tidemark.codec import data_converter
+
+        # Always the codec: without keys it encrypts nothing, and an encrypted payload is
+        # refused in one line naming its key id instead of an unknown encoding.
+        config["data_converter"] = data_converter(self.codec_keys())
         return config
+
+    def codec_keys(self) -> FileKeys | None:
+        """The payload codec's keys, or None when no key file is configured.
+
+        A file that cannot be read, holds a bad line, or lacks the id that encrypts is a
+        ConfigError, before anything connects."""
+        if self.codec_keys_file is None:
+            if self.codec_key_id is not None:
+                raise ConfigError(f"{ENV_CODEC_KEY_ID} is set but {ENV_CODEC_KEYS_FILE} is not: "
+                                  "point it at the file of keys")
+            return None
+        from tidemark.codec import file_keys
+
+        return file_keys(self.codec_keys_file, self.codec_key_id)
 
     def describe_temporal(self) -> str:
         """Where the Temporal connection goes, for logs: never the API key itself."""
@@ -271,4 +300,6 @@ def load_settings(env: Mapping[str, str] | None = None, *, embedded_db: bool = F
         db_pool_max=whole_number(source, ENV_DB_POOL_MAX, DEFAULT_DB_POOL_MAX, MIN_DB_POOL),
         step_threads=whole_number(source, ENV_STEP_THREADS, DEFAULT_STEP_THREADS, 1),
         ui_url=read_ui_url(source),
+        codec_keys_file=source.get(ENV_CODEC_KEYS_FILE) or None,
+        codec_key_id=source.get(ENV_CODEC_KEY_ID) or None,
     )

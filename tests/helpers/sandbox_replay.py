@@ -146,7 +146,14 @@ async def replay(histories: list[WorkflowHistory],
         for h in histories:
             yield h
 
-    replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner())
+    # With the payload codec: a run the codec tests encrypted replays too, and every other
+    # run, in clear, passes through it (tidemark/codec.py). Imported here: the sandbox
+    # re-imports a test module that defines workflows, and cryptography's native module does
+    # not load twice.
+    from helpers.codec_keys import suite_converter
+
+    replayer = Replayer(workflows=workflows, workflow_runner=SandboxedWorkflowRunner(),
+                        data_converter=suite_converter())
     results = await replayer.replay_workflows(each(), raise_on_replay_failure=False)
     return [f"{run_id}: {type(e).__name__}: {e}"
             for run_id, e in results.replay_failures.items()]

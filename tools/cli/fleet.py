@@ -90,13 +90,19 @@ async def _fleet_stack(doc: dict[str, Any], cfg: FleetConfig, db_url: str) -> Fl
     thousand runs could hold up their answers past the workers' client timeouts."""
     from temporalio.testing import WorkflowEnvironment
 
+    from tidemark.codec import data_converter
+    from tidemark.settings import load_settings
     from tools.fleet import run_fleet, staging_process
     from tools.stack.devstack import dev_server_args, temporal_binary
     from workflows.shared import SEARCH_ATTRIBUTES
 
+    # The workers inherit this environment's TIDEMARK_* settings, the payload keys among them:
+    # the harness's client reads their results with the same converter.
+    converter = data_converter(load_settings(lazy_temporal=True).codec_keys())
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error", dev_server_extra_args=dev_server_args())
+        dev_server_log_level="error", dev_server_extra_args=dev_server_args(),
+        data_converter=converter)
     try:
         with staging_process() as staging_url:
             return await run_fleet(doc, cfg, client=env.client, db_url=db_url,

@@ -20,6 +20,7 @@ from tidemark.errors import InputError, TidemarkError, UnknownTask, one_line
 from tidemark.import_names import check_import_names
 from tidemark.process_exit import exit_now
 from tidemark.settings import Settings, load_settings
+from tools.cli.codec import add_codec_commands
 from tools.cli.common import (
     EXIT_ERROR,
     EXIT_NOT_DONE,
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_series_commands(sub, user)
     add_inbox_command(sub)
     add_fleet_command(sub)
+    add_codec_commands(sub)
     return p
 
 

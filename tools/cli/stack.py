@@ -28,7 +28,8 @@ def add_stack_commands(sub: Any) -> None:
     dev = sub.add_parser("dev", help="run the embedded stack in the foreground: Temporal dev "
                                      "server + Web UI, Postgres, staging servers, a worker "
                                      "serving metrics")
-    add_port_arguments(dev, {"port": 7233, "ui_port": 8233, "staging_port": 8900})
+    add_port_arguments(dev, {"port": 7233, "ui_port": 8233, "staging_port": 8900,
+                             "codec_port": 0})
     dev.add_argument("--metrics-port", type=int,
                      help=f"the port the worker serves Prometheus metrics on, at /metrics "
                           f"(default: TIDEMARK_METRICS_ADDRESS, else {DEV_PORT}, else any free "
@@ -59,7 +60,7 @@ def add_stack_commands(sub: Any) -> None:
                       help='print {"interrupted", "final", "effects"}: the two status objects '
                            "are `tidemark status --json`")
     demo.add_argument("--keep", action="store_true", help="keep the stack up for the Web UI")
-    add_port_arguments(demo, {"port": 0, "ui_port": 0, "staging_port": 0})
+    add_port_arguments(demo, {"port": 0, "ui_port": 0, "staging_port": 0, "codec_port": 0})
     demo.add_argument("--metrics-port", type=int,
                       help="serve the workers' Prometheus metrics on this port (default: none)")
     demo.set_defaults(func=_cmd_demo)
@@ -109,11 +110,12 @@ def add_stack_commands(sub: Any) -> None:
 
 
 PORTS = {"port": "Temporal gRPC port", "ui_port": "Temporal Web UI port",
-         "staging_port": "staging servers port"}
+         "staging_port": "staging servers port",
+         "codec_port": "payload codec server port (the Web UI decodes through it)"}
 
 
 def add_port_arguments(parser: argparse.ArgumentParser, defaults: dict[str, int]) -> None:
-    """--port, --ui-port and --staging-port of a stack; 0 is any free port."""
+    """--port, --ui-port, --staging-port and --codec-port of a stack; 0 is any free port."""
     for name, what in PORTS.items():
         default = defaults[name]
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default,
@@ -137,6 +139,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
     metrics_port = (a.metrics_port if a.metrics_port is not None or env_metrics
                     else int(dev_address({}).rsplit(":", 1)[1]))
     stack = DevStack(port=a.port, ui_port=a.ui_port, staging_port=a.staging_port,
+                     codec_port=a.codec_port,
                      metrics_port=None if env_metrics else metrics_port,
                      with_worker=not a.no_worker, settings=a.settings,
                      approval=a.settings.env.get(ENV_APPROVAL), with_decider=not a.no_worker,
@@ -153,6 +156,9 @@ def _cmd_dev(a: argparse.Namespace) -> int:
                    else f"no decider: approve with `{command(Act.APPROVE)}`")
         metrics_at = env_metrics or stack.metrics_address
         metrics = f"http://{metrics_at}/metrics" if stack.worker else "-"
+        keys = " ".join(f"{k}={v}" for k, v in stack.codec_env.items()
+                        ) or "the key of TIDEMARK_CODEC_KEYS_FILE"
+        codec = f"{stack.codec.url if stack.codec else '-'}   (payloads encrypted: {keys})"
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
@@ -165,6 +171,7 @@ def _cmd_dev(a: argparse.Namespace) -> int:
               f"you            role {login_role(stack.db_url)}: operator and approver; "
               f"{decider}\n"
               f"metrics        {metrics}\n"
+              f"codec server   {codec}\n"
               f"fs.rename in    {stack.fs_roots}   (TIDEMARK_FS_ROOTS)\n"
               "Ctrl-C stops everything started here.", flush=True)
         interrupted.wait()

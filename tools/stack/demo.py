@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.client import Client
-
 from tidemark.database import redacted
 from tidemark.faults import CRASH_ENV
 from tidemark.keys import key_for
@@ -40,7 +38,7 @@ from tidemark.supplier_sync import (
 from tidemark.web_ui import workflow_url
 from tidemark.words import TaskState
 from tools.operate.commands import decide_approval
-from tools.operate.starter import start_plan
+from tools.operate.starter import connect, start_plan
 from tools.stack.devstack import DevStack
 from workflows.outcome import run_result
 
@@ -115,7 +113,7 @@ async def _demo(stack: DevStack, kill_at: int, third_party: bool,
         f"Stripe payments); saved as {run_dir / 'plan.json'}")
 
     doomed = stack.start_worker(**{CRASH_ENV: f"after_execute:{kill_at}"})
-    client = await Client.connect(stack.address)
+    client = await connect(load_settings(stack.env()))  # the worker's codec too
     handle = await start_plan(client, doc, task_id)
     say(f"started workflow tidemark-{task_id}; the worker will be SIGKILLed during step "
         f"{kill_at}, after the Drive renamed its file and before the outcome is journaled")
@@ -200,9 +198,10 @@ def run_demo(*, kill_at: int = KILL_AT, third_party: bool = False, keep: bool = 
              ports: dict[str, int | None] | None = None) -> DemoOutcome:
     """Runs the demo on a stack of its own, in a journal of its own (DEMO_JOURNAL).
 
-    It runs under ``settings`` (default: this process's environment's), on ``ports`` (DevStack's
-    port, ui_port, staging_port and metrics_port; default: any free ports, no metrics). Its
-    history and logs are in ``$TIDEMARK_HOME/demo``, beside a `tidemark dev` on the same home."""
+    It runs under ``settings`` (default: this process's environment's), on ``ports``
+    (DevStack's port, ui_port, staging_port, codec_port and metrics_port; default: any free
+    ports, no metrics). Its history and logs are in ``$TIDEMARK_HOME/demo``, beside a `tidemark
+    dev` on the same home."""
     if not 1 <= kill_at <= RENAMES:
         raise ValueError(f"--kill-at must be a rename step, 1..{RENAMES}")
     if third_party and kill_at <= THIRD_PARTY_STEP:

@@ -9,6 +9,7 @@ Everything it starts it stops again, in reverse order. Temporal's history is kep
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import signal
 import socket
@@ -26,8 +27,15 @@ from staging.targets import build_staging
 from tidemark.database import ENV_URL, database_url, private_file, stop_embedded, tidemark_home
 from tidemark.errors import TidemarkError
 from tidemark.metrics import METRICS_ENV
-from tidemark.settings import ENV_FS_ROOTS, Settings, load_settings
+from tidemark.settings import (
+    ENV_CODEC_KEY_ID,
+    ENV_CODEC_KEYS_FILE,
+    ENV_FS_ROOTS,
+    Settings,
+    load_settings,
+)
 from tidemark.web_ui import write_stack_record
+from tools.operate.codec_server import CodecServer
 
 # The login role a laptop stack's worker connects as: a member of tidemark_worker only, so that
 # on the laptop too the worker's credentials decide nothing.
@@ -199,6 +207,10 @@ class DevStack:
     db_url: str = ""
     worker_db_url: str = ""
     staging: StagingServer | None = None
+    # The codec server the Web UI decodes payloads through (start_codec); 0: any free port.
+    codec_port: int = 0
+    codec: CodecServer | None = None
+    codec_env: dict[str, str] = field(default_factory=dict)
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     worker: subprocess.Popen[bytes] | None = None
 
@@ -235,6 +247,8 @@ class DevStack:
         ensure_port_free(self.port, "Temporal gRPC frontend", "--port")
         ensure_port_free(self.ui_port, "Temporal Web UI", "--ui-port")
         ensure_port_free(self.staging_port, "staging servers", "--staging-port")
+        if self.codec_port:  # 0: the codec server takes a free port as it starts
+            ensure_port_free(self.codec_port, "payload codec server", "--codec-port")
         if self.metrics_port is not None:
             self.metrics_port = self.metrics_port or free_port()
             ensure_port_free(self.metrics_port, "workers' metrics endpoint", "--metrics-port")
@@ -250,6 +264,7 @@ class DevStack:
 
                 self.db_url = database_beside(self.db_url, self.journal_name)
             self.worker_db_url = self._journal_roles()
+            self.start_codec()
             self._start_temporal()
             self._write_temporal_profile()
             self.staging = StagingServer(build_staging(), port=self.staging_port).start()
@@ -293,7 +308,7 @@ class DevStack:
         cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
                "--port", str(self.port), "--ui-port", str(self.ui_port),
                "--db-filename", str(self.data_dir / "temporal.db"), "--log-level", "warn",
-               "--ui-disable-news-fetch", *dev_server_args()]
+               "--ui-disable-news-fetch", *dev_server_args(), *self.codec_flags()]
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
         out = private_file(log)
@@ -306,6 +321,44 @@ class DevStack:
         wait_for_port(self.ui_port, proc, "Temporal Web UI", log)
 
     @property
+    def codec_keys_file(self) -> Path:
+        """The stack's payload key, made on first start (0600) and kept with its history."""
+        return self.home / "codec-keys"
+
+    def start_codec(self) -> None:
+        """Turns the payload codec on: a key, a codec server, the worker's settings.
+
+        The key is the environment's own (TIDEMARK_CODEC_KEYS_FILE) if set, else one generated
+        once into ``codec_keys_file``: the history in temporal.db stays readable across
+        restarts. The codec server serves the Web UI (``codec_flags``) on this host only."""
+        from tidemark.codec import new_key
+
+        if self.settings.codec_keys_file is None:
+            if not self.codec_keys_file.exists():
+                with private_file(self.codec_keys_file) as f:
+                    f.write(f"# Written by `tidemark dev`: this stack's payload key.\n"
+                            f"dev={new_key()}\n".encode())
+            self.codec_env = {ENV_CODEC_KEYS_FILE: str(self.codec_keys_file),
+                              ENV_CODEC_KEY_ID: "dev"}
+            self.settings = dataclasses.replace(self.settings, codec_keys_file=str(
+                self.codec_keys_file), codec_key_id="dev")
+        keys = self.settings.codec_keys()
+        assert keys is not None
+        origins = [f"http://{host}:{self.ui_port}" for host in ("127.0.0.1", "localhost")]
+        self.codec = CodecServer(keys, port=self.codec_port, origins=origins).start()
+        self.codec_port = self.codec.port
+
+    def codec_profile(self) -> str:
+        """The profile's codec section: the `temporal` CLI decodes through the stack's server."""
+        if self.codec is None:
+            return ""
+        return f'[profile.default.codec]\nendpoint = "{self.codec.url}"\n'
+
+    def codec_flags(self) -> list[str]:
+        """The dev server's flag that points its Web UI at the codec server."""
+        return ["--ui-codec-endpoint", self.codec.url] if self.codec is not None else []
+
+    @property
     def temporal_config_file(self) -> Path:
         """The Temporal client profile of this stack, written on start.
 
@@ -315,7 +368,8 @@ class DevStack:
 
     def _write_temporal_profile(self) -> None:
         text = (f"# Written by `tidemark dev`: the Temporal profile of the stack on this home.\n"
-                f'[profile.default]\naddress = "{self.address}"\nnamespace = "default"\n')
+                f'[profile.default]\naddress = "{self.address}"\nnamespace = "default"\n'
+                f"{self.codec_profile()}")
         with private_file(self.temporal_config_file) as f:
             f.truncate(0)
             f.write(text.encode())
@@ -330,7 +384,7 @@ class DevStack:
         inherited = {k: v for k, v in self.settings.env.items() if not k.startswith("TEMPORAL_")}
         env = {**inherited, "TEMPORAL_CONFIG_FILE": str(self.temporal_config_file),
                "TEMPORAL_ADDRESS": self.address, ENV_URL: self.worker_db_url or self.db_url,
-               ENV_FS_ROOTS: self.fs_roots, **self.worker_env}
+               ENV_FS_ROOTS: self.fs_roots, **self.codec_env, **self.worker_env}
         if self.metrics_address is not None:
             env[METRICS_ENV] = self.metrics_address
         if self.staging is not None:
@@ -374,6 +428,9 @@ class DevStack:
                 proc.kill()
                 proc.wait(timeout=10)
         self._procs.clear()
+        if self.codec is not None:
+            self.codec.stop()
+            self.codec = None
         if self.staging is not None:
             self.staging.stop()
             self.staging = None
