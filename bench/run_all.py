@@ -37,6 +37,15 @@ hits them alike:
   ``db_connections_peak``, ``inflight_wall_s``: many tasks whose writes wait 2 s at the target
   over four worker processes, two SIGKILLed meanwhile, on a database of its own (bench/fleet.py;
   200 tasks, 60 with --quick; the 1,000-task run is ``python bench/fleet.py --tasks 1000``).
+* ``task_cpu_ms`` / ``task_cpu_ms_bare_workflow`` / ``task_cpu_vs_bare_workflow``,
+  ``temporal_actions_per_step`` / ``…_per_task``, ``wal_bytes_per_step``,
+  ``statements_per_step``: what a step and a one-step task cost the worker, the Temporal server
+  and Postgres, beside a bare one-activity workflow (bench/step_costs.py, part ``costs``).
+* ``worker_rss_per_step_kib``: one worker's memory per step waiting, at a peak of
+  ``--waiting-steps`` steps whose writes wait ``--waiting-s`` at the target (1,000 and 60 s;
+  200 and 20 s with --quick), with the fleet's keys as ``waiting_…`` (part ``waiting``,
+  bench/fleet.py measure_waiting). With part ``fleet`` also run, the fleet's own per-step figure
+  (several workers: an upper bound) is kept as ``inflight_worker_rss_per_step_kib``.
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -88,7 +97,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.stack.devstack import dev_server_args, temporal_binary
+from tools.stack.devstack import dev_server_args, free_port, temporal_binary
 from workflows.outcome import run_result
 from workflows.shared import SEARCH_ATTRIBUTES
 
@@ -230,10 +239,13 @@ async def bare(env: WorkflowEnvironment, n: int, local: bool) -> tuple[float, fl
     return ms, statistics.median(waits) if waits else None
 
 
-async def start_env(flags: bool) -> WorkflowEnvironment:
+async def start_env(flags: bool, metrics_port: int | None = None) -> WorkflowEnvironment:
+    """A dev server; with ``metrics_port``, its Prometheus metrics there (step_costs reads them)."""
+    metrics = ["--metrics-port", str(metrics_port)] if metrics_port else []
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error", dev_server_extra_args=dev_server_args() if flags else [])
+        dev_server_log_level="error",
+        dev_server_extra_args=(dev_server_args() if flags else []) + metrics)
 
 
 async def measure_bare(env: WorkflowEnvironment, default_env: WorkflowEnvironment, n: int,
@@ -548,14 +560,17 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS,
                    f"{platform.system()} {platform.release()}, Python "
                    f"{platform.python_version()}",
         "command": "python bench/run_all.py" + (" --quick" if quick else "")
-                   + (f" --only {','.join(parts)}" if parts != PARTS else "") + " --json",
+                   + (f" --only {','.join(parts)}" if parts != PARTS else "")
+                   + (f" --waiting-steps {waiting[0]} --waiting-s {waiting[1]:g}"
+                      if waiting else "") + " --json",
         "load_avg_at_start": os.getloadavg()[0]}
     with postgres() as (admin_url, pg_pid):
         db_url = new_database(admin_url, f"bench_{uuid.uuid4().hex[:8]}")
         with JournalStore(db_url) as store:
             store.migrate()
             unattended(store, "bench")  # a scratch journal: unattended
-        env = await start_env(flags=True)
+        metrics_port = free_port()
+        env = await start_env(flags=True, metrics_port=metrics_port)
         default_env = await start_env(flags=False)
         workers = Workers(env, db_url, "bench")
         default_workers = Workers(default_env, db_url, "bench")
@@ -582,8 +597,9 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS,
                     env.client, "bench", {"worker": worker.pid, "temporal": server_pid(env),
                                           "postgres": pg_pid},
                     size["cpu_tasks"], size["rounds"], concurrency=8, cpu_s=cpu_s))
-                result.update(await measure_step_costs(env.client, "bench", admin_url, db_url,
-                                                       pg_pid is not None, size["cost_steps"]))
+                result.update(await measure_step_costs(
+                    env.client, "bench", admin_url, db_url, pg_pid is not None,
+                    size["cost_steps"], f"http://127.0.0.1:{metrics_port}/metrics"))
             if "dbos" in parts:
                 result.update(measure_dbos(admin_url, size["path"], size["rounds"]))
             if "scale" in parts:

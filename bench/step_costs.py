@@ -12,7 +12,11 @@ Part ``costs`` of bench/run_all.py. Keys:
   past the first: a K-step task's actions less a one-step task's, over K - 1), their ``_fast``
   (fast path) and ``temporal_actions_per_task_bare_workflow``, counted over the histories as
   Temporal Cloud bills them (bench/temporal_actions.py says what is counted and what is not);
-  ``temporal_actions_by_kind`` the K-step tasks' counts by kind.
+  ``temporal_actions_by_kind`` the K-step tasks' counts by kind. Beside them, the dev server's
+  own ``action`` counter (its Prometheus metrics, by ``action_type``; Temporal's migration guide
+  estimates Cloud actions from it, and it sees heartbeats and queries, which a history does
+  not): ``temporal_server_actions_per_task`` / ``_per_step`` and ``temporal_server_actions``
+  (the K-step tasks' by type).
 * ``wal_bytes_per_task`` / ``wal_bytes_per_step``: pg_wal_lsn_diff of pg_current_wal_lsn()
   around the same one-step and K-step runs (the whole cluster's WAL: nothing else writes to
   it meanwhile but the worker's lease keeper, which is part of the cost);
@@ -235,36 +239,69 @@ class PostgresCounters:
         return {"wal": wal, "statements": statements}
 
 
+def server_actions(metrics_url: str) -> Counter[str]:
+    """The dev server's ``action`` counter in the default namespace, by action type."""
+    from urllib.request import urlopen
+
+    with urlopen(metrics_url, timeout=10) as r:  # the dev server, on loopback
+        text = r.read().decode()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("action{") and 'namespace="default"' in line:
+            kind = line.split('action_type="', 1)[1].split('"', 1)[0]
+            out[kind] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def settled_actions(metrics_url: str, tries: int = 8) -> Counter[str]:
+    """server_actions once two reads a second apart agree: the server exports them late."""
+    last = server_actions(metrics_url)
+    for _ in range(tries):
+        time.sleep(1.0)
+        now = server_actions(metrics_url)
+        if now == last:
+            break
+        last = now
+    return last
+
+
 async def measure_step_costs(client: Client, queue: str, admin_url: str, db_url: str,
-                             embedded: bool, k: int) -> dict[str, Any]:
+                             embedded: bool, k: int, metrics_url: str) -> dict[str, Any]:
     """Actions, WAL and statements of a one-step and a ``k``-step task, on both paths."""
     out: dict[str, Any] = {}
     kinds: dict[str, dict[str, int]] = {}
+    by_server: dict[str, dict[str, int]] = {}
     with PostgresCounters(admin_url, db_url, embedded) as pg:
         for mode in ("activity", "fast"):
             sfx = "" if mode == "activity" else "_fast"
             got: dict[int, dict[str, Any]] = {}
             for steps in (1, k):
-                before = pg.read()
+                before, counted = pg.read(), settled_actions(metrics_url)
                 (handle,) = await _plan_tasks(client, queue, 1, steps, mode, 1)
                 costs = pg.since(before)
+                served = settled_actions(metrics_url) - counted
                 actions = await actions_of(handle)
-                got[steps] = {**costs, "actions": sum(actions.values())}
+                got[steps] = {**costs, "actions": sum(actions.values()),
+                              "served": sum(served.values())}
                 if steps == k:
-                    kinds[mode] = dict(actions)
+                    kinds[mode], by_server[mode] = dict(actions), dict(served)
 
             def per_step(key: str, got: dict[int, dict[str, Any]] = got) -> float | None:
                 a, b = got[1][key], got[k][key]
                 return None if a is None or b is None else round((b - a) / (k - 1), 2)
             out[f"temporal_actions_per_task{sfx}"] = got[1]["actions"]
             out[f"temporal_actions_per_step{sfx}"] = per_step("actions")
+            out[f"temporal_server_actions_per_task{sfx}"] = got[1]["served"]
+            out[f"temporal_server_actions_per_step{sfx}"] = per_step("served")
             for key, name in (("wal", "wal_bytes"), ("statements", "statements")):
                 out[f"{name}_per_task{sfx}"] = got[1][key]
                 out[f"{name}_per_step{sfx}"] = per_step(key)
             _log(f"{mode} path: {got[1]['actions']} actions for a one-step task, "
-                 f"{out[f'temporal_actions_per_step{sfx}']} per step; WAL "
+                 f"{out[f'temporal_actions_per_step{sfx}']} per step (the server's counter: "
+                 f"{got[1]['served']}, {out[f'temporal_server_actions_per_step{sfx}']}); WAL "
                  f"{out[f'wal_bytes_per_step{sfx}']} bytes, statements "
                  f"{out[f'statements_per_step{sfx}']} per step ({k}-step task)")
     out["temporal_actions_by_kind"] = {**kinds, "steps": k}
+    out["temporal_server_actions"] = {**by_server, "steps": k}
     out["step_costs_steps"] = k
     return out

@@ -15,8 +15,10 @@ https://docs.temporal.io/cloud/actions), and the history event each is read from
 * **search attribute upsert**: UpsertWorkflowSearchAttributes, 1 per command (several
   attributes in one command are one), 0 when it sets only ``TemporalChangeVersion``. The
   attributes given at the start are not counted.
-* **signal**: WorkflowExecutionSignaled, 1 (on the receiving side; the sender's
-  SignalExternalWorkflowExecutionInitiated is not counted again).
+* **signal sent** (by a client or by a workflow): a workflow's signal is counted where it is
+  sent, SignalExternalWorkflowExecutionInitiated, 1 (its target may be a workflow whose history
+  is not read, or none at all); a client's where it is received, WorkflowExecutionSignaled, 1
+  (one that names an ``external_workflow_execution`` came from a workflow: 0 there).
 * **update**: WorkflowExecutionUpdateAccepted, 1.
 * **workflow execution options updated**: WorkflowExecutionOptionsUpdated, 1.
 * **Nexus operation scheduled / canceled**: NexusOperationScheduled / NexusOperationCanceled, 1.
@@ -42,7 +44,7 @@ CHANGE_VERSION = "TemporalChangeVersion"
 # Each event type that is one action by itself, and the kind it is reported as.
 ONE_EACH = {
     EventType.EVENT_TYPE_TIMER_STARTED: "timer",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: "signal",
+    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED: "signal",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: "update",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED: "options_updated",
     EventType.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED: "nexus",
@@ -70,6 +72,10 @@ def billable_actions(events: Iterable[HistoryEvent]) -> Counter[str]:
             fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes
             if set(fields.indexed_fields) - {CHANGE_VERSION}:
                 out["search_attributes"] += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            if not e.workflow_execution_signaled_event_attributes.HasField(
+                    "external_workflow_execution"):  # from a workflow: counted where sent
+                out["signal"] += 1
         elif t in ONE_EACH:
             out[ONE_EACH[t]] += 1
     if marker_tasks:

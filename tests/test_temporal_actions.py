@@ -14,6 +14,7 @@ from temporalio.api.history.v1 import (
     HistoryEvent,
     MarkerRecordedEventAttributes,
     UpsertWorkflowSearchAttributesEventAttributes,
+    WorkflowExecutionSignaledEventAttributes,
     WorkflowExecutionStartedEventAttributes,
 )
 from temporalio.client import WorkflowHistory
@@ -52,7 +53,12 @@ def test_each_kind_counts_as_temporal_cloud_bills_it() -> None:
         upsert("TemporalChangeVersion"),  # exempt
         HistoryEvent(event_type=T.EVENT_TYPE_TIMER_STARTED),
         HistoryEvent(event_type=T.EVENT_TYPE_TIMER_FIRED),
-        HistoryEvent(event_type=T.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED),
+        HistoryEvent(event_type=T.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED),  # from a client
+        HistoryEvent(event_type=T.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,  # counted where sent
+                     workflow_execution_signaled_event_attributes=(
+                         WorkflowExecutionSignaledEventAttributes(
+                             external_workflow_execution=WorkflowExecution(workflow_id="w")))),
+        HistoryEvent(event_type=T.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED),
         HistoryEvent(event_type=T.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED),
         HistoryEvent(event_type=T.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED),
         HistoryEvent(event_type=T.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
@@ -61,7 +67,7 @@ def test_each_kind_counts_as_temporal_cloud_bills_it() -> None:
     ]
     assert billable_actions(events) == {
         "workflow_started": 1, "activity": 3, "markers": 2, "search_attributes": 1,
-        "timer": 1, "signal": 1, "child_workflow": 2, "update": 1}
+        "timer": 1, "signal": 2, "child_workflow": 2, "update": 1}
 
 
 def test_a_childs_own_start_is_its_parents_to_count() -> None:
@@ -72,13 +78,14 @@ def test_a_childs_own_start_is_its_parents_to_count() -> None:
     assert billable_actions([child]) == {}
 
 
-def test_a_recorded_run_counts_its_start_activities_upserts_and_signal() -> None:
+def test_a_recorded_run_counts_its_start_activities_upserts_and_signals() -> None:
     ids = json.loads((HISTORIES / "workflow_ids.json").read_text())
     h = WorkflowHistory.from_json(ids["run_halted.json"],
                                   (HISTORIES / "run_halted.json").read_text())
     started = [e for e in h.events if e.event_type == T.EVENT_TYPE_ACTIVITY_TASK_STARTED]
     assert started and all(e.activity_task_started_event_attributes.attempt == 1
                            for e in started)
+    # Two signals: the worklist release the run sends at its start, and the halt it receives.
     assert billable_actions(h.events) == {
-        "workflow_started": 1, "activity": len(started), "search_attributes": 2, "signal": 1,
+        "workflow_started": 1, "activity": len(started), "search_attributes": 2, "signal": 2,
         "child_workflow": 2}
