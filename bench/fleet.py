@@ -74,7 +74,7 @@ async def measure_fleet(client: Client, db_url: str,
             **{k: j[k] for k in WORKER_KEYS}}
 
 
-WAITING_DEFAULTS = FleetConfig(tasks=1000, workers=1, wait_s=60.0, kills=0, seed=44,
+WAITING_DEFAULTS = FleetConfig(tasks=1000, workers=1, wait_s=240.0, kills=0, seed=44,
                                steps_per_worker=1000, timeout_s=1800.0)
 
 

@@ -42,7 +42,7 @@ hits them alike:
   ``statements_per_step``: what a step and a one-step task cost the worker, the Temporal server
   and Postgres, beside a bare one-activity workflow (bench/step_costs.py, part ``costs``).
 * ``worker_rss_per_step_kib``: one worker's memory per step waiting, at a peak of
-  ``--waiting-steps`` steps whose writes wait ``--waiting-s`` at the target (1,000 and 60 s;
+  ``--waiting-steps`` steps whose writes wait ``--waiting-s`` at the target (1,000 and 240 s;
   200 and 20 s with --quick), with the fleet's keys as ``waiting_…`` (part ``waiting``,
   bench/fleet.py measure_waiting). With part ``fleet`` also run, the fleet's own per-step figure
   (several workers: an upper bound) is kept as ``inflight_worker_rss_per_step_kib``.
