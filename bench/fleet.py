@@ -74,6 +74,33 @@ async def measure_fleet(client: Client, db_url: str,
             **{k: j[k] for k in WORKER_KEYS}}
 
 
+WAITING_DEFAULTS = FleetConfig(tasks=1000, workers=1, wait_s=240.0, kills=0, seed=44,
+                               steps_per_worker=1000, timeout_s=1800.0)
+
+
+async def measure_waiting(client: Client, db_url: str,
+                          cfg: FleetConfig = WAITING_DEFAULTS) -> dict[str, Any]:
+    """One worker holding ``cfg.tasks`` steps whose writes wait ``cfg.wait_s`` s: its memory.
+
+    Part ``waiting`` of bench/run_all.py: the fleet's run with one worker, no kills, and as many
+    steps at once as tasks. ``worker_rss_per_step_kib`` is exact there (one worker); the keys
+    are those of measure_fleet, ``waiting_`` before each. The Drive client's timeout is raised
+    above the wait for the run (a write that waits longer than it would never be answered)."""
+    import os
+
+    name = "TIDEMARK_DRIVE_TIMEOUT_S"
+    was = os.environ.get(name)
+    os.environ[name] = str(max(float(was or 0), cfg.wait_s + 30))
+    try:
+        got = await measure_fleet(client, db_url, cfg)
+    finally:
+        if was is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = was
+    return {f"waiting_{k.removeprefix('inflight_')}": v for k, v in got.items()}
+
+
 async def _main(cfg: FleetConfig) -> dict[str, Any]:
     from run_all import new_database, postgres
     from temporalio.testing import WorkflowEnvironment

@@ -37,6 +37,15 @@ hits them alike:
   ``db_connections_peak``, ``inflight_wall_s``: many tasks whose writes wait 2 s at the target
   over four worker processes, two SIGKILLed meanwhile, on a database of its own (bench/fleet.py;
   200 tasks, 60 with --quick; the 1,000-task run is ``python bench/fleet.py --tasks 1000``).
+* ``task_cpu_ms`` / ``task_cpu_ms_bare_workflow`` / ``task_cpu_vs_bare_workflow``,
+  ``temporal_actions_per_step`` / ``…_per_task``, ``wal_bytes_per_step``,
+  ``statements_per_step``: what a step and a one-step task cost the worker, the Temporal server
+  and Postgres, beside a bare one-activity workflow (bench/step_costs.py, part ``costs``).
+* ``worker_rss_per_step_kib``: one worker's memory per step waiting, at a peak of
+  ``--waiting-steps`` steps whose writes wait ``--waiting-s`` at the target (1,000 and 240 s;
+  200 and 20 s with --quick), with the fleet's keys as ``waiting_…`` (part ``waiting``,
+  bench/fleet.py measure_waiting). With part ``fleet`` also run, the fleet's own per-step figure
+  (several workers: an upper bound) is kept as ``inflight_worker_rss_per_step_kib``.
 
 Benchmarks, not tests: absolute numbers move with the machine's load; the ratios are
 measured in one run. Progress goes to stderr; the result to stdout.
@@ -60,20 +69,21 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bare_workflow import BareActivities, bench_noop
 from bench_actions import BenchStep, bench_plan
 from cli_start import measure_cli_start
 from fleet import DEFAULTS as FLEET_DEFAULTS
-from fleet import measure_fleet
+from fleet import WAITING_DEFAULTS, measure_fleet, measure_waiting
 from recovery import measure_recovery
 from result_stdout import others_to_stderr
-from temporalio import activity, workflow
+from step_costs import measure_step_costs, measure_task_cpu
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -87,7 +97,7 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore
-from tools.stack.devstack import dev_server_args, temporal_binary
+from tools.stack.devstack import dev_server_args, free_port, temporal_binary
 from workflows.outcome import run_result
 from workflows.shared import SEARCH_ATTRIBUTES
 
@@ -209,26 +219,6 @@ class Workers:
 
 # -- bare activities ---------------------------------------------------------------------------
 
-@activity.defn(name="bench_noop")
-async def bench_noop(i: int) -> int:
-    return i
-
-
-@workflow.defn(name="BareActivities", sandboxed=False)
-class BareActivities:
-    @workflow.run
-    async def run(self, args: list[Any]) -> int:
-        n, local = args
-        for i in range(n):
-            if local:
-                await workflow.execute_local_activity(
-                    "bench_noop", i, start_to_close_timeout=timedelta(seconds=10))
-            else:
-                await workflow.execute_activity(
-                    "bench_noop", i, start_to_close_timeout=timedelta(seconds=10))
-        return n
-
-
 async def bare(env: WorkflowEnvironment, n: int, local: bool) -> tuple[float, float | None]:
     """(ms per step, median WorkflowTaskScheduled -> Started in ms) of one bare workflow."""
     async with Worker(env.client, task_queue="bare", workflows=[BareActivities],
@@ -249,10 +239,13 @@ async def bare(env: WorkflowEnvironment, n: int, local: bool) -> tuple[float, fl
     return ms, statistics.median(waits) if waits else None
 
 
-async def start_env(flags: bool) -> WorkflowEnvironment:
+async def start_env(flags: bool, metrics_port: int | None = None) -> WorkflowEnvironment:
+    """A dev server; with ``metrics_port``, its Prometheus metrics there (step_costs reads them)."""
+    metrics = ["--metrics-port", str(metrics_port)] if metrics_port else []
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error", dev_server_extra_args=dev_server_args() if flags else [])
+        dev_server_log_level="error",
+        dev_server_extra_args=(dev_server_args() if flags else []) + metrics)
 
 
 async def measure_bare(env: WorkflowEnvironment, default_env: WorkflowEnvironment, n: int,
@@ -547,29 +540,37 @@ def measure_cli(db_url: str, runs: int) -> dict[str, Any]:
 
 # -- main --------------------------------------------------------------------------------------
 
-PARTS = ("bare", "journal", "paths", "dbos", "scale", "many", "cli", "recovery", "fleet")
+PARTS = ("bare", "journal", "paths", "costs", "dbos", "scale", "many", "cli", "recovery", "fleet",
+         "waiting")
 
 
-async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+async def main_async(quick: bool, parts: tuple[str, ...] = PARTS,
+                     waiting: tuple[int, float] | None = None) -> dict[str, Any]:
     size = {"bare": 100 if quick else 300, "journal": 300 if quick else 2000,
             "path": 100 if quick else 300, "rounds": 2 if quick else 3,
             "many": 60 if quick else 200, "big": 10_000, "resumes": 3,
             "cli": 7 if quick else 15, "recovery": 3 if quick else 7,
-            "fleet": 60 if quick else FLEET_DEFAULTS.tasks}
+            "fleet": 60 if quick else FLEET_DEFAULTS.tasks,
+            "cpu_tasks": 40 if quick else 200, "cost_steps": 20 if quick else 100,
+            "waiting": waiting or ((200, 20.0) if quick else (WAITING_DEFAULTS.tasks,
+                                                            WAITING_DEFAULTS.wait_s))}
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "quick": quick,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                    f"{platform.system()} {platform.release()}, Python "
                    f"{platform.python_version()}",
         "command": "python bench/run_all.py" + (" --quick" if quick else "")
-                   + (f" --only {','.join(parts)}" if parts != PARTS else "") + " --json",
+                   + (f" --only {','.join(parts)}" if parts != PARTS else "")
+                   + (f" --waiting-steps {waiting[0]} --waiting-s {waiting[1]:g}"
+                      if waiting else "") + " --json",
         "load_avg_at_start": os.getloadavg()[0]}
     with postgres() as (admin_url, pg_pid):
         db_url = new_database(admin_url, f"bench_{uuid.uuid4().hex[:8]}")
         with JournalStore(db_url) as store:
             store.migrate()
             unattended(store, "bench")  # a scratch journal: unattended
-        env = await start_env(flags=True)
+        metrics_port = free_port()
+        env = await start_env(flags=True, metrics_port=metrics_port)
         default_env = await start_env(flags=False)
         workers = Workers(env, db_url, "bench")
         default_workers = Workers(default_env, db_url, "bench")
@@ -591,6 +592,14 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
                                                   size["path"], size["rounds"], db_url))
             default_workers.stop()
             await default_env.shutdown()
+            if "costs" in parts:  # the bench worker alone on the journal's database
+                result.update(await measure_task_cpu(
+                    env.client, "bench", {"worker": worker.pid, "temporal": server_pid(env),
+                                          "postgres": pg_pid},
+                    size["cpu_tasks"], size["rounds"], concurrency=8, cpu_s=cpu_s))
+                result.update(await measure_step_costs(
+                    env.client, "bench", admin_url, db_url, pg_pid is not None,
+                    size["cost_steps"], f"http://127.0.0.1:{metrics_port}/metrics"))
             if "dbos" in parts:
                 result.update(measure_dbos(admin_url, size["path"], size["rounds"]))
             if "scale" in parts:
@@ -605,6 +614,16 @@ async def main_async(quick: bool, parts: tuple[str, ...] = PARTS) -> dict[str, A
                 fleet_db = new_database(admin_url, f"fleet_{uuid.uuid4().hex[:8]}")
                 result.update(await measure_fleet(env.client, fleet_db, dataclasses.replace(
                     FLEET_DEFAULTS, tasks=size["fleet"])))
+            if "waiting" in parts:  # one worker holding many waiting steps: its memory
+                steps, wait_s = size["waiting"]
+                got = await measure_waiting(env.client, new_database(
+                    admin_url, f"waiting_{uuid.uuid4().hex[:8]}"), dataclasses.replace(
+                    WAITING_DEFAULTS, tasks=steps, steps_per_worker=steps, wait_s=wait_s))
+                if "worker_rss_per_step_kib" in result:  # the fleet's: several workers, a bound
+                    result["inflight_worker_rss_per_step_kib"] = result[
+                        "worker_rss_per_step_kib"]
+                result.update(got)
+                result["worker_rss_per_step_kib"] = got["waiting_worker_rss_per_step_kib"]
         finally:
             workers.stop()
             default_workers.stop()
@@ -627,12 +646,24 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--only", default=",".join(PARTS),
                     help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
+    ap.add_argument("--waiting-steps", type=int, default=None,
+                    help=f"steps waiting at once on one worker in part waiting (default "
+                         f"{WAITING_DEFAULTS.tasks}, 200 with --quick)")
+    ap.add_argument("--waiting-s", type=float, default=None,
+                    help=f"how long each of their writes waits (default "
+                         f"{WAITING_DEFAULTS.wait_s:g} s, 20 with --quick)")
     a = ap.parse_args()
+    waiting = None
+    if a.waiting_steps is not None or a.waiting_s is not None:
+        base = (200, 20.0) if a.quick else (WAITING_DEFAULTS.tasks, WAITING_DEFAULTS.wait_s)
+        waiting = (a.waiting_steps or base[0], a.waiting_s or base[1])
+        if waiting[0] < 1 or waiting[1] <= 0:
+            ap.error("--waiting-steps and --waiting-s must be above 0")
     parts = tuple(p for p in PARTS if p in a.only.split(","))
     if not parts or set(a.only.split(",")) - set(PARTS):
         ap.error(f"--only takes parts among {','.join(PARTS)}")
     with others_to_stderr():
-        r = asyncio.run(main_async(a.quick, parts))
+        r = asyncio.run(main_async(a.quick, parts, waiting))
     if a.json:
         print(json.dumps(r, indent=1))
     else:
