@@ -158,6 +158,11 @@ def migrated_url(db_url: str) -> str:
     The roles the tests' workers and commands connect as are made on its server (a test's own
     server too). So roles that may not change the schema (a worker's, a person's) connect to it
     ready."""
+    return with_test_roles(db_url)
+
+
+def with_test_roles(db_url: str) -> str:
+    """``db_url`` migrated, with the roles of a worker and of the person at the keyboard."""
     with JournalStore(db_url, max_size=1) as s:
         s.migrate()
         s.make_login_role(WORKER_ROLE, JournalRole.TIDEMARK_WORKER)
@@ -285,6 +290,24 @@ def cli(temporal_env: WorkflowEnvironment, migrated_url: str, monkeypatch: pytes
     return run
 
 
+def worker_processes(temporal_env: WorkflowEnvironment, migrated_url: str,
+                     task_queue: str) -> WorkerProcesses:
+    """Worker processes (none started yet) on ``task_queue``, as the ``workers`` fixture's."""
+    address = temporal_env.client.service_client.config.target_host
+    with JournalStore(migrated_url) as s:
+        unattended(s, "tests")
+    return WorkerProcesses({**STAGING_CLIENTS, **os.environ, "TEMPORAL_ADDRESS": address,
+                            ENV_URL: as_role(migrated_url, WORKER_ROLE),
+                            "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
+                            "TIDEMARK_FS_ROOTS": FS_ROOTS,
+                            # The tests that are not about approval run their irreversible
+                            # steps unattended, configured explicitly (the default asks a
+                            # person); a plan that asks for approval is decided by any approver
+                            # the journal knows (the superuser of the test's database among
+                            # them).
+                            "TIDEMARK_APPROVAL": "none"})
+
+
 @pytest.fixture
 def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
             task_queue: str) -> Iterator[WorkerProcesses]:
@@ -292,18 +315,7 @@ def workers(temporal_env: WorkflowEnvironment, migrated_url: str,
 
     That role, tidemark_worker, decides nothing. The journal's policy is ``none`` unless a test
     sets another: the workers' TIDEMARK_APPROVAL asks for more where a test says so."""
-    address = temporal_env.client.service_client.config.target_host
-    with JournalStore(migrated_url) as s:
-        unattended(s, "tests")
-    wp = WorkerProcesses({**STAGING_CLIENTS, **os.environ, "TEMPORAL_ADDRESS": address,
-                          ENV_URL: as_role(migrated_url, WORKER_ROLE),
-                          "TIDEMARK_TASK_QUEUE": task_queue, "TIDEMARK_LOG_LEVEL": "WARNING",
-                          "TIDEMARK_FS_ROOTS": FS_ROOTS,
-                          # The tests that are not about approval run their irreversible steps
-                          # unattended, configured explicitly (the default asks a person); a
-                          # plan that asks for approval is decided by any approver the journal
-                          # knows (the superuser of the test's database among them).
-                          "TIDEMARK_APPROVAL": "none"})
+    wp = worker_processes(temporal_env, migrated_url, task_queue)
     yield wp
     # The test is over: a step a worker still holds (a test's held file, a run left waiting)
     # is nobody's business any more, and its task queue is the test's own.

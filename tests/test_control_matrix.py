@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PostgresServer, WorkerProcesses, with_test_roles, worker_processes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -29,6 +34,7 @@ from helpers.ledger import LedgerRecord, ledger_lines
 from helpers.planners import calls
 from helpers.steps import crash_at, run_one
 from helpers.worklist import attribute, open_needs
+from tidemark.approval import unattended
 from tidemark.payloads import UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
@@ -431,11 +437,11 @@ async def blocked(task: Task, store: JournalStore, temporal_env: WorkflowEnviron
     assert (result.state, result.error["type"]) == ("blocked", "SeriesBlocked"), result
 
 
-def undo_queue(task_queue: str) -> str:
-    """The task queue the unwinding row's unwind is started on.
+def undo_queue(task_queue: str, task: Task) -> str:
+    """The task queue the unwinding row's unwind is started on: the cell's own.
 
     No worker polls it until the cell's command has run."""
-    return task_queue + "-undo"
+    return f"{task_queue}-undo-{task.id}"
 
 
 async def unwinding(task: Task, store: JournalStore, temporal_env: WorkflowEnvironment,
@@ -448,7 +454,7 @@ async def unwinding(task: Task, store: JournalStore, temporal_env: WorkflowEnvir
     assert (await run_result(handle)).state == "completed"
     address = temporal_env.client.service_client.config.target_host
     assert await asyncio.to_thread(main, ["unwind", task.id, "--yes", "--address", address,
-                                          "--task-queue", undo_queue(task_queue)]) == 0
+                                          "--task-queue", undo_queue(task_queue, task)]) == 0
 
 
 async def take_up_unwind(task: Task, temporal_env: WorkflowEnvironment, workers: Any,
@@ -456,13 +462,16 @@ async def take_up_unwind(task: Task, temporal_env: WorkflowEnvironment, workers:
     """The unwinding row, after its command: a worker takes up the unwind.
 
     The unwind ends (or was ended). Returns its (Temporal status, end state)."""
-    workers.start(TIDEMARK_TASK_QUEUE=undo_queue(task_queue))
+    undo = undo_queue(task_queue, task)
+    workers.start(TIDEMARK_TASK_QUEUE=undo)
     handle = temporal_env.client.get_workflow_handle(f"tidemark-unwind-{task.id}")
 
     async def ended() -> bool:
         desc = await handle.describe()
         return desc.status is not None and desc.status.name != "RUNNING"
     await until(ended, timeout=60)
+    if isinstance(workers, SharedWorkers):
+        workers.stop(TIDEMARK_TASK_QUEUE=undo)  # nothing else is ever started on its queue
     desc = await handle.describe()
     # the state its result says (a terminated unwind's: `killed` from the kill's reason; one
     # terminated before any worker ran it never set its TidemarkState)
@@ -542,11 +551,62 @@ def end_state(task: Task, store: JournalStore, capsys: pytest.CaptureFixture[str
     return str(json.loads(out.out)["state"])
 
 
+@dataclass
+class SharedWorkers:
+    """Worker processes kept for the module: one for each environment asked for.
+
+    ``start`` starts one only where none of that environment runs (or it died), so the cells
+    of the matrix share the module's worker instead of paying a worker's start-up each. A
+    cell's tasks are its own (ids, files, series), so what one leaves cannot reach another."""
+
+    procs: WorkerProcesses
+    running: dict[tuple[tuple[str, str], ...], subprocess.Popen[bytes]] = field(
+        default_factory=dict)
+
+    def start(self, **extra: str) -> None:
+        key = tuple(sorted(extra.items()))
+        proc = self.running.get(key)
+        if proc is None or proc.poll() is not None:
+            self.running[key] = self.procs.start(**extra)
+
+    def stop(self, **extra: str) -> None:
+        proc = self.running.pop(tuple(sorted(extra.items())), None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class Matrix:
+    """The module's journal, task queue and workers, shared by the cells of the matrix."""
+
+    store: JournalStore
+    task_queue: str
+    workers: SharedWorkers
+
+
+@pytest.fixture(scope="module")
+def matrix(pg: PostgresServer, temporal_env: WorkflowEnvironment) -> Iterator[Matrix]:
+    url = with_test_roles(pg.new_database(migrated=True))
+    queue = "tq-cm-" + uuid.uuid4().hex[:10]
+    shared = SharedWorkers(worker_processes(temporal_env, url, queue))
+    store = JournalStore(url).open()
+    unattended(store, "tests")
+    yield Matrix(store, queue, shared)
+    shared.procs.stop_all(grace=3.0)
+    store.close()
+
+
 @pytest.mark.parametrize(("state", "name"), list(MATRIX))
-async def test_control_matrix(state: str, name: str, tmp_path: Path, store: JournalStore,
-                              temporal_env: WorkflowEnvironment, workers: Any, task_queue: str,
+async def test_control_matrix(state: str, name: str, tmp_path: Path, matrix: Matrix,
+                              temporal_env: WorkflowEnvironment,
                               monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
+    store, workers, task_queue = matrix.store, matrix.workers, matrix.task_queue
     monkeypatch.setenv("DATABASE_URL", store.conninfo)
     monkeypatch.setenv("TEMPORAL_ADDRESS", temporal_env.client.service_client.config.target_host)
     task = Task(tmp_path)
