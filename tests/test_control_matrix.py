@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -571,13 +570,8 @@ class SharedWorkers:
 
     def stop(self, **extra: str) -> None:
         proc = self.running.pop(tuple(sorted(extra.items())), None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            WorkerProcesses(self.procs.env, [proc]).stop_all(grace=10.0)
 
 
 @dataclass
