@@ -123,7 +123,7 @@ async def test_the_inbox_lists_each_waiting_task_once_oldest_first_and_never_a_s
     store.persist_plan(load_plan(unwinding.doc, SPECS))
     store.set_control(unwinding.id, "stopped", "wrong supplier", "ops")
     assert (await cli("unwind", unwinding.id, "--yes", "--task-queue",
-                      undo_queue(task_queue)))[0] == 0
+                      undo_queue(task_queue, unwinding)))[0] == 0
 
     try:
         code, out, err = await cli("inbox")
