@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -288,6 +289,25 @@ def test_tidemark_dev_prints_its_addresses_and_ctrl_c_stops_it(home: Path,
         # Payloads are encrypted: the line names the key another shell exports to read them.
         codec = next(x for x in lines if x.startswith("codec server "))
         assert f"TIDEMARK_CODEC_KEYS_FILE={home / 'codec-keys'} TIDEMARK_CODEC_KEY_ID=dev" in codec
+        # Another shell with what it says to export runs a plan and follows it to its end
+        # (the README's first plan): the profile, and the key to read what the worker wrote.
+        exports = dict(pair.split("=", 1) for found in re.findall(r"export ([^)]*)\)",
+                                                                  "\n".join(lines))
+                       for pair in found.split())
+        assert {"TEMPORAL_CONFIG_FILE", "TIDEMARK_CODEC_KEYS_FILE"} <= set(exports), exports
+        files = Path(next(x for x in lines if x.startswith("fs.rename in")).split()[2])
+        (files / "draft.txt").write_text("draft")
+        plan = home / "PLAN.json"
+        plan.write_text(json.dumps({"task_id": "first-" + uuid.uuid4().hex[:8], "steps": [
+            {"action": "fs.rename", "args": {"path": str(files / "draft.txt"),
+                                             "name": "final.txt"}}]}))
+        other_shell = {k: v for k, v in os.environ.items()
+                       if not k.startswith(("TEMPORAL_", "TIDEMARK_CODEC_"))}
+        followed = subprocess.run([sys.executable, "-m", "tools.cli.main", "start", str(plan),
+                                   "--follow"], env={**other_shell, **exports},
+                                  capture_output=True, text=True, timeout=DEADLINE_S)
+        assert followed.returncode == 0, followed.stdout + followed.stderr
+        assert (files / "final.txt").exists()
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0, proc.stderr.read()

@@ -158,7 +158,8 @@ def _cmd_dev(a: argparse.Namespace) -> int:
         metrics = f"http://{metrics_at}/metrics" if stack.worker else "-"
         keys = " ".join(f"{k}={v}" for k, v in stack.codec_env.items()
                         ) or "the key of TIDEMARK_CODEC_KEYS_FILE"
-        codec = f"{stack.codec.url if stack.codec else '-'}   (payloads encrypted: {keys})"
+        codec = (f"{stack.codec.url if stack.codec else '-'}   (payloads encrypted; "
+                 f"{'export ' if stack.codec_env else ''}{keys})")
         print(f"Temporal gRPC  {stack.address}   (export TEMPORAL_CONFIG_FILE="
               f"{stack.temporal_config_file})\n"
               f"Web UI         {stack.ui_url}\n"
