@@ -32,6 +32,7 @@ from activities.planner import PlannerActivities
 from activities.steps import StepActivities
 from activities.telemetry import metrics_address, telemetry
 from activities.wiring import worker_registry
+from tidemark import installed_version
 from tidemark.actions import Registry
 from tidemark.approval import ApprovalPolicy
 from tidemark.database import database_url
@@ -89,12 +90,7 @@ def build_id() -> str:
 
     Named here, not left to the SDK's default, which hashes the code of every loaded module:
     0.3 s of CPU at each start, for an id no person can read."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"tidemark-{version('tidemark')}"
-    except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed
-        return "tidemark-source"
+    return f"tidemark-{installed_version()}"
 
 
 def build_worker(client: Client, store: JournalStore, registry: Registry,

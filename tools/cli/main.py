@@ -16,6 +16,7 @@ import select
 import sys
 from collections.abc import Mapping, Sequence
 
+from tidemark import installed_version
 from tidemark.errors import InputError, TidemarkError, UnknownTask, one_line
 from tidemark.import_names import check_import_names
 from tidemark.process_exit import exit_now
@@ -180,20 +181,6 @@ class _Version(argparse.Action):
                  values: object, option_string: str | None = None) -> None:
         print(f"tidemark {installed_version()}")
         parser.exit()
-
-
-def installed_version() -> str:
-    """The installed distribution's version.
-
-    It is read from its metadata, so it cannot drift from what pip installed. Read only when
-    --version is asked: importlib.metadata and what it loads (email, zipfile, csv) cost
-    `--help` tens of milliseconds."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tidemark")
-    except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed
-        return "(not installed)"
 
 
 def run() -> None:
