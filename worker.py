@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.boundary import BoundaryActivities
@@ -48,7 +48,7 @@ from tidemark.settings import (
     load_settings,
 )
 from tidemark.store import JournalStore
-from workflows.needs_person import NeedsPerson
+from workflows.needs_person import NeedsPerson, holder_id
 from workflows.run_plan import RunPlan
 from workflows.scheduled_run import ScheduledRun
 from workflows.shared import SEARCH_ATTRIBUTES
@@ -70,6 +70,9 @@ STICKY_TO_START = timedelta(seconds=1)
 # On SIGTERM a running step gets this long to finish before it is cancelled (and left to the
 # journal's probe on the next attempt). Steps normally take well under a second.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
+# How long prepare waits for Temporal to take a worklist row's release (row_release); past it
+# the attempt fails and prepare is retried, as after any failed call.
+RELEASE_TIMEOUT_S = 20.0
 # The workflows every worker runs.
 WORKFLOWS = [RunPlan, UnwindPlan, ScheduledRun, NeedsPerson]
 # The worker runs them outside Temporal's workflow sandbox. The sandbox enters a restricted
@@ -107,8 +110,9 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
     kept for the process's life."""
     grants = GrantBroker(store)  # one broker: every call of a task presents its grant
     parts = ThreadPoolExecutor(step_threads, thread_name_prefix="step-part")
-    activities = StepActivities(store, registry, grants, executor=parts)
     boundary = BoundaryActivities(store, registry, grants, approval)
+    activities = StepActivities(store, registry, grants, executor=parts,
+                                boundary=boundary.outcome, release_row=row_release(client))
     planning = PlannerActivities(store, registry, grants)
     return Worker(
         client, task_queue=task_queue, workflows=WORKFLOWS, workflow_runner=WORKFLOW_RUNNER,
@@ -116,6 +120,28 @@ def build_worker(client: Client, store: JournalStore, registry: Registry,
         activity_executor=executor, max_concurrent_activities=max_steps,
         sticky_queue_schedule_to_start_timeout=STICKY_TO_START,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN, build_id=build_id())
+
+
+def row_release(client: Client) -> Callable[[str, str], None]:
+    """Closes a task's open worklist row (NeedsPerson), from prepare's thread.
+
+    A new run of the task began. The signal goes from the worker's client on its event loop
+    (the loop build_worker runs on), and prepare returns only once Temporal took it: the row
+    hears it before anything this run opens. A task with no open row (none, or closed) is the
+    common case; it costs one refused call, where a signal from the workflow would cost a
+    command, an event and a workflow task of its answer."""
+    loop = asyncio.get_running_loop()
+
+    async def settle(task_id: str, by: str) -> None:
+        try:
+            await client.get_workflow_handle(holder_id(task_id)).signal(NeedsPerson.settled, by)
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+
+    def release(task_id: str, by: str) -> None:
+        asyncio.run_coroutine_threadsafe(settle(task_id, by), loop).result(RELEASE_TIMEOUT_S)
+    return release
 
 
 def journal_store(settings: Settings) -> JournalStore:

@@ -45,20 +45,29 @@ class BoundaryActivities:
         to approve."""
         with _heartbeating(), acting_for(self.grants, inp.task_id):
             try:
-                plan = self.store.load_plan(inp.task_id)
-                checked = verify_reversible(self.store, self.registry, inp.task_id, inp.step)
-                if not checked.passed:  # bounded: the journal holds every failure
-                    return BoundaryOutcome(passed=False, summary=checked.summary(),
-                                           failures=checked.brief(), verified=checked.verified,
-                                           failed=len(checked.failures))
-                check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
-                asked = approval_needed(self.store, self.approval, plan)
-                # The decision of the task's current epoch: the journal recorded it only for an
-                # approver it knows, and a stop, kill or release since has voided an older one.
-                decided = self.store.current_decision(inp.task_id) if asked else None
-                stop = self.store.stop_state(inp.task_id)
+                return self.outcome(inp.task_id, inp.step)
             except TidemarkError as e:
                 raise _as_application_error(e) from e
+
+    def outcome(self, task_id: str, step: int, *, gates: bool = True) -> BoundaryOutcome:
+        """The boundary before ``step``: what reach_boundary returns.
+
+        Run inside an activity that presents the task's grant. Without ``gates`` the plan gates
+        are not run again: the caller (prepare, on a start) ran them a moment ago. Raises
+        TidemarkError."""
+        plan = self.store.load_plan(task_id)
+        checked = verify_reversible(self.store, self.registry, task_id, step)
+        if not checked.passed:  # bounded: the journal holds every failure
+            return BoundaryOutcome(passed=False, summary=checked.summary(),
+                                   failures=checked.brief(), verified=checked.verified,
+                                   failed=len(checked.failures))
+        if gates:
+            check_plan_gates(self.store, self.registry, plan)  # PreconditionFailed
+        asked = approval_needed(self.store, self.approval, plan)
+        # The decision of the task's current epoch: the journal recorded it only for an
+        # approver it knows, and a stop, kill or release since has voided an older one.
+        decided = self.store.current_decision(task_id) if asked else None
+        stop = self.store.stop_state(task_id)
         return BoundaryOutcome(
             passed=True, summary=checked.summary(), verified=checked.verified,
             approval_required=asked is not None,
@@ -69,7 +78,7 @@ class BoundaryActivities:
             waiting=len(asked["lines"]) if asked else 0,
             glance=asked["glance"] if asked else None, why=asked["policy"] if asked else None,
             stopped=(stop["reason"] or "stopped") if stop else None,
-            release=release_of(inp.task_id, stop))
+            release=release_of(task_id, stop))
 
     @activity.defn(name=ActivityName.VERIFY_END)
     def verify_end(self, inp: BoundaryInput) -> BoundaryOutcome:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -28,6 +28,7 @@ from activities.acting import acting_for
 from tidemark import metrics, needs_journal, series
 from tidemark.actions import Registry
 from tidemark.activity_names import ActivityName
+from tidemark.boundary import sets_a_target_twice
 from tidemark.errors import (
     ActionNotConfigured,
     ActionUnavailable,
@@ -48,6 +49,7 @@ from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
 from tidemark.needs import release_of
 from tidemark.payloads import (
+    BoundaryOutcome,
     HaltInput,
     Prepared,
     PrepareInput,
@@ -150,14 +152,28 @@ REFUSALS = frozenset(cls.__name__ for cls in (PlanError, InputError, PlanChanged
                                               ActionNotConfigured, ActionUnavailable))
 
 
+class BoundaryCheck(Protocol):
+    """The boundary's check before ``step`` (activities.boundary.BoundaryActivities.outcome)."""
+
+    def __call__(self, task_id: str, step: int, *, gates: bool = True) -> BoundaryOutcome: ...
+
+
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
     def __init__(self, store: JournalStore, registry: Registry,
-                 grants: GrantBroker | None = None, *, executor: Executor) -> None:
+                 grants: GrantBroker | None = None, *, executor: Executor,
+                 boundary: BoundaryCheck | None = None,
+                 release_row: Callable[[str, str], None] | None = None) -> None:
         self.store = store
         self.registry = registry
         self.grants = grants  # per-task credentials (activities/granted.py)
+        # The boundary's check (activities.boundary.BoundaryActivities.outcome), for a start
+        # whose first step is irreversible; None: prepare leaves it to the boundary activity.
+        self.boundary = boundary
+        # Closes the task's open worklist row, given the task and who asks (worker.row_release);
+        # None: the run sends that signal itself (Prepared.released).
+        self.release_row = release_row
         # The worker's step threads: a coroutine activity's blocking parts run there.
         self.threads = StepThreads(executor)
 
@@ -228,20 +244,38 @@ class StepActivities:
                     and progress.unwound is None):  # again on every start
                 with acting_for(self.grants, task_id):  # a gate that reads presents the grant
                     self._gates(task_id)
+            stop, first = progress.stop, progress.next_step
+            goes_on = first is not None and stop is None and progress.unwound is None
+            whole = self.store.load_window(task_id, 1, progress.step_count) if (
+                goes_on and progress.step_count <= inp.window) else None
+            at_boundary = None
+            if (goes_on and inp.boundary and inp.check_gates and self.boundary is not None
+                    and first == progress.first_irreversible == 1):
+                # The gates ran just above; step 1 has nothing before it to verify.
+                with acting_for(self.grants, task_id):
+                    at_boundary = self.boundary(task_id, 1, gates=False)
         except TidemarkError as e:
             raise _as_application_error(e) from e
-        stop, first = progress.stop, progress.next_step
+        released = inp.release and self.release_row is not None
+        if released:
+            assert self.release_row is not None
+            self.release_row(task_id, inp.workflow_id or "a run")
         lines = None  # the window's, for a run that goes on to its steps
-        if inp.window > 0 and first is not None and stop is None and progress.unwound is None:
-            lines = self._lines(task_id, first,
-                                min(progress.step_count, first + inp.window - 1))
+        if inp.window > 0 and goes_on:
+            assert first is not None
+            last = min(progress.step_count, first + inp.window - 1)
+            lines = ([self._describe(s) for s in whole[first - 1:last]] if whole is not None
+                     else self._lines(task_id, first, last))
         return Prepared(task_id=task_id, step_count=progress.step_count,
                         next_step=first, confirmed=progress.confirmed,
                         failed=progress.failed,
                         stopped=(stop["reason"] or "stopped") if stop else None,
                         release=release_of(task_id, stop),
                         first_irreversible=progress.first_irreversible,
-                        unwound=progress.unwound is not None, lines=lines)
+                        unwound=progress.unwound is not None, lines=lines,
+                        boundary=at_boundary,
+                        verify_end=whole is None or sets_a_target_twice(self.registry, whole),
+                        released=released)
 
     def _gates(self, task_id: str) -> None:
         """The plan's gates, on a start.

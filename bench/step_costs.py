@@ -50,6 +50,7 @@ from temporal_actions import billable_actions
 from temporalio.client import Client, WorkflowHandle
 
 from workflows.outcome import run_result
+from workflows.shared import start_attributes
 
 BENCH = Path(__file__).resolve().parent
 LOG_PREFIX = "%m [%p] db=%d "  # the database on each line: the journal's statements alone
@@ -104,7 +105,8 @@ async def _plan_tasks(client: Client, queue: str, n: int, steps: int, mode: str,
     async def one(_: int) -> WorkflowHandle[Any, Any]:
         doc = bench_plan(f"cost-{mode}-{steps}-{uuid.uuid4().hex[:8]}", steps, execution=mode)
         h: WorkflowHandle[Any, Any] = await client.start_workflow(
-            "RunPlan", doc, id=f"tidemark-{doc['task_id']}", task_queue=queue)
+            "RunPlan", doc, id=f"tidemark-{doc['task_id']}", task_queue=queue,
+            search_attributes=start_attributes(doc["task_id"]))
         res = await run_result(h)
         assert res.state == "completed" and res.executed == steps, res
         return h

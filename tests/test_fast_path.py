@@ -99,11 +99,14 @@ async def test_a_fast_plan_runs_every_step_once_in_batches(
     progress = store.progress("fast-1")
     assert (progress.rows, progress.confirmed, progress.in_doubt) == (20, 20, None)
     types = await event_types(handle)
-    # prepare (which also describes the steps), the boundary before the first irreversible
-    # step and the verification at the end are activities; the steps are a few batches, each
-    # one activity; no step is its own.
+    # prepare is one activity: it also describes the steps and, the first step being
+    # irreversible, checks the boundary before it (journaled as its verification event). The
+    # plan sets no target twice, so its end has nothing to verify. The steps are a few
+    # batches, each one activity; no step is its own.
     assert 1 <= await batches(handle) < 10
-    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 3 + await batches(handle)
+    assert types.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1 + await batches(handle)
+    checked = [e for e in store.events("fast-1") if e["kind"] == "verification"]
+    assert [(e["step"], e["detail"]["at_end"]) for e in checked] == [(1, False)]
     # no version marker: 0.1.0's workflows carry no patch (tests/test_replay.py, PATCHES)
     assert types.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 0
     # "execution" is how the run goes, not part of the plan: the same plan without it is the

@@ -16,6 +16,7 @@ from psycopg import sql
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
 from activities.catalog import spec_registry
@@ -32,9 +33,11 @@ from tidemark.payloads import RunResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tools.operate import commands
+from tools.operate.starter import start_plan
 from tools.stack.devstack import temporal_binary
 from workflows.outcome import run_result
 from workflows.run_plan import STEPS_PER_RUN
+from workflows.shared import NEEDS, STATE, TASK_ID
 
 # The start command of docs/operate.md, "Running plans" (tests/test_readme.py checks it is there).
 README_START = ("temporal workflow start --task-queue tidemark --type RunPlan "
@@ -168,6 +171,40 @@ async def test_sigkilled_worker_mid_step_completes_exactly_once(
     assert row3 is not None and row3.resolved_by == "probe"
 
 
+async def upserts(handle: WorkflowHandle[Any, Any]) -> int:
+    return len([e async for e in handle.fetch_history_events() if e.event_type
+                == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES])
+
+
+async def test_a_run_given_its_attributes_at_start_upserts_only_its_end(
+        temporal_env: WorkflowEnvironment, tmp_path: Path, workers, task_queue: str) -> None:
+    """Search attributes given at the start cost no upsert; others given there are corrected.
+
+    `tidemark start` gives what the run would set after prepare (start_attributes): the run
+    upserts only its end. A start that gave none, or a forged state, gets the upsert."""
+    workers.start()
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "b.txt").write_text("x")
+    (tmp_path / "c.txt").write_text("x")
+
+    def doc(task: str, name: str) -> dict[str, Any]:
+        return {"task_id": task, "steps": [{"action": "fs.rename", "args": {
+            "path": str(tmp_path / name), "name": f"{task}.txt"}}]}
+    given = await start_plan(temporal_env.client, doc("given-1", "a.txt"), "given-1", task_queue)
+    bare = await start(temporal_env.client, doc("bare-1", "b.txt"), task_queue)
+    forged = await temporal_env.client.start_workflow(
+        "RunPlan", doc("forged-1", "c.txt"), id="tidemark-forged-1", task_queue=task_queue,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(TASK_ID, "forged-1"),
+                                                 SearchAttributePair(STATE, "completed"),
+                                                 SearchAttributePair(NEEDS, "nothing")]))
+    for h in (given, bare, forged):
+        assert (await run_result(h)).state == "completed"
+        attrs = {k.name: v for k, v in (await h.describe()).typed_search_attributes}
+        assert (attrs["TidemarkTaskId"], attrs["TidemarkState"], attrs["TidemarkNeeds"]) == (
+            h.id.removeprefix("tidemark-"), "completed", "nothing")
+    assert [await upserts(h) for h in (given, bare, forged)] == [1, 2, 2]
+
+
 async def test_history_carries_summaries_and_search_attributes(
         temporal_env: WorkflowEnvironment, tmp_path: Path, workers, task_queue: str) -> None:
     docs = tmp_path / "docs"
@@ -187,8 +224,9 @@ async def test_history_carries_summaries_and_search_attributes(
             activities.append(event.activity_task_scheduled_event_attributes.activity_type.name)
     assert "1/1 fs.rename draft.txt -> 2026-Q3 report.txt" in summaries
     # the step's line came with prepare's result: no activity of its own describes the steps;
-    # the end of the plan is verified before it says completed
-    assert activities == [ActivityName.PREPARE, ActivityName.RUN_STEP, ActivityName.VERIFY_END]
+    # the plan sets its one target once, so its end has nothing to verify (a plan that sets a
+    # target twice is verified before it says completed: tests/test_end_verification.py)
+    assert activities == [ActivityName.PREPARE, ActivityName.RUN_STEP]
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == (  # the UI shows it: the state and need, then why
         "**completed** · 1/1 steps confirmed · needs nothing · `tidemark status summary-1`\n\n"

@@ -40,7 +40,7 @@ from helpers.worklist import (
 from tidemark.activity_names import ActivityName
 from tidemark.needs import Need, need_of, needs_query
 from tidemark.needs_journal import entry_for
-from tidemark.payloads import RunResult, UnwindResult
+from tidemark.payloads import Prepared, RunResult, UnwindResult
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tools.operate.inbox import DEFAULT_UI
@@ -175,20 +175,29 @@ def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, d
     return task, doc
 
 
-async def reopened_after_its_release(run: Any) -> None:
-    """The release's result shows in the history before the row is opened again.
+async def reopened_after_its_release(run: Any, client: Any) -> None:
+    """The release is done, as the history shows, before the row is opened again.
 
-    The run's history shows the result of the release it sent at its start (signalled, or failed:
-    no row was open) before the command that opens its row again (a child started, or the
+    The worker's prepare sends the release of the task's row and returns only once Temporal
+    took it (worker.row_release), saying so in its result (Prepared.released). A run on a worker
+    that cannot sends it itself and the history shows its result (signalled, or failed: no row
+    was open). Either comes before the command that opens the row again (a child started, or the
     ``need`` signal to a row still open)."""
-    kinds = [e.event_type async for e in run.fetch_history_events()]
+    events = [e async for e in run.fetch_history_events()]
+    kinds = [e.event_type for e in events]
     E = EventType
-    released = next(i for i, k in enumerate(kinds) if k in (
+    prepared = next(e for e in events if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+    result = prepared.activity_task_completed_event_attributes.result.payloads
+    by_prepare = (await client.data_converter.decode(result, [Prepared]))[0].released
+    release_kinds = (E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,) if by_prepare else (
         E.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED))
-    reopened = [i for i, k in enumerate(kinds) if k in (
-        E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
-        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)][1:]  # after the release's
+        E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED)
+    released = next(i for i, k in enumerate(kinds) if k in release_kinds)
+    opening = (E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+               E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+    reopened = [i for i, k in enumerate(kinds) if k in opening]
+    if not by_prepare:
+        reopened = reopened[1:]  # after the release's own signal
     assert reopened and released < min(reopened), [E.Name(k) for k in kinds]
 
 
@@ -210,7 +219,7 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
                                              task_queue=task_queue, result_type=RunResult,
                                              id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         assert (await run_result(handle)).state == "stopped"
-    await reopened_after_its_release(handle)
+    await reopened_after_its_release(handle, client)
     holder = client.get_workflow_handle(f"tidemark-needs-{task}")
     assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
     assert (await holder.describe()).status.name == "RUNNING"
@@ -280,7 +289,7 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
         return await open_needs(client, task) == {f"tidemark-{task}": Need.KILLED,
                                                   f"tidemark-needs-{task}": Need.KILLED}
     await until(reopened)
-    await reopened_after_its_release(second)
+    await reopened_after_its_release(second, client)
     assert (tmp_path / "a.txt").read_text() == "a"  # nothing acted
     await second.terminate("killed")
     await client.get_workflow_handle(f"tidemark-needs-{task}").terminate("test over")

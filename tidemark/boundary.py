@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ from tidemark.approval import (
 )
 from tidemark.errors import TidemarkError, Unauthorized
 from tidemark.limits import cut
-from tidemark.plan import Plan
+from tidemark.plan import Plan, Step
 from tidemark.reads import patient_reads
 from tidemark.will_do import at_a_glance, what_it_will_do
 from tidemark.words import EventKind, ResolvedBy
@@ -187,12 +188,26 @@ def _last_of_each_target(registry: Registry, rows: list[JournalRow]) -> dict[int
 
     For each step (of ``rows``, in step order) whose target another step of ``rows`` also
     set: the last step that set it."""
+    return _last_setters(registry, ((r.step, r.action, r.args) for r in rows))
+
+
+def sets_a_target_twice(registry: Registry, steps: list[Step]) -> bool:
+    """Whether two of ``steps`` (a whole plan) set the same target.
+
+    Only then can the verification at the end of the plan probe anything: it probes the last
+    step of each target set more than once, among the done reversible steps, which are some of
+    the plan's."""
+    return bool(_last_setters(registry, ((s.number, s.action, s.args) for s in steps)))
+
+
+def _last_setters(registry: Registry,
+                  steps: Iterable[tuple[int, str, dict[str, Any]]]) -> dict[int, int]:
     steps_of: dict[tuple[str, str], list[int]] = {}
-    for row in rows:
-        spec = registry.spec(row.action)
-        target = spec.target(row.args) if spec is not None else None
+    for number, action, args in steps:
+        spec = registry.spec(action)
+        target = spec.target(args) if spec is not None else None
         if target is not None:
-            steps_of.setdefault((row.action, target), []).append(row.step)
+            steps_of.setdefault((action, target), []).append(number)
     return {step: steps[-1] for steps in steps_of.values() if len(steps) > 1 for step in steps}
 
 

@@ -51,6 +51,42 @@ class PrepareInput:
     # The most steps the run takes from its next step: Prepared.lines describes them, so that
     # the run needs no activity of its own for that (0: no lines).
     window: int = 0
+    # The run may take the boundary's outcome from prepare (Prepared.boundary) when its first
+    # step is the plan's first and irreversible: nothing comes before it to verify, and the
+    # plan's gates were just checked. False: the run asks the boundary activity, as always.
+    boundary: bool = False
+    # A new run of the task: prepare closes its open worklist row, if any, and says so
+    # (Prepared.released). False: a continue-as-new hop, whose task's row was released already.
+    release: bool = False
+
+
+@dataclass
+class BoundaryOutcome:
+    """What the boundary activity found.
+
+    The gate's result, and whether a person must (still) approve. ``decision`` is the
+    approve/reject of the task's current epoch, if any (a stop, kill or release since voids an
+    older one)."""
+
+    passed: bool
+    summary: str
+    # The first failures, cut (tidemark.boundary.Verification.brief); ``failed`` counts them
+    # all, and the journal's verification event holds them in full.
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    verified: int = 0
+    approval_required: bool = False
+    approvers: list[str] | None = None
+    decision: str | None = None  # approve | reject | None
+    decided_by: str | None = None
+    irreversible: list[str] = field(default_factory=list)  # what those steps will do
+    stopped: str | None = None  # the stop reason when the durable stop state is set
+    release: str | None = None  # the command that lifts it (tidemark.needs.release_of)
+    failed: int = 0  # the steps that no longer hold, all of them (``failures`` lists the first)
+    # The irreversible steps that wait, all of them (``irreversible`` describes the first;
+    # `tidemark approve` shows every one from the journal). 0: as many as listed.
+    waiting: int = 0
+    glance: str | None = None  # every currency's total, recipient and action, in one line
+    why: str | None = None  # the policy that asks, in words
 
 
 @dataclass
@@ -68,6 +104,17 @@ class Prepared:
     # One line per step of the run's window (PrepareInput.window), for the Web UI's details and
     # activity summaries. None when the run was not asked for them or goes no further.
     lines: list[str] | None = None
+    # The boundary's outcome before step 1, checked in the same activity (PrepareInput.boundary);
+    # None: the run asks the boundary activity when it gets there. A history recorded before
+    # this field holds None, so its replay schedules that activity as it did.
+    boundary: BoundaryOutcome | None = None
+    # False when no two steps of the plan set one target: the verification at the end would
+    # probe nothing, and the run completes without it. True (the default, and for a plan too
+    # long to read whole here): the run verifies its end.
+    verify_end: bool = True
+    # Prepare closed the task's open worklist row (PrepareInput.release). False: the run sends
+    # that signal itself, as a history recorded before this field shows.
+    released: bool = False
 
 
 @dataclass
@@ -229,35 +276,6 @@ VERIFICATION_FAILED = TaskState.VERIFICATION_FAILED
 class BoundaryInput:
     task_id: str
     step: int  # the first irreversible step
-
-
-@dataclass
-class BoundaryOutcome:
-    """What the boundary activity found.
-
-    The gate's result, and whether a person must (still) approve. ``decision`` is the
-    approve/reject of the task's current epoch, if any (a stop, kill or release since voids an
-    older one)."""
-
-    passed: bool
-    summary: str
-    # The first failures, cut (tidemark.boundary.Verification.brief); ``failed`` counts them
-    # all, and the journal's verification event holds them in full.
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    verified: int = 0
-    approval_required: bool = False
-    approvers: list[str] | None = None
-    decision: str | None = None  # approve | reject | None
-    decided_by: str | None = None
-    irreversible: list[str] = field(default_factory=list)  # what those steps will do
-    stopped: str | None = None  # the stop reason when the durable stop state is set
-    release: str | None = None  # the command that lifts it (tidemark.needs.release_of)
-    failed: int = 0  # the steps that no longer hold, all of them (``failures`` lists the first)
-    # The irreversible steps that wait, all of them (``irreversible`` describes the first;
-    # `tidemark approve` shows every one from the journal). 0: as many as listed.
-    waiting: int = 0
-    glance: str | None = None  # every currency's total, recipient and action, in one line
-    why: str | None = None  # the policy that asks, in words
 
 
 @dataclass

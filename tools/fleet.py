@@ -68,6 +68,7 @@ from tidemark.store import JournalStore
 from tidemark.words import Phase, StepStatus
 from tools.chaos.world import staging_http
 from tools.cli.fleet import DEFAULT_POOL, DEFAULT_STEPS_PER_WORKER
+from workflows.shared import start_attributes
 
 # The actions a fleet plan may use, and the (target, op) of the write that waits.
 WAIT_OPS = {"drive.rename": ("drive", "files.update")}
@@ -612,7 +613,8 @@ async def run_fleet(plan_doc: dict[str, Any], cfg: FleetConfig, *, client: Clien
         with ConnectionSampler(db_url, workers.pids) as sampler:
             started = time.monotonic()
             handles = await asyncio.gather(*(client.start_workflow(
-                "RunPlan", d, id=f"tidemark-{d['task_id']}", task_queue=queue) for d in docs))
+                "RunPlan", d, id=f"tidemark-{d['task_id']}", task_queue=queue,
+                search_attributes=start_attributes(d["task_id"])) for d in docs))
             finished = asyncio.Event()
             killer = asyncio.create_task(deliver_kills(cfg, workers, staging_url, started,
                                                        finished, rng))

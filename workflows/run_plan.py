@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         STEP_RETRY,
         STEP_START_TO_CLOSE,
         TASK_ID,
+        already_set,
         decisions_queue,
         decoded,
         end_state_of,
@@ -402,7 +403,8 @@ class RunPlan:
                                                    check_gates=not hop,
                                                    workflow_id=workflow.info().workflow_id,
                                                    parent_workflow_id=self._parent_id(),
-                                                   window=self._window()),
+                                                   window=self._window(), boundary=not hop,
+                                                   release=not hop),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
@@ -413,13 +415,20 @@ class RunPlan:
         r.executed = carried.get("executed", 0)
         r.resolved_by_probe = carried.get("resolved_by_probe", 0)
         r.skipped = carried.get("skipped", 0)
-        workflow.upsert_search_attributes([TASK_ID.value_set(prep.task_id), STATE.value_set(
+        shown = [TASK_ID.value_set(prep.task_id), STATE.value_set(
             KILLED if self._killed is not None else RUNNING), NEEDS.value_set(
-            Need.KILLED if self._killed is not None else Need.NOTHING)])
+            Need.KILLED if self._killed is not None else Need.NOTHING)]
+        # A new start whose starter gave these very values (start_attributes) needs no upsert.
+        # A hop's values were carried over from the run before, and its history (recorded
+        # before starters gave any) holds the upsert: it stays.
+        if hop or not already_set(shown):
+            workflow.upsert_search_attributes(shown)
         if self._killed is None:
             self._show(RUNNING, Need.NOTHING, f"{prep.step_count} steps, {prep.confirmed} "
                        "confirmed before this run")
-        if not hop:  # a new run of the task: its worklist row, if any, closes (_released)
+        if not hop and not prep.released:
+            # A new run of the task: its worklist row, if any, closes (_released). Prepare
+            # closed it already on a worker that can (Prepared.released).
             self._releasing = asyncio.create_task(
                 release(prep.task_id, workflow.info().workflow_id))
         if prep.unwound:
@@ -432,8 +441,7 @@ class RunPlan:
                                        f"task is stopped ({prep.stopped}); release it with "
                                        f"`{line}`"}, release=line)
         if prep.next_step is None:  # finished earlier, or failed earlier: act on nothing
-            return self._end(FAILED) if prep.failed else await self._complete(
-                prep.task_id, prep.step_count)
+            return self._end(FAILED) if prep.failed else await self._complete(prep)
         return prep
 
     async def _run_window(self, prep: Prepared, first: int, last: int,
@@ -461,7 +469,8 @@ class RunPlan:
         # A history from before the boundary existed has no first_irreversible in its
         # prepare result (None), so its replay schedules no boundary activity.
         if step == prep.first_irreversible:
-            held = await self._boundary(prep.task_id, step, prep.step_count)
+            held = await self._boundary(prep.task_id, step, prep.step_count,
+                                        given=_taken(prep))
             if held is not None:
                 return held
         self._current = step
@@ -515,14 +524,18 @@ class RunPlan:
                                       "continued": {
                 "executed": r.executed, "resolved_by_probe": r.resolved_by_probe,
                 "skipped": r.skipped}})
-        return await self._complete(prep.task_id, prep.step_count)
+        return await self._complete(prep)
 
-    async def _complete(self, task_id: str, count: int) -> RunResult:
+    async def _complete(self, prep: Prepared) -> RunResult:
         """Every step is done: the run completes once the verification at the end holds.
 
         It verifies the steps it can check cheaply (the last step of each target the plan set
         more than once: verify_end, tidemark/boundary.py), and ends verification_failed, never
-        completed, when a target shows an earlier step's state."""
+        completed, when a target shows an earlier step's state. A plan that sets no target
+        twice has nothing to verify there (Prepared.verify_end): it completes."""
+        if not prep.verify_end:
+            return self._end(COMPLETED)
+        task_id, count = prep.task_id, prep.step_count
         self._show(RUNNING, Need.NOTHING,
                    f"**verifying** the targets steps 1-{count} set more than once")
         try:
@@ -565,7 +578,7 @@ class RunPlan:
             if self._halt_reason is not None:
                 return await self._halt(step)
             if step == prep.first_irreversible:
-                held = await self._boundary(prep.task_id, step, count)
+                held = await self._boundary(prep.task_id, step, count, given=_taken(prep))
                 if held is not None:
                     return held
             end = last  # a batch never crosses the boundary: it must run first
@@ -652,12 +665,14 @@ class RunPlan:
         parent = workflow.info().parent
         return parent.workflow_id if parent is not None else None
 
-    async def _boundary(self, task_id: str, step: int, count: int) -> RunResult | None:
+    async def _boundary(self, task_id: str, step: int, count: int,
+                        given: BoundaryOutcome | None = None) -> RunResult | None:
         """The irreversible boundary (tidemark/boundary.py).
 
         The verification gate and the plan gates, then a person's approval if the plan asks for
         one. Not a numbered step: keys and step numbers do not move. Returns the run's end, or
-        None to go on.
+        None to go on. ``given``: the outcome prepare checked a moment ago (Prepared.boundary),
+        taken instead of the activity's the first time round.
 
         After a decision arrives the gate runs once more: the world may have changed while
         the run waited, and a gate is never trusted from earlier."""
@@ -667,21 +682,13 @@ class RunPlan:
         # that arrives at the boundary stopped ends ``stopped``.
         waited = False
         while True:
-            self._show(self._result.state, need_of(self._result.state),
-                       f"**verifying** the reversible steps before irreversible step "
-                       f"{step}/{count}",
-                       line=self._release if self._result.state == STOPPED else None)
-            try:
-                out: BoundaryOutcome = await workflow.execute_activity(
-                    ActivityName.REACH_BOUNDARY, BoundaryInput(task_id, step),
-                    result_type=BoundaryOutcome,
-                    start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
-                    heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
-                    summary=f"boundary before step {step}/{count}: "
-                            + (f"verify steps 1-{step - 1}, " if step > 1 else "")
-                            + "plan gates, approval")
-            except ActivityError as e:
-                return self._end_on(e, step)
+            if given is not None:
+                out, given = given, None
+            else:
+                out_or_end = await self._reach_boundary(task_id, step, count)
+                if isinstance(out_or_end, RunResult):
+                    return out_or_end
+                out = out_or_end
             if self._killed is not None:
                 return self._end(KILLED)
             if not out.passed:
@@ -727,6 +734,26 @@ class RunPlan:
             if ended is not None:
                 return ended
             waited = True
+
+    async def _reach_boundary(self, task_id: str, step: int,
+                              count: int) -> BoundaryOutcome | RunResult:
+        """The boundary activity's outcome before ``step``, or the run's end if it failed."""
+        self._show(self._result.state, need_of(self._result.state),
+                   f"**verifying** the reversible steps before irreversible step "
+                   f"{step}/{count}",
+                   line=self._release if self._result.state == STOPPED else None)
+        try:
+            out: BoundaryOutcome = await workflow.execute_activity(
+                ActivityName.REACH_BOUNDARY, BoundaryInput(task_id, step),
+                result_type=BoundaryOutcome,
+                start_to_close_timeout=STEP_START_TO_CLOSE + GATE_PER_STEP * (step - 1),
+                heartbeat_timeout=STEP_HEARTBEAT, retry_policy=STEP_RETRY,
+                summary=f"boundary before step {step}/{count}: "
+                        + (f"verify steps 1-{step - 1}, " if step > 1 else "")
+                        + "plan gates, approval")
+        except ActivityError as e:
+            return self._end_on(e, step)
+        return out
 
     def _ask(self, task_id: str, step: int, count: int, out: BoundaryOutcome) -> None:
         """The run waits for approval: its state, need and details say what it asks."""
@@ -850,6 +877,14 @@ def _decider_refusal(e: ActivityError, task_id: str) -> str:
                 "`tidemark decider` with an approver's DATABASE_URL for this task queue, or "
                 f"`{command(Act.APPROVE, task_id)}`; nothing was decided")
     return f"the decider failed: {cause}; nothing was decided"
+
+
+def _taken(prep: Prepared) -> BoundaryOutcome | None:
+    """The boundary's outcome prepare checked (Prepared.boundary), given out once.
+
+    The boundary met again later (after an approval the journal asked for) is checked anew."""
+    given, prep.boundary = prep.boundary, None
+    return given
 
 
 def _approval_required(e: ActivityError | ApplicationError) -> bool:

@@ -9,13 +9,22 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
+from temporalio.common import (
+    RawValue,
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tidemark.errors import END_STATES, InputError
 from tidemark.limits import LABEL_MAX, REASON_MAX, cut, decode_json
 from tidemark.needs import ATTRIBUTE as NEEDS_ATTRIBUTE
+from tidemark.needs import Need
 from tidemark.words import TaskState
 
 TASK_ID = SearchAttributeKey.for_keyword("TidemarkTaskId")
@@ -26,6 +35,25 @@ NEEDS = SearchAttributeKey.for_keyword(NEEDS_ATTRIBUTE)
 # benches' dev servers, tools/stack/devstack.py, docker/temporal-setup.sh), or the upsert fails the
 # workflow task.
 SEARCH_ATTRIBUTES = [TASK_ID, STATE, NEEDS]
+
+
+def start_attributes(task_id: str) -> TypedSearchAttributes:
+    """What a RunPlan run of ``task_id`` shows once it began, given by its starter.
+
+    Attributes given at the start cost no action on Temporal Cloud, and the run then upserts
+    none after prepare (already_set). The run sets them itself when a starter gave none or
+    others (`temporal workflow start` without --search-attribute)."""
+    return TypedSearchAttributes([SearchAttributePair(TASK_ID, task_id),
+                                  SearchAttributePair(STATE, str(TaskState.RUNNING)),
+                                  SearchAttributePair(NEEDS, str(Need.NOTHING))])
+
+
+def already_set(pairs: list[SearchAttributeUpdate[Any]]) -> bool:
+    """Whether the run's search attributes hold every one of ``pairs`` already.
+
+    Workflow code: it reads the run's own attributes, as its start and its upserts set them."""
+    held = workflow.info().typed_search_attributes
+    return all(held.get(p.key) == p.value for p in pairs)
 
 # A step may take this long end to end (HTTP timeouts of the targets are far shorter).
 STEP_START_TO_CLOSE = timedelta(minutes=5)

@@ -38,6 +38,7 @@ from tidemark.payloads import TASK_QUEUE, RunResult
 from tidemark.plan import Plan, load_plan
 from tidemark.settings import Settings, load_settings
 from workflows.outcome import run_result
+from workflows.shared import start_attributes
 
 
 class RunNotFound(TidemarkError):
@@ -168,7 +169,8 @@ class TidemarkClient:
             handle = await self.client.start_workflow(
                 "RunPlan", plan_document(plan), id=workflow_id(valid.task_id),
                 task_queue=self.task_queue, result_type=RunResult,
-                static_summary=summary, static_details=details)
+                static_summary=summary, static_details=details,
+                search_attributes=start_attributes(valid.task_id))
         except WorkflowAlreadyStartedError as e:
             raise AlreadySubmitted(f"{workflow_id(valid.task_id)} is running already") from e
         return Run(valid.task_id, handle)

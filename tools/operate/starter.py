@@ -20,6 +20,7 @@ from tidemark.needs import Act, command, metadata
 from tidemark.payloads import AWAITING_APPROVAL, TASK_QUEUE, RunResult, UnwindResult
 from tidemark.settings import Settings
 from workflows.outcome import run_result, unwind_result
+from workflows.shared import start_attributes
 
 
 async def start_plan(client: Client, document: dict[str, Any], task_id: str,
@@ -30,7 +31,8 @@ async def start_plan(client: Client, document: dict[str, Any], task_id: str,
     summary, details = metadata("RunPlan", task_id)
     return await client.start_workflow("RunPlan", document, id=f"tidemark-{task_id}",
                                        task_queue=task_queue, result_type=RunResult,
-                                       static_summary=summary, static_details=details)
+                                       static_summary=summary, static_details=details,
+                                       search_attributes=start_attributes(task_id))
 
 
 class TemporalUnavailable(TidemarkError):
@@ -60,7 +62,9 @@ async def _start(client: Client, workflow: str, task_id: str, workflow_id: str,
     try:
         return await client.start_workflow(workflow, {"task_id": task_id}, id=workflow_id,
                                            task_queue=task_queue, result_type=result_type,
-                                           static_summary=summary, static_details=details)
+                                           static_summary=summary, static_details=details,
+                                           search_attributes=start_attributes(task_id)
+                                           if workflow == "RunPlan" else None)
     except WorkflowAlreadyStartedError as e:
         raise AlreadyRunning(f"{workflow_id} is running already; halt it first "
                              f"(temporal workflow signal --workflow-id {workflow_id} "
