@@ -28,7 +28,7 @@ from activities.acting import acting_for
 from tidemark import metrics, needs_journal, series
 from tidemark.actions import Registry
 from tidemark.activity_names import ActivityName
-from tidemark.boundary import sets_a_target_twice
+from tidemark.boundary import may_set_a_target_twice, sets_a_target_twice
 from tidemark.errors import (
     ActionNotConfigured,
     ActionUnavailable,
@@ -260,6 +260,12 @@ class StepActivities:
         if released:
             assert self.release_row is not None
             self.release_row(task_id, inp.workflow_id or "a run")
+        # Whether the end has anything to verify, for a run that reaches it: read from the whole
+        # plan when it fits a run, else from its distinct actions (one index scan, no step).
+        ends = first is None or first + inp.window > progress.step_count
+        verify_end = not ends or (
+            sets_a_target_twice(self.registry, whole) if whole is not None
+            else may_set_a_target_twice(self.registry, self.store.plan_actions(task_id)))
         lines = None  # the window's, for a run that goes on to its steps
         if inp.window > 0 and goes_on:
             assert first is not None
@@ -274,7 +280,7 @@ class StepActivities:
                         first_irreversible=progress.first_irreversible,
                         unwound=progress.unwound is not None, lines=lines,
                         boundary=at_boundary,
-                        verify_end=whole is None or sets_a_target_twice(self.registry, whole),
+                        verify_end=verify_end,
                         released=released)
 
     def _gates(self, task_id: str) -> None:

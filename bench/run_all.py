@@ -521,7 +521,12 @@ async def measure_many(env: WorkflowEnvironment, db_url: str, queue: str, worker
     await asyncio.sleep(2)  # let it connect and poll
     out["16x2"], cpu["16x2"] = await throughput(env.client, queue, 16, steps, pids)
     log(f"16 concurrent tasks, two workers: {out['16x2']:.0f} steps/s, CPU {cpu['16x2']}")
-    return {"steps_per_s": out, "cpu_cores_used": cpu, "cores": os.cpu_count()}
+    # Postgres's CPU for each fast-path step, per concurrency: what the journal's server spends
+    # on a step's statements (docs/scaling.md reads the ceiling of one Postgres from it).
+    pg_ms = {c: round(cpu[c]["postgres"] / out[c] * 1000, 3) for c in out
+             if cpu[c].get("postgres")}
+    return {"steps_per_s": out, "cpu_cores_used": cpu, "cores": os.cpu_count(),
+            "postgres_cpu_ms_per_step": pg_ms}
 
 
 # -- command start-up --------------------------------------------------------------------------

@@ -216,20 +216,25 @@ class PostgresCounters:
                 conn.execute("SELECT pg_reload_conf()")
 
     def read(self) -> dict[str, Any]:
-        """The WAL position and the log's size now."""
+        """The WAL position, the log's size and the database's size now."""
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        assert row is not None
-        return {"lsn": row[0], "log_at": self.log.stat().st_size if self.log else 0}
+            size = conn.execute("SELECT pg_database_size(%s)", (self.dbname,)).fetchone()
+        assert row is not None and size is not None
+        return {"lsn": row[0], "log_at": self.log.stat().st_size if self.log else 0,
+                "size": int(size[0])}
 
     def since(self, before: dict[str, Any]) -> dict[str, float | None]:
-        """WAL bytes and statements since ``before``."""
+        """WAL bytes, statements and the database's growth on disk since ``before``.
+
+        The growth is in whole pages (8 KiB): read it over many steps."""
         time.sleep(0.5)  # the server writes its log lines a moment after the statements
         after = self.read()
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             row = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)",
                                (after["lsn"], before["lsn"])).fetchone()
         wal = float(row[0]) if row else 0.0
+        disk = float(after["size"] - before["size"])
         statements: float | None = None
         if self.log is not None:
             with open(self.log, "rb") as f:
@@ -238,7 +243,7 @@ class PostgresCounters:
             mark = f" db={self.dbname} "
             statements = sum(1 for line in text.splitlines() if mark in line and (
                 "LOG:  statement: " in line or "LOG:  execute " in line))
-        return {"wal": wal, "statements": statements}
+        return {"wal": wal, "statements": statements, "disk": disk}
 
 
 def server_actions(metrics_url: str) -> Counter[str]:
@@ -295,7 +300,8 @@ async def measure_step_costs(client: Client, queue: str, admin_url: str, db_url:
             out[f"temporal_actions_per_step{sfx}"] = per_step("actions")
             out[f"temporal_server_actions_per_task{sfx}"] = got[1]["served"]
             out[f"temporal_server_actions_per_step{sfx}"] = per_step("served")
-            for key, name in (("wal", "wal_bytes"), ("statements", "statements")):
+            for key, name in (("wal", "wal_bytes"), ("statements", "statements"),
+                              ("disk", "disk_bytes")):
                 out[f"{name}_per_task{sfx}"] = got[1][key]
                 out[f"{name}_per_step{sfx}"] = per_step(key)
             _log(f"{mode} path: {got[1]['actions']} actions for a one-step task, "

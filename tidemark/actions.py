@@ -221,6 +221,11 @@ class Action:
         return None
 
     @classmethod
+    def names_targets(cls) -> bool:
+        """Whether ``target`` may name anything: an action that keeps the default never does."""
+        return cls.target.__func__ is not Action.target.__func__  # type: ignore[attr-defined]
+
+    @classmethod
     def compensable(cls) -> bool:
         return cls.compensate is not Action.compensate
 

@@ -200,6 +200,15 @@ def sets_a_target_twice(registry: Registry, steps: list[Step]) -> bool:
     return bool(_last_setters(registry, ((s.number, s.action, s.args) for s in steps)))
 
 
+def may_set_a_target_twice(registry: Registry, actions: list[str]) -> bool:
+    """Whether a plan of ``actions`` (its distinct actions) might set one target twice.
+
+    Read without its steps, for a plan too long to read whole: only an action that names its
+    targets can set one (Action.names_targets)."""
+    return any(spec is not None and spec.names_targets()
+               for spec in (registry.spec(a) for a in actions))
+
+
 def _last_setters(registry: Registry,
                   steps: Iterable[tuple[int, str, dict[str, Any]]]) -> dict[int, int]:
     steps_of: dict[tuple[str, str], list[int]] = {}

@@ -108,9 +108,9 @@ class Prepared:
     # None: the run asks the boundary activity when it gets there. A history recorded before
     # this field holds None, so its replay schedules that activity as it did.
     boundary: BoundaryOutcome | None = None
-    # False when no two steps of the plan set one target: the verification at the end would
-    # probe nothing, and the run completes without it. True (the default, and for a plan too
-    # long to read whole here): the run verifies its end.
+    # False when no two steps of the plan set one target (read from a plan too long to read
+    # whole: none of its actions names a target): the verification at the end would probe
+    # nothing, and the run completes without it. True, the default: the run verifies its end.
     verify_end: bool = True
     # Prepare closed the task's open worklist row (PrepareInput.release). False: the run sends
     # that signal itself, as a history recorded before this field shows.
