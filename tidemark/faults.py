@@ -9,6 +9,13 @@ whole process stands still (as under a long GC pause, swap or a paused VM) until
 sends it SIGCONT, and then goes on from that very point. That is how a test shows what a
 process that wakes late does.
 
+The stop is sent to the thread that reached the point, which then stops before it returns from
+the signal's system call; the rest of the process stops with it. A SIGSTOP sent to the process
+as a whole is taken by a thread the kernel picks (the main thread, asleep in a wait) and stops
+the others only once that thread runs: meanwhile the thread that sent it goes on, on a loaded
+machine long enough to journal the mark it was about to write (the Graph client's event loop
+reaches ``before_send`` on a thread of its own).
+
 Unset (the normal case), a fault point costs two dictionary lookups.
 """
 
@@ -56,4 +63,5 @@ def crash_point(point: str, step: int) -> None:
             first = point not in _frozen
             _frozen.add(point)
         if first:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # This thread, not the process: see the module docstring.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
