@@ -99,6 +99,9 @@ def test_a_worker_frozen_after_its_fence_read_never_sends_the_draft_its_twin_sen
     try:
         wait_stopped(a)  # the draft is staged and read unsent; the send is about to leave
         wait_unlocked(db_url, timeout=120)  # its lease (the send's deadline) has passed
+        # Frozen before its mark (tidemark.faults): a mark would rightly make the twin ask a
+        # person (NeedsDecision) instead of sending, which is another test's case.
+        assert store.rows(task)[0].sent_at is None, "the frozen worker went on and marked"
         result = assert_eventually(lambda: settle(store, reg, task), timeout=60)
     finally:
         code, _, err = wake(a)
