@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.steps import StepActivities
 from helpers.ledger import LedgerRecord, ledger_step
 from tidemark.actions import Registry
-from tidemark.payloads import PrepareInput, Prepared
+from tidemark.payloads import Prepared, PrepareInput
 from tidemark.plan import load_plan
 from tidemark.run_step import run_step
 from tidemark.store import JournalStore

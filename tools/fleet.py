@@ -650,18 +650,29 @@ def _worker_use(report: FleetReport, at_start: dict[int, ProcessSample], use: Wo
                                       for pid, s in at_start.items())
 
 
+# The most run results awaited at once (_results): far below a namespace's limit of long polls.
+RESULT_WAITS = 200
+
+
 async def _results(handles: Sequence[WorkflowHandle[Any, Any]], timeout: float
                    ) -> dict[str, tuple[str, str]]:
     """Each run's (state, why), by task id.
 
-    A run still going after ``timeout`` is terminated and reported as such."""
+    A run still going after ``timeout`` is terminated and reported as such. At most
+    RESULT_WAITS results are awaited at once: each is a long poll of the server, and a
+    namespace takes a bounded number of them (the dev server refuses past 1,200 with
+    ResourceExhausted, "namespace concurrent poller limit exceeded"), the workers' own polls
+    for tasks among them."""
     from workflows.outcome import run_result
 
+    gate = asyncio.Semaphore(RESULT_WAITS)
+
     async def one(h: WorkflowHandle[Any, Any]) -> tuple[str, str]:
-        try:
-            r = await run_result(h)
-        except Exception as e:
-            return "error", f"{type(e).__name__}: {e}"
+        async with gate:
+            try:
+                r = await run_result(h)
+            except Exception as e:
+                return "error", f"{type(e).__name__}: {e}"
         return r.state, str(r.error.get("message") or r.error or "")
 
     tasks = {h.id.removeprefix("tidemark-"): asyncio.ensure_future(one(h)) for h in handles}
