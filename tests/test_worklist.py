@@ -175,6 +175,29 @@ def stopped_rename(store: JournalStore, prefix: str, root: Path) -> tuple[str, d
     return task, doc
 
 
+async def holder_heard_the_release_first(client: Any, task: str) -> None:
+    """The task's row took the second run's release before that run's own word.
+
+    Waits (up to 10 s) until a run of the row's workflow took the ``settled`` signal, and
+    checks that no ``need`` signal came before it in that run: a release answered late would
+    close the row the run had just reopened."""
+    async def heard() -> list[str] | None:
+        async for w in client.list_workflows(f'WorkflowId = "tidemark-needs-{task}"'):
+            names = [e.workflow_execution_signaled_event_attributes.signal_name async for e in
+                     client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history_events()
+                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+            if "settled" in names:
+                return names
+        return None
+    deadline = asyncio.get_running_loop().time() + 10
+    names = await heard()
+    while names is None and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+        names = await heard()
+    assert names is not None, "no run of the row took the release"
+    assert "need" not in names[:names.index("settled")], names
+
+
 async def reopened_after_its_release(run: Any, client: Any) -> None:
     """The release is done, as the history shows, before the row is opened again.
 
@@ -220,6 +243,7 @@ async def test_a_run_that_ends_at_its_start_reopens_the_row_only_after_its_relea
                                              id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         assert (await run_result(handle)).state == "stopped"
     await reopened_after_its_release(handle, client)
+    await holder_heard_the_release_first(client, task)
     holder = client.get_workflow_handle(f"tidemark-needs-{task}")
     assert await attribute(client, holder.id, "TidemarkNeeds") == Need.STOPPED
     assert (await holder.describe()).status.name == "RUNNING"
@@ -290,6 +314,7 @@ async def test_a_run_killed_as_it_starts_reopens_the_row_only_after_its_release_
                                                   f"tidemark-needs-{task}": Need.KILLED}
     await until(reopened)
     await reopened_after_its_release(second, client)
+    await holder_heard_the_release_first(client, task)
     assert (tmp_path / "a.txt").read_text() == "a"  # nothing acted
     await second.terminate("killed")
     await client.get_workflow_handle(f"tidemark-needs-{task}").terminate("test over")
