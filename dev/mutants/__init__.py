@@ -133,6 +133,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tidemark/needs.py": ("tests/test_needs.py", "tests/test_release_hint.py",
                           "tests/test_inbox.py"),
     "workflows/needs_person.py": (T_WL,),
+    # The worker's own code: the worklist release prepare sends, which every start runs.
+    "worker.py": (T_WL, T_RP),
     "activities/gmail.py": (T_MF, "tests/test_gmail_send.py"),
     "tidemark/wire.py": (T_WI, T_LR, T_GL),
     "tidemark/reads.py": (moments.T_PM,),
