@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -45,6 +45,7 @@ from tidemark.errors import (
     UnknownTask,
     one_line,
 )
+from tidemark.faults import crash_point
 from tidemark.grants import GrantBroker, revoke_task_grants
 from tidemark.limits import ID_RE, LABEL_MAX, REASON_MAX, cut
 from tidemark.needs import release_of
@@ -158,6 +159,25 @@ class BoundaryCheck(Protocol):
     def __call__(self, task_id: str, step: int, *, gates: bool = True) -> BoundaryOutcome: ...
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def beats(fn: Callable[P, R]) -> Callable[P, R]:
+    """A blocking bookkeeping activity that heartbeats while it runs (``_heartbeating``).
+
+    Its workflows schedule it with a heartbeat timeout (workflows.shared.BOOKKEEPING_HEARTBEAT):
+    one on a worker that died is tried again once its beats stop, seconds later, not once its
+    start-to-close timeout has passed (BOOKKEEPING_TIMEOUT, 30 s). A run whose worker is killed
+    while the run prepares waits that much less. Its first beat comes HEARTBEAT_EVERY_S after it
+    began, so one that ends sooner sends none: it costs no Temporal action more than before."""
+    @functools.wraps(fn)
+    def beating(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _heartbeating():
+            return fn(*args, **kwargs)
+    return beating
+
+
 class StepActivities:
     """Activities bound to one journal and one registry of bound actions."""
 
@@ -178,11 +198,13 @@ class StepActivities:
         self.threads = StepThreads(executor)
 
     @activity.defn(name=ActivityName.PREPARE)
+    @beats
     def prepare(self, inp: PrepareInput) -> Prepared:
         """Persists the plan (or finds the stored one) and reads where the task stands.
 
         A start refused before its plan was stored is journaled (``refused``) for the task id it
         names. That happens when the journal can hold that id and knows no plan of it."""
+        crash_point("in_prepare", 0)
         try:
             return self._prepare(inp)
         except ApplicationError as e:
@@ -365,6 +387,7 @@ class StepActivities:
         return out
 
     @activity.defn(name=ActivityName.RECORD_HALT)
+    @beats
     def record_halt(self, inp: HaltInput) -> None:
         """Writes the durable stop state: nothing restarts the task until it is released.
 
@@ -378,6 +401,7 @@ class StepActivities:
         metrics.task_stopped("halt")
 
     @activity.defn(name=ActivityName.RECORD_RUN_END)
+    @beats
     def record_run_end(self, inp: RunEndInput) -> TaskNeed:
         """Journals that the run ended other than completed.
 
@@ -395,6 +419,7 @@ class StepActivities:
             raise _as_application_error(e) from e
 
     @activity.defn(name=ActivityName.TASK_NEED)
+    @beats
     def task_need(self, task_id: str) -> TaskNeed:
         """What the journal says the task needs from a person now (tidemark.needs_journal).
 
@@ -405,6 +430,7 @@ class StepActivities:
             raise _as_application_error(e) from e
 
     @activity.defn(name=ActivityName.PLAN_UNWIND)
+    @beats
     def plan_unwind(self, task_id: str) -> UnwindPlanned:
         """The steps an unwind visits, with their summaries, and what it will not touch."""
         try:
@@ -437,6 +463,7 @@ class StepActivities:
         return UndoOutput(step=result.step, status=result.status)
 
     @activity.defn(name=ActivityName.RECORD_UNWOUND)
+    @beats
     def record_unwound(self, inp: UnwoundInput) -> list[int]:
         """Marks the task unwound (terminal) if nothing is left to compensate.
 
@@ -447,6 +474,7 @@ class StepActivities:
             raise _as_application_error(e) from e
 
     @activity.defn(name=ActivityName.END_UNWIND)
+    @beats
     def end_unwind(self, inp: UnwoundInput) -> int:
         """Revokes the task's undo grants when its unwind ends, however it ends.
 

@@ -8,19 +8,29 @@ completed, and the Postgres connections bounded by the pools, not by the steps i
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
+import math
 import os
 import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 
+from helpers.ledger import ledger_step
 from staging.core import StagingServer
+from tidemark.activity_names import ActivityName
 from tools.cli.main import EXIT_ERROR, EXIT_USAGE, main
-from tools.fleet import FleetConfig, FleetReport, run_fleet
+from tools.fleet import FleetConfig, FleetReport, _results, run_fleet
+from workflows.shared import STEP_RETRY
 
 PLAN = Path(__file__).resolve().parent.parent / "examples" / "fleet-rename.json"
 # Two workers, each allowed far more steps at once than its pool has connections.
@@ -79,8 +89,50 @@ async def test_a_small_fleet_with_a_kill_is_exact_and_its_connections_stay_bound
 # throttled write is retried by the run, and no run stops for a person but one the kill met
 # between its mark and its send (asked_after_a_kill). The 1,000-task run is
 # `tidemark fleet examples/fleet-rename.json --throttle 0.3` (docs/benchmarks.md).
-THROTTLED = FleetConfig(tasks=40, workers=2, wait_s=1.0, kills=1, seed=40, steps_per_worker=64,
-                        pool=4, timeout_s=90.0, throttle=0.3)
+THROTTLE, THROTTLED_TASKS = 0.3, 40
+# How unlikely the test may be to fail on throttling alone: a write throttled k times in a row is
+# retried after the retry policy's next k intervals (Drive documents no Retry-After for it, so
+# nothing shortens them), and the chance that one of the runs meets that is tasks * rate ** k.
+TAIL_ODDS = 1e-5
+# The lease of the Drive call a kill meets (twice the fleet's 5 s client timeout, and 5 s): the
+# run's retries that wait it out (StepBusy, the policy's doubling intervals) come first, so
+# each throttle after them waits a longer interval.
+KILLED_LEASE_S = 15.0
+# Beyond the intervals: the heartbeat timeout, a twin's count of the lease on a worker of its
+# own, throttled reads, start-up.
+TAIL_SLACK_S = 90.0
+
+
+def intervals(retry: RetryPolicy) -> Iterator[float]:
+    """The retry policy's intervals, in seconds: 0.5, 1, 2, ... each at most its maximum."""
+    first = (retry.initial_interval or timedelta(seconds=1)).total_seconds()
+    most = (retry.maximum_interval or timedelta(seconds=100 * first)).total_seconds()
+    n = 0
+    while True:
+        yield min(most, first * retry.backoff_coefficient ** n)
+        n += 1
+
+
+def throttled_tail_s(rate: float, tasks: int, retry: RetryPolicy, odds: float,
+                     lease_s: float) -> float:
+    """Seconds of retry intervals that at most ``odds`` of the fleets exceed.
+
+    The intervals that wait out a killed attempt's lease of ``lease_s``, then those of the least
+    run of k throttled attempts in a row that one of ``tasks`` runs meets with odds below
+    ``odds``."""
+    k = math.ceil(math.log(odds / tasks) / math.log(rate))
+    waits = intervals(retry)
+    waited = 0.0
+    while waited < lease_s:  # the attempts that meet the killed attempt's lease
+        waited += next(waits)
+    return waited + sum(next(waits) for _ in range(k))
+
+
+THROTTLED = FleetConfig(
+    tasks=THROTTLED_TASKS, workers=2, wait_s=1.0, kills=1, seed=40, steps_per_worker=64, pool=4,
+    timeout_s=TAIL_SLACK_S + throttled_tail_s(THROTTLE, THROTTLED_TASKS, STEP_RETRY, TAIL_ODDS,
+                                             KILLED_LEASE_S),
+    throttle=THROTTLE)
 
 
 async def test_a_throttled_fleet_completes_every_run_with_nothing_twice(
@@ -163,3 +215,36 @@ def test_a_plan_the_fleet_cannot_spread_is_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert fleet_dirs() == before
+
+
+@pytest.mark.slow
+async def test_a_run_that_outlives_the_timeout_is_reported_with_the_activity_it_waits_on(
+        temporal_env: WorkflowEnvironment, workers, task_queue: str, tmp_path: Path) -> None:
+    """A run still going when the fleet's time is up is terminated, and says where it stood.
+
+    The report names the activity it waited on and which attempt: what a fleet that did not
+    complete is read by."""
+    client = temporal_env.client
+    workers.start()
+    hold = tmp_path / "hold"
+    hold.touch()
+    doc = {"task_id": "fleet-outlived", "steps": [ledger_step(tmp_path, hold_while=str(hold))]}
+    handle = await client.start_workflow("RunPlan", doc, id="tidemark-fleet-outlived",
+                                         task_queue=task_queue)
+
+    async def step_running() -> bool:
+        desc = await handle.describe()
+        return any(a.activity_type.name == ActivityName.RUN_STEP
+                   and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                   for a in desc.raw_description.pending_activities)
+    for _ in range(600):
+        if await step_running():
+            break
+        await asyncio.sleep(0.05)
+    results = await _results([handle], timeout=0.5)
+    hold.unlink()
+    state, why = results["fleet-outlived"]
+    assert state == "running", why
+    assert why.startswith("still running when --timeout-s passed; terminated"), why
+    assert f"{ActivityName.RUN_STEP} attempt 1" in why, why
+    assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED

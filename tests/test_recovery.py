@@ -18,7 +18,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType
+import pytest
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType, TimeoutType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
@@ -34,7 +35,7 @@ from tidemark.payloads import RunResult
 from tidemark.store import LEASE_S, JournalStore
 from workflows import unwind_plan
 from workflows.outcome import run_result
-from workflows.shared import STEP_HEARTBEAT, STEP_RETRY
+from workflows.shared import BOOKKEEPING_HEARTBEAT, STEP_HEARTBEAT, STEP_RETRY
 
 # Kill to the killed step done by another worker.
 BUDGET_S = 5.0
@@ -181,4 +182,57 @@ async def run_steps(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
             s = e.activity_task_started_event_attributes
             if s.scheduled_event_id in scheduled:
                 scheduled[s.scheduled_event_id].update(attempt=s.attempt, identity=s.identity)
+    return list(scheduled.values())
+
+
+@pytest.mark.slow
+async def test_a_run_whose_worker_dies_while_it_prepares_goes_on_when_the_beats_stop(
+        temporal_env: WorkflowEnvironment, store: JournalStore, tmp_path: Path, workers,
+        task_queue: str) -> None:
+    """A kill that meets a run in its prepare costs a heartbeat timeout, not BOOKKEEPING_TIMEOUT.
+
+    The worker dies at the prepare's first line (TIDEMARK_CRASH_AT=in_prepare); a second worker,
+    started after the death, takes the prepare's retry. Its first attempt failed on the
+    heartbeat timeout, as the history records it: without beats, only the 30 s start-to-close
+    timeout could have ended it."""
+    client = temporal_env.client
+    doomed = workers.start(TIDEMARK_CRASH_AT="in_prepare")
+    await eventually(lambda: _polling(client, task_queue, {doomed.pid}), "the worker polling")
+    ledger = tmp_path / "ledger"
+    doc = {"task_id": "recover-prepare", "steps": [
+        {"action": "ledger.record", "args": {"ledger": str(ledger), "entry": "e1"}}]}
+    handle: WorkflowHandle[Any, RunResult] = await client.start_workflow(
+        "RunPlan", doc, id="tidemark-recover-prepare", task_queue=task_queue,
+        result_type=RunResult)
+    assert await asyncio.to_thread(doomed.wait, 60) == -signal.SIGKILL
+    survivor = workers.start()
+
+    result = await run_result(handle)
+    assert (result.state, result.confirmed) == ("completed", 1)
+    assert [line.split(" ", 1)[1] for line in ledger_lines(ledger)] == ["e1"]
+    (prepare,) = await attempts_of(handle, ActivityName.PREPARE)
+    assert prepare["heartbeat_timeout"] == BOOKKEEPING_HEARTBEAT, prepare
+    assert prepare["attempt"] == 2 and prepare["identity"].startswith(f"{survivor.pid}@"), prepare
+    assert prepare["last_timeout"] == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, prepare
+
+
+async def attempts_of(handle: WorkflowHandle[Any, Any], name: str) -> list[dict[str, Any]]:
+    """Each scheduled activity ``name`` of the history, with its last attempt.
+
+    Its heartbeat timeout, and the attempt that started last, with the kind of timeout that
+    ended the one before it (None: no timeout did)."""
+    scheduled: dict[int, dict[str, Any]] = {}
+    async for e in handle.fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = e.activity_task_scheduled_event_attributes
+            if a.activity_type.name == name:
+                scheduled[e.event_id] = {"heartbeat_timeout": a.heartbeat_timeout.ToTimedelta()}
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            s = e.activity_task_started_event_attributes
+            if s.scheduled_event_id in scheduled:
+                failure = s.last_failure
+                scheduled[s.scheduled_event_id].update(
+                    attempt=s.attempt, identity=s.identity,
+                    last_timeout=failure.timeout_failure_info.timeout_type
+                    if failure.HasField("timeout_failure_info") else None)
     return list(scheduled.values())

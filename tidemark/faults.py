@@ -27,6 +27,7 @@ CRASH_ENV = "TIDEMARK_CRASH_AT"
 FREEZE_ENV = "TIDEMARK_FREEZE_AT"
 
 POINTS = (
+    "in_prepare",      # a run's prepare began (any step: the point names no step)
     "before_intent",   # gates and snapshot done, nothing journaled
     "after_intent",    # intent committed, action not started
     "after_stage",     # the action's fenced handle (e.g. a draft) is created and journaled

@@ -63,6 +63,7 @@ from activities.catalog import spec_registry
 from tidemark.approval import unattended
 from tidemark.errors import TidemarkError
 from tidemark.keys import key_for
+from tidemark.limits import cut
 from tidemark.plan import load_plan
 from tidemark.store import JournalStore
 from tidemark.words import Phase, StepStatus
@@ -683,9 +684,29 @@ async def _results(handles: Sequence[WorkflowHandle[Any, Any]], timeout: float
             out[task] = fut.result()
         else:
             fut.cancel()
-            out[task] = ("running", "still running when --timeout-s passed; terminated")
+            where = await _pending(h)
+            out[task] = ("running", "still running when --timeout-s passed; terminated"
+                         + (f"; {where}" if where else ""))
             await h.terminate(reason="tidemark fleet: timed out")
     return out
+
+
+async def _pending(h: WorkflowHandle[Any, Any]) -> str:
+    """Where a run still going stands: each activity it waits on, its attempt and last failure.
+
+    So a run that outlived the timeout says why (a kill's lease waited out, a target that kept
+    throttling, an activity no worker took), in the report itself."""
+    try:
+        desc = await h.describe()
+    except Exception as e:  # the report must not fail on a run it only describes
+        return f"not described: {type(e).__name__}"
+    said = []
+    for a in desc.raw_description.pending_activities:
+        line = f"{a.activity_type.name} attempt {a.attempt}"
+        if a.HasField("last_failure"):
+            line += f", last failed: {cut(a.last_failure.message, 160)}"
+        said.append(line)
+    return "; ".join(said) or "waiting on no activity"
 
 
 def _judge(report: FleetReport, plans: Sequence[Any], results: dict[str, tuple[str, str]],

@@ -31,7 +31,14 @@ with workflow.unsafe.imports_passed_through():
     from tidemark.activity_names import ActivityName
     from tidemark.needs import Need
     from tidemark.payloads import TaskNeed
-    from workflows.shared import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT, NEEDS, STATE, TASK_ID
+    from workflows.shared import (
+        BOOKKEEPING_HEARTBEAT,
+        BOOKKEEPING_RETRY,
+        BOOKKEEPING_TIMEOUT,
+        NEEDS,
+        STATE,
+        TASK_ID,
+    )
 
 # A row reads the journal once it is open (the task_need activity): a task settled in the
 # moment before the row existed closes it. The check is worth a few attempts, not a row that
@@ -94,7 +101,8 @@ class NeedsPerson:
         with contextlib.suppress(ActivityError):  # the journal unreachable: the row stands
             now: TaskNeed = await workflow.execute_activity(
                 ActivityName.TASK_NEED, task_id, result_type=TaskNeed,
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=CHECK_RETRY,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                heartbeat_timeout=BOOKKEEPING_HEARTBEAT, retry_policy=CHECK_RETRY,
                 summary="is the task settled already?")
             if now.settled and self._settled is None:
                 self._settled = "the journal: its task is settled"

@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.needs_person import hold, release
     from workflows.outcome import ended
     from workflows.shared import (
+        BOOKKEEPING_HEARTBEAT,
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         DECIDER_WAIT,
@@ -323,6 +324,7 @@ class RunPlan:
             ActivityName.RECORD_RUN_END, RunEndInput(result.task_id, result.state, result.error,
                                                      result.confirmed, result.steps),
             result_type=TaskNeed, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            heartbeat_timeout=BOOKKEEPING_HEARTBEAT,
             retry_policy=BOOKKEEPING_RETRY, summary=f"journal the run's end: {result.state}")
         return word
 
@@ -406,6 +408,7 @@ class RunPlan:
                                                    window=self._window(), boundary=not hop,
                                                    release=not hop),
                 result_type=Prepared, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                heartbeat_timeout=BOOKKEEPING_HEARTBEAT,
                 retry_policy=BOOKKEEPING_RETRY, summary="persist plan, read journal and stop state")
         except ActivityError as e:
             return self._end_on(e, step=None)
@@ -824,7 +827,8 @@ class RunPlan:
         await workflow.execute_activity(
             ActivityName.RECORD_HALT,
             HaltInput(self._result.task_id, self._halt_reason or "halt signal"),
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            heartbeat_timeout=BOOKKEEPING_HEARTBEAT, retry_policy=BOOKKEEPING_RETRY,
             summary=cut(f"halt before step {next_step}: {self._halt_reason}", 200))
         self._result.stopped_at = next_step
 

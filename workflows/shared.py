@@ -69,6 +69,10 @@ STEP_START_TO_CLOSE = timedelta(minutes=5)
 STEP_HEARTBEAT = timedelta(seconds=2)
 # Bookkeeping activities (prepare, describe, halt) touch only Postgres.
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# The worker's bookkeeping activities (prepare, the run's end, a halt, an unwind's) heartbeat as a
+# step does (activities.steps.beats): one on a dead worker is retried after this, not after
+# BOOKKEEPING_TIMEOUT. A fleet's kill meets runs while they prepare as often as while they act.
+BOOKKEEPING_HEARTBEAT = STEP_HEARTBEAT
 # The boundary's gate probes every earlier reversible step in one activity (heartbeating): it
 # gets the step's time plus this much per step it may verify, so that a long plan on a slow
 # provider is not cut off and retried forever (a probe costs 0.2-6 ms on the staging Drive).

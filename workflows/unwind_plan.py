@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.needs_person import hold, release
     from workflows.outcome import failure_type
     from workflows.shared import (
+        BOOKKEEPING_HEARTBEAT,
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
         KILL_WAIT,
@@ -136,7 +137,8 @@ class UnwindPlan:
         with contextlib.suppress(ActivityError):  # unreadable: the unwind's word stands
             word: TaskNeed = await workflow.execute_activity(
                 ActivityName.TASK_NEED, result.task_id, result_type=TaskNeed,
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                heartbeat_timeout=BOOKKEEPING_HEARTBEAT, retry_policy=BOOKKEEPING_RETRY,
                 summary="read what the task needs now")
             if word.need != Need.NOTHING:
                 state, need, said = word.state, Need(word.need), word.sentence
@@ -164,6 +166,7 @@ class UnwindPlan:
                 ActivityName.END_UNWIND,
                 UnwoundInput(task_id, workflow.info().workflow_id, unfinished),
                 result_type=int, start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                heartbeat_timeout=BOOKKEEPING_HEARTBEAT,
                 retry_policy=BOOKKEEPING_RETRY,
                 summary=("journal the unfinished unwind, " if unfinished else "")
                 + "revoke the undo grants")
@@ -189,7 +192,8 @@ class UnwindPlan:
             try:
                 planned: UnwindPlanned = await workflow.execute_activity(
                     ActivityName.PLAN_UNWIND, task_id, result_type=UnwindPlanned,
-                    start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY,
+                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    heartbeat_timeout=BOOKKEEPING_HEARTBEAT, retry_policy=BOOKKEEPING_RETRY,
                     summary="find completed reversible steps")
             except ActivityError as e:
                 return self._end_on(e, None)
@@ -230,6 +234,7 @@ class UnwindPlan:
                         "undone": r.undone, "already_undone": r.already_undone,
                         "irreversible_done": r.irreversible_done}),
                     result_type=list[int], start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    heartbeat_timeout=BOOKKEEPING_HEARTBEAT,
                     retry_policy=BOOKKEEPING_RETRY, summary="mark the task unwound")
             except ActivityError as e:
                 return self._end_on(e, None)
