@@ -384,7 +384,10 @@ SLOW_TESTS = {"test_demo.py::test_demo_json_shows_the_morning_and_every_effect_o
               "the_file",
               # The conformance kit's held write waits out each action's deadline (Graph's
               # includes the watch for a late send: about two and a half minutes).
-              "test_action_contract.py::test_a_held_write_ends_within_the_deadline_and_horizon"}
+              "test_action_contract.py::test_a_held_write_ends_within_the_deadline_and_horizon",
+              # It waits out the killed attempt's lease of a Graph send: about 50 s.
+              "test_graph_fence.py::test_a_worker_killed_between_the_202_and_the_move_resumes_"
+              "as_done"}
 
 
 def tier_of(item: pytest.Item) -> str:
