@@ -5,6 +5,7 @@ Postgres is embedded unless DATABASE_URL is set; the journal is a migrated Journ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from tidemark.approval import unattended
 from tidemark.database import ENV_URL, EmbeddedPostgres
 from tidemark.store import JournalStore
 from tidemark.words import JournalRole
+from tools.chaos.stepped_clock import stop_postmaster
 from tools.cli.main import main
 from tools.stack.devstack import STAGING_CLIENTS, dev_server_args, temporal_binary
 from workflows.shared import SEARCH_ATTRIBUTES
@@ -125,20 +127,10 @@ def pg() -> Iterator[PostgresServer]:
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_at_once(pgdata: Path, timeout: float = 30.0) -> None:
+def stop_at_once(pgdata: Path) -> None:
     """Stops the Postgres of ``pgdata`` in its immediate mode (SIGQUIT): no checkpoint."""
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-        os.kill(pid, signal.SIGQUIT)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return  # not running
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError, TimeoutError):
+        stop_postmaster(pgdata, signal.SIGQUIT)  # none running, or one that outlived 30 s
 
 
 @pytest.fixture(scope="session")
